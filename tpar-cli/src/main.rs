@@ -1,0 +1,4 @@
+//! The `tpar` command line.
+fn main() {
+    println!("tpar");
+}

@@ -1,0 +1,259 @@
+//! Element types and their bit-level packing into 64-bit words.
+//!
+//! Owns: the dtype enum, the `Element` trait (f32, f16, bf16), the empty-slot sentinel
+//! (-0.0 in every lane) and canonicalisation (a writer never stores -0.0). Must never
+//! allocate or panic on the hot path.
+
+use crate::error::{Error, Result};
+use half::{bf16, f16};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// Element type of an all-reduce. Names follow nccl-tests (`float`, `half`, `bfloat16`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    #[serde(rename = "float")]
+    F32,
+    #[serde(rename = "half")]
+    F16,
+    #[serde(rename = "bfloat16")]
+    BF16,
+}
+
+impl DType {
+    /// All supported dtypes.
+    pub const ALL: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 | DType::BF16 => 2,
+        }
+    }
+
+    /// nccl-tests' name for the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "float",
+            DType::F16 => "half",
+            DType::BF16 => "bfloat16",
+        }
+    }
+
+    /// Small integer used in on-the-wire descriptors (never 0).
+    pub fn code(self) -> u64 {
+        match self {
+            DType::F32 => 1,
+            DType::F16 => 2,
+            DType::BF16 => 3,
+        }
+    }
+
+    /// Inverse of [`DType::code`].
+    pub fn from_code(c: u64) -> Option<DType> {
+        match c {
+            1 => Some(DType::F32),
+            2 => Some(DType::F16),
+            3 => Some(DType::BF16),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "float" | "f32" | "float32" => Ok(DType::F32),
+            "half" | "f16" | "float16" | "fp16" => Ok(DType::F16),
+            "bfloat16" | "bf16" => Ok(DType::BF16),
+            other => Err(Error::invalid(
+                "dtype",
+                format!("unknown datatype {other:?}; expected float, half or bfloat16"),
+            )),
+        }
+    }
+}
+
+/// A reducible element. Accumulation is always in f32, in fixed rank order.
+pub trait Element: Copy + Send + Sync + 'static + fmt::Debug {
+    const DTYPE: DType;
+    /// Elements per 64-bit word.
+    const LANES: usize;
+    /// A word whose every lane is -0.0: the "empty" sentinel.
+    const EMPTY_WORD: u64;
+    fn to_f32(self) -> f32;
+    fn from_f32(v: f32) -> Self;
+    fn to_lane(self) -> u64;
+    fn from_lane(bits: u64) -> Self;
+    /// Lane width in bits.
+    const LANE_BITS: u32 = 64 / Self::LANES as u32;
+    /// Bit pattern of -0.0 in one lane.
+    const NEG_ZERO: u64 = 1 << (Self::LANE_BITS - 1);
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    const LANES: usize = 2;
+    const EMPTY_WORD: u64 = 0x8000_0000_8000_0000;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        v
+    }
+    #[inline(always)]
+    fn to_lane(self) -> u64 {
+        self.to_bits() as u64
+    }
+    #[inline(always)]
+    fn from_lane(bits: u64) -> Self {
+        f32::from_bits(bits as u32)
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    const LANES: usize = 4;
+    const EMPTY_WORD: u64 = 0x8000_8000_8000_8000;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        f16::from_f32(v)
+    }
+    #[inline(always)]
+    fn to_lane(self) -> u64 {
+        self.to_bits() as u64
+    }
+    #[inline(always)]
+    fn from_lane(bits: u64) -> Self {
+        f16::from_bits(bits as u16)
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::BF16;
+    const LANES: usize = 4;
+    const EMPTY_WORD: u64 = 0x8000_8000_8000_8000;
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    #[inline(always)]
+    fn from_f32(v: f32) -> Self {
+        bf16::from_f32(v)
+    }
+    #[inline(always)]
+    fn to_lane(self) -> u64 {
+        self.to_bits() as u64
+    }
+    #[inline(always)]
+    fn from_lane(bits: u64) -> Self {
+        bf16::from_bits(bits as u16)
+    }
+}
+
+/// Number of 64-bit words that hold `count` elements of `T`.
+#[inline]
+pub fn words_for<T: Element>(count: usize) -> usize {
+    count.div_ceil(T::LANES)
+}
+
+/// Packs up to `T::LANES` elements into one word, lane 0 in the low bits. Missing lanes are
+/// +0.0 and -0.0 is stored as +0.0, so a packed word is never the empty sentinel
+/// (the "writer canonicalises" rule of the sentinel protocol).
+#[inline(always)]
+pub fn pack<T: Element>(elems: &[T]) -> u64 {
+    let mut w = 0u64;
+    for (l, e) in elems.iter().take(T::LANES).enumerate() {
+        let mut bits = e.to_lane();
+        if bits == T::NEG_ZERO {
+            bits = 0;
+        }
+        w |= bits << (l as u32 * T::LANE_BITS);
+    }
+    w
+}
+
+/// Packs f32 accumulators (one per lane) into a word of `T`, canonicalising -0.0.
+#[inline(always)]
+pub fn pack_acc<T: Element>(acc: &[f32; 4]) -> u64 {
+    let mut w = 0u64;
+    for (l, a) in acc.iter().take(T::LANES).enumerate() {
+        let mut bits = T::from_f32(*a).to_lane();
+        if bits == T::NEG_ZERO {
+            bits = 0;
+        }
+        w |= bits << (l as u32 * T::LANE_BITS);
+    }
+    w
+}
+
+/// Adds every lane of `w` (as `T`) into `acc`.
+#[inline(always)]
+pub fn unpack_add<T: Element>(w: u64, acc: &mut [f32; 4]) {
+    let mask = if T::LANE_BITS == 64 { u64::MAX } else { (1u64 << T::LANE_BITS) - 1 };
+    for (l, a) in acc.iter_mut().take(T::LANES).enumerate() {
+        *a += T::from_lane((w >> (l as u32 * T::LANE_BITS)) & mask).to_f32();
+    }
+}
+
+/// Writes the lanes of `w` into `out` (at most `out.len()` of them).
+#[inline(always)]
+pub fn unpack_into<T: Element>(w: u64, out: &mut [T]) {
+    let mask = if T::LANE_BITS == 64 { u64::MAX } else { (1u64 << T::LANE_BITS) - 1 };
+    for (l, o) in out.iter_mut().take(T::LANES).enumerate() {
+        *o = T::from_lane((w >> (l as u32 * T::LANE_BITS)) & mask);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packed_words_are_never_empty() {
+        let z = [-0.0f32, -0.0];
+        assert_ne!(pack(&z), f32::EMPTY_WORD);
+        assert_eq!(pack(&z), 0);
+        let h = [bf16::from_f32(-0.0); 4];
+        assert_eq!(pack(&h), 0);
+        let acc = [-0.0f32; 4];
+        assert_eq!(pack_acc::<f16>(&acc), 0);
+    }
+
+    #[test]
+    fn pack_unpack_round_trip() {
+        let v = [f16::from_f32(1.5), f16::from_f32(-2.0), f16::from_f32(3.25)];
+        let w = pack(&v);
+        let mut out = [f16::ZERO; 3];
+        unpack_into(w, &mut out);
+        assert_eq!(out, v);
+        let mut acc = [0.0f32; 4];
+        unpack_add::<f16>(w, &mut acc);
+        assert_eq!(acc, [1.5, -2.0, 3.25, 0.0]);
+    }
+
+    #[test]
+    fn dtype_names_parse() {
+        for d in DType::ALL {
+            assert_eq!(d.name().parse::<DType>().ok(), Some(d));
+            assert_eq!(DType::from_code(d.code()), Some(d));
+        }
+        assert!("int8".parse::<DType>().is_err());
+    }
+}
