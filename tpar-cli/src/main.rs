@@ -1,4 +1,34 @@
-//! The `tpar` command line.
-fn main() {
-    println!("tpar");
+//! The `tpar` command line. Each subcommand lives in its own file; this file only parses
+//! and dispatches. The CLI may exit; the library never does.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "tpar",
+    version,
+    about = "Fabric-aware all-reduce for tensor-parallel inference: benchmark, check, plan and tune",
+    long_about = None
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    // Subcommands are added here, one line each, implemented in their own files.
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result: Result<(), String> = match cli.command {};
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tpar: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -17,6 +17,7 @@
 pub mod algorithms;
 pub mod dtype;
 pub mod error;
+pub mod report;
 
 pub use algorithms::{Algorithm, Transport};
 pub use dtype::{DType, Element};

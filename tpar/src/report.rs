@@ -1,0 +1,54 @@
+//! Benchmark records as `tpar bench --json` writes them, and the nccl-tests table format.
+//!
+//! Owns: the record schema shared by `bench`, `tune`, `model` and `sim`. Must never do I/O.
+
+use crate::{Algorithm, DType};
+use serde::{Deserialize, Serialize};
+
+/// One measured (algorithm, size) point. `time_us` is the median over iterations.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    pub algorithm: Algorithm,
+    /// `cpu` or `cuda`.
+    pub backend: String,
+    pub dtype: DType,
+    pub world: usize,
+    pub bytes: usize,
+    pub count: usize,
+    /// Median time per call, microseconds.
+    pub time_us: f64,
+    /// 10th and 90th percentile per call, microseconds (spread).
+    #[serde(default)]
+    pub p10_us: f64,
+    #[serde(default)]
+    pub p90_us: f64,
+    /// bytes / time, GB/s.
+    pub algbw: f64,
+    /// algbw x 2(n-1)/n, GB/s (nccl-tests' bus bandwidth for all-reduce).
+    pub busbw: f64,
+    /// Elements outside tolerance of the f64 reference, or ranks whose output differed; -1 if unchecked.
+    pub wrong: i64,
+}
+
+/// algbw and busbw in GB/s for an all-reduce of `bytes` on `world` ranks taking `time_us`.
+pub fn bandwidths(bytes: usize, world: usize, time_us: f64) -> (f64, f64) {
+    if time_us <= 0.0 {
+        return (0.0, 0.0);
+    }
+    let algbw = bytes as f64 / (time_us * 1e3);
+    let n = world as f64;
+    let busbw = if world > 1 { algbw * 2.0 * (n - 1.0) / n } else { algbw };
+    (algbw, busbw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busbw_follows_nccl_tests() {
+        let (alg, bus) = bandwidths(1_000_000, 8, 100.0);
+        assert!((alg - 10.0).abs() < 1e-12);
+        assert!((bus - 17.5).abs() < 1e-12);
+    }
+}
