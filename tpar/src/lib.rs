@@ -8,6 +8,9 @@
 //! | [`dtype`] | element types, packing into 64-bit words, the -0.0 sentinel |
 //! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
 //! | [`error`] | the one error enum |
+//! | [`sim`] | flow-level fabric simulator: links, switches, max-min sharing, per-algorithm schedules |
+//! | [`model`] | decode / speculative-decode throughput from all-reduce latency |
+//! | [`plot`] | latency-versus-size SVG charts of bench or sim records |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
 
@@ -17,7 +20,10 @@
 pub mod algorithms;
 pub mod dtype;
 pub mod error;
+pub mod model;
+pub mod plot;
 pub mod report;
+pub mod sim;
 
 pub use algorithms::{Algorithm, Transport};
 pub use dtype::{DType, Element};

@@ -1,0 +1,475 @@
+//! What all-reduce latency does to decode throughput, with and without speculation.
+//!
+//! Owns: the step-time arithmetic behind `tpar model` and the latency sources it reads
+//! (a fixed figure, `tpar bench --json` records interpolated log-log, or any closure such as
+//! the simulator). Must never do I/O: callers load files and hand in records.
+//!
+//! A decode step costs `compute + ARs x ar(1 token)`; a speculative step costs
+//! `verify_compute_factor x compute + ARs x ar(width tokens) + draft` and yields `acceptance`
+//! tokens. ARs = layers x all-reduces per layer; an all-reduce carries tokens x hidden x
+//! dtype bytes. The break-even acceptance is the number of tokens a speculative step must
+//! yield to match plain decode: `spec_step / plain_step`.
+
+use crate::error::{Error, Result};
+use crate::report::Record;
+use crate::{Algorithm, DType};
+
+/// Kimi-K2 / DeepSeek-V3 layer count (REFERENCE.md, "Model shapes").
+pub const KIMI_LAYERS: usize = 61;
+/// Kimi-K2 / DeepSeek-V3 hidden size (REFERENCE.md).
+pub const KIMI_HIDDEN: usize = 7168;
+/// Two all-reduces per layer: after attention and after the MLP (REFERENCE.md).
+pub const KIMI_AR_PER_LAYER: usize = 2;
+/// Tensor-parallel size of the REFERENCE.md case.
+pub const KIMI_TP: usize = 8;
+
+/// A source of all-reduce latency for a message size.
+pub trait ArLatency {
+    /// Latency in us of one all-reduce of `bytes`, and what produced it (for the report).
+    fn latency(&self, bytes: usize) -> Result<(f64, String)>;
+}
+
+/// The same latency at every size (`--nccl-us`, `--plan-us`).
+#[derive(Clone, Debug)]
+pub struct Fixed(pub f64);
+
+impl ArLatency for Fixed {
+    fn latency(&self, _bytes: usize) -> Result<(f64, String)> {
+        if !(self.0.is_finite() && self.0 >= 0.0) {
+            return Err(Error::invalid("latency", format!("{} us is not a latency", self.0)));
+        }
+        Ok((self.0, "fixed".to_string()))
+    }
+}
+
+/// Any function of the size (the simulator, a tuned profile).
+pub struct FromFn<F: Fn(usize) -> Result<(f64, String)>>(pub F);
+
+impl<F: Fn(usize) -> Result<(f64, String)>> ArLatency for FromFn<F> {
+    fn latency(&self, bytes: usize) -> Result<(f64, String)> {
+        (self.0)(bytes)
+    }
+}
+
+/// Measured (bytes, us) points of one algorithm, interpolated linearly in log(bytes) vs
+/// log(us) and extended past the ends along the end segments.
+#[derive(Clone, Debug)]
+pub struct LogLogTable {
+    pub algorithm: Algorithm,
+    points: Vec<(f64, f64)>,
+}
+
+impl LogLogTable {
+    /// Points must have positive bytes and time; duplicates of a size are averaged.
+    pub fn new(algorithm: Algorithm, mut points: Vec<(f64, f64)>) -> Result<Self> {
+        if points.iter().any(|(b, t)| !(*b > 0.0 && *t > 0.0 && b.is_finite() && t.is_finite())) {
+            return Err(Error::invalid("records", format!("{algorithm}: sizes and times must be positive")));
+        }
+        if points.is_empty() {
+            return Err(Error::invalid("records", format!("no points for {algorithm}")));
+        }
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut merged: Vec<(f64, f64, usize)> = Vec::new();
+        for (b, t) in points {
+            match merged.last_mut() {
+                Some(last) if last.0 == b => {
+                    last.1 += t;
+                    last.2 += 1;
+                }
+                _ => merged.push((b, t, 1)),
+            }
+        }
+        Ok(LogLogTable {
+            algorithm,
+            points: merged.into_iter().map(|(b, t, n)| (b, t / n as f64)).collect(),
+        })
+    }
+
+    /// Interpolated latency in us at `bytes` (> 0).
+    pub fn at(&self, bytes: f64) -> f64 {
+        let p = &self.points;
+        if p.len() == 1 || bytes <= 0.0 {
+            return p.first().map(|x| x.1).unwrap_or(0.0);
+        }
+        let i = match p.iter().position(|(b, _)| *b >= bytes) {
+            Some(0) => 1,
+            Some(i) => i,
+            None => p.len() - 1,
+        };
+        let (b0, t0) = p[i - 1];
+        let (b1, t1) = p[i];
+        let w = (bytes.ln() - b0.ln()) / (b1.ln() - b0.ln());
+        (t0.ln() + w * (t1.ln() - t0.ln())).exp()
+    }
+
+    /// Smallest and largest measured size.
+    pub fn range(&self) -> (f64, f64) {
+        (self.points.first().map(|x| x.0).unwrap_or(0.0), self.points.last().map(|x| x.0).unwrap_or(0.0))
+    }
+}
+
+/// Latency from `tpar bench --json` records: one algorithm's curve, or the fastest of several
+/// (what a tuned plan picks).
+#[derive(Clone, Debug)]
+pub struct BenchLatency {
+    tables: Vec<LogLogTable>,
+}
+
+impl BenchLatency {
+    /// Curves for `world` ranks of the algorithms `keep` accepts; records that failed the
+    /// correctness check (`wrong > 0`) are dropped.
+    pub fn from_records(records: &[Record], world: usize, keep: impl Fn(Algorithm) -> bool) -> Result<Self> {
+        let mut tables = Vec::new();
+        for a in Algorithm::ALL {
+            if !keep(a) {
+                continue;
+            }
+            let pts: Vec<(f64, f64)> = records
+                .iter()
+                .filter(|r| r.algorithm == a && r.world == world && r.wrong <= 0)
+                .map(|r| (r.bytes as f64, r.time_us))
+                .collect();
+            if !pts.is_empty() {
+                tables.push(LogLogTable::new(a, pts)?);
+            }
+        }
+        if tables.is_empty() {
+            return Err(Error::invalid(
+                "records",
+                format!("no usable records for world {world} among the requested algorithms"),
+            ));
+        }
+        Ok(BenchLatency { tables })
+    }
+}
+
+impl ArLatency for BenchLatency {
+    fn latency(&self, bytes: usize) -> Result<(f64, String)> {
+        let mut best: Option<(f64, &LogLogTable)> = None;
+        for t in &self.tables {
+            let us = t.at(bytes as f64);
+            if best.map_or(true, |(b, _)| us < b) {
+                best = Some((us, t));
+            }
+        }
+        let (us, t) = best.ok_or_else(|| Error::invalid("records", "no curves"))?;
+        let (lo, hi) = t.range();
+        let how = if (bytes as f64) < lo || (bytes as f64) > hi { "extrapolated" } else { "interpolated" };
+        Ok((us, format!("{} ({how} from bench)", t.algorithm)))
+    }
+}
+
+/// How the compute time of a decode step is known.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Compute {
+    /// Compute (everything but all-reduces) of a one-token decode step, ms.
+    StepMs(f64),
+    /// A measured plain-decode throughput with NCCL, tok/s; compute is backed out of it.
+    BaselineTokS(f64),
+}
+
+/// The model and serving setup.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelInput {
+    pub layers: usize,
+    pub hidden: usize,
+    pub dtype: DType,
+    pub ar_per_layer: usize,
+    pub tp: usize,
+    pub compute: Compute,
+    /// Tokens per verify step (the all-reduce carries this many rows).
+    pub verify_width: usize,
+    /// Verify compute as a multiple of one-token decode compute. 1.0: decode is bound by
+    /// reading weights, which a few more rows do not change (an assumption, not measured).
+    pub verify_compute_factor: f64,
+    /// Cost of drafting per verify step, ms (draft model compute and its own collectives).
+    pub draft_ms: f64,
+    /// Tokens yielded per verify step (accepted drafts + the bonus token).
+    pub acceptance: f64,
+}
+
+impl Default for ModelInput {
+    /// Kimi-K2 class at TP 8 with the REFERENCE.md serving case: 89.5 tok/s plain,
+    /// 3-token verify, 2.75 accepted (middle of EAGLE-3's 2.3-3.2), draft cost 3 ms (a guess:
+    /// REFERENCE.md gives none; see docs/model.md).
+    fn default() -> Self {
+        ModelInput {
+            layers: KIMI_LAYERS,
+            hidden: KIMI_HIDDEN,
+            dtype: DType::BF16,
+            ar_per_layer: KIMI_AR_PER_LAYER,
+            tp: KIMI_TP,
+            compute: Compute::BaselineTokS(89.5),
+            verify_width: 3,
+            verify_compute_factor: 1.0,
+            draft_ms: 3.0,
+            acceptance: 2.75,
+        }
+    }
+}
+
+impl ModelInput {
+    /// All-reduces per step.
+    pub fn ars_per_step(&self) -> usize {
+        self.layers * self.ar_per_layer
+    }
+
+    /// Bytes of one all-reduce carrying `tokens` rows.
+    pub fn ar_bytes(&self, tokens: usize) -> usize {
+        tokens * self.hidden * self.dtype.size()
+    }
+
+    fn check(&self) -> Result<()> {
+        let pos = |field: &'static str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(Error::invalid(field, format!("must be a positive number, got {v}")))
+            }
+        };
+        pos("layers", self.layers as f64)?;
+        pos("hidden", self.hidden as f64)?;
+        pos("ar_per_layer", self.ar_per_layer as f64)?;
+        pos("tp", self.tp as f64)?;
+        pos("verify_width", self.verify_width as f64)?;
+        pos("verify_compute_factor", self.verify_compute_factor)?;
+        pos("acceptance", self.acceptance)?;
+        if !(self.draft_ms.is_finite() && self.draft_ms >= 0.0) {
+            return Err(Error::invalid("draft_ms", format!("must be >= 0, got {}", self.draft_ms)));
+        }
+        match self.compute {
+            Compute::StepMs(v) if !(v.is_finite() && v >= 0.0) => {
+                Err(Error::invalid("compute_ms", format!("must be >= 0, got {v}")))
+            }
+            Compute::BaselineTokS(v) => pos("baseline_tok_s", v),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Where one step's time goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Step {
+    pub compute_ms: f64,
+    pub allreduce_ms: f64,
+    pub draft_ms: f64,
+    /// Latency of each all-reduce, us, and its size in bytes.
+    pub ar_us: f64,
+    pub ar_bytes: usize,
+    /// What produced `ar_us`.
+    pub ar_source: String,
+    /// Tokens the step yields.
+    pub tokens: f64,
+}
+
+impl Step {
+    pub fn total_ms(&self) -> f64 {
+        self.compute_ms + self.allreduce_ms + self.draft_ms
+    }
+    pub fn tok_s(&self) -> f64 {
+        self.tokens * 1e3 / self.total_ms()
+    }
+}
+
+/// One all-reduce provider's outcome.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// `nccl` or `plan`.
+    pub label: String,
+    pub plain: Step,
+    pub spec: Step,
+    /// Tokens per verify step at which speculation matches plain decode.
+    pub break_even_acceptance: f64,
+}
+
+/// Everything `tpar model` prints.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelOutput {
+    pub ars_per_step: usize,
+    /// Compute of a one-token step, ms, and whether it was given or backed out.
+    pub compute_ms: f64,
+    pub compute_backed_out: bool,
+    pub scenarios: Vec<Scenario>,
+}
+
+fn scenario(input: &ModelInput, label: &str, compute_ms: f64, lat: &dyn ArLatency) -> Result<Scenario> {
+    let ars = input.ars_per_step() as f64;
+    let (b1, bw) = (input.ar_bytes(1), input.ar_bytes(input.verify_width));
+    let (us1, src1) = lat.latency(b1)?;
+    let (usw, srcw) = lat.latency(bw)?;
+    let plain = Step {
+        compute_ms,
+        allreduce_ms: ars * us1 / 1e3,
+        draft_ms: 0.0,
+        ar_us: us1,
+        ar_bytes: b1,
+        ar_source: src1,
+        tokens: 1.0,
+    };
+    let spec = Step {
+        compute_ms: compute_ms * input.verify_compute_factor,
+        allreduce_ms: ars * usw / 1e3,
+        draft_ms: input.draft_ms,
+        ar_us: usw,
+        ar_bytes: bw,
+        ar_source: srcw,
+        tokens: input.acceptance,
+    };
+    if plain.total_ms() <= 0.0 || spec.total_ms() <= 0.0 {
+        return Err(Error::invalid("compute_ms", "a step must take some time"));
+    }
+    Ok(Scenario {
+        label: label.to_string(),
+        break_even_acceptance: spec.total_ms() / plain.total_ms(),
+        plain,
+        spec,
+    })
+}
+
+/// Step times and throughput with NCCL and with each of `others` (e.g. `("plan", ...)`).
+/// A baseline tok/s is taken to be measured with NCCL; compute is what remains of its step.
+pub fn evaluate(input: &ModelInput, nccl: &dyn ArLatency, others: &[(&str, &dyn ArLatency)]) -> Result<ModelOutput> {
+    input.check()?;
+    let ars = input.ars_per_step() as f64;
+    let (compute_ms, backed_out) = match input.compute {
+        Compute::StepMs(ms) => (ms, false),
+        Compute::BaselineTokS(tok_s) => {
+            let (us1, _) = nccl.latency(input.ar_bytes(1))?;
+            let step_ms = 1e3 / tok_s;
+            let c = step_ms - ars * us1 / 1e3;
+            if c < 0.0 {
+                return Err(Error::invalid(
+                    "baseline_tok_s",
+                    format!(
+                        "{tok_s} tok/s is a {step_ms:.2} ms step, shorter than its {:.0} all-reduces at {us1:.1} us ({:.2} ms): the figures contradict each other",
+                        ars,
+                        ars * us1 / 1e3
+                    ),
+                ));
+            }
+            (c, true)
+        }
+    };
+    let mut scenarios = vec![scenario(input, "nccl", compute_ms, nccl)?];
+    for (label, lat) in others {
+        scenarios.push(scenario(input, label, compute_ms, *lat)?);
+    }
+    Ok(ModelOutput {
+        ars_per_step: input.ars_per_step(),
+        compute_ms,
+        compute_backed_out: backed_out,
+        scenarios,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn kimi_shapes() {
+        let m = ModelInput::default();
+        assert_eq!(m.ars_per_step(), 122);
+        assert_eq!(m.ar_bytes(1), 14_336);
+        assert_eq!(m.ar_bytes(3), 43_008);
+        assert_eq!(m.ar_bytes(8), 114_688);
+    }
+
+    #[test]
+    fn hand_computed_case_with_given_compute() {
+        // 122 ARs; compute 5 ms; NCCL 50 us at 14 KiB -> plain step 5 + 6.1 = 11.1 ms.
+        // Verify: factor 1, AR 100 us -> 12.2 ms, draft 2 ms -> 19.2 ms; 2.5 tokens.
+        let m = ModelInput {
+            compute: Compute::StepMs(5.0),
+            draft_ms: 2.0,
+            acceptance: 2.5,
+            ..ModelInput::default()
+        };
+        let nccl = FromFn(|b: usize| Ok((if b == 14_336 { 50.0 } else { 100.0 }, "t".to_string())));
+        let plan = Fixed(10.0);
+        let out = evaluate(&m, &nccl, &[("plan", &plan)]).unwrap();
+        let n = &out.scenarios[0];
+        assert!(close(n.plain.total_ms(), 11.1, 1e-9));
+        assert!(close(n.plain.tok_s(), 1e3 / 11.1, 1e-9));
+        assert!(close(n.spec.total_ms(), 19.2, 1e-9));
+        assert!(close(n.spec.tok_s(), 2.5e3 / 19.2, 1e-9));
+        assert!(close(n.break_even_acceptance, 19.2 / 11.1, 1e-12));
+        // Plan at 10 us everywhere: plain 5 + 1.22 = 6.22 ms; spec 5 + 1.22 + 2 = 8.22 ms.
+        let p = &out.scenarios[1];
+        assert!(close(p.plain.total_ms(), 6.22, 1e-9));
+        assert!(close(p.spec.total_ms(), 8.22, 1e-9));
+        assert!(close(p.break_even_acceptance, 8.22 / 6.22, 1e-12));
+    }
+
+    #[test]
+    fn compute_is_backed_out_of_a_baseline() {
+        // 100 tok/s = 10 ms step; 122 x 40 us = 4.88 ms of all-reduce; compute 5.12 ms.
+        let m = ModelInput {
+            compute: Compute::BaselineTokS(100.0),
+            ..ModelInput::default()
+        };
+        let out = evaluate(&m, &Fixed(40.0), &[]).unwrap();
+        assert!(out.compute_backed_out);
+        assert!(close(out.compute_ms, 5.12, 1e-9));
+        assert!(close(out.scenarios[0].plain.tok_s(), 100.0, 1e-9));
+        // A baseline faster than its all-reduces allow is refused, not clamped.
+        let m = ModelInput {
+            compute: Compute::BaselineTokS(100.0),
+            ..ModelInput::default()
+        };
+        assert!(evaluate(&m, &Fixed(90.0), &[]).is_err());
+    }
+
+    #[test]
+    fn loglog_interpolation_is_exact_on_power_laws() {
+        // t = 2 * b^0.5: a straight line in log-log, so interpolation and extrapolation are exact.
+        let pts: Vec<(f64, f64)> = [1e3, 1e4, 1e6].iter().map(|&b: &f64| (b, 2.0 * b.sqrt())).collect();
+        let t = LogLogTable::new(Algorithm::Nccl, pts).unwrap();
+        for b in [500.0, 1e3, 3e3, 5e5, 4e6] {
+            assert!(close(t.at(b), 2.0 * f64::sqrt(b), 1e-6 * b.sqrt()), "{b}");
+        }
+    }
+
+    fn rec(a: Algorithm, bytes: usize, us: f64, wrong: i64) -> Record {
+        Record {
+            algorithm: a,
+            backend: "cuda".into(),
+            dtype: DType::BF16,
+            world: 8,
+            bytes,
+            count: bytes / 2,
+            time_us: us,
+            p10_us: us,
+            p90_us: us,
+            algbw: 0.0,
+            busbw: 0.0,
+            wrong,
+        }
+    }
+
+    #[test]
+    fn bench_latency_picks_the_fastest_correct_curve() {
+        let recs = vec![
+            rec(Algorithm::Nccl, 16384, 20.0, 0),
+            rec(Algorithm::Nccl, 65536, 24.0, 0),
+            rec(Algorithm::OneshotPush, 16384, 8.0, 0),
+            rec(Algorithm::OneshotPush, 65536, 16.0, 0),
+            rec(Algorithm::TwoshotPush, 16384, 12.0, 0),
+            rec(Algorithm::TwoshotPush, 65536, 14.0, 0),
+            rec(Algorithm::OneshotPull, 16384, 1.0, 3), // wrong results: never chosen
+        ];
+        let plan = BenchLatency::from_records(&recs, 8, |a| a != Algorithm::Nccl).unwrap();
+        let (us, src) = plan.latency(16384).unwrap();
+        assert!(close(us, 8.0, 1e-9) && src.starts_with("oneshot-push"), "{us} {src}");
+        let (us, src) = plan.latency(65536).unwrap();
+        assert!(close(us, 14.0, 1e-9) && src.starts_with("twoshot-push"), "{us} {src}");
+        // Geometric midpoint of 16 and 64 KiB is 32 KiB: sqrt(20*24) for NCCL.
+        let nccl = BenchLatency::from_records(&recs, 8, |a| a == Algorithm::Nccl).unwrap();
+        assert!(close(nccl.latency(32768).unwrap().0, (20.0f64 * 24.0).sqrt(), 1e-9));
+        assert!(BenchLatency::from_records(&recs, 4, |_| true).is_err());
+    }
+}
