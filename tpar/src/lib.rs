@@ -8,6 +8,7 @@
 //! | [`dtype`] | element types, packing into 64-bit words, the -0.0 sentinel |
 //! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
 //! | [`error`] | the one error enum |
+//! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
 
@@ -18,8 +19,10 @@ pub mod algorithms;
 pub mod dtype;
 pub mod error;
 pub mod report;
+pub mod topology;
 
 pub use algorithms::{Algorithm, Transport};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use topology::Topology;
 pub use half::{bf16, f16};
