@@ -11,6 +11,7 @@
 //! | [`sim`] | flow-level fabric simulator: links, switches, max-min sharing, per-algorithm schedules |
 //! | [`model`] | decode / speculative-decode throughput from all-reduce latency |
 //! | [`plot`] | latency-versus-size SVG charts of bench or sim records |
+//! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
 
@@ -24,8 +25,10 @@ pub mod model;
 pub mod plot;
 pub mod report;
 pub mod sim;
+pub mod topology;
 
 pub use algorithms::{Algorithm, Transport};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use topology::Topology;
 pub use half::{bf16, f16};
