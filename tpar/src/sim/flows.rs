@@ -130,14 +130,11 @@ pub fn simulate(capacity_gbps: &[f64], flows: &[FlowSpec]) -> Result<Vec<f64>> {
         if !(f.start_us.is_finite() && f.latency_us.is_finite() && f.latency_us >= 0.0) {
             return Err(Error::invalid("latency", format!("flow {i}: start {} us, latency {} us", f.start_us, f.latency_us)));
         }
-        if !(f.rate_cap_gbps > 0.0) {
+        if f.rate_cap_gbps.is_nan() || f.rate_cap_gbps <= 0.0 {
             return Err(Error::invalid("rate_cap", format!("flow {i} has rate cap {} GB/s", f.rate_cap_gbps)));
         }
         if let Some(&r) = f.resources.iter().find(|&&r| r >= capacity_gbps.len()) {
             return Err(Error::invalid("resources", format!("flow {i} uses resource {r} of {}", capacity_gbps.len())));
-        }
-        if f.resources.is_empty() && f.rate_cap_gbps.is_infinite() && f.bytes > 0.0 {
-            // Allowed: finishes the moment it starts. Kept explicit for readers.
         }
     }
     let n = flows.len();

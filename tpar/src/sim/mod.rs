@@ -1,5 +1,233 @@
-//! Flow-level simulator of a host's GPU fabric (in progress: the flow engine first).
+//! Flow-level simulator of one host's GPU fabric: what each all-reduce algorithm would
+//! cost on a machine we may not have.
 //!
-//! Owns: the max-min flow engine ([`flows`]). Must never do I/O.
+//! Owns: predictions for (topology, world, algorithm, bytes). The pieces, low to high:
+//!
+//! | file | owns |
+//! |---|---|
+//! | [`flows`] | max-min fair sharing of capacitated resources, event-driven progressive filling |
+//! | [`params`] | every number not in the topology, with where it came from (spec / measured / fitted) |
+//! | [`fabric`] | resources (links per direction, switch uplinks, root complexes, socket link, read trackers, host memory) and routes |
+//! | [`schedule`] | per-algorithm communication schedules: steps of flows plus their sync |
+//! | [`calibrate`] | REFERENCE.md figures, the prediction for each, and the error |
+//!
+//! Contention is not typed in: when 8 GPUs write all peers at once, their flows meet on the
+//! same GPU links, root complexes and socket link, and max-min sharing decides what each
+//! gets. A step ends when its last flow lands plus its sync cost; a call costs its launch,
+//! its fixed kernel work and its steps.
+//!
+//! Contract: pure and deterministic; no I/O; never panics; an algorithm that cannot run on a
+//! fabric (a pull without P2P reads) is an `Unsupported` error, not a number.
 
+pub mod calibrate;
+pub mod fabric;
 pub mod flows;
+pub mod params;
+pub mod schedule;
+
+use crate::error::{Error, Result};
+use crate::topology::Topology;
+use crate::{Algorithm, Transport};
+use fabric::Fabric;
+pub use params::{Launch, Params};
+use schedule::Sync;
+use serde::{Deserialize, Serialize};
+
+/// One prediction, as `tpar sim --json` writes it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimRecord {
+    pub topology: String,
+    pub algorithm: Algorithm,
+    pub world: usize,
+    pub bytes: usize,
+    pub predicted_us: f64,
+}
+
+/// A prediction with where its time goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prediction {
+    pub algorithm: Algorithm,
+    pub transport: Transport,
+    pub total_us: f64,
+    /// Launch and fixed kernel work.
+    pub fixed_us: f64,
+    /// Each step's (label, time in us).
+    pub steps: Vec<(&'static str, f64)>,
+}
+
+/// A simulator for one topology and world size (the fabric is built once).
+#[derive(Clone, Debug)]
+pub struct Simulator {
+    fabric: Fabric,
+    islands: Vec<Vec<u32>>,
+    name: String,
+}
+
+impl Simulator {
+    /// Simulator for ranks `0..world` of `topo`.
+    pub fn new(topo: &Topology, world: usize, params: &Params) -> Result<Simulator> {
+        Ok(Simulator {
+            fabric: Fabric::new(topo, world, params)?,
+            islands: topo.islands_of(world),
+            name: topo.name.clone(),
+        })
+    }
+
+    pub fn world(&self) -> usize {
+        self.fabric.world()
+    }
+
+    pub fn fabric(&self) -> &Fabric {
+        &self.fabric
+    }
+
+    /// Predicted time of one all-reduce of `bytes` by `algorithm`.
+    pub fn predict(&self, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
+        if bytes == 0 {
+            return Err(Error::invalid("bytes", "an all-reduce of 0 bytes"));
+        }
+        let sched = schedule::schedule(algorithm, bytes, &self.fabric, &self.islands)?;
+        let p = self.fabric.params();
+        let n = self.world();
+        let caps = self.fabric.capacities();
+        let fixed = match algorithm {
+            Algorithm::Nccl => p.nccl_fixed_us,
+            _ => p.kernel_fixed_us + p.launch_us(),
+        };
+        let mut barrier = 0.0f64;
+        for a in 0..n {
+            for b in 0..n {
+                if a != b {
+                    barrier = barrier.max(self.fabric.write_latency(a, b)?);
+                }
+            }
+        }
+        let mut steps = Vec::with_capacity(sched.steps.len());
+        let mut total = fixed;
+        for st in &sched.steps {
+            let specs = st
+                .flows
+                .iter()
+                .map(|f| self.fabric.flow(f.src, f.dst, f.bytes, f.op))
+                .collect::<Result<Vec<_>>>()?;
+            let land = flows::simulate(&caps, &specs)?.into_iter().fold(0.0f64, f64::max);
+            let sync = match st.sync {
+                Sync::Poll => p.poll_us,
+                Sync::Barrier => barrier + p.poll_us,
+                Sync::HostPoll => p.host_poll_us,
+                Sync::NcclStep => p.nccl_step_us,
+            };
+            steps.push((st.label, land + sync));
+            total += land + sync;
+        }
+        Ok(Prediction { algorithm, transport: sched.transport, total_us: total, fixed_us: fixed, steps })
+    }
+
+    /// Predictions of every algorithm in `algorithms` that can run here; the others are
+    /// returned with their reason.
+    pub fn predict_all(&self, algorithms: &[Algorithm], bytes: usize) -> (Vec<Prediction>, Vec<(Algorithm, Error)>) {
+        let mut ok = Vec::new();
+        let mut refused = Vec::new();
+        for &a in algorithms {
+            match self.predict(a, bytes) {
+                Ok(p) => ok.push(p),
+                Err(e) => refused.push((a, e)),
+            }
+        }
+        (ok, refused)
+    }
+
+    /// The fastest of `algorithms` at `bytes`: the plan the simulator would pick.
+    pub fn pick(&self, algorithms: &[Algorithm], bytes: usize) -> Result<Prediction> {
+        let (ok, _) = self.predict_all(algorithms, bytes);
+        ok.into_iter()
+            .min_by(|a, b| a.total_us.total_cmp(&b.total_us))
+            .ok_or_else(|| Error::Unsupported {
+                what: format!("any of the requested algorithms on {}", self.name),
+                reason: "none can run on this fabric".into(),
+            })
+    }
+}
+
+/// Sizes at which the fastest algorithm changes, as (bytes where the new winner first
+/// wins, previous winner, new winner), from predictions at the given sorted sizes.
+pub fn crossovers(winners: &[(usize, Algorithm)]) -> Vec<(usize, Algorithm, Algorithm)> {
+    winners
+        .windows(2)
+        .filter(|w| w[0].1 != w[1].1)
+        .map(|w| (w[1].0, w[0].1, w[1].1))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::presets;
+
+    const SIZES: [usize; 9] = [256, 4096, 16384, 43008, 65536, 262144, 1 << 20, 4 << 20, 16 << 20];
+
+    #[test]
+    fn every_preset_algorithm_and_size_is_a_number_or_a_reason() {
+        for t in presets::all() {
+            let sim = Simulator::new(&t, t.gpu_count(), &Params::default()).unwrap();
+            for a in Algorithm::ALL {
+                for b in SIZES {
+                    match sim.predict(a, b) {
+                        Ok(p) => assert!(p.total_us.is_finite() && p.total_us > 0.0, "{} {a} {b}", t.name),
+                        Err(Error::Unsupported { .. }) => {}
+                        Err(e) => panic!("{} {a} {b}: {e}", t.name),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn time_grows_with_size() {
+        for t in presets::all() {
+            for launch in [Launch::Eager, Launch::Graph] {
+                let sim = Simulator::new(&t, t.gpu_count(), &Params::with_launch(launch)).unwrap();
+                for a in Algorithm::ALL {
+                    let mut last = 0.0;
+                    for b in SIZES {
+                        if let Ok(p) = sim.predict(a, b) {
+                            assert!(p.total_us >= last, "{} {a}: {b} B took {} < {last}", t.name, p.total_us);
+                            last = p.total_us;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pull_collapses_across_sockets_but_not_on_one_switch() {
+        // REFERENCE.md: forced to its pull kernel on the dual-socket RTX PRO box, SGLang ran
+        // slower than NCCL. The simulator must get that ordering from the fabric.
+        let p = Params::default();
+        let dual = Simulator::new(&presets::rtxpro6000_dualsocket_8(), 8, &p).unwrap();
+        let pull = dual.predict(Algorithm::OneshotPull, 43008).unwrap().total_us;
+        let push = dual.predict(Algorithm::OneshotPush, 43008).unwrap().total_us;
+        assert!(pull > 5.0 * push, "pull {pull} push {push}");
+        // On one switch with no root complex in the way, pull is within 3x of push.
+        let sw = Simulator::new(&presets::rtxpro6000_pcie_switch_8(), 4, &p).unwrap();
+        let pull = sw.predict(Algorithm::OneshotPull, 43008).unwrap().total_us;
+        let push = sw.predict(Algorithm::OneshotPush, 43008).unwrap().total_us;
+        assert!(pull < 3.0 * push, "pull {pull} push {push}");
+    }
+
+    #[test]
+    fn no_p2p_preset_runs_push_via_host_and_refuses_pull() {
+        let sim = Simulator::new(&presets::rtx4090_nop2p_4(), 4, &Params::default()).unwrap();
+        assert_eq!(sim.predict(Algorithm::OneshotPush, 16384).unwrap().transport, Transport::Host);
+        assert!(matches!(sim.predict(Algorithm::OneshotPull, 16384), Err(Error::Unsupported { .. })));
+        assert!(sim.predict(Algorithm::Nccl, 16384).is_ok());
+    }
+
+    #[test]
+    fn crossovers_name_each_change_of_winner() {
+        use Algorithm::*;
+        let w = [(1, OneshotPush), (2, OneshotPush), (4, TwoshotPush), (8, Nccl)];
+        assert_eq!(crossovers(&w), vec![(4, OneshotPush, TwoshotPush), (8, TwoshotPush, Nccl)]);
+    }
+}

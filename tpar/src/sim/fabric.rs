@@ -1,0 +1,472 @@
+//! The fabric as a set of capacitated resources and the routes flows take through them.
+//!
+//! Owns: turning a [`Topology`] and [`Params`] into resources (each GPU link per direction,
+//! each switch uplink per direction, each root complex's peer-forwarding engine and its
+//! tracker of outstanding reads, the socket link per direction and its read tracker, each
+//! socket's host memory, each GPU's NVLink port per direction, each GPU's kernel injection
+//! limit) and routing a write, a read or a host-staged copy through them.
+//! Must never: decide what an algorithm sends (that is `schedule`), or share bandwidth
+//! (that is `flows`).
+//!
+//! Routes (GPU a to GPU b, ranks = CUDA ordinals):
+//! ```text
+//!  NVLink pair:            a.nv_tx -> b.nv_rx
+//!  same switch, ACS off:   a.tx -> b.rx                      (the switch forwards)
+//!  otherwise:              a.tx [-> sw(a).up] -> rc(s_a) [-> socket(s_a->s_b) -> rc(s_b)]
+//!                               [-> sw(b).down] -> b.rx      (ACS redirect takes this path
+//!                                                              even inside one switch)
+//!  host staging:           a -> ... -> mem(s)  /  mem(s) -> ... -> b
+//! ```
+//! A read moves data the same way (completer to requester) but pays a round trip, is capped
+//! by its window over that round trip, and holds a slot in every read tracker it crosses.
+
+use super::flows::FlowSpec;
+use super::params::Params;
+use crate::error::{Error, Result};
+use crate::topology::{LinkClass, Topology};
+
+/// Where a flow begins or ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// A GPU, by rank (= CUDA ordinal).
+    Gpu(usize),
+    /// Pinned host memory on a socket.
+    Host(usize),
+}
+
+/// How bytes move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Posted write issued by `src`.
+    Write,
+    /// Non-posted read issued by `dst` (data flows src -> dst).
+    Read,
+    /// NCCL's SHM path: `src` copies into host memory, `dst` copies out (P2P off).
+    ViaHost,
+}
+
+/// One resource: a name for reports and a capacity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resource {
+    pub name: String,
+    pub gbps: f64,
+}
+
+/// Resource indices of one GPU.
+#[derive(Clone, Debug)]
+struct GpuRes {
+    tx: usize,
+    rx: usize,
+    nv_tx: Option<usize>,
+    nv_rx: Option<usize>,
+    /// Kernel injection limit over PCIe / NVLink.
+    inject_pcie: usize,
+    inject_nv: Option<usize>,
+    socket: usize,
+    switch: Option<usize>,
+}
+
+/// The fabric of the first `world` GPUs of a topology.
+#[derive(Clone, Debug)]
+pub struct Fabric {
+    pub resources: Vec<Resource>,
+    gpus: Vec<GpuRes>,
+    sw_up: Vec<usize>,
+    sw_down: Vec<usize>,
+    sw_acs: Vec<bool>,
+    rc: Vec<usize>,
+    rc_reads: Vec<usize>,
+    /// socket_link[a][b] for a != b.
+    socket_link: Vec<Vec<Option<usize>>>,
+    socket_reads: Option<usize>,
+    mem: Vec<usize>,
+    classes: Vec<Vec<LinkClass>>,
+    p2p_read: Vec<Vec<bool>>,
+    p2p_write: Vec<Vec<bool>>,
+    params: Params,
+}
+
+impl Fabric {
+    /// Builds the fabric of GPUs `0..world` of `topo`.
+    pub fn new(topo: &Topology, world: usize, params: &Params) -> Result<Fabric> {
+        if world < 2 || world > topo.gpu_count() {
+            return Err(Error::invalid(
+                "world",
+                format!("{world} ranks on {} ({} GPUs): need 2..={}", topo.name, topo.gpu_count(), topo.gpu_count()),
+            ));
+        }
+        let mut res: Vec<Resource> = Vec::new();
+        let mut add = |name: String, gbps: f64| -> Result<usize> {
+            if !(gbps.is_finite() && gbps > 0.0) {
+                return Err(Error::invalid("topology", format!("{name} has bandwidth {gbps} GB/s")));
+            }
+            res.push(Resource { name, gbps });
+            Ok(res.len() - 1)
+        };
+        let sockets = topo
+            .gpus
+            .iter()
+            .take(world)
+            .map(|g| g.socket as usize + 1)
+            .chain(topo.switches.iter().map(|s| s.socket as usize + 1))
+            .max()
+            .unwrap_or(1)
+            .max(topo.cpu.sockets as usize);
+        let mean_link = topo.gpus.iter().take(world).map(|g| g.pcie_gbps).sum::<f64>() / world as f64;
+        let mut rc = Vec::new();
+        let mut rc_reads = Vec::new();
+        let mut mem = Vec::new();
+        for s in 0..sockets {
+            rc.push(add(format!("rc{s}.p2p"), params.rc_forward_links * mean_link * params.pcie_efficiency)?);
+            rc_reads.push(add(
+                format!("rc{s}.reads"),
+                params.rc_read_outstanding_bytes / params.pcie_read_rtt_us / 1e3,
+            )?);
+            mem.push(add(format!("mem{s}"), params.host_memory_gbps)?);
+        }
+        let mut socket_link = vec![vec![None; sockets]; sockets];
+        let cross = topo.cpu.inter_socket_gbps.unwrap_or(params.socket_link_gbps);
+        for (a, row) in socket_link.iter_mut().enumerate() {
+            for (b, slot) in row.iter_mut().enumerate() {
+                if a != b {
+                    *slot = Some(add(format!("socket{a}->{b}"), cross)?);
+                }
+            }
+        }
+        let socket_reads = if sockets > 1 {
+            Some(add(
+                "socket.reads".into(),
+                params.socket_read_outstanding_bytes / (params.pcie_read_rtt_us + 2.0 * params.socket_hop_us) / 1e3,
+            )?)
+        } else {
+            None
+        };
+        let (mut sw_up, mut sw_down, mut sw_acs) = (Vec::new(), Vec::new(), Vec::new());
+        for s in &topo.switches {
+            sw_up.push(add(format!("{}.up", s.name), s.uplink_gbps * params.pcie_efficiency)?);
+            sw_down.push(add(format!("{}.down", s.name), s.uplink_gbps * params.pcie_efficiency)?);
+            sw_acs.push(s.acs_redirect);
+        }
+        let mut gpus = Vec::new();
+        for g in topo.gpus.iter().take(world) {
+            let i = g.index;
+            let link = g.pcie_gbps * params.pcie_efficiency;
+            let tx = add(format!("gpu{i}.tx"), link)?;
+            let rx = add(format!("gpu{i}.rx"), link)?;
+            let inject_pcie = add(format!("gpu{i}.kernel.pcie"), link * params.pcie_kernel_fraction)?;
+            let (nv_tx, nv_rx, inject_nv) = if g.nvlink_gbps > 0.0 {
+                let nv = g.nvlink_gbps * params.nvlink_efficiency;
+                (
+                    Some(add(format!("gpu{i}.nv.tx"), nv)?),
+                    Some(add(format!("gpu{i}.nv.rx"), nv)?),
+                    Some(add(format!("gpu{i}.kernel.nv"), nv * params.nvlink_kernel_fraction)?),
+                )
+            } else {
+                (None, None, None)
+            };
+            if let Some(s) = g.switch {
+                if s >= topo.switches.len() {
+                    return Err(Error::invalid("topology", format!("GPU{i} names switch {s} of {}", topo.switches.len())));
+                }
+            }
+            gpus.push(GpuRes {
+                tx,
+                rx,
+                nv_tx,
+                nv_rx,
+                inject_pcie,
+                inject_nv,
+                socket: g.socket as usize,
+                switch: g.switch,
+            });
+        }
+        let n = world;
+        let mut classes = vec![vec![LinkClass::SelfLink; n]; n];
+        let mut p2p_read = vec![vec![true; n]; n];
+        let mut p2p_write = vec![vec![true; n]; n];
+        for i in 0..n {
+            for j in 0..n {
+                let l = topo
+                    .link(i, j)
+                    .ok_or_else(|| Error::invalid("topology", format!("no link entry for GPU{i}-GPU{j}")))?;
+                classes[i][j] = l.class;
+                p2p_read[i][j] = i == j || l.p2p_read;
+                p2p_write[i][j] = i == j || l.p2p_write;
+            }
+        }
+        Ok(Fabric {
+            resources: res,
+            gpus,
+            sw_up,
+            sw_down,
+            sw_acs,
+            rc,
+            rc_reads,
+            socket_link,
+            socket_reads,
+            mem,
+            classes,
+            p2p_read,
+            p2p_write,
+            params: params.clone(),
+        })
+    }
+
+    /// Number of ranks.
+    pub fn world(&self) -> usize {
+        self.gpus.len()
+    }
+
+    /// Capacities, indexed like [`Fabric::resources`].
+    pub fn capacities(&self) -> Vec<f64> {
+        self.resources.iter().map(|r| r.gbps).collect()
+    }
+
+    /// Link class between ranks a and b.
+    pub fn class(&self, a: usize, b: usize) -> LinkClass {
+        self.classes[a][b]
+    }
+
+    /// Every ordered pair of distinct ranks allows P2P writes.
+    pub fn all_p2p_write(&self) -> bool {
+        self.p2p_write.iter().all(|r| r.iter().all(|&x| x))
+    }
+
+    /// Every ordered pair of distinct ranks allows P2P reads.
+    pub fn all_p2p_read(&self) -> bool {
+        self.p2p_read.iter().all(|r| r.iter().all(|&x| x))
+    }
+
+    /// Whether P2P writes from a to b are allowed.
+    pub fn p2p_write(&self, a: usize, b: usize) -> bool {
+        self.p2p_write[a][b]
+    }
+
+    /// Socket of rank a.
+    pub fn socket(&self, a: usize) -> usize {
+        self.gpus[a].socket
+    }
+
+    fn gpu(&self, a: usize) -> Result<&GpuRes> {
+        self.gpus.get(a).ok_or_else(|| Error::invalid("rank", format!("rank {a} of {}", self.gpus.len())))
+    }
+
+    /// Resources from rank a's GPU up to its root complex (exclusive), and the socket.
+    fn up(&self, a: usize) -> Result<(Vec<usize>, usize)> {
+        let g = self.gpu(a)?;
+        let mut v = vec![g.tx];
+        if let Some(s) = g.switch {
+            v.push(self.sw_up[s]);
+        }
+        Ok((v, g.socket))
+    }
+
+    fn down(&self, b: usize) -> Result<(Vec<usize>, usize)> {
+        let g = self.gpu(b)?;
+        let mut v = Vec::new();
+        if let Some(s) = g.switch {
+            v.push(self.sw_down[s]);
+        }
+        v.push(g.rx);
+        Ok((v, g.socket))
+    }
+
+    /// Between two sockets' root complexes (exclusive of the first), or nothing.
+    fn across(&self, sa: usize, sb: usize) -> Result<Vec<usize>> {
+        if sa == sb {
+            return Ok(Vec::new());
+        }
+        let link = self
+            .socket_link
+            .get(sa)
+            .and_then(|r| r.get(sb))
+            .copied()
+            .flatten()
+            .ok_or_else(|| Error::invalid("topology", format!("no link between sockets {sa} and {sb}")))?;
+        Ok(vec![link, self.rc[sb]])
+    }
+
+    /// Resources and one-way latency of P2P data from rank a to rank b, plus whether the
+    /// route goes through a root complex (and so through its read tracker).
+    fn p2p_route(&self, a: usize, b: usize) -> Result<(Vec<usize>, f64, bool, bool)> {
+        let p = &self.params;
+        let (ga, gb) = (self.gpu(a)?, self.gpu(b)?);
+        if self.classes[a][b].is_nvlink() {
+            if let (Some(tx), Some(rx)) = (ga.nv_tx, gb.nv_rx) {
+                return Ok((vec![tx, rx], p.nvlink_write_us, false, true));
+            }
+        }
+        if let (Some(sa), Some(sb)) = (ga.switch, gb.switch) {
+            if sa == sb && !self.sw_acs[sa] {
+                return Ok((vec![ga.tx, gb.rx], p.pcie_write_us, false, false));
+            }
+        }
+        let (mut v, s_a) = self.up(a)?;
+        v.push(self.rc[s_a]);
+        let (down, s_b) = self.down(b)?;
+        v.extend(self.across(s_a, s_b)?);
+        v.extend(down);
+        let lat = p.pcie_write_us + if s_a != s_b { p.socket_hop_us } else { 0.0 };
+        Ok((v, lat, true, false))
+    }
+
+    /// A flow of `bytes` from `src` to `dst` by `op`, starting at 0.
+    pub fn flow(&self, src: Endpoint, dst: Endpoint, bytes: f64, op: Op) -> Result<FlowSpec> {
+        let p = &self.params;
+        match (src, dst, op) {
+            (Endpoint::Gpu(a), Endpoint::Gpu(b), Op::Write) => {
+                if !self.p2p_write[a][b] {
+                    return Err(Error::Unsupported {
+                        what: format!("P2P write GPU{a}->GPU{b}"),
+                        reason: "the topology says P2P writes are off for this pair".into(),
+                    });
+                }
+                let (mut r, lat, _, nv) = self.p2p_route(a, b)?;
+                r.push(self.inject(a, nv)?);
+                Ok(FlowSpec::new(r, bytes, lat))
+            }
+            (Endpoint::Gpu(a), Endpoint::Gpu(b), Op::Read) => {
+                if !self.p2p_read[b][a] {
+                    return Err(Error::Unsupported {
+                        what: format!("P2P read by GPU{b} of GPU{a}"),
+                        reason: "the topology says P2P reads are off for this pair".into(),
+                    });
+                }
+                let (mut r, _, via_rc, nv) = self.p2p_route(a, b)?;
+                let cross = self.gpus[a].socket != self.gpus[b].socket;
+                let rtt = if nv {
+                    p.nvlink_read_rtt_us
+                } else {
+                    p.pcie_read_rtt_us + if cross { 2.0 * p.socket_hop_us } else { 0.0 }
+                };
+                if via_rc {
+                    // The requester's root complex tracks the request.
+                    r.push(self.rc_reads[self.gpus[b].socket]);
+                    if cross {
+                        if let Some(t) = self.socket_reads {
+                            r.push(t);
+                        }
+                    }
+                }
+                r.push(self.inject(b, nv)?);
+                let mut f = FlowSpec::new(r, bytes, rtt);
+                f.rate_cap_gbps = p.read_window_bytes / rtt / 1e3;
+                Ok(f)
+            }
+            (Endpoint::Gpu(a), Endpoint::Gpu(b), Op::ViaHost) => {
+                // Copy into the writer's host memory, then out to the reader.
+                let (mut r, sa) = self.up(a)?;
+                r.push(self.mem[sa]);
+                let (down, sb) = self.down(b)?;
+                r.extend(self.across(sa, sb)?.into_iter().filter(|x| !self.rc.contains(x)));
+                r.extend(down);
+                r.push(self.gpus[a].inject_pcie);
+                Ok(FlowSpec::new(r, bytes, p.nccl_shm_hop_us))
+            }
+            (Endpoint::Gpu(a), Endpoint::Host(s), Op::Write) => {
+                let (mut r, sa) = self.up(a)?;
+                r.extend(self.across(sa, s)?.into_iter().filter(|x| !self.rc.contains(x)));
+                r.push(*self.mem.get(s).ok_or_else(|| Error::invalid("socket", format!("no socket {s}")))?);
+                r.push(self.gpus[a].inject_pcie);
+                let lat = p.pcie_write_us + if sa != s { p.socket_hop_us } else { 0.0 };
+                Ok(FlowSpec::new(r, bytes, lat))
+            }
+            (Endpoint::Host(s), Endpoint::Gpu(b), Op::Read) => {
+                let mut r = vec![*self.mem.get(s).ok_or_else(|| Error::invalid("socket", format!("no socket {s}")))?];
+                let (down, sb) = self.down(b)?;
+                r.extend(self.across(s, sb)?.into_iter().filter(|x| !self.rc.contains(x)));
+                r.extend(down);
+                r.push(self.gpus[b].inject_pcie);
+                let rtt = p.pcie_read_rtt_us + if s != sb { 2.0 * p.socket_hop_us } else { 0.0 };
+                let mut f = FlowSpec::new(r, bytes, rtt);
+                f.rate_cap_gbps = p.read_window_bytes / rtt / 1e3;
+                Ok(f)
+            }
+            (s, d, o) => Err(Error::Unsupported {
+                what: format!("{o:?} from {s:?} to {d:?}"),
+                reason: "the simulator routes GPU-GPU writes, reads and host copies, GPU-to-host writes and host-to-GPU reads".into(),
+            }),
+        }
+    }
+
+    fn inject(&self, a: usize, nvlink: bool) -> Result<usize> {
+        let g = self.gpu(a)?;
+        Ok(if nvlink { g.inject_nv.unwrap_or(g.inject_pcie) } else { g.inject_pcie })
+    }
+
+    /// One-way write latency between two ranks (for barrier flags).
+    pub fn write_latency(&self, a: usize, b: usize) -> Result<f64> {
+        if self.p2p_write[a][b] {
+            Ok(self.p2p_route(a, b)?.1)
+        } else {
+            Ok(self.params.host_poll_us + self.params.pcie_write_us)
+        }
+    }
+
+    /// The parameters the fabric was built with.
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::flows::simulate;
+    use crate::topology::presets;
+
+    fn close(a: f64, b: f64, rel: f64) -> bool {
+        (a - b).abs() <= rel * a.abs().max(b.abs())
+    }
+
+    #[test]
+    fn one_write_costs_latency_plus_bytes_over_the_kernel_rate() {
+        let p = Params::default();
+        let t = presets::pcie_2();
+        let f = Fabric::new(&t, 2, &p).unwrap();
+        let flow = f.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), 1e6, Op::Write).unwrap();
+        let done = simulate(&f.capacities(), &[flow]).unwrap()[0];
+        let rate = 63.0 * p.pcie_efficiency * p.pcie_kernel_fraction;
+        assert!(close(done, p.pcie_write_us + 1e6 / (rate * 1e3), 1e-9), "{done}");
+    }
+
+    #[test]
+    fn read_round_trips_add_latency_per_outstanding_window() {
+        // One read, no contention: the window over the round trip is the binding rate, so
+        // k windows cost (1 + k) round trips (the first response, then one per window).
+        let p = Params::default();
+        let t = presets::pcie_2();
+        let f = Fabric::new(&t, 2, &p).unwrap();
+        for k in [1.0, 4.0, 16.0] {
+            let bytes = k * p.read_window_bytes;
+            let flow = f.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), bytes, Op::Read).unwrap();
+            let done = simulate(&f.capacities(), &[flow]).unwrap()[0];
+            assert!(close(done, (1.0 + k) * p.pcie_read_rtt_us, 1e-9), "k={k}: {done}");
+        }
+    }
+
+    #[test]
+    fn acs_redirect_sends_switch_pairs_through_the_root_complex() {
+        let p = Params::default();
+        let mut t = presets::rtxpro6000_pcie_switch_8();
+        let f = Fabric::new(&t, 8, &p).unwrap();
+        let direct = f.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), 1.0, Op::Write).unwrap();
+        t.switches[0].acs_redirect = true;
+        let f2 = Fabric::new(&t, 8, &p).unwrap();
+        let redirected = f2.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), 1.0, Op::Write).unwrap();
+        assert!(redirected.resources.len() > direct.resources.len());
+        assert!(redirected.resources.iter().any(|&r| f2.resources[r].name.starts_with("rc")));
+    }
+
+    #[test]
+    fn no_p2p_preset_refuses_p2p_and_routes_via_host() {
+        let p = Params::default();
+        let t = presets::rtx4090_nop2p_4();
+        let f = Fabric::new(&t, 4, &p).unwrap();
+        assert!(!f.all_p2p_write());
+        assert!(f.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), 1.0, Op::Write).is_err());
+        assert!(f.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), 1.0, Op::ViaHost).is_ok());
+        assert!(f.flow(Endpoint::Gpu(0), Endpoint::Host(0), 1.0, Op::Write).is_ok());
+        assert!(Fabric::new(&t, 5, &p).is_err());
+    }
+}
