@@ -1,6 +1,9 @@
 //! The `tpar` command line. Each subcommand lives in its own file; this file only parses
 //! and dispatches. The CLI may exit; the library never does.
 
+mod model;
+mod sim;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -19,11 +22,18 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     // Subcommands are added here, one line each, implemented in their own files.
+    /// Simulate all-reduce algorithms on a fabric: predicted latency, crossovers, the pick.
+    Sim(sim::SimArgs),
+    /// Decode throughput with and without speculation, for NCCL and for tpar's pick.
+    Model(model::ModelArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result: Result<(), String> = match cli.command {};
+    let result: Result<(), String> = match cli.command {
+        Command::Sim(args) => sim::run(args),
+        Command::Model(args) => model::run(args),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

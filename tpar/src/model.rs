@@ -38,7 +38,7 @@ impl ArLatency for Fixed {
         if !(self.0.is_finite() && self.0 >= 0.0) {
             return Err(Error::invalid("latency", format!("{} us is not a latency", self.0)));
         }
-        Ok((self.0, "fixed".to_string()))
+        Ok((self.0, "given".to_string()))
     }
 }
 
@@ -105,6 +105,20 @@ impl LogLogTable {
     /// Smallest and largest measured size.
     pub fn range(&self) -> (f64, f64) {
         (self.points.first().map(|x| x.0).unwrap_or(0.0), self.points.last().map(|x| x.0).unwrap_or(0.0))
+    }
+}
+
+impl ArLatency for LogLogTable {
+    fn latency(&self, bytes: usize) -> Result<(f64, String)> {
+        let (lo, hi) = self.range();
+        let how = if lo == hi {
+            "fixed"
+        } else if (bytes as f64) < lo || (bytes as f64) > hi {
+            "extrapolated"
+        } else {
+            "interpolated"
+        };
+        Ok((self.at(bytes as f64), how.to_string()))
     }
 }
 
@@ -403,6 +417,22 @@ mod tests {
         assert!(close(p.plain.total_ms(), 6.22, 1e-9));
         assert!(close(p.spec.total_ms(), 8.22, 1e-9));
         assert!(close(p.break_even_acceptance, 8.22 / 6.22, 1e-12));
+    }
+
+    #[test]
+    fn reference_case_as_docs_model_md_works_it() {
+        // docs/model.md: compute 2.5 ms, NCCL 71 us at 14 KiB and 225 us at 42 KiB, draft 3 ms,
+        // 1.8 tokens per verify. Plain: 2.5 + 122 x 0.071 = 11.162 ms -> 89.6 tok/s.
+        // Spec: 2.5 + 122 x 0.225 + 3 = 32.95 ms -> 1.8 / 32.95 ms = 54.6 tok/s.
+        let m = ModelInput { compute: Compute::StepMs(2.5), draft_ms: 3.0, acceptance: 1.8, ..ModelInput::default() };
+        let t = LogLogTable::new(Algorithm::Nccl, vec![(14336.0, 71.0), (43008.0, 225.0)]).unwrap();
+        let out = evaluate(&m, &t, &[]).unwrap();
+        let n = &out.scenarios[0];
+        assert!(close(n.plain.total_ms(), 11.162, 1e-9));
+        assert!(close(n.plain.tok_s(), 89.59, 0.01));
+        assert!(close(n.spec.total_ms(), 32.95, 1e-9));
+        assert!(close(n.spec.tok_s(), 54.63, 0.01));
+        assert!(close(n.break_even_acceptance, 32.95 / 11.162, 1e-9));
     }
 
     #[test]

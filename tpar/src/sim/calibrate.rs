@@ -109,6 +109,21 @@ pub fn rtxpro6000_root_ports(n: usize) -> Topology {
     build(&format!("rtxpro6000-1socket-{n}"), g, Vec::new(), |_, _| LinkClass::Node)
 }
 
+/// 8 Gen4 consumer GPUs on CPU root ports of one socket, P2P off (stock driver).
+pub fn consumer_nop2p_8(name: &str) -> Topology {
+    let g = (0..8).map(|i| gpu(i, name, 4, 0, None)).collect();
+    let mut t = build(&format!("{name}-nop2p-8"), g, Vec::new(), |_, _| LinkClass::Node);
+    for (i, row) in t.links.iter_mut().enumerate() {
+        for (j, l) in row.iter_mut().enumerate() {
+            if i != j {
+                *l = Link::new(LinkClass::Node, false);
+            }
+        }
+    }
+    t.islands = Topology::compute_islands(&t.gpus, &t.links);
+    t
+}
+
 /// 4 Gen3 V100 behind one PCIe switch (the sglang-V100 fork's box).
 pub fn v100_switch_4() -> Topology {
     let g = (0..4).map(|i| gpu(i, "V100 PCIe", 3, 0, Some(0))).collect();
@@ -243,6 +258,30 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
             points: &[(32 * KIB, 26.2)],
             bound: Some(0.2),
             fitted_to: true,
+        },
+        Series {
+            figure: "L. 8x RTX 4090 (no P2P): NCCL floor, 8 B",
+            source: "nccl #1530",
+            topo: consumer_nop2p_8("rtx4090"),
+            world: 8,
+            launch: Launch::Eager,
+            algorithm: Algorithm::Nccl,
+            nccl_sys: false,
+            points: &[(8, 42.0)],
+            bound: Some(0.35),
+            fitted_to: false,
+        },
+        Series {
+            figure: "L. 8x RTX 3090 (no P2P): NCCL floor, 8 B",
+            source: "nccl #1439",
+            topo: consumer_nop2p_8("rtx3090"),
+            world: 8,
+            launch: Launch::Eager,
+            algorithm: Algorithm::Nccl,
+            nccl_sys: false,
+            points: &[(8, 54.0)],
+            bound: Some(0.35),
+            fitted_to: false,
         },
         Series {
             figure: "H. serving case: NCCL in the verify step, 42 KiB (200-250 us)",

@@ -209,6 +209,8 @@ mod tests {
         let pull = dual.predict(Algorithm::OneshotPull, 43008).unwrap().total_us;
         let push = dual.predict(Algorithm::OneshotPush, 43008).unwrap().total_us;
         assert!(pull > 5.0 * push, "pull {pull} push {push}");
+        let nccl = dual.predict(Algorithm::Nccl, 43008).unwrap().total_us;
+        assert!(pull > nccl, "SGLang's pull ran slower than NCCL there: pull {pull} nccl {nccl}");
         // On one switch with no root complex in the way, pull is within 3x of push.
         let sw = Simulator::new(&presets::rtxpro6000_pcie_switch_8(), 4, &p).unwrap();
         let pull = sw.predict(Algorithm::OneshotPull, 43008).unwrap().total_us;

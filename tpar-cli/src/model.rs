@@ -1,0 +1,240 @@
+//! `tpar model`: what all-reduce latency does to decode throughput, with and without
+//! speculative decoding, for NCCL and for the algorithm tpar would pick.
+
+use crate::sim::human;
+use std::path::PathBuf;
+use tpar::model::{self, ArLatency, BenchLatency, Compute, Fixed, FromFn, LogLogTable, ModelInput};
+use tpar::report::Record;
+use tpar::sim::{Launch, Params, Simulator};
+use tpar::topology::Topology;
+use tpar::{Algorithm, DType};
+
+/// Topology simulated when no latency source is given: the REFERENCE.md serving case.
+const DEFAULT_SIM_TOPOLOGY: &str = "rtxpro6000-dualsocket-8";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "All-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (fixed), \
+--bench (a `tpar bench --json` file, interpolated log-log), or --sim (the simulator on a topology; \
+default rtxpro6000-dualsocket-8). \"plan\" is the fastest non-NCCL algorithm the source offers.\n\n\
+Examples:\n  tpar model                                  # Kimi-K2 class, TP 8, the REFERENCE.md case\n  \
+tpar model --bench results.json --acceptance 3.0\n  tpar model --compute-ms 2.5 --nccl-us 14K=71,42K=225 --plan-us 20 --acceptance 1.8\n\n\
+The worked case is in docs/model.md.")]
+pub struct ModelArgs {
+    /// Transformer layers.
+    #[arg(long, default_value_t = model::KIMI_LAYERS)]
+    layers: usize,
+    /// Hidden size (elements per token in each all-reduce).
+    #[arg(long, default_value_t = model::KIMI_HIDDEN)]
+    hidden: usize,
+    /// Activation dtype: bfloat16, half or float.
+    #[arg(long, default_value = "bfloat16")]
+    dtype: String,
+    /// All-reduces per layer.
+    #[arg(long, default_value_t = model::KIMI_AR_PER_LAYER)]
+    ar_per_layer: usize,
+    /// Tensor-parallel size (ranks in each all-reduce).
+    #[arg(long, default_value_t = model::KIMI_TP)]
+    tp: usize,
+    /// Compute per one-token decode step, ms (everything but the all-reduces).
+    #[arg(long, conflicts_with = "baseline_tok_s")]
+    compute_ms: Option<f64>,
+    /// Measured plain-decode throughput with NCCL, tok/s; compute is backed out of it
+    /// (default 89.5, the REFERENCE.md case, when --compute-ms is not given).
+    #[arg(long)]
+    baseline_tok_s: Option<f64>,
+    /// Tokens per verify step (rows in each verify all-reduce).
+    #[arg(long, default_value_t = 3)]
+    verify_width: usize,
+    /// Verify compute as a multiple of one-token decode compute.
+    #[arg(long, default_value_t = 1.0)]
+    verify_compute_factor: f64,
+    /// Drafting cost per verify step, ms.
+    #[arg(long, default_value_t = 3.0)]
+    draft_ms: f64,
+    /// Tokens yielded per verify step (accepted drafts + bonus token).
+    #[arg(long, default_value_t = 2.75)]
+    acceptance: f64,
+    /// NCCL all-reduce latency, us: one figure for every size, or SIZE=US points
+    /// interpolated log-log (e.g. 14K=71,42K=225).
+    #[arg(long)]
+    nccl_us: Option<String>,
+    /// tpar's all-reduce latency, us, in the same forms as --nccl-us.
+    #[arg(long)]
+    plan_us: Option<String>,
+    /// Latency from a `tpar bench --json` file (records of world = --tp).
+    #[arg(long)]
+    bench: Option<PathBuf>,
+    /// Latency from the simulator on this topology (preset or JSON file).
+    #[arg(long)]
+    sim: Option<String>,
+    /// With --sim: model CUDA-graph launches instead of eager.
+    #[arg(long)]
+    graph: bool,
+}
+
+fn sim_latency(topo: &str, tp: usize, graph: bool) -> Result<Simulator, String> {
+    let t = Topology::load(topo).map_err(|e| e.to_string())?;
+    let params = Params::with_launch(if graph { Launch::Graph } else { Launch::Eager });
+    Simulator::new(&t, tp, &params).map_err(|e| e.to_string())
+}
+
+/// `225` (every size) or `14K=71,42K=225` (points, log-log).
+fn parse_latency(s: &str, algorithm: Algorithm) -> Result<Box<dyn ArLatency>, String> {
+    if !s.contains('=') {
+        let us: f64 = s.trim().parse().map_err(|_| format!("bad latency {s:?}: expected microseconds or SIZE=US,..."))?;
+        return Ok(Box::new(Fixed(us)));
+    }
+    let mut pts = Vec::new();
+    for item in s.split(',').filter(|x| !x.trim().is_empty()) {
+        let (size, us) = item.split_once('=').ok_or_else(|| format!("bad latency point {item:?}: expected SIZE=US"))?;
+        let us: f64 = us.trim().parse().map_err(|_| format!("bad latency in {item:?}"))?;
+        pts.push((crate::sim::parse_size(size)? as f64, us));
+    }
+    let table = LogLogTable::new(algorithm, pts).map_err(|e| e.to_string())?;
+    Ok(Box::new(FromFn(move |b| table.latency(b).map(|(us, how)| (us, format!("given ({how})"))))))
+}
+
+pub fn run(args: ModelArgs) -> Result<(), String> {
+    let dtype: DType = args.dtype.parse().map_err(|e: tpar::Error| e.to_string())?;
+    let compute = match (args.compute_ms, args.baseline_tok_s) {
+        (Some(ms), _) => Compute::StepMs(ms),
+        (None, Some(t)) => Compute::BaselineTokS(t),
+        (None, None) => Compute::BaselineTokS(89.5),
+    };
+    let input = ModelInput {
+        layers: args.layers,
+        hidden: args.hidden,
+        dtype,
+        ar_per_layer: args.ar_per_layer,
+        tp: args.tp,
+        compute,
+        verify_width: args.verify_width,
+        verify_compute_factor: args.verify_compute_factor,
+        draft_ms: args.draft_ms,
+        acceptance: args.acceptance,
+    };
+
+    let records: Option<Vec<Record>> = match &args.bench {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()))?;
+            Some(serde_json::from_str(&text).map_err(|e| format!("{}: not a list of bench records: {e}", p.display()))?)
+        }
+        None => None,
+    };
+    let need_sim = (args.nccl_us.is_none() || args.plan_us.is_none()) && records.is_none();
+    let sim_name = args.sim.clone().unwrap_or_else(|| DEFAULT_SIM_TOPOLOGY.to_string());
+    let sim = if need_sim || args.sim.is_some() { Some(sim_latency(&sim_name, args.tp, args.graph)?) } else { None };
+
+    let nccl: Box<dyn ArLatency> = if let Some(us) = &args.nccl_us {
+        parse_latency(us, Algorithm::Nccl)?
+    } else if let Some(r) = &records {
+        Box::new(BenchLatency::from_records(r, args.tp, |a| a == Algorithm::Nccl).map_err(|e| e.to_string())?)
+    } else {
+        let s = sim.clone().ok_or("no latency source")?;
+        let name = sim_name.clone();
+        Box::new(FromFn(move |b| Ok((s.predict(Algorithm::Nccl, b)?.total_us, format!("nccl (sim {name})")))))
+    };
+    let plan: Box<dyn ArLatency> = if let Some(us) = &args.plan_us {
+        parse_latency(us, Algorithm::OneshotPush)?
+    } else if let Some(r) = &records {
+        Box::new(BenchLatency::from_records(r, args.tp, |a| a != Algorithm::Nccl).map_err(|e| e.to_string())?)
+    } else {
+        let s = sim.clone().ok_or("no latency source")?;
+        let name = sim_name.clone();
+        let cands: Vec<Algorithm> = Algorithm::ALL.into_iter().filter(|&a| a != Algorithm::Nccl && a != Algorithm::GatherBcast).collect();
+        Box::new(FromFn(move |b| {
+            let p = s.pick(&cands, b)?;
+            Ok((p.total_us, format!("{} (sim {name})", p.algorithm)))
+        }))
+    };
+
+    let out = model::evaluate(&input, nccl.as_ref(), &[("plan", plan.as_ref())]).map_err(|e| e.to_string())?;
+
+    println!(
+        "# tpar model: {} layers x {} all-reduces = {} per step; hidden {}, {}, TP {}",
+        input.layers,
+        input.ar_per_layer,
+        out.ars_per_step,
+        input.hidden,
+        dtype,
+        input.tp
+    );
+    println!(
+        "# all-reduce sizes: decode {} (1 token), verify {} ({} tokens)",
+        human(input.ar_bytes(1)),
+        human(input.ar_bytes(input.verify_width)),
+        input.verify_width
+    );
+    if out.compute_backed_out {
+        let n = &out.scenarios[0].plain;
+        println!(
+            "# compute: {:.2} ms per step, backed out of {:.1} tok/s ({:.2} ms) minus {} NCCL all-reduces at {:.1} us",
+            out.compute_ms,
+            n.tok_s(),
+            n.total_ms(),
+            out.ars_per_step,
+            n.ar_us
+        );
+    } else {
+        println!("# compute: {:.2} ms per step (given)", out.compute_ms);
+    }
+    println!(
+        "# speculation: {} tokens per verify, {:.2} accepted, draft {:.2} ms, verify compute x{:.2}",
+        input.verify_width, input.acceptance, input.draft_ms, input.verify_compute_factor
+    );
+    println!();
+    println!(
+        "{:<6} {:<7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}  {}",
+        "AR by", "mode", "AR (us)", "compute", "all-red.", "draft", "step (ms)", "tok/s", "all-reduce source"
+    );
+    for s in &out.scenarios {
+        for (mode, st) in [("plain", &s.plain), ("spec", &s.spec)] {
+            println!(
+                "{:<6} {:<7} {:>10.1} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>9.1}  {}",
+                s.label,
+                mode,
+                st.ar_us,
+                st.compute_ms,
+                st.allreduce_ms,
+                st.draft_ms,
+                st.total_ms(),
+                st.tok_s(),
+                st.ar_source
+            );
+        }
+    }
+    println!();
+    println!("where a step's time goes (compute / all-reduce / draft):");
+    for s in &out.scenarios {
+        for (mode, st) in [("plain", &s.plain), ("spec", &s.spec)] {
+            let t = st.total_ms();
+            println!(
+                "  {:<6} {:<6} {:>5.1}% / {:>5.1}% / {:>5.1}%",
+                s.label,
+                mode,
+                100.0 * st.compute_ms / t,
+                100.0 * st.allreduce_ms / t,
+                100.0 * st.draft_ms / t
+            );
+        }
+    }
+    println!();
+    for s in &out.scenarios {
+        let verdict = if input.acceptance > s.break_even_acceptance { "speculation pays" } else { "speculation loses" };
+        println!(
+            "break-even acceptance ({}): {:.2} tokens per verify step; at {:.2}, {verdict} ({:+.0}% tok/s)",
+            s.label,
+            s.break_even_acceptance,
+            input.acceptance,
+            100.0 * (s.spec.tok_s() / s.plain.tok_s() - 1.0)
+        );
+    }
+    if let [n, p] = &out.scenarios[..] {
+        println!(
+            "plan vs nccl: plain {:.2}x, speculative {:.2}x",
+            p.plain.tok_s() / n.plain.tok_s(),
+            p.spec.tok_s() / n.spec.tok_s()
+        );
+    }
+    Ok(())
+}

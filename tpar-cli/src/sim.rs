@@ -1,0 +1,211 @@
+//! `tpar sim`: predicted all-reduce latency per algorithm and size on a topology, the
+//! crossovers, and the algorithm the simulator would pick.
+
+use std::path::PathBuf;
+use tpar::report::{bandwidths, Record};
+use tpar::sim::{crossovers, Launch, Params, SimRecord, Simulator};
+use tpar::topology::Topology;
+use tpar::{Algorithm, DType};
+
+/// Sizes swept when `--bytes` is not given: powers of 4 from 256 B to 16 MiB, plus the
+/// Kimi-class all-reduces of 1, 3 and 8 tokens (14, 42, 112 KiB).
+const DEFAULT_BYTES: &str = "256,1K,4K,14K,16K,42K,64K,112K,256K,1M,4M,16M";
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  tpar sim --topology rtxpro6000-dualsocket-8 --bytes 14K,42K,112K\n  tpar sim --topology h200-nvswitch-8 --graph --svg h200.svg --json h200.json\n  tpar sim --topology my-box.json --world 4 --algo oneshot-push,twoshot-push,nccl\n\nModel parameters and their sources (spec, measured, fitted): docs/sim.md.")]
+pub struct SimArgs {
+    /// Topology: a preset (h200-nvswitch-8, rtxpro6000-pcie-switch-8, rtxpro6000-dualsocket-8,
+    /// l40s-direct-8, rtx4090-nop2p-4, pcie-2) or a topology JSON file.
+    #[arg(long, short = 't')]
+    topology: String,
+    /// Message sizes, comma-separated; suffixes K, M, G are powers of 1024 (e.g. 256,42K,1M).
+    #[arg(long, short = 'b', default_value = DEFAULT_BYTES)]
+    bytes: String,
+    /// Algorithms to simulate, comma-separated (default: all).
+    #[arg(long, short = 'a')]
+    algo: Option<String>,
+    /// Ranks (GPUs 0..N of the topology; default: all of its GPUs).
+    #[arg(long, short = 'w')]
+    world: Option<usize>,
+    /// Model calls replayed in a CUDA graph (kernel boundary ~0.5 us) instead of eager
+    /// launches (~4 us).
+    #[arg(long)]
+    graph: bool,
+    /// Let NCCL use P2P across the socket link (NCCL_P2P_LEVEL=SYS).
+    #[arg(long)]
+    nccl_p2p_sys: bool,
+    /// Write the predictions as JSON: a list of {topology, algorithm, world, bytes, predicted_us}.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write a latency-versus-size plot (SVG).
+    #[arg(long)]
+    svg: Option<PathBuf>,
+}
+
+/// Parses `256`, `42K`, `1M`, `2G` (powers of 1024), optionally with `B`/`iB`.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let upper = t.to_ascii_uppercase();
+    let digits = upper.trim_end_matches("IB").trim_end_matches('B');
+    let (num, mult) = match digits.chars().last() {
+        Some('K') => (&digits[..digits.len() - 1], 1usize << 10),
+        Some('M') => (&digits[..digits.len() - 1], 1 << 20),
+        Some('G') => (&digits[..digits.len() - 1], 1 << 30),
+        _ => (digits, 1),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| format!("bad size {s:?}: expected e.g. 256, 42K, 1M"))?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(format!("bad size {s:?}: must be positive"));
+    }
+    Ok((n * mult as f64).round() as usize)
+}
+
+/// Comma-separated sizes, sorted and de-duplicated.
+pub fn parse_sizes(s: &str) -> Result<Vec<usize>, String> {
+    let mut v = s.split(',').filter(|x| !x.trim().is_empty()).map(parse_size).collect::<Result<Vec<_>, _>>()?;
+    v.sort_unstable();
+    v.dedup();
+    if v.is_empty() {
+        return Err("no sizes given".into());
+    }
+    Ok(v)
+}
+
+/// Comma-separated algorithm names, or all of them.
+pub fn parse_algos(s: Option<&str>) -> Result<Vec<Algorithm>, String> {
+    match s {
+        None => Ok(Algorithm::ALL.to_vec()),
+        Some(s) => s.split(',').filter(|x| !x.trim().is_empty()).map(|a| a.parse::<Algorithm>().map_err(|e| e.to_string())).collect(),
+    }
+}
+
+/// `42 KiB`-style size for tables.
+pub fn human(bytes: usize) -> String {
+    tpar::plot::fmt_bytes(bytes as f64)
+}
+
+pub fn run(args: SimArgs) -> Result<(), String> {
+    let topo = Topology::load(&args.topology).map_err(|e| e.to_string())?;
+    let world = args.world.unwrap_or(topo.gpu_count());
+    let sizes = parse_sizes(&args.bytes)?;
+    let algos = parse_algos(args.algo.as_deref())?;
+    let params = Params {
+        launch: if args.graph { Launch::Graph } else { Launch::Eager },
+        nccl_p2p_across_sockets: args.nccl_p2p_sys,
+        ..Params::default()
+    };
+    let sim = Simulator::new(&topo, world, &params).map_err(|e| e.to_string())?;
+
+    // Which algorithms run here at all (decided at the first size; it does not depend on size).
+    let (_, refused) = sim.predict_all(&algos, sizes[0]);
+    let runnable: Vec<Algorithm> = algos.iter().copied().filter(|a| !refused.iter().any(|(r, _)| r == a)).collect();
+    if runnable.is_empty() {
+        return Err(format!("none of the requested algorithms can run on {}", topo.name));
+    }
+
+    println!(
+        "# tpar sim: {} ({} of {} GPUs), {} launches{}",
+        topo.name,
+        world,
+        topo.gpu_count(),
+        if args.graph { "CUDA-graph" } else { "eager" },
+        if args.nccl_p2p_sys { ", NCCL P2P across sockets" } else { "" }
+    );
+    println!("# predicted time per all-reduce, us (flow-level model; see docs/sim.md for its error bounds)");
+    let mut header = format!("{:>10}", "size");
+    for a in &runnable {
+        header.push_str(&format!(" {:>13}", a.name()));
+    }
+    header.push_str(&format!("  {:<13} {:>9}", "pick", "vs nccl"));
+    println!("{header}");
+
+    let mut records = Vec::new();
+    let mut winners = Vec::new();
+    for &b in &sizes {
+        let mut line = format!("{:>10}", human(b));
+        let mut best: Option<(Algorithm, f64)> = None;
+        let mut nccl = None;
+        for &a in &runnable {
+            let p = sim.predict(a, b).map_err(|e| e.to_string())?;
+            line.push_str(&format!(" {:>13.2}", p.total_us));
+            if a == Algorithm::Nccl {
+                nccl = Some(p.total_us);
+            }
+            if best.map_or(true, |(_, t)| p.total_us < t) {
+                best = Some((a, p.total_us));
+            }
+            records.push(SimRecord { topology: topo.name.clone(), algorithm: a, world, bytes: b, predicted_us: p.total_us });
+        }
+        if let Some((a, t)) = best {
+            let ratio = nccl.map(|n| format!("{:.2}x", n / t)).unwrap_or_else(|| "-".into());
+            line.push_str(&format!("  {:<13} {:>9}", a.name(), ratio));
+            winners.push((b, a));
+        }
+        println!("{line}");
+    }
+    for (a, e) in &refused {
+        println!("# {a}: not simulated: {e}");
+    }
+    let xs = crossovers(&winners);
+    if xs.is_empty() {
+        if let Some((_, a)) = winners.first() {
+            println!("# crossovers: none; {a} is fastest at every size simulated");
+        }
+    } else {
+        for (b, from, to) in xs {
+            println!("# crossover: {to} overtakes {from} by {} (sizes between the grid points not simulated)", human(b));
+        }
+    }
+
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&records).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("# wrote {} predictions to {}", records.len(), path.display());
+    }
+    if let Some(path) = &args.svg {
+        tpar::plot::latency_svg(&as_bench_records(&records), path).map_err(|e| e.to_string())?;
+        println!("# wrote plot to {}", path.display());
+    }
+    Ok(())
+}
+
+/// Predictions in `tpar bench --json`'s record form (backend `sim`, unchecked), for plots.
+pub fn as_bench_records(recs: &[SimRecord]) -> Vec<Record> {
+    recs.iter()
+        .map(|r| {
+            let (algbw, busbw) = bandwidths(r.bytes, r.world, r.predicted_us);
+            Record {
+                algorithm: r.algorithm,
+                backend: "sim".into(),
+                dtype: DType::BF16,
+                world: r.world,
+                bytes: r.bytes,
+                count: r.bytes / DType::BF16.size(),
+                time_us: r.predicted_us,
+                p10_us: r.predicted_us,
+                p90_us: r.predicted_us,
+                algbw,
+                busbw,
+                wrong: -1,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_size("256").unwrap(), 256);
+        assert_eq!(parse_size("42K").unwrap(), 43008);
+        assert_eq!(parse_size("42KiB").unwrap(), 43008);
+        assert_eq!(parse_size("1m").unwrap(), 1 << 20);
+        assert_eq!(parse_size("1.5K").unwrap(), 1536);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("0").is_err());
+        assert_eq!(parse_sizes("4K,256,4K").unwrap(), vec![256, 4096]);
+        assert!(parse_algos(Some("oneshot-push,bogus")).is_err());
+    }
+}
