@@ -184,8 +184,8 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     );
     println!();
     println!(
-        "{:<6} {:<7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}  {}",
-        "AR by", "mode", "AR (us)", "compute", "all-red.", "draft", "step (ms)", "tok/s", "all-reduce source"
+        "{:<6} {:<7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}  all-reduce source",
+        "AR by", "mode", "AR (us)", "compute", "all-red.", "draft", "step (ms)", "tok/s"
     );
     for s in &out.scenarios {
         for (mode, st) in [("plain", &s.plain), ("spec", &s.spec)] {
