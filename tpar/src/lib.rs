@@ -8,6 +8,8 @@
 //! | [`dtype`] | element types, packing into 64-bit words, the -0.0 sentinel |
 //! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
 //! | [`error`] | the one error enum |
+//! | [`plan`] | the pure, total dispatch decision; `TPAR_*` overrides; the plan-input digest ranks compare |
+//! | [`profile`] | tuned profiles (TOML): measured crossovers and their fingerprint |
 //! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
@@ -18,11 +20,15 @@
 pub mod algorithms;
 pub mod dtype;
 pub mod error;
+pub mod plan;
+pub mod profile;
 pub mod report;
 pub mod topology;
 
 pub use algorithms::{Algorithm, Transport};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+pub use profile::Profile;
 pub use topology::Topology;
 pub use half::{bf16, f16};
