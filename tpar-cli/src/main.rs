@@ -1,6 +1,9 @@
 //! The `tpar` command line. Each subcommand lives in its own file; this file only parses
 //! and dispatches. The CLI may exit; the library never does.
 
+mod plan;
+mod topo;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -19,11 +22,18 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     // Subcommands are added here, one line each, implemented in their own files.
+    /// Show the GPU fabric like `nvidia-smi topo -m`: links, P2P read/write/atomics, islands.
+    Topo(topo::TopoArgs),
+    /// Show which algorithm tpar runs for an all-reduce and why, or a decision table.
+    Plan(plan::PlanArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result: Result<(), String> = match cli.command {};
+    let result: Result<(), String> = match cli.command {
+        Command::Topo(args) => topo::run(args),
+        Command::Plan(args) => plan::run(args),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -357,6 +357,8 @@ struct Fabric {
     /// Every pair is NVLink.
     nvlink: bool,
     islands: usize,
+    /// GPUs in the largest island.
+    largest_island: usize,
     /// Slowest PCIe link among the ranks' GPUs, GB/s per direction.
     pcie_gbps: f64,
 }
@@ -374,6 +376,7 @@ impl Fabric {
             missing_read: None,
             nvlink: used > 1,
             islands: t.islands_of(used).len(),
+            largest_island: t.islands_of(used).iter().map(Vec::len).max().unwrap_or(0),
             pcie_gbps: t.gpus.iter().take(used).map(|g| g.pcie_gbps).fold(f64::INFINITY, f64::min),
         };
         if !f.pcie_gbps.is_finite() {
@@ -758,7 +761,7 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool) 
             let one = oneshot_floor_us(n, s, b);
             let eff = all_to_all_efficiency(n);
             if f.islands >= 2 {
-                let k = n.div_ceil(f.islands);
+                let k = f.largest_island;
                 let hier = hierarchical_floor_us(k, f.islands, s, b);
                 let numbers = format!(
                     "one-shot floor {one:.1} us vs hierarchical floor {hier:.1} us ({} islands, {size}, P2P {b:.1} GB/s x {eff:.2} all-to-all)",
