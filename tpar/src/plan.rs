@@ -214,8 +214,16 @@ fn config(var: &'static str, value: &str, reason: impl fmt::Display) -> Error {
 
 impl Overrides {
     /// Reads the `TPAR_*` variables of this process.
+    /// A value that is not UTF-8 is a `Config` error (`std::env::vars` would panic on it).
     pub fn from_env() -> Result<Overrides> {
-        Overrides::from_pairs(std::env::vars().filter(|(k, _)| OVERRIDE_VARS.contains(&k.as_str())))
+        let mut pairs = Vec::new();
+        for var in OVERRIDE_VARS {
+            if let Some(v) = std::env::var_os(var) {
+                let v = v.into_string().map_err(|raw| config(var, &raw.to_string_lossy(), "not valid UTF-8"))?;
+                pairs.push((var, v));
+            }
+        }
+        Overrides::from_pairs(pairs)
     }
 
     /// Parses (name, value) pairs; other names are ignored, empty values mean unset.
@@ -823,15 +831,19 @@ pub fn plan_logged(input: &PlanInput<'_>) -> Plan {
             input.backend,
             p
         );
-        let key = fnv1a64(line.as_bytes());
-        static SEEN: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
-        let first = SEEN.get_or_init(|| Mutex::new(HashSet::new())).lock().map(|mut s| s.insert(key)).unwrap_or(true);
-        if first {
+        if first_time(&line) {
             tracing::info!(target: "tpar::plan", "{line}");
             eprintln!("{line}");
         }
     }
     p
+}
+
+/// True the first time this process sees `line` (a poisoned lock errs towards logging).
+fn first_time(line: &str) -> bool {
+    static SEEN: OnceLock<Mutex<HashSet<u64>>> = OnceLock::new();
+    let key = fnv1a64(line.as_bytes());
+    SEEN.get_or_init(|| Mutex::new(HashSet::new())).lock().map(|mut s| s.insert(key)).unwrap_or(true)
 }
 
 #[cfg(test)]
@@ -841,6 +853,17 @@ mod tests {
 
     fn run(t: &Topology, world: usize, bytes: u64, backend: Backend, o: &Overrides) -> Plan {
         plan(&PlanInput { topology: t, world, bytes, dtype: DType::BF16, capture: CaptureMode::Graph, backend, profile: None, overrides: o })
+    }
+
+    #[test]
+    fn debug_logs_each_decision_once() {
+        assert!(first_time("tpar test line A"));
+        assert!(!first_time("tpar test line A"));
+        assert!(first_time("tpar test line B"));
+        let t = presets::pcie_2();
+        let o = Overrides::from_pairs([("TPAR_DEBUG", "INFO")]).unwrap();
+        let input = PlanInput { topology: &t, world: 2, bytes: 8, dtype: DType::F32, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &o };
+        assert_eq!(plan_logged(&input), plan(&input));
     }
 
     #[test]

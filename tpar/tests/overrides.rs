@@ -53,9 +53,13 @@ fn good_values_parse() {
 }
 
 /// (topology, world, backend, settings, words the error must contain)
+type Refused = (Topology, usize, Backend, Vec<(&'static str, &'static str)>, &'static str);
+/// (topology, world, backend, settings, expected algorithm and transport)
+type Obeyed = (Topology, usize, Backend, Vec<(&'static str, &'static str)>, Algorithm, Transport);
+
 #[test]
 fn settings_the_fabric_cannot_honour_are_refused_with_the_reason() {
-    let cases: Vec<(Topology, usize, Backend, Vec<(&str, &str)>, &str)> = vec![
+    let cases: Vec<Refused> = vec![
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "oneshot-pull")], "push only"),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "oneshot-push"), ("TPAR_TRANSPORT", "p2p")], "cannot write"),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_TRANSPORT", "p2p")], "cannot write"),
@@ -94,7 +98,7 @@ fn settings_the_fabric_cannot_honour_are_refused_with_the_reason() {
 
 #[test]
 fn settings_the_fabric_can_honour_pass_and_are_obeyed() {
-    let cases: Vec<(Topology, usize, Backend, Vec<(&str, &str)>, Algorithm, Transport)> = vec![
+    let cases: Vec<Obeyed> = vec![
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "staged-push")], Algorithm::StagedPush, Transport::P2p),
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "oneshot-pull")], Algorithm::OneshotPull, Transport::P2p),
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_TRANSPORT", "host")], Algorithm::OneshotPush, Transport::Host),
