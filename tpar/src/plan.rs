@@ -443,25 +443,25 @@ fn transport_usable(t: Transport, f: &Fabric) -> std::result::Result<(), String>
 
 /// The transport an algorithm runs over here when none is forced.
 fn natural_transport(a: Algorithm, f: &Fabric) -> Transport {
-    match (f.backend, a) {
-        (Backend::Cpu, _) => Transport::Shm,
-        (Backend::Cuda, Algorithm::Nccl) => Transport::Nccl,
-        (
-            Backend::Cuda,
+    match f.backend {
+        // CPU ranks have one transport; `check` refuses algorithms the CPU backend lacks.
+        Backend::Cpu => Transport::Shm,
+        Backend::Cuda => match a {
+            Algorithm::Nccl => Transport::Nccl,
             Algorithm::OneshotPush
             | Algorithm::OneshotPull
             | Algorithm::TwoshotPush
             | Algorithm::TwoshotPull
             | Algorithm::StagedPush
             | Algorithm::Hierarchical
-            | Algorithm::GatherBcast,
-        ) => {
-            if f.p2p_write {
-                Transport::P2p
-            } else {
-                Transport::Host
+            | Algorithm::GatherBcast => {
+                if f.p2p_write {
+                    Transport::P2p
+                } else {
+                    Transport::Host
+                }
             }
-        }
+        },
     }
 }
 
