@@ -2,7 +2,9 @@
 //! and dispatches. The CLI may exit; the library never does.
 
 mod model;
+mod plan;
 mod sim;
+mod topo;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -26,6 +28,10 @@ enum Command {
     Sim(sim::SimArgs),
     /// Decode throughput with and without speculation, for NCCL and for tpar's pick.
     Model(model::ModelArgs),
+    /// Show the GPU fabric like `nvidia-smi topo -m`: links, P2P read/write/atomics, islands.
+    Topo(topo::TopoArgs),
+    /// Show which algorithm tpar runs for an all-reduce and why, or a decision table.
+    Plan(plan::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +39,8 @@ fn main() -> ExitCode {
     let result: Result<(), String> = match cli.command {
         Command::Sim(args) => sim::run(args),
         Command::Model(args) => model::run(args),
+        Command::Topo(args) => topo::run(args),
+        Command::Plan(args) => plan::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

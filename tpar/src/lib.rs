@@ -11,6 +11,8 @@
 //! | [`sim`] | flow-level fabric simulator: links, switches, max-min sharing, per-algorithm schedules |
 //! | [`model`] | decode / speculative-decode throughput from all-reduce latency |
 //! | [`plot`] | latency-versus-size SVG charts of bench or sim records |
+//! | [`plan`] | the pure, total dispatch decision; `TPAR_*` overrides; the plan-input digest ranks compare |
+//! | [`profile`] | tuned profiles (TOML): measured crossovers and their fingerprint |
 //! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
@@ -23,6 +25,8 @@ pub mod dtype;
 pub mod error;
 pub mod model;
 pub mod plot;
+pub mod plan;
+pub mod profile;
 pub mod report;
 pub mod sim;
 pub mod topology;
@@ -30,5 +34,7 @@ pub mod topology;
 pub use algorithms::{Algorithm, Transport};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
+pub use plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+pub use profile::Profile;
 pub use topology::Topology;
 pub use half::{bf16, f16};

@@ -489,12 +489,14 @@ impl Topology {
 
     /// Stable 64-bit fingerprint: FNV-1a over the canonical JSON (serde_json, fields in
     /// declaration order, no whitespace) of everything except `name` and `notes`, which are
-    /// descriptive. Equal fabrics hash equal on every rank and across releases that keep
-    /// [`SCHEMA_VERSION`].
+    /// descriptive, and `cpu.cores`, which follows each process's CPU affinity mask and so
+    /// may differ between ranks of one host. Equal fabrics hash equal on every rank and
+    /// across releases that keep [`SCHEMA_VERSION`].
     pub fn hash(&self) -> u64 {
         let mut canon = self.clone();
         canon.name.clear();
         canon.notes.clear();
+        canon.cpu.cores = 0;
         fnv1a64(serde_json::to_string(&canon).unwrap_or_default().as_bytes())
     }
 }
@@ -552,6 +554,7 @@ mod tests {
         let h = t.hash();
         t.name = "renamed".into();
         t.notes.push("a note".into());
+        t.cpu.cores += 7;
         assert_eq!(t.hash(), h);
         t.links[0][1].p2p_read = false;
         assert_ne!(t.hash(), h);
