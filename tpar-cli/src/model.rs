@@ -139,12 +139,15 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     } else if let Some(r) = &records {
         Box::new(BenchLatency::from_records(r, args.tp, |a| a != Algorithm::Nccl).map_err(|e| e.to_string())?)
     } else {
+        // tpar::plan chooses, the simulator times the choice.
         let s = sim.clone().ok_or("no latency source")?;
         let name = sim_name.clone();
-        let cands: Vec<Algorithm> = Algorithm::ALL.into_iter().filter(|&a| a != Algorithm::Nccl && a != Algorithm::GatherBcast).collect();
+        let topo = Topology::load(&sim_name).map_err(|e| e.to_string())?;
+        let (tp, graph) = (args.tp, args.graph);
         Box::new(FromFn(move |b| {
-            let p = s.pick(&cands, b)?;
-            Ok((p.total_us, format!("{} (sim {name})", p.algorithm)))
+            let pl = crate::sim::planned(&topo, tp, b, graph);
+            let p = s.predict(pl.algorithm, b)?;
+            Ok((p.total_us, format!("{} (tpar plan, timed by sim {name})", pl.algorithm)))
         }))
     };
 

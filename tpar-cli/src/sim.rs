@@ -2,6 +2,7 @@
 //! crossovers, and the algorithm the simulator would pick.
 
 use std::path::PathBuf;
+use tpar::plan::{plan, Backend, CaptureMode, Overrides, PlanInput};
 use tpar::report::{bandwidths, Record};
 use tpar::sim::{crossovers, Launch, Params, SimRecord, Simulator};
 use tpar::topology::Topology;
@@ -16,8 +17,12 @@ const DEFAULT_BYTES: &str = "256,1K,4K,14K,16K,42K,64K,112K,256K,1M,4M,16M";
 pub struct SimArgs {
     /// Topology: a preset (h200-nvswitch-8, rtxpro6000-pcie-switch-8, rtxpro6000-dualsocket-8,
     /// l40s-direct-8, rtx4090-nop2p-4, pcie-2) or a topology JSON file.
-    #[arg(long, short = 't')]
-    topology: String,
+    #[arg(long, short = 't', required_unless_present = "calibration")]
+    topology: Option<String>,
+    /// Print the calibration table instead (each REFERENCE.md figure, the prediction, the
+    /// error and its bound) as Markdown, as docs/sim.md shows it.
+    #[arg(long)]
+    calibration: bool,
     /// Message sizes, comma-separated; suffixes K, M, G are powers of 1024 (e.g. 256,42K,1M).
     #[arg(long, short = 'b', default_value = DEFAULT_BYTES)]
     bytes: String,
@@ -79,13 +84,62 @@ pub fn parse_algos(s: Option<&str>) -> Result<Vec<Algorithm>, String> {
     }
 }
 
+/// What `tpar::plan` (no profile, no overrides) runs for `bytes` of bf16 on this topology.
+pub fn planned(topo: &Topology, world: usize, bytes: usize, graph: bool) -> tpar::plan::Plan {
+    let overrides = Overrides::default();
+    plan(&PlanInput {
+        topology: topo,
+        world,
+        bytes: bytes as u64,
+        dtype: DType::BF16,
+        capture: if graph { CaptureMode::Graph } else { CaptureMode::Eager },
+        backend: Backend::Cuda,
+        profile: None,
+        overrides: &overrides,
+    })
+}
+
 /// `42 KiB`-style size for tables.
 pub fn human(bytes: usize) -> String {
     tpar::plot::fmt_bytes(bytes as f64)
 }
 
+fn print_calibration() -> Result<(), String> {
+    use tpar::sim::calibrate::{table, Quantity};
+    let rows = table(&Params::default()).map_err(|e| e.to_string())?;
+    println!("| figure | machine | what | measured | predicted | error | bound | fitted to it |");
+    println!("|---|---|---|---:|---:|---:|---:|---|");
+    for r in &rows {
+        let what = match r.quantity {
+            Quantity::AllReduce { algorithm, bytes } => format!("{algorithm} {} ({})", human(bytes), if r.launch == Launch::Graph { "graph" } else { "eager" }),
+            Quantity::AllToAllRatio => "aggregate / isolated".into(),
+            Quantity::SwitchPairBidirGbps => "GB/s, both ways".into(),
+            Quantity::SingleHopGbps => "GB/s, one copy".into(),
+            Quantity::CrossSocketAllFlowsGbps => "GB/s per GPU across sockets".into(),
+        };
+        let unit = matches!(r.quantity, Quantity::AllReduce { .. });
+        let f = |v: f64| if unit { format!("{v:.1} us") } else { format!("{v:.2}") };
+        println!(
+            "| {} | {} | {} | {} | {} | {:+.0}% | {} | {} |",
+            r.figure,
+            r.machine,
+            what,
+            f(r.measured),
+            f(r.predicted),
+            100.0 * r.error(),
+            r.bound.map(|b| format!("{:.0}%", 100.0 * b)).unwrap_or_else(|| "none (known miss)".into()),
+            if r.fitted_to { "yes" } else { "no" }
+        );
+    }
+    Ok(())
+}
+
 pub fn run(args: SimArgs) -> Result<(), String> {
-    let topo = Topology::load(&args.topology).map_err(|e| e.to_string())?;
+    if args.calibration {
+        return print_calibration();
+    }
+    let name = args.topology.as_deref().ok_or("--topology is required")?;
+    let topo = Topology::load(name).map_err(|e| e.to_string())?;
     let world = args.world.unwrap_or(topo.gpu_count());
     let sizes = parse_sizes(&args.bytes)?;
     let algos = parse_algos(args.algo.as_deref())?;
@@ -116,7 +170,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     for a in &runnable {
         header.push_str(&format!(" {:>13}", a.name()));
     }
-    header.push_str(&format!("  {:<13} {:>9}", "pick", "vs nccl"));
+    header.push_str(&format!("  {:<13} {:>9}  {:<22}", "sim pick", "vs nccl", "tpar plan (sim us)"));
     println!("{header}");
 
     let mut records = Vec::new();
@@ -141,11 +195,18 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             line.push_str(&format!("  {:<13} {:>9}", a.name(), ratio));
             winners.push((b, a));
         }
+        let pl = planned(&topo, world, b, args.graph);
+        let pl_us = match sim.predict(pl.algorithm, b) {
+            Ok(p) => format!("{:.2}", p.total_us),
+            Err(_) => "not simulated".into(),
+        };
+        line.push_str(&format!("  {} ({pl_us})", pl.algorithm));
         println!("{line}");
     }
     for (a, e) in &refused {
         println!("# {a}: not simulated: {e}");
     }
+    println!("# sim pick: the fastest simulated algorithm; tpar plan: what tpar::plan runs with no tuned profile");
     let xs = crossovers(&winners);
     if xs.is_empty() {
         if let Some((_, a)) = winners.first() {
