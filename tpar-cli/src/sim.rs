@@ -3,7 +3,6 @@
 
 use std::path::PathBuf;
 use tpar::plan::{plan, Backend, CaptureMode, Overrides, PlanInput};
-use tpar::report::{bandwidths, Record};
 use tpar::sim::{crossovers, Launch, Params, SimRecord, Simulator};
 use tpar::topology::Topology;
 use tpar::{Algorithm, DType};
@@ -224,33 +223,20 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         println!("# wrote {} predictions to {}", records.len(), path.display());
     }
     if let Some(path) = &args.svg {
-        tpar::plot::latency_svg(&as_bench_records(&records), path).map_err(|e| e.to_string())?;
+        let mut series: Vec<tpar::plot::Series> = Vec::new();
+        for &a in &runnable {
+            let points = records.iter().filter(|r| r.algorithm == a).map(|r| (r.bytes as f64, r.predicted_us)).collect();
+            series.push(tpar::plot::Series { name: a.name().to_string(), points });
+        }
+        let title = format!(
+            "predicted all-reduce latency: {} ({world} ranks, {})",
+            topo.name,
+            if args.graph { "graph" } else { "eager" }
+        );
+        tpar::plot::series_svg(&title, &series, path).map_err(|e| e.to_string())?;
         println!("# wrote plot to {}", path.display());
     }
     Ok(())
-}
-
-/// Predictions in `tpar bench --json`'s record form (backend `sim`, unchecked), for plots.
-pub fn as_bench_records(recs: &[SimRecord]) -> Vec<Record> {
-    recs.iter()
-        .map(|r| {
-            let (algbw, busbw) = bandwidths(r.bytes, r.world, r.predicted_us);
-            Record {
-                algorithm: r.algorithm,
-                backend: "sim".into(),
-                dtype: DType::BF16,
-                world: r.world,
-                bytes: r.bytes,
-                count: r.bytes / DType::BF16.size(),
-                time_us: r.predicted_us,
-                p10_us: r.predicted_us,
-                p90_us: r.predicted_us,
-                algbw,
-                busbw,
-                wrong: -1,
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

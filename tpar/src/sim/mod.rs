@@ -43,6 +43,28 @@ pub struct SimRecord {
     pub predicted_us: f64,
 }
 
+impl SimRecord {
+    /// The prediction in `tpar bench --json`'s form (backend `sim`, bf16, unchecked), so
+    /// predictions and measurements can share a plot or a `tpar model --bench` file.
+    pub fn to_bench_record(&self) -> crate::report::Record {
+        let (algbw, busbw) = crate::report::bandwidths(self.bytes, self.world, self.predicted_us);
+        crate::report::Record {
+            algorithm: self.algorithm,
+            backend: "sim".into(),
+            dtype: crate::DType::BF16,
+            world: self.world,
+            bytes: self.bytes,
+            count: self.bytes / crate::DType::BF16.size(),
+            time_us: self.predicted_us,
+            p10_us: self.predicted_us,
+            p90_us: self.predicted_us,
+            algbw,
+            busbw,
+            wrong: -1,
+        }
+    }
+}
+
 /// A prediction with where its time goes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Prediction {
