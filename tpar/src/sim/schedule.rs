@@ -177,14 +177,14 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
                     }
                 }
             }
-            // Rank at position p of an island sends its island's sum to position p of every
-            // other island (position modulo that island's size, for uneven islands).
+            // Every rank needs every other island's sum: the rank at position p of island b
+            // receives it from position p (modulo the island's size) of each other island.
             let mut across = Vec::new();
-            for (a, ia) in islands.iter().enumerate() {
-                for (p, &i) in ia.iter().enumerate() {
-                    for (b, ib) in islands.iter().enumerate() {
-                        if a != b && p < ib.len().max(ia.len()) {
-                            let j = ib[p % ib.len()];
+            for (b, ib) in islands.iter().enumerate() {
+                for (p, &j) in ib.iter().enumerate() {
+                    for (a, ia) in islands.iter().enumerate() {
+                        if a != b {
+                            let i = ia[p % ia.len()];
                             across.push(Flow { src: gpu(i), dst: gpu(j), bytes: s, op: Op::Write });
                         }
                     }
