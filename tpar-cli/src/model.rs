@@ -13,8 +13,8 @@ use tpar::{Algorithm, DType};
 const DEFAULT_SIM_TOPOLOGY: &str = "rtxpro6000-dualsocket-8";
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "All-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (fixed), \
---bench (a `tpar bench --json` file, interpolated log-log), or --sim (the simulator on a topology; \
+#[command(after_help = "All-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (given), \
+--profile (tpar only), --bench (a `tpar bench --json` file, interpolated log-log), or --sim (the simulator on a topology; \
 default rtxpro6000-dualsocket-8). \"plan\" is the fastest non-NCCL algorithm the source offers.\n\n\
 Examples:\n  tpar model                                  # Kimi-K2 class, TP 8, the REFERENCE.md case\n  \
 tpar model --bench results.json --acceptance 3.0\n  tpar model --compute-ms 2.5 --nccl-us 14K=71,42K=225 --plan-us 20 --acceptance 1.8\n\n\
@@ -61,6 +61,10 @@ pub struct ModelArgs {
     /// tpar's all-reduce latency, us, in the same forms as --nccl-us.
     #[arg(long)]
     plan_us: Option<String>,
+    /// tpar's latency from a tuned profile (TOML, as `tpar tune` writes it): each bucket's
+    /// median, interpolated log-log.
+    #[arg(long)]
+    profile: Option<PathBuf>,
     /// Latency from a `tpar bench --json` file (records of world = --tp).
     #[arg(long)]
     bench: Option<PathBuf>,
@@ -121,7 +125,7 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
         }
         None => None,
     };
-    let need_sim = (args.nccl_us.is_none() || args.plan_us.is_none()) && records.is_none();
+    let need_sim = (args.nccl_us.is_none() || (args.plan_us.is_none() && args.profile.is_none())) && records.is_none();
     let sim_name = args.sim.clone().unwrap_or_else(|| DEFAULT_SIM_TOPOLOGY.to_string());
     let sim = if need_sim || args.sim.is_some() { Some(sim_latency(&sim_name, args.tp, args.graph)?) } else { None };
 
@@ -136,6 +140,9 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     };
     let plan: Box<dyn ArLatency> = if let Some(us) = &args.plan_us {
         parse_latency(us, Algorithm::OneshotPush)?
+    } else if let Some(p) = &args.profile {
+        let prof = tpar::profile::Profile::load(p).map_err(|e| e.to_string())?;
+        Box::new(tpar::model::ProfileLatency::new(&prof, dtype).map_err(|e| e.to_string())?)
     } else if let Some(r) = &records {
         Box::new(BenchLatency::from_records(r, args.tp, |a| a != Algorithm::Nccl).map_err(|e| e.to_string())?)
     } else {

@@ -52,3 +52,16 @@ fn model_reproduces_the_reference_case() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("contradict"));
 }
+
+/// docs/sim.md shows the calibration table; it must be the one the code computes.
+#[test]
+fn docs_sim_md_table_matches_the_code() {
+    let out = tpar(&["sim", "--calibration"]);
+    assert!(out.status.success());
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/sim.md")).unwrap();
+    assert!(
+        doc.contains(table.trim()),
+        "docs/sim.md is out of date: paste the output of `tpar sim --calibration` into it"
+    );
+}

@@ -11,6 +11,7 @@
 //! yield to match plain decode: `spec_step / plain_step`.
 
 use crate::error::{Error, Result};
+use crate::profile::Profile;
 use crate::report::Record;
 use crate::{Algorithm, DType};
 
@@ -170,6 +171,41 @@ impl ArLatency for BenchLatency {
         let (lo, hi) = t.range();
         let how = if (bytes as f64) < lo || (bytes as f64) > hi { "extrapolated" } else { "interpolated" };
         Ok((us, format!("{} ({how} from bench)", t.algorithm)))
+    }
+}
+
+/// tpar's latency from a tuned profile: each bucket's winner and its median at the bucket's
+/// upper size, interpolated log-log between buckets. Coarse (one point per bucket) but it is
+/// what the plan will run on that machine.
+#[derive(Clone, Debug)]
+pub struct ProfileLatency {
+    profile: Profile,
+    dtype: DType,
+    table: LogLogTable,
+}
+
+impl ProfileLatency {
+    /// Latency for `dtype` from `profile`; an error if the profile has no table for it.
+    pub fn new(profile: &Profile, dtype: DType) -> Result<Self> {
+        let t = profile
+            .tables
+            .iter()
+            .find(|t| t.dtype == dtype)
+            .ok_or_else(|| Error::invalid("profile", format!("the profile has no {dtype} table")))?;
+        let pts = t.buckets.iter().filter(|b| b.median_us > 0.0).map(|b| (b.max_bytes as f64, b.median_us)).collect();
+        let algorithm = t.buckets.first().map(|b| b.algorithm).unwrap_or(Algorithm::Nccl);
+        Ok(ProfileLatency { profile: profile.clone(), dtype, table: LogLogTable::new(algorithm, pts)? })
+    }
+}
+
+impl ArLatency for ProfileLatency {
+    fn latency(&self, bytes: usize) -> Result<(f64, String)> {
+        let algo = self
+            .profile
+            .lookup(self.dtype, bytes as u64)
+            .map(|b| b.algorithm.name().to_string())
+            .unwrap_or_else(|| "above the largest tuned size".into());
+        Ok((self.table.at(bytes as f64), format!("{algo} (profile)")))
     }
 }
 
@@ -479,6 +515,27 @@ mod tests {
             busbw: 0.0,
             wrong,
         }
+    }
+
+    #[test]
+    fn profile_latency_follows_bucket_medians() {
+        use crate::plan::{Backend, CaptureMode};
+        use crate::profile::ProfileFingerprint;
+        let topo = crate::topology::presets::pcie_2();
+        let fp = ProfileFingerprint::new(&topo, None, Backend::Cuda, 8, CaptureMode::Graph);
+        let recs = vec![
+            rec(Algorithm::OneshotPush, 16384, 8.0, 0),
+            rec(Algorithm::TwoshotPush, 16384, 12.0, 0),
+            rec(Algorithm::OneshotPush, 65536, 20.0, 0),
+            rec(Algorithm::TwoshotPush, 65536, 14.0, 0),
+        ];
+        let p = Profile::from_measurements(&recs, fp);
+        let l = ProfileLatency::new(&p, DType::BF16).unwrap();
+        let (us, src) = l.latency(16384).unwrap();
+        assert!(close(us, 8.0, 1e-9) && src.starts_with("oneshot-push"), "{us} {src}");
+        let (us, src) = l.latency(65536).unwrap();
+        assert!(close(us, 14.0, 1e-9) && src.starts_with("twoshot-push"), "{us} {src}");
+        assert!(ProfileLatency::new(&p, DType::F32).is_err());
     }
 
     #[test]
