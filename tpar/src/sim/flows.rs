@@ -268,4 +268,57 @@ mod tests {
         assert!(simulate(&[1.0], &[FlowSpec::new(vec![1], 1.0, 0.0)]).is_err());
         assert!(simulate(&[1.0], &[FlowSpec::new(vec![0], -1.0, 0.0)]).is_err());
     }
+
+    proptest::proptest! {
+        /// Max-min fairness, checked by its definition: the allocation is feasible, and
+        /// every flow is either at its own cap or crosses a saturated resource on which no
+        /// other flow gets more (its bottleneck). Also: no flow finishes before its own
+        /// latency plus its bytes at the narrowest rate it could ever get.
+        #[test]
+        fn allocation_is_max_min_fair(
+            caps in proptest::collection::vec(1.0f64..100.0, 1..6),
+            flows in proptest::collection::vec((proptest::collection::vec(0usize..6, 1..4), 0.5f64..200.0, 1e3f64..1e6, 0.0f64..3.0), 1..12),
+        ) {
+            let nres = caps.len();
+            let flows: Vec<(Vec<usize>, f64, f64, f64)> = flows
+                .into_iter()
+                .map(|(mut r, cap, bytes, lat)| {
+                    r.iter_mut().for_each(|x| *x %= nres);
+                    r.sort_unstable();
+                    r.dedup();
+                    (r, cap, bytes, lat)
+                })
+                .collect();
+            let spec: Vec<(&[usize], f64)> = flows.iter().map(|(r, c, _, _)| (r.as_slice(), *c)).collect();
+            let rates = max_min_rates(&caps, &spec);
+            let mut load = vec![0.0; nres];
+            for (i, (r, _, _, _)) in flows.iter().enumerate() {
+                proptest::prop_assert!(rates[i] > 0.0);
+                for &x in r {
+                    load[x] += rates[i];
+                }
+            }
+            for (x, l) in load.iter().enumerate() {
+                proptest::prop_assert!(*l <= caps[x] * (1.0 + 1e-6), "resource {} over: {} > {}", x, l, caps[x]);
+            }
+            for (i, (r, cap, _, _)) in flows.iter().enumerate() {
+                let at_cap = rates[i] >= cap * (1.0 - 1e-6);
+                let bottleneck = r.iter().any(|&x| {
+                    load[x] >= caps[x] * (1.0 - 1e-6)
+                        && flows.iter().enumerate().all(|(j, (rj, _, _, _))| !rj.contains(&x) || rates[j] <= rates[i] * (1.0 + 1e-6))
+                });
+                proptest::prop_assert!(at_cap || bottleneck, "flow {} has neither cap nor bottleneck", i);
+            }
+            let specs: Vec<FlowSpec> = flows
+                .iter()
+                .map(|(r, c, b, l)| FlowSpec { resources: r.clone(), bytes: *b, start_us: 0.0, latency_us: *l, rate_cap_gbps: *c })
+                .collect();
+            let done = simulate(&caps, &specs).unwrap();
+            for (f, t) in specs.iter().zip(&done) {
+                let best = f.resources.iter().map(|&x| caps[x]).fold(f.rate_cap_gbps, f64::min);
+                proptest::prop_assert!(*t >= f.latency_us + f.bytes / (best * 1e3) * (1.0 - 1e-9));
+            }
+        }
+    }
 }
+
