@@ -15,11 +15,18 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod algorithms;
+pub mod comm;
 pub mod dtype;
 pub mod error;
+pub mod protocol;
+pub mod workspace;
+pub mod rendezvous;
 pub mod report;
+pub mod testing;
+pub mod transport;
 
 pub use algorithms::{Algorithm, Transport};
+pub use comm::{Communicator, Config};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use half::{bf16, f16};
