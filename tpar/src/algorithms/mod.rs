@@ -255,3 +255,6 @@ mod tests {
         assert!("oneshot".parse::<Algorithm>().is_err());
     }
 }
+
+#[cfg(test)]
+mod loom_tests;
