@@ -1,6 +1,11 @@
 //! The `tpar` command line. Each subcommand lives in its own file; this file only parses
 //! and dispatches. The CLI may exit; the library never does.
 
+mod bench;
+mod check;
+mod launch;
+mod util;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -19,11 +24,18 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     // Subcommands are added here, one line each, implemented in their own files.
+    /// Measure all-reduce latency and bandwidth (nccl-tests' all_reduce_perf flags and table)
+    Bench(bench::BenchArgs),
+    /// Verify every algorithm on this machine: odd sizes, all dtypes, long random sequences
+    Check(check::CheckArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result: Result<(), String> = match cli.command {};
+    let result: Result<(), String> = match cli.command {
+        Command::Bench(a) => bench::run(a),
+        Command::Check(a) => check::run(a),
+    };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
