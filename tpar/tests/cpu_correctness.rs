@@ -98,3 +98,25 @@ fn special_values_travel_exactly() {
         }
     }
 }
+
+#[test]
+fn every_world_size_up_to_sixteen() {
+    for world in [6, 7, 16] {
+        let results = run_group(world, |_| {}, move |comm| {
+            let mut digests = vec![];
+            for algo in Algorithm::CPU {
+                for (k, n) in [0usize, 1, 7, 1000, 4099].into_iter().enumerate() {
+                    let ins = all_inputs::<bf16>(21, k as u64, comm.world(), n);
+                    let mut out = vec![bf16::ZERO; n];
+                    poison(&mut out);
+                    comm.all_reduce_with(algo, &ins[comm.rank()], &mut out).unwrap();
+                    assert_eq!(bit_diffs(&out, &expected(&ins)), 0, "{algo} world {} n={n}", comm.world());
+                    digests.push(digest(&out));
+                }
+            }
+            digests
+        });
+        let d: Vec<Vec<u64>> = results.into_iter().map(|r| r.unwrap()).collect();
+        assert!(d.iter().all(|x| x == &d[0]), "world {world}: ranks differ");
+    }
+}
