@@ -16,6 +16,7 @@
 use crate::algorithms::Algorithm;
 use crate::dtype::{DType, EMPTY};
 use crate::error::{Error, Result};
+use crate::workspace::Workspace;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A shared 64-bit cell. Implemented for `std` atomics (shared memory) and, in tests, for
@@ -185,25 +186,19 @@ pub fn barrier_init(first_epoch: u32) -> u64 {
     barrier_gen(first_epoch, 0).wrapping_sub(1) as u64
 }
 
-/// A barrier over `slots_of(p)[rank]` for every rank `p` (mine included): store my
-/// generation into every rank's slot for me, then poll my own slots until every peer has
+/// Barrier `k` of the call described by `desc`: store my generation into my slot in every
+/// rank's barrier array (mine included), then poll my own slots until every peer has
 /// reached it. The 32-bit check (from the call descriptor) is compared when the peer's slot
 /// holds exactly this generation; a peer already past it was validated by its own barrier.
-pub fn barrier<'a, W: Word + 'a, S: Wait>(
-    my_slots: &[W],
-    peer_slot_for_me: impl Fn(usize) -> &'a W,
-    world: usize,
-    rank: usize,
-    gen: u32,
-    desc: &Desc,
-    k: u32,
-    waiter: &mut S,
-) -> Result<()> {
+pub fn barrier<W: Word, S: Wait>(ws: &Workspace<'_, W>, rank: usize, desc: &Desc, k: u32, waiter: &mut S) -> Result<()> {
+    let world = ws.layout.world;
+    let gen = barrier_gen(desc.epoch, k);
     let word = gen as u64 | ((desc.check32() as u64) << 32);
     for i in 0..world {
         let p = (rank + i) % world;
-        peer_slot_for_me(p).store_release(word);
+        ws.barrier_slots(p)[rank].store_release(word);
     }
+    let my_slots = ws.barrier_slots(rank);
     for i in 1..world {
         let p = (rank + i) % world;
         let slot = &my_slots[p];
