@@ -5,6 +5,8 @@ mod bench;
 mod check;
 mod launch;
 mod util;
+mod plan;
+mod topo;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -28,6 +30,10 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Verify every algorithm on this machine: odd sizes, all dtypes, long random sequences
     Check(check::CheckArgs),
+    /// Show the GPU fabric like `nvidia-smi topo -m`: links, P2P read/write/atomics, islands.
+    Topo(topo::TopoArgs),
+    /// Show which algorithm tpar runs for an all-reduce and why, or a decision table.
+    Plan(plan::PlanArgs),
 }
 
 fn main() -> ExitCode {
@@ -35,6 +41,8 @@ fn main() -> ExitCode {
     let result: Result<(), String> = match cli.command {
         Command::Bench(a) => bench::run(a),
         Command::Check(a) => check::run(a),
+        Command::Topo(args) => topo::run(args),
+        Command::Plan(args) => plan::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,150 @@
+//! `tpar plan`: what tpar would run for one all-reduce, and why — or, with `--table`, the
+//! decision across sizes (8 B to 1 GiB) and world sizes (2 to 8) for a topology.
+//!
+//! Honours the `TPAR_*` variables (TPAR_ALGO, TPAR_TRANSPORT, TPAR_MAX_BYTES, TPAR_DISABLE,
+//! TPAR_PROFILE) exactly as the library does at init.
+
+use std::path::PathBuf;
+use tpar::plan::{human_bytes, parse_bytes, plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use tpar::{DType, Profile, Topology, Transport};
+
+#[derive(clap::Args, Debug)]
+pub struct PlanArgs {
+    /// A preset (h200-nvswitch-8, rtxpro6000-pcie-switch-8, rtxpro6000-dualsocket-8,
+    /// l40s-direct-8, rtx4090-nop2p-4, pcie-2), `cpu`, `discover` (this machine), or a
+    /// topology JSON file.
+    #[arg(long, short = 't', default_value = "discover", value_name = "NAME|FILE")]
+    pub topology: String,
+    /// Ranks in the communicator (one GPU each, ordinals 0..N). Required without --table.
+    #[arg(long, short = 'n', value_name = "N")]
+    pub world: Option<usize>,
+    /// Bytes per rank; suffixes as nccl-tests: 42K, 1M, 1G. Required without --table.
+    #[arg(long, short = 'b', value_name = "BYTES", value_parser = parse_size)]
+    pub bytes: Option<u64>,
+    /// Element type: float, half or bfloat16.
+    #[arg(long, short = 'd', default_value = "bfloat16", value_parser = parse_dtype)]
+    pub dtype: DType,
+    /// Plan for a call captured in a CUDA graph (default: eager launches).
+    #[arg(long)]
+    pub graph: bool,
+    /// cpu or cuda. Default: cuda when the topology has GPUs, else cpu.
+    #[arg(long, value_parser = parse_backend)]
+    pub backend: Option<Backend>,
+    /// A tuned profile (TOML, from `tpar tune`). Default: $TPAR_PROFILE.
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Print the plan as JSON: {algorithm, transport, blocks, reason}.
+    #[arg(long, conflicts_with = "table")]
+    pub json: bool,
+    /// Print the decision for sizes 8 B..1 GiB (rows) and world sizes 2..8 (columns).
+    #[arg(long)]
+    pub table: bool,
+}
+
+fn parse_size(s: &str) -> Result<u64, String> {
+    parse_bytes(s).map_err(|e| e.to_string())
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    s.parse().map_err(|e: tpar::Error| e.to_string())
+}
+
+fn parse_backend(s: &str) -> Result<Backend, String> {
+    s.parse().map_err(|e: tpar::Error| e.to_string())
+}
+
+pub fn run(args: PlanArgs) -> Result<(), String> {
+    let topology = Topology::load(&args.topology).map_err(|e| e.to_string())?;
+    let overrides = Overrides::from_env().map_err(|e| e.to_string())?;
+    let profile_path = args.profile.clone().or_else(|| overrides.profile.clone());
+    let profile = match &profile_path {
+        Some(p) => Some(Profile::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let backend = args.backend.unwrap_or(if topology.gpu_count() > 0 { Backend::Cuda } else { Backend::Cpu });
+    let capture = if args.graph { CaptureMode::Graph } else { CaptureMode::Eager };
+    let input = |world: usize, bytes: u64| PlanInput {
+        topology: &topology,
+        world,
+        bytes,
+        dtype: args.dtype,
+        capture,
+        backend,
+        profile: profile.as_ref(),
+        overrides: &overrides,
+    };
+
+    if args.table {
+        print!("{}", table(&topology, args.dtype, capture, backend, |w, b| plan(&input(w, b))));
+        return Ok(());
+    }
+    let world = args.world.ok_or("--world N is required (or use --table)")?;
+    let bytes = args.bytes.ok_or("--bytes B is required (or use --table)")?;
+    if let Err(e) = overrides.validate(&topology, world, backend) {
+        eprintln!("tpar: warning: a communicator would refuse these settings at init: {e}");
+    }
+    let p = plan(&input(world, bytes));
+    if args.json {
+        println!("{}", serde_json::to_string(&p).map_err(|e| e.to_string())?);
+    } else {
+        println!(
+            "{} x {} ranks, {}, {}, {} backend on {}:",
+            human_bytes(bytes),
+            world,
+            args.dtype,
+            capture,
+            backend,
+            topology.name
+        );
+        println!("  algorithm  {}", p.algorithm);
+        println!("  transport  {}", p.transport);
+        println!("  blocks     {}", p.blocks);
+        println!("  reason     {}", p.reason);
+    }
+    Ok(())
+}
+
+/// Sizes of the table: powers of two from 8 B to 1 GiB.
+pub fn table_sizes() -> impl Iterator<Item = u64> {
+    (3..=30).map(|k| 1u64 << k)
+}
+
+/// World sizes of the table.
+pub const TABLE_WORLDS: std::ops::RangeInclusive<usize> = 2..=8;
+
+fn cell(p: &Plan) -> String {
+    match p.transport {
+        Transport::Host => format!("{}/host", p.algorithm),
+        Transport::P2p | Transport::Shm | Transport::Nccl => p.algorithm.to_string(),
+    }
+}
+
+/// The decision matrix, deterministic (golden-tested).
+fn table(t: &Topology, dtype: DType, capture: CaptureMode, backend: Backend, decide: impl Fn(usize, u64) -> Plan) -> String {
+    let mut out = format!(
+        "# {} ({} GPUs, topology {:016x}), {}, {}, {} backend\n",
+        t.name,
+        t.gpu_count(),
+        t.hash(),
+        dtype,
+        capture,
+        backend
+    );
+    let width = 18;
+    out.push_str(&format!("{:<10}", "bytes"));
+    for w in TABLE_WORLDS {
+        out.push_str(&format!("{:<width$}", format!("world {w}")));
+    }
+    out.truncate(out.trim_end().len());
+    out.push('\n');
+    for s in table_sizes() {
+        out.push_str(&format!("{:<10}", human_bytes(s).replace(' ', "")));
+        for w in TABLE_WORLDS {
+            out.push_str(&format!("{:<width$}", cell(&decide(w, s))));
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    out.push_str("# cells: algorithm; /host = through pinned host memory (no P2P); nccl = NCCL's own transport\n");
+    out
+}

@@ -1,0 +1,90 @@
+//! Golden outputs of `tpar plan --table` and checks of `tpar topo` / `tpar plan --json`.
+//! `TPAR_BLESS=1 cargo test -p tpar-cli --test golden` rewrites the golden files; review
+//! the diff, because a changed table is a changed default.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn tpar(args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tpar"));
+    cmd.args(args);
+    // The table must not depend on the caller's settings.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TPAR_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().unwrap();
+    (out.status.success(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+}
+
+fn golden(name: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(name);
+    if std::env::var("TPAR_BLESS").is_ok_and(|v| v == "1") {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}; run with TPAR_BLESS=1 to create it", path.display()));
+    if expected != actual {
+        let first = expected.lines().zip(actual.lines()).position(|(a, b)| a != b).unwrap_or(0);
+        panic!(
+            "{name} differs from golden at line {}:\n  expected: {:?}\n  actual:   {:?}\n(TPAR_BLESS=1 rewrites it)",
+            first + 1,
+            expected.lines().nth(first),
+            actual.lines().nth(first)
+        );
+    }
+}
+
+#[test]
+fn plan_table_rtxpro6000_pcie_switch_8() {
+    let (ok, out, err) = tpar(&["plan", "--topology", "rtxpro6000-pcie-switch-8", "--table"]);
+    assert!(ok, "{err}");
+    golden("plan-table-rtxpro6000-pcie-switch-8.txt", &out);
+}
+
+#[test]
+fn plan_table_rtxpro6000_dualsocket_8() {
+    let (ok, out, err) = tpar(&["plan", "--topology", "rtxpro6000-dualsocket-8", "--table", "--graph"]);
+    assert!(ok, "{err}");
+    golden("plan-table-rtxpro6000-dualsocket-8-graph.txt", &out);
+}
+
+#[test]
+fn plan_json_has_the_four_fields() {
+    let (ok, out, err) = tpar(&["plan", "-t", "h200-nvswitch-8", "--world", "8", "--bytes", "42K", "-d", "bfloat16", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let obj = v.as_object().unwrap();
+    let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+    keys.sort();
+    assert_eq!(keys, ["algorithm", "blocks", "reason", "transport"]);
+    assert_eq!(obj["algorithm"], "oneshot-push");
+    assert_eq!(obj["transport"], "p2p");
+    assert!(obj["reason"].as_str().unwrap().contains("42 KiB"));
+}
+
+#[test]
+fn plan_refuses_bad_input_with_a_message() {
+    let (ok, _, err) = tpar(&["plan", "-t", "no-such-preset", "--world", "2", "--bytes", "1K"]);
+    assert!(!ok && err.contains("neither a preset"), "{err}");
+    let (ok, _, err) = tpar(&["plan", "-t", "pcie-2", "--world", "2", "--bytes", "12Q"]);
+    assert!(!ok && err.contains("12Q"), "{err}");
+    let (ok, _, err) = tpar(&["plan", "-t", "pcie-2", "--bytes", "1K"]);
+    assert!(!ok && err.contains("--world"), "{err}");
+}
+
+#[test]
+fn topo_prints_smi_style_matrices_and_json() {
+    let (ok, out, err) = tpar(&["topo", "--topology", "rtx4090-nop2p-4"]);
+    assert!(ok, "{err}");
+    for needle in ["GPU0    X     NODE", "P2P write", "P2P read", "P2P atomics", "NS", "Islands", "Legend"] {
+        assert!(out.contains(needle), "missing {needle:?} in:\n{out}");
+    }
+    let (ok, out, _) = tpar(&["topo", "--topology", "l40s-direct-8", "--json"]);
+    assert!(ok);
+    let t = tpar::Topology::from_json(&out).unwrap();
+    assert_eq!(t, tpar::topology::presets::l40s_direct_8());
+    let (ok, out, _) = tpar(&["topo", "--topology", "cpu"]);
+    assert!(ok && out.contains("No GPU found"), "{out}");
+}

@@ -1,0 +1,230 @@
+//! The plan is total and never picks something the fabric cannot do.
+//!
+//! `preconditions_hold` is written from DESIGN.md's rules and the topology data alone — it
+//! shares no code with `tpar::plan` — so a planner bug cannot hide behind its own checker.
+
+use proptest::prelude::*;
+use tpar::plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use tpar::profile::{Bucket, Profile, ProfileFingerprint, Table};
+use tpar::topology::{presets, Topology};
+use tpar::{Algorithm, DType, Transport};
+
+const GIB: u64 = 1 << 30;
+
+fn topologies() -> Vec<Topology> {
+    let mut v = presets::all();
+    v.push(Topology::cpu());
+    v
+}
+
+/// What must be true of any plan for `world` ranks on `t` with `backend`.
+fn preconditions_hold(p: &Plan, t: &Topology, world: usize, backend: Backend) -> Result<(), String> {
+    use Algorithm as A;
+    if p.reason.trim().is_empty() {
+        return Err("empty reason".into());
+    }
+    let world = world.max(1);
+    match backend {
+        Backend::Cpu => {
+            if p.transport != Transport::Shm {
+                return Err(format!("CPU ranks must use shm, got {}", p.transport));
+            }
+            if ![A::OneshotPush, A::OneshotPull, A::TwoshotPush, A::TwoshotPull, A::GatherBcast].contains(&p.algorithm) {
+                return Err(format!("the CPU backend cannot run {}", p.algorithm));
+            }
+            if p.blocks != 1 {
+                return Err(format!("CPU plans use 1 block, got {}", p.blocks));
+            }
+            Ok(())
+        }
+        Backend::Cuda => {
+            if (p.algorithm == A::Nccl) != (p.transport == Transport::Nccl) {
+                return Err(format!("{} over {}: NCCL and its transport go together", p.algorithm, p.transport));
+            }
+            if p.algorithm == A::Nccl {
+                return if p.blocks == 0 { Ok(()) } else { Err("NCCL picks its own channels: blocks must be 0".into()) };
+            }
+            if p.transport == Transport::Shm {
+                return Err("GPU ranks cannot use shm".into());
+            }
+            if world > t.gpus.len() {
+                return Err(format!("{} on {world} ranks but only {} GPUs", p.algorithm, t.gpus.len()));
+            }
+            if !(1..=64).contains(&p.blocks) {
+                return Err(format!("blocks {} out of 1..=64", p.blocks));
+            }
+            let pairs = || (0..world).flat_map(|i| (0..world).filter(move |&j| j != i).map(move |j| (i, j)));
+            match p.transport {
+                Transport::Host => {
+                    if ![A::OneshotPush, A::TwoshotPush].contains(&p.algorithm) {
+                        return Err(format!("{} cannot run through host memory", p.algorithm));
+                    }
+                }
+                Transport::P2p => {
+                    if let Some((i, j)) = pairs().find(|&(i, j)| !t.links[i][j].p2p_write) {
+                        return Err(format!("{} over p2p but GPU{i} cannot write GPU{j}", p.algorithm));
+                    }
+                    if [A::OneshotPull, A::TwoshotPull, A::GatherBcast].contains(&p.algorithm) {
+                        if let Some((i, j)) = pairs().find(|&(i, j)| !t.links[i][j].p2p_read) {
+                            return Err(format!("{} reads but GPU{i} cannot read GPU{j}", p.algorithm));
+                        }
+                    }
+                    if p.algorithm == A::Hierarchical {
+                        let islands = t.islands.iter().filter(|isl| isl.gpus.iter().any(|&g| (g as usize) < world)).count();
+                        if islands < 2 {
+                            return Err(format!("hierarchical on {islands} island(s)"));
+                        }
+                    }
+                }
+                Transport::Shm | Transport::Nccl => {}
+            }
+            Ok(())
+        }
+    }
+}
+
+fn algorithm() -> impl Strategy<Value = Algorithm> {
+    prop::sample::select(Algorithm::ALL.to_vec())
+}
+
+fn overrides() -> impl Strategy<Value = Overrides> {
+    (
+        prop::option::weighted(0.3, algorithm()),
+        prop::option::weighted(0.2, prop::sample::select(Transport::ALL.to_vec())),
+        prop::option::weighted(0.2, 0u64..=GIB),
+        prop::bool::weighted(0.1),
+    )
+        .prop_map(|(algorithm, transport, max_bytes, disable)| Overrides { algorithm, transport, max_bytes, disable, ..Overrides::default() })
+}
+
+/// A profile with arbitrary (possibly infeasible) winners; `matching` decides whether its
+/// fingerprint is the call's.
+fn profile_for(t: &Topology, world: usize, backend: Backend, capture: CaptureMode, matching: bool, algs: &[Algorithm], reads: bool) -> Profile {
+    let mut fingerprint = ProfileFingerprint::new(t, None, backend, world.max(1), capture);
+    if !matching {
+        fingerprint.world += 1;
+    }
+    let buckets = algs
+        .iter()
+        .enumerate()
+        .map(|(k, &algorithm)| Bucket { max_bytes: 1u64 << (6 + 3 * k), algorithm, median_us: 1.0 + k as f64 })
+        .collect();
+    Profile { reads_beat_writes: reads, fingerprint, tables: vec![Table { dtype: DType::BF16, buckets }] }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4000, .. ProptestConfig::default() })]
+
+    #[test]
+    fn every_input_gets_a_plan_that_is_correct_on_its_fabric(
+        ti in 0usize..7,
+        world in 0usize..=16,
+        bytes in prop_oneof![0u64..=GIB, (0u32..=30).prop_map(|k| 1u64 << k)],
+        dtype in prop::sample::select(DType::ALL.to_vec()),
+        graph in any::<bool>(),
+        cuda in any::<bool>(),
+        o in overrides(),
+        with_profile in any::<bool>(),
+        matching in any::<bool>(),
+        algs in prop::collection::vec(algorithm(), 0..6),
+        reads in any::<bool>(),
+    ) {
+        let t = &topologies()[ti];
+        let backend = if cuda { Backend::Cuda } else { Backend::Cpu };
+        let capture = if graph { CaptureMode::Graph } else { CaptureMode::Eager };
+        let profile = profile_for(t, world, backend, capture, matching, &algs, reads);
+        let input = PlanInput {
+            topology: t,
+            world,
+            bytes,
+            dtype,
+            capture,
+            backend,
+            profile: with_profile.then_some(&profile),
+            overrides: &o,
+        };
+        let p = plan(&input);
+        if let Err(why) = preconditions_hold(&p, t, world, backend) {
+            return Err(TestCaseError::fail(format!("{}: world {world}, {bytes} B, {backend}: {p}: {why}", t.name)));
+        }
+        prop_assert_eq!(plan(&input), p.clone(), "plan must be deterministic");
+
+        // Overrides that validate are obeyed.
+        if backend == Backend::Cuda && o.disable {
+            prop_assert_eq!(p.algorithm, Algorithm::Nccl, "TPAR_DISABLE: {}", p);
+        }
+        if backend == Backend::Cuda && o.max_bytes.is_some_and(|m| bytes > m) {
+            prop_assert_eq!(p.algorithm, Algorithm::Nccl, "above TPAR_MAX_BYTES: {}", p);
+        }
+        if let (Ok(()), Some(a)) = (o.validate(t, world, backend), o.algorithm) {
+            let capped = backend == Backend::Cuda && (o.disable || o.max_bytes.is_some_and(|m| bytes > m));
+            if !capped {
+                prop_assert_eq!(p.algorithm, a, "a validated TPAR_ALGO is obeyed: {}", p);
+                if let Some(tr) = o.transport {
+                    prop_assert_eq!(p.transport, tr, "a validated TPAR_TRANSPORT is obeyed: {}", p);
+                }
+            }
+        }
+        // Pull only when forced, or from a matching measured profile.
+        let pull = matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull);
+        if pull && o.algorithm.is_none() {
+            prop_assert!(with_profile && matching, "pull without a measured profile: {}", p);
+        }
+        // A mismatched profile is never silently used.
+        if with_profile && !matching && o.algorithm.is_none() && !o.disable {
+            prop_assert!(!p.reason.starts_with("profile:"), "{}", p);
+        }
+    }
+}
+
+/// Deterministic sweep of the whole grid (every preset and the CPU topology, world 0..=16,
+/// sizes around every power of two up to 1 GiB, every dtype, capture mode and backend),
+/// without overrides or profile: the defaults alone must be correct everywhere.
+#[test]
+fn default_plans_are_correct_on_the_whole_grid() {
+    let o = Overrides::default();
+    let mut sizes = vec![0u64];
+    for k in 0..=30 {
+        let p = 1u64 << k;
+        sizes.extend([p - 1, p, p + 1]);
+    }
+    let mut count = 0usize;
+    for t in topologies() {
+        for world in 0..=16 {
+            for &bytes in &sizes {
+                for dtype in DType::ALL {
+                    for capture in CaptureMode::ALL {
+                        for backend in Backend::ALL {
+                            let p = plan(&PlanInput { topology: &t, world, bytes, dtype, capture, backend, profile: None, overrides: &o });
+                            if let Err(why) = preconditions_hold(&p, &t, world, backend) {
+                                panic!("{}: world {world}, {bytes} B, {dtype}, {capture}, {backend}: {p}: {why}", t.name);
+                            }
+                            assert!(!matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull | Algorithm::GatherBcast));
+                            count += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(count > 10_000);
+}
+
+/// The checker itself must be able to fail.
+#[test]
+fn checker_refuses_wrong_plans() {
+    let np = presets::rtx4090_nop2p_4();
+    let bad = |a, tr, blocks| Plan { algorithm: a, transport: tr, blocks, reason: "x".into() };
+    assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::P2p, 1), &np, 4, Backend::Cuda).is_err());
+    assert!(preconditions_hold(&bad(Algorithm::OneshotPull, Transport::Host, 1), &np, 4, Backend::Cuda).is_err());
+    assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 5, Backend::Cuda).is_err());
+    assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 4, Backend::Cuda).is_ok());
+    let sw = presets::rtxpro6000_pcie_switch_8();
+    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &sw, 8, Backend::Cuda).is_err());
+    let ds = presets::rtxpro6000_dualsocket_8();
+    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 4, Backend::Cuda).is_err());
+    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 5, Backend::Cuda).is_ok());
+    assert!(preconditions_hold(&bad(Algorithm::Nccl, Transport::P2p, 0), &ds, 5, Backend::Cuda).is_err());
+    assert!(preconditions_hold(&bad(Algorithm::StagedPush, Transport::Shm, 1), &Topology::cpu(), 4, Backend::Cpu).is_err());
+    assert!(preconditions_hold(&bad(Algorithm::Nccl, Transport::Nccl, 0), &Topology::cpu(), 4, Backend::Cpu).is_err());
+}
