@@ -1,10 +1,15 @@
 //! The `tpar` command line. Each subcommand lives in its own file; this file only parses
 //! and dispatches. The CLI may exit; the library never does.
 
+mod bench;
+mod check;
+mod launch;
 mod model;
 mod plan;
 mod sim;
 mod topo;
+mod tune;
+mod util;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,6 +29,10 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     // Subcommands are added here, one line each, implemented in their own files.
+    /// Measure all-reduce latency and bandwidth (nccl-tests' all_reduce_perf flags and table)
+    Bench(bench::BenchArgs),
+    /// Verify every algorithm on this machine: odd sizes, all dtypes, long random sequences
+    Check(check::CheckArgs),
     /// Simulate all-reduce algorithms on a fabric: predicted latency, crossovers, the pick.
     Sim(sim::SimArgs),
     /// Decode throughput with and without speculation, for NCCL and for tpar's pick.
@@ -32,15 +41,20 @@ enum Command {
     Topo(topo::TopoArgs),
     /// Show which algorithm tpar runs for an all-reduce and why, or a decision table.
     Plan(plan::PlanArgs),
+    /// Measure every candidate algorithm here and write a tuned profile for the plan
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: Result<(), String> = match cli.command {
+        Command::Bench(a) => bench::run(a),
+        Command::Check(a) => check::run(a),
         Command::Sim(args) => sim::run(args),
         Command::Model(args) => model::run(args),
         Command::Topo(args) => topo::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Tune(args) => tune::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -5,15 +5,22 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`dtype`] | element types, packing into 64-bit words, the -0.0 sentinel |
+//! | [`comm`] | the public [`Communicator`]: join, all-reduce, poisoning; NCCL-style settings |
+//! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
+//! | [`plan`] | the pure, total dispatch decision; `TPAR_*` overrides; the plan-input digest ranks compare |
+//! | [`profile`] | tuned profiles (TOML): measured crossovers and their fingerprint |
+//! | [`transport`] | where bytes travel: POSIX shared memory for CPU ranks, liveness locks |
+//! | [`rendezvous`] | validated Unix-socket rendezvous and the control plane |
+//! | [`workspace`] | the shared workspace layout, defined once |
+//! | [`protocol`] | sentinel and barrier protocols over 64-bit words; descriptors; bounded waits |
 //! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
-//! | [`error`] | the one error enum |
+//! | [`dtype`] | element types, packing into 64-bit words, the empty sentinel |
+//! | [`report`] | benchmark records (`--json`) and bandwidth arithmetic |
 //! | [`sim`] | flow-level fabric simulator: links, switches, max-min sharing, per-algorithm schedules |
 //! | [`model`] | decode / speculative-decode throughput from all-reduce latency |
 //! | [`plot`] | latency-versus-size SVG charts of bench or sim records |
-//! | [`plan`] | the pure, total dispatch decision; `TPAR_*` overrides; the plan-input digest ranks compare |
-//! | [`profile`] | tuned profiles (TOML): measured crossovers and their fingerprint |
-//! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
+//! | [`testing`] | reproducible inputs, exact and f64 references, poisoning, digests |
+//! | [`error`] | the one error enum |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
 
@@ -21,17 +28,24 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod algorithms;
+pub mod comm;
 pub mod dtype;
 pub mod error;
 pub mod model;
 pub mod plot;
 pub mod plan;
 pub mod profile;
+pub mod protocol;
+pub mod rendezvous;
 pub mod report;
 pub mod sim;
+pub mod testing;
 pub mod topology;
+pub mod transport;
+pub mod workspace;
 
 pub use algorithms::{Algorithm, Transport};
+pub use comm::{Communicator, Config};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
