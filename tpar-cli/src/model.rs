@@ -43,16 +43,19 @@ pub struct ModelArgs {
     #[arg(long)]
     baseline_tok_s: Option<f64>,
     /// Tokens per verify step (rows in each verify all-reduce).
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = ModelInput::default().verify_width)]
     verify_width: usize,
-    /// Verify compute as a multiple of one-token decode compute.
-    #[arg(long, default_value_t = 1.0)]
+    /// Verify compute as a multiple of one-token decode compute (1: decode is bound by
+    /// reading weights, an assumption).
+    #[arg(long, default_value_t = ModelInput::default().verify_compute_factor)]
     verify_compute_factor: f64,
-    /// Drafting cost per verify step, ms.
-    #[arg(long, default_value_t = 3.0)]
+    /// Drafting cost per verify step, ms (the default is a guess: REFERENCE.md gives none;
+    /// docs/model.md finds ~3 ms consistent with the REFERENCE.md case).
+    #[arg(long, default_value_t = ModelInput::default().draft_ms)]
     draft_ms: f64,
-    /// Tokens yielded per verify step (accepted drafts + bonus token).
-    #[arg(long, default_value_t = 2.75)]
+    /// Tokens yielded per verify step (accepted drafts + bonus token; default: the middle
+    /// of EAGLE-3's 2.3-3.2 for Kimi-class drafts, REFERENCE.md).
+    #[arg(long, default_value_t = ModelInput::default().acceptance)]
     acceptance: f64,
     /// NCCL all-reduce latency, us: one figure for every size, or SIZE=US points
     /// interpolated log-log (e.g. 14K=71,42K=225).
@@ -103,7 +106,7 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     let compute = match (args.compute_ms, args.baseline_tok_s) {
         (Some(ms), _) => Compute::StepMs(ms),
         (None, Some(t)) => Compute::BaselineTokS(t),
-        (None, None) => Compute::BaselineTokS(89.5),
+        (None, None) => Compute::BaselineTokS(model::REFERENCE_BASELINE_TOK_S),
     };
     let input = ModelInput {
         layers: args.layers,

@@ -23,6 +23,8 @@ pub const KIMI_HIDDEN: usize = 7168;
 pub const KIMI_AR_PER_LAYER: usize = 2;
 /// Tensor-parallel size of the REFERENCE.md case.
 pub const KIMI_TP: usize = 8;
+/// Plain-decode throughput with NCCL in the REFERENCE.md case (8x RTX PRO 6000), tok/s.
+pub const REFERENCE_BASELINE_TOK_S: f64 = 89.5;
 
 /// A source of all-reduce latency for a message size.
 pub trait ArLatency {
@@ -249,7 +251,7 @@ impl Default for ModelInput {
             dtype: DType::BF16,
             ar_per_layer: KIMI_AR_PER_LAYER,
             tp: KIMI_TP,
-            compute: Compute::BaselineTokS(89.5),
+            compute: Compute::BaselineTokS(REFERENCE_BASELINE_TOK_S),
             verify_width: 3,
             verify_compute_factor: 1.0,
             draft_ms: 3.0,
