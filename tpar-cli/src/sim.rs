@@ -38,6 +38,9 @@ pub struct SimArgs {
     /// Let NCCL use P2P across the socket link (NCCL_P2P_LEVEL=SYS).
     #[arg(long)]
     nccl_p2p_sys: bool,
+    /// Also print where each prediction's time goes: launch + fixed work, then each step.
+    #[arg(long)]
+    steps: bool,
     /// Write the predictions as JSON: a list of {topology, algorithm, world, bytes, predicted_us}.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -206,6 +209,24 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         println!("# {a}: not simulated: {e}");
     }
     println!("# sim pick: the fastest simulated algorithm; tpar plan: what tpar::plan runs with no tuned profile");
+    if args.steps {
+        println!("# where the time goes, us: fixed (launch + kernel work) | step: time ...");
+        for &b in &sizes {
+            for &a in &runnable {
+                let p = sim.predict(a, b).map_err(|e| e.to_string())?;
+                let steps: Vec<String> = p.steps.iter().map(|(l, t)| format!("{l}: {t:.2}")).collect();
+                println!(
+                    "{:>10} {:<13} over {:<4} total {:>9.2} = fixed {:.2} | {}",
+                    human(b),
+                    a.name(),
+                    p.transport.name(),
+                    p.total_us,
+                    p.fixed_us,
+                    steps.join(" | ")
+                );
+            }
+        }
+    }
     let xs = crossovers(&winners);
     if xs.is_empty() {
         if let Some((_, a)) = winners.first() {
