@@ -1,8 +1,12 @@
 //! The `tpar` command line. Each subcommand lives in its own file; this file only parses
 //! and dispatches. The CLI may exit; the library never does.
 
+mod bench;
+mod check;
+mod launch;
 mod plan;
 mod topo;
+mod util;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -22,6 +26,10 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     // Subcommands are added here, one line each, implemented in their own files.
+    /// Measure all-reduce latency and bandwidth (nccl-tests' all_reduce_perf flags and table)
+    Bench(bench::BenchArgs),
+    /// Verify every algorithm on this machine: odd sizes, all dtypes, long random sequences
+    Check(check::CheckArgs),
     /// Show the GPU fabric like `nvidia-smi topo -m`: links, P2P read/write/atomics, islands.
     Topo(topo::TopoArgs),
     /// Show which algorithm tpar runs for an all-reduce and why, or a decision table.
@@ -31,6 +39,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: Result<(), String> = match cli.command {
+        Command::Bench(a) => bench::run(a),
+        Command::Check(a) => check::run(a),
         Command::Topo(args) => topo::run(args),
         Command::Plan(args) => plan::run(args),
     };

@@ -1,8 +1,15 @@
 //! Element types and their bit-level packing into 64-bit words.
 //!
-//! Owns: the dtype enum, the `Element` trait (f32, f16, bf16), the empty-slot sentinel
-//! (-0.0 in every lane) and canonicalisation (a writer never stores -0.0). Must never
-//! allocate or panic on the hot path.
+//! Owns: the dtype enum, the `Element` trait (f32, f16, bf16), the empty-slot sentinel and
+//! canonicalisation. Must never allocate or panic on the hot path.
+//!
+//! The sentinel is one word for every dtype: [`EMPTY`] = all ones, a NaN in every lane width.
+//! DESIGN.md started from -0.0 (TensorRT-LLM's Lamport buffers), but tpar's buffers serve calls
+//! of different dtypes one after another, and -0.0 has a different bit pattern per lane width:
+//! a bf16 reader would take a word cleared with f32's -0.0 (0x80000000) as data. All-ones is
+//! empty in every width. A writer replaces an all-ones lane by the canonical quiet NaN of its
+//! type, so a written word is never [`EMPTY`]; only a NaN's payload can change, and -0.0
+//! travels exactly.
 
 use crate::error::{Error, Result};
 use half::{bf16, f16};
@@ -89,22 +96,22 @@ pub trait Element: Copy + Send + Sync + 'static + fmt::Debug {
     const DTYPE: DType;
     /// Elements per 64-bit word.
     const LANES: usize;
-    /// A word whose every lane is -0.0: the "empty" sentinel.
-    const EMPTY_WORD: u64;
+    /// The canonical quiet NaN stored in place of an all-ones lane.
+    const QNAN: u64;
     fn to_f32(self) -> f32;
     fn from_f32(v: f32) -> Self;
     fn to_lane(self) -> u64;
     fn from_lane(bits: u64) -> Self;
     /// Lane width in bits.
     const LANE_BITS: u32 = 64 / Self::LANES as u32;
-    /// Bit pattern of -0.0 in one lane.
-    const NEG_ZERO: u64 = 1 << (Self::LANE_BITS - 1);
+    /// All ones in one lane (a NaN, and the empty pattern).
+    const LANE_ONES: u64 = if Self::LANE_BITS == 64 { u64::MAX } else { (1u64 << Self::LANE_BITS) - 1 };
 }
 
 impl Element for f32 {
     const DTYPE: DType = DType::F32;
     const LANES: usize = 2;
-    const EMPTY_WORD: u64 = 0x8000_0000_8000_0000;
+    const QNAN: u64 = 0x7fc0_0000;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         self
@@ -126,7 +133,7 @@ impl Element for f32 {
 impl Element for f16 {
     const DTYPE: DType = DType::F16;
     const LANES: usize = 4;
-    const EMPTY_WORD: u64 = 0x8000_8000_8000_8000;
+    const QNAN: u64 = 0x7e00;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         f16::to_f32(self)
@@ -148,7 +155,7 @@ impl Element for f16 {
 impl Element for bf16 {
     const DTYPE: DType = DType::BF16;
     const LANES: usize = 4;
-    const EMPTY_WORD: u64 = 0x8000_8000_8000_8000;
+    const QNAN: u64 = 0x7fc0;
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)
@@ -167,6 +174,9 @@ impl Element for bf16 {
     }
 }
 
+/// The empty-slot sentinel, the same for every dtype: all ones (NaN in every lane width).
+pub const EMPTY: u64 = u64::MAX;
+
 /// Number of 64-bit words that hold `count` elements of `T`.
 #[inline]
 pub fn words_for<T: Element>(count: usize) -> usize {
@@ -174,29 +184,29 @@ pub fn words_for<T: Element>(count: usize) -> usize {
 }
 
 /// Packs up to `T::LANES` elements into one word, lane 0 in the low bits. Missing lanes are
-/// +0.0 and -0.0 is stored as +0.0, so a packed word is never the empty sentinel
-/// (the "writer canonicalises" rule of the sentinel protocol).
+/// +0.0 and an all-ones lane (a NaN) is stored as the canonical NaN, so a packed word is
+/// never [`EMPTY`] (the "writer canonicalises" rule of the sentinel protocol).
 #[inline(always)]
 pub fn pack<T: Element>(elems: &[T]) -> u64 {
     let mut w = 0u64;
     for (l, e) in elems.iter().take(T::LANES).enumerate() {
         let mut bits = e.to_lane();
-        if bits == T::NEG_ZERO {
-            bits = 0;
+        if bits == T::LANE_ONES {
+            bits = T::QNAN;
         }
         w |= bits << (l as u32 * T::LANE_BITS);
     }
     w
 }
 
-/// Packs f32 accumulators (one per lane) into a word of `T`, canonicalising -0.0.
+/// Packs f32 accumulators (one per lane) into a word of `T`, canonicalising NaN as [`pack`].
 #[inline(always)]
 pub fn pack_acc<T: Element>(acc: &[f32; 4]) -> u64 {
     let mut w = 0u64;
     for (l, a) in acc.iter().take(T::LANES).enumerate() {
         let mut bits = T::from_f32(*a).to_lane();
-        if bits == T::NEG_ZERO {
-            bits = 0;
+        if bits == T::LANE_ONES {
+            bits = T::QNAN;
         }
         w |= bits << (l as u32 * T::LANE_BITS);
     }
@@ -206,7 +216,7 @@ pub fn pack_acc<T: Element>(acc: &[f32; 4]) -> u64 {
 /// Adds every lane of `w` (as `T`) into `acc`.
 #[inline(always)]
 pub fn unpack_add<T: Element>(w: u64, acc: &mut [f32; 4]) {
-    let mask = if T::LANE_BITS == 64 { u64::MAX } else { (1u64 << T::LANE_BITS) - 1 };
+    let mask = T::LANE_ONES;
     for (l, a) in acc.iter_mut().take(T::LANES).enumerate() {
         *a += T::from_lane((w >> (l as u32 * T::LANE_BITS)) & mask).to_f32();
     }
@@ -215,7 +225,7 @@ pub fn unpack_add<T: Element>(w: u64, acc: &mut [f32; 4]) {
 /// Writes the lanes of `w` into `out` (at most `out.len()` of them).
 #[inline(always)]
 pub fn unpack_into<T: Element>(w: u64, out: &mut [T]) {
-    let mask = if T::LANE_BITS == 64 { u64::MAX } else { (1u64 << T::LANE_BITS) - 1 };
+    let mask = T::LANE_ONES;
     for (l, o) in out.iter_mut().take(T::LANES).enumerate() {
         *o = T::from_lane((w >> (l as u32 * T::LANE_BITS)) & mask);
     }
@@ -227,13 +237,26 @@ mod tests {
 
     #[test]
     fn packed_words_are_never_empty() {
-        let z = [-0.0f32, -0.0];
-        assert_ne!(pack(&z), f32::EMPTY_WORD);
-        assert_eq!(pack(&z), 0);
-        let h = [bf16::from_f32(-0.0); 4];
-        assert_eq!(pack(&h), 0);
-        let acc = [-0.0f32; 4];
-        assert_eq!(pack_acc::<f16>(&acc), 0);
+        let ones = [f32::from_bits(u32::MAX); 2];
+        assert_ne!(pack(&ones), EMPTY);
+        assert!(f32::from_lane(pack(&ones) & 0xffff_ffff).is_nan());
+        let h = [bf16::from_bits(u16::MAX); 4];
+        assert_ne!(pack(&h), EMPTY);
+        let acc = [f32::from_bits(u32::MAX); 4];
+        assert_ne!(pack_acc::<f16>(&acc), EMPTY);
+        assert_ne!(pack_acc::<f32>(&acc), EMPTY);
+        // -0.0 travels exactly.
+        let z = [-0.0f32, 1.0];
+        let mut out = [0.0f32; 2];
+        unpack_into(pack(&z), &mut out);
+        assert_eq!(out[0].to_bits(), (-0.0f32).to_bits());
+    }
+
+    #[test]
+    fn empty_is_nan_in_every_width() {
+        assert!(f32::from_bits(EMPTY as u32).is_nan());
+        assert!(f16::from_bits(EMPTY as u16).is_nan());
+        assert!(bf16::from_bits(EMPTY as u16).is_nan());
     }
 
     #[test]

@@ -18,14 +18,21 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod algorithms;
+pub mod comm;
 pub mod dtype;
 pub mod error;
 pub mod plan;
 pub mod profile;
+pub mod protocol;
+pub mod rendezvous;
 pub mod report;
+pub mod testing;
 pub mod topology;
+pub mod transport;
+pub mod workspace;
 
 pub use algorithms::{Algorithm, Transport};
+pub use comm::{Communicator, Config};
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};

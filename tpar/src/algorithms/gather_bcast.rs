@@ -1,1 +1,38 @@
-//! (in progress)
+//! Baseline, labelled as such everywhere: rank 0 reads every rank's exposed input, reduces,
+//! publishes the result, and every rank copies it. One rank does all the work; this is the
+//! "obvious" all-reduce the others must beat, not something the plan ever picks.
+//!
+//! Buffers: `exposed`, rank 0's `result`, barrier slots; the same no-third-barrier argument
+//! as two-shot pull.
+
+use super::{copy_word, per_peer, Call};
+use crate::dtype::{pack_acc, unpack_add, Element};
+use crate::error::Result;
+use crate::protocol::{barrier, barrier_gen, Wait, Word};
+
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+    let (ws, me, world) = (c.ws, c.rank, c.world());
+    let nw = packed.len();
+    for (slot, w) in ws.exposed(me).iter().zip(packed) {
+        slot.store_relaxed(*w);
+    }
+    let mine = ws.barrier_slots(me);
+    let slot_for_me = |p: usize| &ws.barrier_slots(p)[me];
+    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 0), &c.desc, 0, c.waiter)?;
+    let root = ws.result(0);
+    if me == 0 {
+        let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
+        for (i, slot) in root.iter().enumerate().take(nw) {
+            let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
+            for slots in peers.iter().take(world) {
+                unpack_add::<T>(slots[i].load_acquire(), &mut acc);
+            }
+            slot.store_relaxed(pack_acc::<T>(&acc));
+        }
+    }
+    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 1), &c.desc, 1, c.waiter)?;
+    for (i, slot) in root.iter().enumerate().take(nw) {
+        copy_word(out, i, slot.load_acquire());
+    }
+    Ok(())
+}

@@ -5,7 +5,10 @@
 //! Contract: an algorithm reads and writes the workspace only through `protocol` verbs, so
 //! the buffer-reuse argument written there holds for every algorithm.
 
+use crate::dtype::{pack_acc, unpack_into, Element};
 use crate::error::{Error, Result};
+use crate::protocol::{Desc, Wait, Word};
+use crate::workspace::{Workspace, MAX_WORLD};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -15,6 +18,75 @@ pub(crate) mod oneshot_pull;
 pub(crate) mod oneshot_push;
 pub(crate) mod twoshot_pull;
 pub(crate) mod twoshot_push;
+
+/// One chunk of one call, as an algorithm sees it: the workspace, who I am, what every rank
+/// agreed to do, and the bounded waiter every spin goes through.
+pub(crate) struct Call<'a, 'w, W, S> {
+    pub ws: &'a Workspace<'w, W>,
+    pub rank: usize,
+    pub desc: Desc,
+    pub waiter: &'a mut S,
+}
+
+impl<W: Word, S: Wait> Call<'_, '_, W, S> {
+    pub fn world(&self) -> usize {
+        self.ws.layout.world
+    }
+    /// Which of the two buffers of a parity-buffered region this call uses.
+    pub fn parity(&self) -> usize {
+        (self.desc.epoch & 1) as usize
+    }
+}
+
+/// Runs one chunk of `algo` on the CPU backend: `packed` is this rank's input packed into
+/// words (at most `layout.cap`), `out` receives the reduced elements.
+pub(crate) fn run_chunk<W: Word, S: Wait, T: Element>(
+    algo: Algorithm,
+    call: &mut Call<'_, '_, W, S>,
+    packed: &[u64],
+    out: &mut [T],
+) -> Result<()> {
+    match algo {
+        Algorithm::OneshotPush => oneshot_push::run(call, packed, out),
+        Algorithm::OneshotPull => oneshot_pull::run(call, packed, out),
+        Algorithm::TwoshotPush => twoshot_push::run(call, packed, out),
+        Algorithm::TwoshotPull => twoshot_pull::run(call, packed, out),
+        Algorithm::GatherBcast => gather_bcast::run(call, packed, out),
+        Algorithm::StagedPush | Algorithm::Hierarchical | Algorithm::Nccl => Err(Error::Unsupported {
+            what: format!("{algo} on the CPU shared-memory backend"),
+            reason: "it is a GPU-fabric algorithm; CPU ranks run oneshot-push, oneshot-pull, twoshot-push, twoshot-pull or gather-bcast".into(),
+        }),
+    }
+}
+
+/// Writes the lanes of reduced word `i` into `out`.
+#[inline(always)]
+pub(crate) fn write_word<T: Element>(out: &mut [T], i: usize, acc: &[f32; 4]) {
+    let a = i * T::LANES;
+    let b = (a + T::LANES).min(out.len());
+    if a < b {
+        unpack_into(pack_acc::<T>(acc), &mut out[a..b]);
+    }
+}
+
+/// Copies word `w` (already reduced and packed) into `out` at word `i`.
+#[inline(always)]
+pub(crate) fn copy_word<T: Element>(out: &mut [T], i: usize, w: u64) {
+    let a = i * T::LANES;
+    let b = (a + T::LANES).min(out.len());
+    if a < b {
+        unpack_into(w, &mut out[a..b]);
+    }
+}
+
+/// A fixed array of per-peer slices, so hot loops index instead of recomputing offsets.
+pub(crate) fn per_peer<'w, W>(world: usize, f: impl Fn(usize) -> &'w [W]) -> [&'w [W]; MAX_WORLD] {
+    let mut a: [&'w [W]; MAX_WORLD] = [&[]; MAX_WORLD];
+    for (s, slot) in a.iter_mut().enumerate().take(world) {
+        *slot = f(s);
+    }
+    a
+}
 
 /// An all-reduce algorithm. Names are kebab-case on the command line and in JSON.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -183,3 +255,6 @@ mod tests {
         assert!("oneshot".parse::<Algorithm>().is_err());
     }
 }
+
+#[cfg(test)]
+mod loom_tests;

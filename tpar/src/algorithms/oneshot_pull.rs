@@ -1,1 +1,32 @@
-//! (in progress)
+//! One-shot pull (the vLLM / SGLang design): expose my input, barrier, read every rank's
+//! exposed input and reduce in rank order, barrier again so nobody overwrites its exposed
+//! buffer while a peer still reads it. Kept as a baseline and for fabrics where reads beat
+//! writes; measured, not assumed.
+//!
+//! Buffers: `exposed` (written by its owner only at call start, read by peers only between
+//! the two barriers) and the barrier slots. Must never write a peer's data region.
+
+use super::{per_peer, write_word, Call};
+use crate::dtype::{unpack_add, Element};
+use crate::error::Result;
+use crate::protocol::{barrier, barrier_gen, Wait, Word};
+
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+    let (ws, me, world) = (c.ws, c.rank, c.world());
+    let nw = packed.len();
+    for (slot, w) in ws.exposed(me).iter().zip(packed) {
+        slot.store_relaxed(*w);
+    }
+    let mine = ws.barrier_slots(me);
+    let slot_for_me = |p: usize| &ws.barrier_slots(p)[me];
+    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 0), &c.desc, 0, c.waiter)?;
+    let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
+    for i in 0..nw {
+        let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
+        for slots in peers.iter().take(world) {
+            unpack_add::<T>(slots[i].load_acquire(), &mut acc);
+        }
+        write_word(out, i, &acc);
+    }
+    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 1), &c.desc, 1, c.waiter)
+}

@@ -1,1 +1,43 @@
-//! (in progress)
+//! Two-shot pull: expose my input, barrier, reduce my piece by reading every rank's exposed
+//! input, publish it in my `result` region, barrier, read every owner's reduced piece.
+//!
+//! No third barrier: `exposed` is read only before barrier 1, which its owner must pass
+//! before its next call can overwrite it; `result` is overwritten only after barrier 0 of a
+//! later call, which no rank passes before every rank has finished this one.
+
+use super::{copy_word, per_peer, write_word, Call};
+use crate::dtype::{pack_acc, unpack_add, Element};
+use crate::error::Result;
+use crate::protocol::{barrier, barrier_gen, Wait, Word};
+use crate::workspace::piece_range;
+
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+    let (ws, me, world) = (c.ws, c.rank, c.world());
+    let nw = packed.len();
+    for (slot, w) in ws.exposed(me).iter().zip(packed) {
+        slot.store_relaxed(*w);
+    }
+    let mine = ws.barrier_slots(me);
+    let slot_for_me = |p: usize| &ws.barrier_slots(p)[me];
+    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 0), &c.desc, 0, c.waiter)?;
+    let (a, b) = piece_range(nw, world, me);
+    let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
+    let result = ws.result(me);
+    for i in a..b {
+        let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
+        for slots in peers.iter().take(world) {
+            unpack_add::<T>(slots[i].load_acquire(), &mut acc);
+        }
+        let r = pack_acc::<T>(&acc);
+        result[i].store_relaxed(r);
+        write_word(out, i, &acc);
+    }
+    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 1), &c.desc, 1, c.waiter)?;
+    for j in (0..world).filter(|&j| j != me) {
+        let (ja, jb) = piece_range(nw, world, j);
+        for (i, slot) in ws.result(j).iter().enumerate().take(jb).skip(ja) {
+            copy_word(out, i, slot.load_acquire());
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,463 @@
+//! The public [`Communicator`]: join a job, then all-reduce.
+//!
+//! Owns: configuration (NCCL-style environment variables), the per-call chunk loop, the
+//! bounded waiter, poisoning. Every call either reduces correctly or returns an error; after
+//! an error that leaves peers in an unknown state the communicator is poisoned, raises the
+//! shared abort flag so peers fail fast, and refuses further calls with the original cause.
+//! Must never panic, hang past the timeout, or leave shared memory behind.
+
+use crate::algorithms::{run_chunk, Algorithm, Call};
+use crate::dtype::{pack, words_for, Element};
+use crate::error::{Error, Result};
+use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
+use crate::rendezvous::{join, Control, JoinSpec};
+use crate::transport::shm::ShmSegment;
+use crate::workspace::{hdr, st, Layout, Workspace, MAX_WORLD};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Default bound on any single wait (`TPAR_TIMEOUT_MS`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default size of the shared workspace (`TPAR_SHM_BYTES`): large enough for ~0.4 MiB
+/// chunks at 8 ranks, small enough for a container's default /dev/shm of 64 MiB.
+pub const DEFAULT_SHM_BYTES: usize = 48 << 20;
+/// Polls that spin before the waiter starts yielding. Small: the machines tpar's CI runs on
+/// have 2 cores and up to 8 ranks, and a spinning rank there steals the core its peer needs.
+const SPINS_BEFORE_YIELD: u32 = 64;
+/// Polls that yield before the waiter starts sleeping.
+const YIELDS_BEFORE_SLEEP: u32 = 4096;
+/// How often a waiter checks that the peer it waits for is alive.
+const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
+
+/// How to join a job.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub rank: usize,
+    pub world: usize,
+    /// Unix-domain socket path rank 0 listens on.
+    pub rendezvous: PathBuf,
+    /// Identifies the job; ranks of another job are refused.
+    pub job_id: u64,
+    /// Bound on every wait, rendezvous included.
+    pub timeout: Duration,
+    /// Size of the shared workspace (rank 0's value is used).
+    pub shm_budget: usize,
+    /// Epoch of the first call (rank 0's value is used). Tests start near u32::MAX to cross
+    /// wrap-around.
+    pub first_epoch: u32,
+    /// Digest of plan inputs; all ranks must agree.
+    pub fingerprint: u64,
+}
+
+/// FNV-1a, for stable job ids derived from a path.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn env_var(name: &'static str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn parse_env<T: std::str::FromStr>(var: &'static str, what: &str) -> Result<Option<T>> {
+    match env_var(var) {
+        None => Ok(None),
+        Some(v) => v.trim().parse::<T>().map(Some).map_err(|_| Error::Config {
+            var,
+            value: v,
+            reason: format!("expected {what}"),
+        }),
+    }
+}
+
+impl Config {
+    /// A configuration with defaults; the job id is derived from the rendezvous path.
+    pub fn new(rank: usize, world: usize, rendezvous: impl Into<PathBuf>) -> Config {
+        let rendezvous = rendezvous.into();
+        Config {
+            rank,
+            world,
+            job_id: fnv1a(rendezvous.as_os_str().as_encoded_bytes()),
+            rendezvous,
+            timeout: DEFAULT_TIMEOUT,
+            shm_budget: DEFAULT_SHM_BYTES,
+            first_epoch: 0,
+            fingerprint: 0,
+        }
+    }
+
+    /// Reads `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV` (`unix:/path` or a path), and the
+    /// optional `TPAR_JOB_ID` (hex), `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES`, `TPAR_FIRST_EPOCH`.
+    pub fn from_env() -> Result<Config> {
+        let rank: usize = parse_env("TPAR_RANK", "a rank number")?.ok_or_else(|| Error::Config {
+            var: "TPAR_RANK",
+            value: String::new(),
+            reason: "not set (an outside launcher sets TPAR_RANK, TPAR_WORLD_SIZE and TPAR_RDZV)".into(),
+        })?;
+        let world: usize = parse_env("TPAR_WORLD_SIZE", "a world size")?.ok_or_else(|| Error::Config {
+            var: "TPAR_WORLD_SIZE",
+            value: String::new(),
+            reason: "not set".into(),
+        })?;
+        let rdzv = env_var("TPAR_RDZV").ok_or_else(|| Error::Config {
+            var: "TPAR_RDZV",
+            value: String::new(),
+            reason: "not set; expected unix:/path/to/socket".into(),
+        })?;
+        let path = match rdzv.split_once(':') {
+            Some(("unix", p)) => p.to_string(),
+            Some((scheme, _)) if !rdzv.starts_with('/') => {
+                return Err(Error::Config {
+                    var: "TPAR_RDZV",
+                    value: rdzv.clone(),
+                    reason: format!("unsupported scheme {scheme:?}; tpar runs inside one host: use unix:/path"),
+                })
+            }
+            _ => rdzv.clone(),
+        };
+        let mut c = Config::new(rank, world, path);
+        if let Some(j) = env_var("TPAR_JOB_ID") {
+            c.job_id = u64::from_str_radix(j.trim().trim_start_matches("0x"), 16).map_err(|_| Error::Config {
+                var: "TPAR_JOB_ID",
+                value: j,
+                reason: "expected a hexadecimal job id".into(),
+            })?;
+        }
+        if let Some(ms) = parse_env::<u64>("TPAR_TIMEOUT_MS", "milliseconds")? {
+            c.timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(b) = parse_env::<usize>("TPAR_SHM_BYTES", "bytes")? {
+            c.shm_budget = b;
+        }
+        if let Some(e) = parse_env::<u32>("TPAR_FIRST_EPOCH", "a u32")? {
+            c.first_epoch = e;
+        }
+        Ok(c)
+    }
+
+    /// Checks what can be checked before meeting any peer.
+    pub fn validate(&self) -> Result<()> {
+        if !(2..=MAX_WORLD).contains(&self.world) {
+            return Err(Error::invalid(
+                "world",
+                format!("world size {} is outside 2..={MAX_WORLD} (a world of 1 needs no all-reduce)", self.world),
+            ));
+        }
+        if self.rank >= self.world {
+            return Err(Error::invalid("rank", format!("rank {} is out of range for world size {}", self.rank, self.world)));
+        }
+        Ok(())
+    }
+}
+
+/// The bounded waiter behind every spin of the CPU backend.
+struct Spinner<'a> {
+    rank: usize,
+    ws: &'a Workspace<'a, AtomicU64>,
+    shm: &'a ShmSegment,
+    desc: Desc,
+    start: Instant,
+    timeout: Duration,
+    spins: u32,
+    next_liveness: Option<Instant>,
+    suspect: Option<usize>,
+}
+
+impl Spinner<'_> {
+    fn describe(&self, peer: usize, phase: Phase) -> String {
+        let s = self.ws.status(peer);
+        let peer_desc = s[st::DESC].load_acquire();
+        let peer_epoch = s[st::EPOCH].load_acquire() as u32;
+        let theirs = if peer_desc == 0 {
+            "rank {peer} has not entered any call".replace("{peer}", &peer.to_string())
+        } else {
+            let alg = Algorithm::from_code((peer_desc >> 16) & 0xf).map_or("?", |a| a.name());
+            format!(
+                "rank {peer} last entered call epoch {peer_epoch} ({alg}, count {})",
+                peer_desc >> 22
+            )
+        };
+        format!(
+            "rank {peer}'s {phase} in call epoch {} ({}, {}, count {}); {theirs}",
+            self.desc.epoch, self.desc.algorithm, self.desc.dtype, self.desc.count
+        )
+    }
+}
+
+impl Wait for Spinner<'_> {
+    fn pause(&mut self, peer: usize, phase: Phase) -> Result<()> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.spins < SPINS_BEFORE_YIELD {
+            std::hint::spin_loop();
+            return Ok(());
+        }
+        if self.suspect == Some(peer) {
+            // The peer's lock was gone and a poll after that still found nothing.
+            return Err(Error::PeerDied {
+                rank: self.rank,
+                peer,
+                during: self.describe(peer, phase),
+            });
+        }
+        let abort = self.ws.header()[hdr::ABORT].load_acquire();
+        if abort != 0 && abort != self.rank as u64 + 1 {
+            return Err(Error::Aborted {
+                rank: self.rank,
+                by: abort as usize - 1,
+            });
+        }
+        let now = Instant::now();
+        let waited = now.duration_since(self.start);
+        if waited >= self.timeout {
+            return Err(Error::Timeout {
+                rank: self.rank,
+                waited_ms: waited.as_millis().min(u64::MAX as u128) as u64,
+                what: self.describe(peer, phase),
+            });
+        }
+        match self.next_liveness {
+            Some(t) if now < t => {}
+            _ => {
+                self.next_liveness = Some(now + LIVENESS_PERIOD);
+                if !self.shm.is_alive(peer) {
+                    self.suspect = Some(peer);
+                }
+            }
+        }
+        if self.spins < SPINS_BEFORE_YIELD + YIELDS_BEFORE_SLEEP {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        Ok(())
+    }
+}
+
+/// A member of an all-reduce group on the CPU shared-memory backend.
+pub struct Communicator {
+    rank: usize,
+    world: usize,
+    layout: Layout,
+    shm: ShmSegment,
+    control: Control,
+    epoch: u32,
+    timeout: Duration,
+    poisoned: Option<String>,
+    scratch: Vec<u64>,
+}
+
+impl std::fmt::Debug for Communicator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Communicator")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .field("epoch", &self.epoch)
+            .field("chunk_words", &self.layout.cap)
+            .field("poisoned", &self.poisoned)
+            .finish()
+    }
+}
+
+impl Communicator {
+    /// Joins the job: rendezvous, shared workspace, liveness lock.
+    pub fn init(cfg: &Config) -> Result<Communicator> {
+        cfg.validate()?;
+        let joined = join(&JoinSpec {
+            rank: cfg.rank,
+            world: cfg.world,
+            path: cfg.rendezvous.clone(),
+            job_id: cfg.job_id,
+            fingerprint: cfg.fingerprint,
+            timeout: cfg.timeout,
+            shm_budget: cfg.shm_budget,
+            first_epoch: cfg.first_epoch,
+        })?;
+        let ws = Workspace::new(joined.layout, joined.shm.words())?;
+        ws.status(cfg.rank)[st::PID].store_relaxed(std::process::id() as u64);
+        Ok(Communicator {
+            rank: cfg.rank,
+            world: cfg.world,
+            layout: joined.layout,
+            scratch: vec![0; joined.layout.cap],
+            shm: joined.shm,
+            control: joined.control,
+            epoch: joined.first_epoch,
+            timeout: cfg.timeout,
+            poisoned: None,
+        })
+    }
+
+    /// Joins the job described by the environment (see [`Config::from_env`]).
+    pub fn from_env() -> Result<Communicator> {
+        Communicator::init(&Config::from_env()?)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn world(&self) -> usize {
+        self.world
+    }
+
+    /// The workspace layout (chunk capacity in words, sizes).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The epoch the next call will use.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Whether an earlier error poisoned this communicator.
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.is_some()
+    }
+
+    /// Sums `input` over all ranks into `output`, with the algorithm tpar picks for this size.
+    pub fn all_reduce<T: Element>(&mut self, input: &[T], output: &mut [T]) -> Result<()> {
+        let algo = cpu_default_algorithm(std::mem::size_of_val(input), self.world);
+        self.execute(algo, Some(input), output)
+    }
+
+    /// Sums `input` over all ranks into `output` with `algo`.
+    pub fn all_reduce_with<T: Element>(&mut self, algo: Algorithm, input: &[T], output: &mut [T]) -> Result<()> {
+        self.execute(algo, Some(input), output)
+    }
+
+    /// Sums `buf` over all ranks, in place.
+    pub fn all_reduce_in_place<T: Element>(&mut self, algo: Option<Algorithm>, buf: &mut [T]) -> Result<()> {
+        let algo = algo.unwrap_or_else(|| cpu_default_algorithm(std::mem::size_of_val(buf), self.world));
+        self.execute(algo, None, buf)
+    }
+
+    /// Waits until every rank has reached this point (an empty all-reduce: every rank
+    /// exchanges a call descriptor with every other).
+    pub fn barrier(&mut self) -> Result<()> {
+        self.execute::<f32>(Algorithm::OneshotPush, Some(&[]), &mut [])
+    }
+
+    /// Control plane: rank 0 receives every rank's bytes (in rank order); others get `None`.
+    pub fn gather_bytes(&mut self, payload: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
+        self.usable()?;
+        self.control.gather(payload, self.timeout)
+    }
+
+    /// Control plane: every rank receives rank 0's bytes.
+    pub fn broadcast_bytes(&mut self, payload: &[u8]) -> Result<Vec<u8>> {
+        self.usable()?;
+        self.control.broadcast(payload, self.timeout)
+    }
+
+    fn usable(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(cause) => Err(Error::Poisoned {
+                rank: self.rank,
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn fail(&mut self, e: &Error) {
+        if e.poisons() {
+            self.poisoned = Some(e.to_string());
+            if let Ok(ws) = Workspace::new(self.layout, self.shm.words()) {
+                let _ = ws.header()[hdr::ABORT].compare_exchange(0, self.rank as u64 + 1, Ordering::AcqRel, Ordering::Acquire);
+            }
+        }
+    }
+
+    fn execute<T: Element>(&mut self, algo: Algorithm, input: Option<&[T]>, output: &mut [T]) -> Result<()> {
+        self.usable()?;
+        let n = output.len();
+        if let Some(i) = input {
+            if i.len() != n {
+                return Err(Error::invalid(
+                    "output",
+                    format!("output holds {n} elements but input holds {}", i.len()),
+                ));
+            }
+        }
+        if n as u64 > MAX_COUNT {
+            return Err(Error::invalid("count", format!("{n} elements exceeds {MAX_COUNT}")));
+        }
+        if matches!(algo, Algorithm::StagedPush | Algorithm::Hierarchical | Algorithm::Nccl) {
+            return Err(Error::Unsupported {
+                what: format!("{algo} on the CPU shared-memory backend"),
+                reason: "it is a GPU-fabric algorithm; CPU ranks run oneshot-push, oneshot-pull, twoshot-push, twoshot-pull or gather-bcast".into(),
+            });
+        }
+        let ws = Workspace::new(self.layout, self.shm.words())?;
+        let chunk = self.layout.cap * T::LANES;
+        let chunks = n.div_ceil(chunk).max(1);
+        for c in 0..chunks {
+            let (a, b) = (c * chunk, ((c + 1) * chunk).min(n));
+            let nw = words_for::<T>(b - a);
+            {
+                let src: &[T] = match input {
+                    Some(i) => &i[a..b],
+                    None => &output[a..b],
+                };
+                for (i, w) in self.scratch.iter_mut().take(nw).enumerate() {
+                    let e = (i * T::LANES + T::LANES).min(src.len());
+                    *w = pack(&src[i * T::LANES..e]);
+                }
+            }
+            let desc = Desc {
+                epoch: self.epoch,
+                algorithm: algo,
+                dtype: T::DTYPE,
+                count: n as u64,
+            };
+            let status = ws.status(self.rank);
+            status[st::EPOCH].store_relaxed(self.epoch as u64);
+            status[st::DESC].store_relaxed(desc.encode());
+            let mut spinner = Spinner {
+                rank: self.rank,
+                ws: &ws,
+                shm: &self.shm,
+                desc,
+                start: Instant::now(),
+                timeout: self.timeout,
+                spins: 0,
+                next_liveness: None,
+                suspect: None,
+            };
+            let mut call = Call {
+                ws: &ws,
+                rank: self.rank,
+                desc,
+                waiter: &mut spinner,
+            };
+            let r = run_chunk(algo, &mut call, &self.scratch[..nw], &mut output[a..b]);
+            self.epoch = self.epoch.wrapping_add(1);
+            if let Err(e) = r {
+                self.fail(&e);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Message size (bytes) up to which CPU ranks use one-shot push; two-shot push above.
+/// Placeholder crossover until `tpar tune` or the plan supplies one: one-shot moves (N-1)·S
+/// per rank but has one hop, two-shot 2(N-1)/N·S with two hops (REFERENCE.md floor
+/// arithmetic); on shared memory the hop is cheap, so the crossover is small.
+pub const CPU_ONESHOT_MAX_BYTES: usize = 64 << 10;
+
+/// The CPU backend's choice when the caller names no algorithm.
+pub fn cpu_default_algorithm(bytes: usize, _world: usize) -> Algorithm {
+    if bytes <= CPU_ONESHOT_MAX_BYTES {
+        Algorithm::OneshotPush
+    } else {
+        Algorithm::TwoshotPush
+    }
+}

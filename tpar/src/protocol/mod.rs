@@ -1,0 +1,266 @@
+//! Protocols: how a reader knows that data has landed, written only in terms of 64-bit words
+//! with acquire/release ordering, so the same code runs over shared memory between processes
+//! and under the loom model checker.
+//!
+//! - `sentinel`: slots hold [`EMPTY`] when empty; a writer stores packed words (never
+//!   `EMPTY`, see [`crate::dtype`]); the reader polls *its own* memory until a word is not
+//!   `EMPTY`, consumes it, and clears it back. No remote reads, no fences beyond the word.
+//! - `barrier`: generation counters stored into each peer's slot and polled locally, compared
+//!   modulo 2^32 so they may wrap.
+//!
+//! Owns: the [`Word`] and [`Wait`] abstractions, call descriptors, and the verbs
+//! (`poll_until_not_empty`, `clear`, `barrier`). Must never block without a bound: every
+//! spin goes through a [`Wait`], which enforces the deadline, the abort flag and peer
+//! liveness.
+
+use crate::algorithms::Algorithm;
+use crate::dtype::{DType, EMPTY};
+use crate::error::{Error, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A shared 64-bit cell. Implemented for `std` atomics (shared memory) and, in tests, for
+/// loom's atomics.
+pub trait Word: Sync {
+    fn load_acquire(&self) -> u64;
+    fn store_release(&self, v: u64);
+    fn store_relaxed(&self, v: u64);
+}
+
+impl Word for AtomicU64 {
+    #[inline(always)]
+    fn load_acquire(&self) -> u64 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline(always)]
+    fn store_release(&self, v: u64) {
+        self.store(v, Ordering::Release)
+    }
+    #[inline(always)]
+    fn store_relaxed(&self, v: u64) {
+        self.store(v, Ordering::Relaxed)
+    }
+}
+
+/// What a rank is waiting for, for error messages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// A peer's call descriptor in my inbox.
+    Descriptor,
+    /// A peer's data words in my inbox.
+    Data,
+    /// A peer's arrival at barrier `k` of the call.
+    Barrier(u32),
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Phase::Descriptor => f.write_str("call descriptor"),
+            Phase::Data => f.write_str("data"),
+            Phase::Barrier(k) => write!(f, "barrier {k}"),
+        }
+    }
+}
+
+/// Called after each failed poll. Returns an error to abandon the wait (deadline passed,
+/// abort raised, peer dead); otherwise spins, yields or sleeps.
+pub trait Wait {
+    fn pause(&mut self, peer: usize, phase: Phase) -> Result<()>;
+}
+
+/// What every rank states about a call; ranks must agree on all of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Desc {
+    pub epoch: u32,
+    pub algorithm: Algorithm,
+    pub dtype: DType,
+    /// Total element count of the user's call (not of the chunk).
+    pub count: u64,
+}
+
+/// Largest element count a descriptor can carry (40 bits).
+pub const MAX_COUNT: u64 = (1 << 40) - 1;
+
+impl Desc {
+    /// Encodes as a word: epoch low 16 bits | algorithm 4 bits | dtype 2 bits | count 40 bits.
+    /// Bit 63 stays clear, so a descriptor is never [`EMPTY`].
+    pub fn encode(&self) -> u64 {
+        (self.epoch as u64 & 0xffff)
+            | ((self.algorithm.code() & 0xf) << 16)
+            | ((self.dtype.code() & 0x3) << 20)
+            | ((self.count & MAX_COUNT) << 22)
+    }
+
+    /// The 32-bit check carried beside barrier generations.
+    pub fn check32(&self) -> u32 {
+        let w = self.encode();
+        (w ^ (w >> 32)) as u32
+    }
+
+    /// Names the first field in which `theirs` (a peer's encoded descriptor) differs.
+    pub fn diff(&self, theirs: u64) -> Option<(&'static str, String, String)> {
+        let ours = self.encode();
+        let alg = |w: u64| Algorithm::from_code((w >> 16) & 0xf).map_or("?".to_string(), |a| a.name().to_string());
+        let dt = |w: u64| DType::from_code((w >> 20) & 0x3).map_or("?".to_string(), |d| d.name().to_string());
+        if (ours >> 16) & 0xf != (theirs >> 16) & 0xf {
+            return Some(("algorithm", alg(ours), alg(theirs)));
+        }
+        if (ours >> 20) & 0x3 != (theirs >> 20) & 0x3 {
+            return Some(("dtype", dt(ours), dt(theirs)));
+        }
+        if ours >> 22 != theirs >> 22 {
+            return Some(("count", (ours >> 22).to_string(), (theirs >> 22).to_string()));
+        }
+        if ours & 0xffff != theirs & 0xffff {
+            return Some(("epoch (call sequence)", (ours & 0xffff).to_string(), (theirs & 0xffff).to_string()));
+        }
+        None
+    }
+}
+
+/// Polls `w` (in my own memory) until it is not [`EMPTY`] and returns it.
+#[inline(always)]
+pub fn poll_until_not_empty<W: Word, S: Wait>(w: &W, waiter: &mut S, peer: usize, phase: Phase) -> Result<u64> {
+    loop {
+        let v = w.load_acquire();
+        if v != EMPTY {
+            return Ok(v);
+        }
+        waiter.pause(peer, phase)?;
+    }
+}
+
+/// Returns a peer's descriptor from my inbox after validating it against mine.
+pub fn take_descriptor<W: Word, S: Wait>(slot: &W, ours: &Desc, rank: usize, peer: usize, waiter: &mut S) -> Result<()> {
+    let theirs = poll_until_not_empty(slot, waiter, peer, Phase::Descriptor)?;
+    slot.store_relaxed(EMPTY);
+    if theirs != ours.encode() {
+        let (field, o, t) = ours
+            .diff(theirs)
+            .unwrap_or(("descriptor", format!("{:#x}", ours.encode()), format!("{theirs:#x}")));
+        return Err(Error::Mismatch {
+            rank,
+            peer,
+            field,
+            ours: o,
+            theirs: t,
+        });
+    }
+    Ok(())
+}
+
+/// Owner-only: returns consumed slots to [`EMPTY`].
+///
+/// Buffer-reuse argument (the rule that makes push protocols correct): a slot of parity
+/// `e & 1` is cleared by its owner during call `e`, after consuming it and before the owner
+/// stores anything for call `e + 1`. A peer writes that slot again only in call `e + 2`,
+/// which it can enter only after finishing call `e + 1`, and every algorithm makes each
+/// rank acquire, during a call, a word that every other rank released during that same call
+/// (directly, or through an owner in two-shot). So the clear happens-before the next write,
+/// and the writer's store is later in the slot's modification order. Relaxed stores suffice
+/// for the clear: the release that publishes the owner's next-call data orders them.
+#[inline]
+pub fn clear<W: Word>(slots: &[W]) {
+    for s in slots {
+        s.store_relaxed(EMPTY);
+    }
+}
+
+/// Generation of barrier `k` (0..4) in the call with epoch `epoch`, wrapping mod 2^32.
+#[inline]
+pub fn barrier_gen(epoch: u32, k: u32) -> u32 {
+    epoch.wrapping_mul(4).wrapping_add(k)
+}
+
+/// True when generation `have` is at or past `want`, modulo 2^32 (valid while the two are
+/// within 2^31 of each other; a peer can be at most one barrier ahead).
+#[inline]
+pub fn gen_reached(have: u32, want: u32) -> bool {
+    (have.wrapping_sub(want) as i32) >= 0
+}
+
+/// The initial value of every barrier slot when the first call has `first_epoch`:
+/// one generation before the first barrier.
+pub fn barrier_init(first_epoch: u32) -> u64 {
+    barrier_gen(first_epoch, 0).wrapping_sub(1) as u64
+}
+
+/// A barrier over `slots_of(p)[rank]` for every rank `p` (mine included): store my
+/// generation into every rank's slot for me, then poll my own slots until every peer has
+/// reached it. The 32-bit check (from the call descriptor) is compared when the peer's slot
+/// holds exactly this generation; a peer already past it was validated by its own barrier.
+pub fn barrier<'a, W: Word + 'a, S: Wait>(
+    my_slots: &[W],
+    peer_slot_for_me: impl Fn(usize) -> &'a W,
+    world: usize,
+    rank: usize,
+    gen: u32,
+    desc: &Desc,
+    k: u32,
+    waiter: &mut S,
+) -> Result<()> {
+    let word = gen as u64 | ((desc.check32() as u64) << 32);
+    for i in 0..world {
+        let p = (rank + i) % world;
+        peer_slot_for_me(p).store_release(word);
+    }
+    for i in 1..world {
+        let p = (rank + i) % world;
+        let slot = &my_slots[p];
+        loop {
+            let v = slot.load_acquire();
+            let have = v as u32;
+            if gen_reached(have, gen) {
+                if have == gen && (v >> 32) as u32 != desc.check32() {
+                    return Err(Error::Mismatch {
+                        rank,
+                        peer: p,
+                        field: "call descriptor (algorithm, dtype or count)",
+                        ours: format!("check {:#010x}", desc.check32()),
+                        theirs: format!("check {:#010x}", (v >> 32) as u32),
+                    });
+                }
+                break;
+            }
+            waiter.pause(p, Phase::Barrier(k))?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generations_compare_across_wrap() {
+        assert!(gen_reached(5, 5));
+        assert!(gen_reached(6, 5));
+        assert!(!gen_reached(4, 5));
+        assert!(gen_reached(2, u32::MAX - 1));
+        assert!(!gen_reached(u32::MAX - 1, 2));
+        let e = u32::MAX;
+        assert_eq!(barrier_gen(e, 0), u32::MAX - 3);
+        assert_eq!(barrier_gen(e.wrapping_add(1), 0), 0);
+        assert!(!gen_reached(barrier_init(e) as u32, barrier_gen(e, 0)));
+        assert!(!gen_reached(barrier_init(0) as u32, barrier_gen(0, 0)));
+    }
+
+    #[test]
+    fn descriptors_are_never_empty_and_name_the_field() {
+        let d = Desc {
+            epoch: u32::MAX,
+            algorithm: Algorithm::Nccl,
+            dtype: DType::BF16,
+            count: MAX_COUNT,
+        };
+        assert_ne!(d.encode(), EMPTY);
+        let other = Desc { count: 7, ..d };
+        assert_eq!(d.diff(other.encode()).map(|x| x.0), Some("count"));
+        let other = Desc { dtype: DType::F32, ..d };
+        assert_eq!(d.diff(other.encode()).map(|x| x.0), Some("dtype"));
+        let other = Desc { algorithm: Algorithm::OneshotPull, ..d };
+        assert_eq!(d.diff(other.encode()).map(|x| x.0), Some("algorithm"));
+        assert_eq!(d.diff(d.encode()), None);
+    }
+}

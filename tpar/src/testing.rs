@@ -1,0 +1,166 @@
+//! Correctness tools shared by the tests, `tpar check` and `tpar bench -c 1`: reproducible
+//! random inputs that every rank can regenerate for every other rank, the exact expected
+//! output (f32 accumulation in rank order, as every algorithm computes it), an f64
+//! reference with a tolerance, output poisoning, and a digest to compare ranks bitwise.
+//!
+//! Owns: nothing shared; pure functions. Must never produce all-zero inputs.
+
+use crate::dtype::{pack_acc, unpack_into, Element};
+
+/// splitmix64: fast, good enough for test data, reproducible everywhere.
+#[derive(Clone, Debug)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    /// Uniform in [-1, 1).
+    pub fn next_signed(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+    }
+    /// Uniform in [0, n).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+}
+
+/// Seed of rank `rank`'s input for call `call` of a run seeded `seed`.
+pub fn input_seed(seed: u64, call: u64, rank: usize) -> u64 {
+    seed ^ call.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ (rank as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Fills `buf` with values in [-1, 1) scaled by (rank + 1), so ranks differ and sums
+/// exercise rounding. Never all zeros.
+pub fn fill_input<T: Element>(seed: u64, call: u64, rank: usize, buf: &mut [T]) {
+    let mut g = SplitMix::new(input_seed(seed, call, rank));
+    let scale = (rank + 1) as f32;
+    for x in buf.iter_mut() {
+        let mut v = g.next_signed() * scale;
+        if v == 0.0 {
+            v = 0.5;
+        }
+        *x = T::from_f32(v);
+    }
+}
+
+/// Every rank's input for one call.
+pub fn all_inputs<T: Element>(seed: u64, call: u64, world: usize, count: usize) -> Vec<Vec<T>> {
+    (0..world)
+        .map(|r| {
+            let mut v = vec![T::from_f32(0.0); count];
+            fill_input(seed, call, r, &mut v);
+            v
+        })
+        .collect()
+}
+
+/// The exact output every algorithm must produce: f32 accumulation in rank order, rounded
+/// once to `T` (with the writer's NaN canonicalisation).
+pub fn expected<T: Element>(inputs: &[Vec<T>]) -> Vec<T> {
+    let n = inputs.first().map_or(0, |v| v.len());
+    let mut out = vec![T::from_f32(0.0); n];
+    for (i, o) in out.iter_mut().enumerate() {
+        let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
+        for inp in inputs {
+            acc[0] += inp[i].to_f32();
+        }
+        let mut one = [T::from_f32(0.0)];
+        unpack_into(pack_acc::<T>(&acc), &mut one);
+        *o = one[0];
+    }
+    out
+}
+
+/// Half an ulp of `T` relative to 1.0.
+pub fn unit_roundoff<T: Element>() -> f64 {
+    match T::DTYPE {
+        crate::DType::F32 => 2f64.powi(-24),
+        crate::DType::F16 => 2f64.powi(-11),
+        crate::DType::BF16 => 2f64.powi(-8),
+    }
+}
+
+/// Elements of `out` farther from the f64 sum of `inputs` than rounding can explain:
+/// one rounding to `T` (relative to the result) plus f32 accumulation over `world` terms.
+pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
+    let world = inputs.len() as f64;
+    let u = unit_roundoff::<T>();
+    out.iter()
+        .enumerate()
+        .filter(|(i, o)| {
+            let (mut s, mut mag) = (0f64, 0f64);
+            for inp in inputs {
+                let x = inp[*i].to_f32() as f64;
+                s += x;
+                mag += x.abs();
+            }
+            let tol = u * s.abs() + world * 2f64.powi(-23) * mag + f64::MIN_POSITIVE;
+            let v = o.to_f32() as f64;
+            !(v - s).abs().le(&tol)
+        })
+        .count()
+}
+
+/// Overwrites `buf` with a NaN pattern no algorithm produces, so stale outputs show.
+pub fn poison<T: Element>(buf: &mut [T]) {
+    let bits = match T::DTYPE {
+        crate::DType::F32 => 0x7fa5_a5a5,
+        crate::DType::F16 => 0x7da5,
+        crate::DType::BF16 => 0x7fa5,
+    };
+    for x in buf.iter_mut() {
+        *x = T::from_lane(bits);
+    }
+}
+
+/// Elements whose bits differ between `a` and `b`.
+pub fn bit_diffs<T: Element>(a: &[T], b: &[T]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x.to_lane() != y.to_lane()).count() + a.len().abs_diff(b.len())
+}
+
+/// FNV-1a over the bits of `buf`, to compare outputs across ranks cheaply.
+pub fn digest<T: Element>(buf: &[T]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in buf {
+        h ^= x.to_lane();
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^ buf.len() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    #[test]
+    fn inputs_are_reproducible_and_nonzero() {
+        let a: Vec<Vec<bf16>> = all_inputs(1, 2, 3, 100);
+        let b: Vec<Vec<bf16>> = all_inputs(1, 2, 3, 100);
+        assert_eq!(a, b);
+        assert!(a.iter().flatten().all(|x| x.to_f32() != 0.0));
+        assert_ne!(a[0], a[1]);
+    }
+
+    #[test]
+    fn checker_catches_wrong_outputs() {
+        let inputs: Vec<Vec<bf16>> = all_inputs(7, 0, 4, 257);
+        let mut out = expected(&inputs);
+        assert_eq!(count_wrong(&out, &inputs), 0);
+        out[100] = bf16::from_f32(out[100].to_f32() + 0.5);
+        poison(&mut out[200..202]);
+        assert_eq!(count_wrong(&out, &inputs), 3);
+    }
+}

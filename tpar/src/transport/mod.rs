@@ -1,0 +1,4 @@
+//! Transports: where bytes travel. The CPU backend's is [`shm`]; the CUDA backend adds
+//! peer device memory, shared host memory and NCCL.
+
+pub mod shm;

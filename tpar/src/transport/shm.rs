@@ -1,0 +1,202 @@
+//! POSIX shared memory for CPU ranks, and liveness through open-file-description locks.
+//!
+//! Owns: creating (0600, `O_EXCL`), opening, mapping and unlinking the segment, and the
+//! per-rank liveness lock. A rank holds a write lock on byte `rank` of the segment for as
+//! long as it lives; the kernel drops it the moment the process dies (even as a zombie), so
+//! a peer learns of a death within one check, without signals or pid reuse races.
+//! Must never leave a name behind: the creator unlinks once every rank has attached, and
+//! `Drop` unlinks if that has not happened yet.
+
+use crate::error::{Error, Result};
+use nix::fcntl::OFlag;
+use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
+use nix::sys::stat::{fstat, Mode};
+use std::ffi::c_void;
+use std::num::NonZeroUsize;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+
+/// A mapped shared-memory segment.
+pub struct ShmSegment {
+    fd: OwnedFd,
+    ptr: NonNull<c_void>,
+    len: usize,
+    name: String,
+    /// Whether this handle still owes an unlink (the creator, before all ranks attached).
+    owns_name: bool,
+    rank: usize,
+}
+
+// SAFETY: the mapping is shared memory accessed only through atomics; the handle itself
+// (fd, pointer, length) is plain data that may move between threads.
+unsafe impl Send for ShmSegment {}
+// SAFETY: as above; `&ShmSegment` only hands out `&[AtomicU64]`.
+unsafe impl Sync for ShmSegment {}
+
+fn map(fd: &OwnedFd, len: usize, rank: usize, name: &str) -> Result<NonNull<c_void>> {
+    let nz = NonZeroUsize::new(len).ok_or_else(|| Error::invalid("shm size", "zero-length segment"))?;
+    // SAFETY: mapping a shared-memory fd we own, with a length the segment has (ftruncate or
+    // fstat checked); no address hint, so nothing existing is replaced.
+    unsafe { mmap(None, nz, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_SHARED, fd, 0) }
+        .map_err(|e| Error::io(rank, format!("mmap of shared memory {name} ({len} bytes)"), e))
+}
+
+impl ShmSegment {
+    /// Creates a new segment readable and writable by this user only.
+    pub fn create(name: &str, len: usize, rank: usize) -> Result<Self> {
+        let fd = shm_open(name, OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR, Mode::S_IRUSR | Mode::S_IWUSR)
+            .map_err(|e| Error::io(rank, format!("shm_open(create) {name}"), e))?;
+        let seg_len = i64::try_from(len).map_err(|_| Error::invalid("shm size", format!("{len} bytes")))?;
+        if let Err(e) = nix::unistd::ftruncate(&fd, seg_len) {
+            let _ = shm_unlink(name);
+            return Err(Error::io(
+                rank,
+                format!("ftruncate of shared memory {name} to {len} bytes (is /dev/shm large enough?)"),
+                e,
+            ));
+        }
+        let ptr = match map(&fd, len, rank, name) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = shm_unlink(name);
+                return Err(e);
+            }
+        };
+        Ok(ShmSegment {
+            fd,
+            ptr,
+            len,
+            name: name.to_string(),
+            owns_name: true,
+            rank,
+        })
+    }
+
+    /// Opens an existing segment, which must be exactly `len` bytes.
+    pub fn open(name: &str, len: usize, rank: usize) -> Result<Self> {
+        let fd = shm_open(name, OFlag::O_RDWR, Mode::empty()).map_err(|e| Error::io(rank, format!("shm_open {name}"), e))?;
+        let st = fstat(fd.as_raw_fd()).map_err(|e| Error::io(rank, format!("fstat {name}"), e))?;
+        if st.st_size as u64 != len as u64 {
+            return Err(Error::Rendezvous {
+                rank,
+                field: "shm size",
+                expected: len.to_string(),
+                got: st.st_size.to_string(),
+            });
+        }
+        let ptr = map(&fd, len, rank, name)?;
+        Ok(ShmSegment {
+            fd,
+            ptr,
+            len,
+            name: name.to_string(),
+            owns_name: false,
+            rank,
+        })
+    }
+
+    /// Removes the name; the mapping stays valid for every rank that has it.
+    pub fn unlink(&mut self) -> Result<()> {
+        if self.owns_name {
+            self.owns_name = false;
+            shm_unlink(self.name.as_str()).map_err(|e| Error::io(self.rank, format!("shm_unlink {}", self.name), e))?;
+        }
+        Ok(())
+    }
+
+    /// The segment's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The mapping as words.
+    pub fn words(&self) -> &[AtomicU64] {
+        // SAFETY: the mapping is page-aligned, `len` bytes long (a multiple of 8 by
+        // construction of the layout, rounded down here regardless), lives as long as
+        // `self`, and AtomicU64 has u64's size and alignment; every access is atomic.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr() as *const AtomicU64, self.len / 8) }
+    }
+
+    fn lock_op(&self, cmd: libc::c_int, byte: usize, ty: libc::c_short) -> std::io::Result<libc::flock> {
+        let mut fl = libc::flock {
+            l_type: ty,
+            l_whence: libc::SEEK_SET as libc::c_short,
+            l_start: byte as libc::off_t,
+            l_len: 1,
+            l_pid: 0,
+        };
+        // SAFETY: fcntl on a valid fd we own with a properly initialised flock; OFD lock
+        // commands require l_pid = 0, which it is.
+        let r = unsafe { libc::fcntl(self.fd.as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
+        if r == -1 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(fl)
+    }
+
+    /// Takes the liveness lock for `rank` (held until this handle closes).
+    pub fn hold_liveness(&self, rank: usize) -> Result<()> {
+        self.lock_op(libc::F_OFD_SETLK, rank, libc::F_WRLCK as libc::c_short)
+            .map(|_| ())
+            .map_err(|e| Error::io(self.rank, format!("liveness lock for rank {rank} (is another process using this rank?)"), e))
+    }
+
+    /// Whether some live process holds `rank`'s liveness lock. Errs on the side of "alive"
+    /// if the check itself fails: a false "dead" would abort a healthy job.
+    pub fn is_alive(&self, rank: usize) -> bool {
+        match self.lock_op(libc::F_OFD_GETLK, rank, libc::F_WRLCK as libc::c_short) {
+            Ok(fl) => fl.l_type != libc::F_UNLCK as libc::c_short,
+            Err(_) => true,
+        }
+    }
+}
+
+impl Drop for ShmSegment {
+    fn drop(&mut self) {
+        if self.owns_name {
+            let _ = shm_unlink(self.name.as_str());
+        }
+        // SAFETY: ptr/len are the mapping made in `map`; nothing borrows it past `self`.
+        let _ = unsafe { munmap(self.ptr, self.len) };
+    }
+}
+
+/// Names of tpar segments currently in /dev/shm whose name contains `tag` (for leak checks
+/// and for launchers cleaning up after crashed ranks).
+pub fn leftover_segments(tag: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("tpar-") && n.contains(tag))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn create_open_unlink_and_liveness() {
+        let name = format!("/tpar-test-{}-{}", std::process::id(), rand::random::<u32>());
+        let mut a = ShmSegment::create(&name, 4096, 0).unwrap();
+        let b = ShmSegment::open(&name, 4096, 1).unwrap();
+        assert!(ShmSegment::open(&name, 8192, 1).is_err(), "size mismatch must be refused");
+        a.words()[3].store(42, Ordering::Release);
+        assert_eq!(b.words()[3].load(Ordering::Acquire), 42);
+        let meta = std::fs::metadata(format!("/dev/shm{name}")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        a.unlink().unwrap();
+        assert!(leftover_segments(&name[6..]).is_empty());
+        assert!(!a.is_alive(1));
+        b.hold_liveness(1).unwrap();
+        assert!(a.is_alive(1));
+        drop(b);
+        assert!(!a.is_alive(1), "lock must drop with the handle");
+    }
+}

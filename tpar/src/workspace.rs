@@ -1,0 +1,349 @@
+//! The shared workspace: one block of 64-bit words per rank, owned (polled and cleared) by
+//! that rank and written by its peers, plus a header. Defined once here; the CUDA kernels'
+//! twin lives in `kernels/common.cuh`.
+//!
+//! ```text
+//! header (16 words): magic, version, world, cap, job id, abort, first epoch, total words
+//! rank block r (every region cache-line aligned):
+//!   status      [8]                       pid, entered descriptor, entered epoch, state
+//!   push_desc   [2 parity][world]         one-shot push: peers' call descriptors
+//!   push_data   [2 parity][world][cap]    one-shot push: peers' packed inputs
+//!   rs_desc     [2 parity][world]         two-shot push, reduce-scatter: descriptors
+//!   rs_data     [2 parity][world][piece]  two-shot push: peers' pieces of my share
+//!   ag_data     [2 parity][cap]           two-shot push, all-gather: reduced pieces
+//!   exposed     [cap]                     pull algorithms: my packed input, read by peers
+//!   result      [cap]                     pull algorithms: my reduced piece, read by peers
+//!   barrier     [world]                   barrier generations, one slot per peer
+//! ```
+//!
+//! Owns: offsets and bounds. Must never hand out a slice outside the mapping: `Workspace::new`
+//! checks the length once, and every accessor stays inside the layout it was built from.
+
+use crate::dtype::EMPTY;
+use crate::error::{Error, Result};
+use crate::protocol::{barrier_init, Word};
+
+/// Words in the header.
+pub const HEADER_WORDS: usize = 16;
+/// Words in each rank's status region.
+pub const STATUS_WORDS: usize = 8;
+/// Header magic ("TPARSHM1").
+pub const MAGIC: u64 = 0x5450_4152_5348_4d31;
+/// Layout version; bump on any change.
+pub const LAYOUT_VERSION: u64 = 1;
+/// Largest world size the workspace supports.
+pub const MAX_WORLD: usize = 16;
+/// Smallest chunk capacity in words.
+pub const MIN_CAP_WORDS: usize = 1024;
+
+/// Header word indices.
+pub mod hdr {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 1;
+    pub const WORLD: usize = 2;
+    pub const CAP: usize = 3;
+    pub const JOB: usize = 4;
+    /// 0 = no abort; r + 1 = rank r failed.
+    pub const ABORT: usize = 5;
+    pub const FIRST_EPOCH: usize = 6;
+    pub const TOTAL: usize = 7;
+}
+
+/// Status word indices.
+pub mod st {
+    pub const PID: usize = 0;
+    /// Encoded descriptor of the call this rank last entered.
+    pub const DESC: usize = 1;
+    /// Full epoch of that call.
+    pub const EPOCH: usize = 2;
+}
+
+fn line(n: usize) -> usize {
+    n.div_ceil(8) * 8
+}
+
+/// Offsets (in words) of every region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub world: usize,
+    /// Words per chunk: a call moves at most `cap * lanes` elements per epoch.
+    pub cap: usize,
+    /// Words per reduce-scatter piece: `ceil(cap / world)`.
+    pub piece: usize,
+    status: usize,
+    push_desc: usize,
+    push_data: usize,
+    rs_desc: usize,
+    rs_data: usize,
+    ag: usize,
+    exposed: usize,
+    result: usize,
+    barrier: usize,
+    /// Words per rank block.
+    pub block: usize,
+    /// Words in the whole workspace.
+    pub total: usize,
+}
+
+impl Layout {
+    /// Layout for `world` ranks and `cap` words per chunk.
+    pub fn new(world: usize, cap: usize) -> Result<Layout> {
+        if !(2..=MAX_WORLD).contains(&world) {
+            return Err(Error::invalid("world", format!("{world} ranks; tpar supports 2..={MAX_WORLD}")));
+        }
+        let cap = line(cap.max(1));
+        let piece = line(cap.div_ceil(world));
+        let mut o = 0;
+        let mut take = |n: usize| {
+            let at = o;
+            o += line(n);
+            at
+        };
+        let status = take(STATUS_WORDS);
+        let push_desc = take(2 * world);
+        let push_data = take(2 * world * cap);
+        let rs_desc = take(2 * world);
+        let rs_data = take(2 * world * piece);
+        let ag = take(2 * cap);
+        let exposed = take(cap);
+        let result = take(cap);
+        let barrier = take(world);
+        let block = o;
+        Ok(Layout {
+            world,
+            cap,
+            piece,
+            status,
+            push_desc,
+            push_data,
+            rs_desc,
+            rs_data,
+            ag,
+            exposed,
+            result,
+            barrier,
+            block,
+            total: HEADER_WORDS + world * block,
+        })
+    }
+
+    /// The largest layout whose whole workspace fits in `budget_bytes` (at least the minimum
+    /// chunk).
+    pub fn for_budget(world: usize, budget_bytes: usize) -> Result<Layout> {
+        // Sizes grow monotonically with cap: binary-search the largest cap that fits.
+        let (mut lo, mut hi) = (MIN_CAP_WORDS, (budget_bytes / 8).max(MIN_CAP_WORDS));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if Layout::new(world, mid)?.bytes() <= budget_bytes {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Layout::new(world, lo)
+    }
+
+    /// Bytes of the whole workspace.
+    pub fn bytes(&self) -> usize {
+        self.total * 8
+    }
+}
+
+/// A view of the workspace over some words (shared memory, or a test's vector of loom
+/// atomics).
+pub struct Workspace<'a, W> {
+    pub layout: Layout,
+    words: &'a [W],
+}
+
+impl<'a, W: Word> Workspace<'a, W> {
+    /// Wraps `words`, which must hold exactly `layout.total` words.
+    pub fn new(layout: Layout, words: &'a [W]) -> Result<Self> {
+        if words.len() != layout.total {
+            return Err(Error::invalid(
+                "workspace",
+                format!("mapping holds {} words, layout needs {}", words.len(), layout.total),
+            ));
+        }
+        Ok(Workspace { layout, words })
+    }
+
+    /// Writes the initial state: header, every slot empty, barrier slots one generation
+    /// before `first_epoch`'s first barrier. Only the creator calls this, before any peer
+    /// can see the workspace.
+    pub fn init(&self, job_id: u64, first_epoch: u32) {
+        let l = &self.layout;
+        for w in self.words {
+            w.store_relaxed(EMPTY);
+        }
+        let h = self.header();
+        for w in h {
+            w.store_relaxed(0);
+        }
+        h[hdr::VERSION].store_relaxed(LAYOUT_VERSION);
+        h[hdr::WORLD].store_relaxed(l.world as u64);
+        h[hdr::CAP].store_relaxed(l.cap as u64);
+        h[hdr::JOB].store_relaxed(job_id);
+        h[hdr::FIRST_EPOCH].store_relaxed(first_epoch as u64);
+        h[hdr::TOTAL].store_relaxed(l.total as u64);
+        for r in 0..l.world {
+            for w in self.status(r) {
+                w.store_relaxed(0);
+            }
+            for w in self.barrier_slots(r) {
+                w.store_relaxed(barrier_init(first_epoch));
+            }
+        }
+        // Magic last, with release: a mapping that shows the magic is initialised.
+        h[hdr::MAGIC].store_release(MAGIC);
+    }
+
+    #[inline(always)]
+    fn block(&self, r: usize) -> &'a [W] {
+        let b = HEADER_WORDS + r * self.layout.block;
+        &self.words[b..b + self.layout.block]
+    }
+
+    /// The header words.
+    #[inline]
+    pub fn header(&self) -> &'a [W] {
+        &self.words[..HEADER_WORDS]
+    }
+
+    /// Rank `r`'s status words.
+    #[inline]
+    pub fn status(&self, r: usize) -> &'a [W] {
+        &self.block(r)[self.layout.status..self.layout.status + STATUS_WORDS]
+    }
+
+    /// In `owner`'s block: the descriptor slot that `from` writes in one-shot push.
+    #[inline]
+    pub fn push_desc(&self, owner: usize, parity: usize, from: usize) -> &'a W {
+        &self.block(owner)[self.layout.push_desc + parity * self.layout.world + from]
+    }
+
+    /// In `owner`'s block: the data slot (`cap` words) that `from` writes in one-shot push.
+    #[inline]
+    pub fn push_data(&self, owner: usize, parity: usize, from: usize) -> &'a [W] {
+        let l = &self.layout;
+        let at = l.push_data + (parity * l.world + from) * l.cap;
+        &self.block(owner)[at..at + l.cap]
+    }
+
+    /// In `owner`'s block: the reduce-scatter descriptor slot that `from` writes.
+    #[inline]
+    pub fn rs_desc(&self, owner: usize, parity: usize, from: usize) -> &'a W {
+        &self.block(owner)[self.layout.rs_desc + parity * self.layout.world + from]
+    }
+
+    /// In `owner`'s block: the reduce-scatter slot (`piece` words) that `from` writes.
+    #[inline]
+    pub fn rs_data(&self, owner: usize, parity: usize, from: usize) -> &'a [W] {
+        let l = &self.layout;
+        let at = l.rs_data + (parity * l.world + from) * l.piece;
+        &self.block(owner)[at..at + l.piece]
+    }
+
+    /// In `owner`'s block: the all-gather buffer (`cap` words).
+    #[inline]
+    pub fn ag_data(&self, owner: usize, parity: usize) -> &'a [W] {
+        let l = &self.layout;
+        let at = l.ag + parity * l.cap;
+        &self.block(owner)[at..at + l.cap]
+    }
+
+    /// `owner`'s exposed input (pull algorithms).
+    #[inline]
+    pub fn exposed(&self, owner: usize) -> &'a [W] {
+        &self.block(owner)[self.layout.exposed..self.layout.exposed + self.layout.cap]
+    }
+
+    /// `owner`'s reduced result region (pull algorithms).
+    #[inline]
+    pub fn result(&self, owner: usize) -> &'a [W] {
+        &self.block(owner)[self.layout.result..self.layout.result + self.layout.cap]
+    }
+
+    /// `owner`'s barrier slots, one per peer.
+    #[inline]
+    pub fn barrier_slots(&self, owner: usize) -> &'a [W] {
+        &self.block(owner)[self.layout.barrier..self.layout.barrier + self.layout.world]
+    }
+}
+
+/// The word range `[start, end)` of rank `j`'s piece when `nw` words are split over `world`
+/// ranks as evenly as possible.
+#[inline]
+pub fn piece_range(nw: usize, world: usize, j: usize) -> (usize, usize) {
+    (j * nw / world, (j + 1) * nw / world)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    #[test]
+    fn regions_are_disjoint_and_in_bounds() {
+        for world in [2, 3, 5, 8, 16] {
+            let l = Layout::new(world, 1000).unwrap();
+            let words: Vec<AtomicU64> = (0..l.total).map(|_| AtomicU64::new(0)).collect();
+            let ws = Workspace::new(l, &words).unwrap();
+            let base = words.as_ptr() as usize;
+            let mut spans: Vec<(usize, usize)> = vec![];
+            let span = |s: &[AtomicU64]| {
+                let a = (s.as_ptr() as usize - base) / 8;
+                (a, a + s.len())
+            };
+            spans.push(span(ws.header()));
+            for r in 0..world {
+                spans.push(span(ws.status(r)));
+                spans.push(span(ws.exposed(r)));
+                spans.push(span(ws.result(r)));
+                spans.push(span(ws.barrier_slots(r)));
+                for p in 0..2 {
+                    spans.push(span(ws.ag_data(r, p)));
+                    for f in 0..world {
+                        spans.push(span(ws.push_data(r, p, f)));
+                        spans.push(span(ws.rs_data(r, p, f)));
+                        spans.push(span(std::slice::from_ref(ws.push_desc(r, p, f))));
+                        spans.push(span(std::slice::from_ref(ws.rs_desc(r, p, f))));
+                    }
+                }
+            }
+            spans.sort();
+            for w in spans.windows(2) {
+                assert!(w[0].1 <= w[1].0, "overlap {:?} {:?}", w[0], w[1]);
+            }
+            assert!(spans.last().unwrap().1 <= l.total);
+            assert!(l.piece * world >= l.cap);
+        }
+    }
+
+    #[test]
+    fn budget_is_respected() {
+        for world in [2, 4, 8, 16] {
+            let l = Layout::for_budget(world, 64 << 20).unwrap();
+            assert!(l.bytes() <= 64 << 20, "world {world}: {} bytes", l.bytes());
+            assert!(l.bytes() > 32 << 20, "world {world}: budget badly used: {} bytes", l.bytes());
+        }
+        assert!(Layout::new(1, 10).is_err());
+        assert!(Layout::new(17, 10).is_err());
+    }
+
+    #[test]
+    fn pieces_cover_everything() {
+        for nw in [0, 1, 7, 100, 1025] {
+            for world in 2..=16 {
+                let mut next = 0;
+                for j in 0..world {
+                    let (a, b) = piece_range(nw, world, j);
+                    assert_eq!(a, next);
+                    assert!(b - a <= nw.div_ceil(world));
+                    next = b;
+                }
+                assert_eq!(next, nw);
+            }
+        }
+    }
+}

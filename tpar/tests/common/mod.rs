@@ -1,0 +1,64 @@
+//! Helpers for the CPU backend's integration tests: rank groups as threads of one process,
+//! each with its own socket connection, shared-memory mapping and liveness lock (the same
+//! code path as separate processes; the process-level tests live in the CLI crate).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tpar::{Communicator, Config};
+
+/// A private directory (0700) holding the rendezvous socket.
+pub fn rdzv_path(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tpar-test-{}-{}-{}", tag, std::process::id(), rand_u32()));
+    std::fs::create_dir_all(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir.join("rdzv.sock")
+}
+
+pub fn rand_u32() -> u32 {
+    use std::time::SystemTime;
+    let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap().subsec_nanos();
+    t ^ (std::process::id() << 7)
+}
+
+pub fn config(rank: usize, world: usize, path: &PathBuf) -> Config {
+    let mut c = Config::new(rank, world, path.clone());
+    c.timeout = Duration::from_secs(20);
+    c.shm_budget = 16 << 20;
+    c
+}
+
+/// Runs `f` on `world` rank threads; returns each rank's result in rank order.
+pub fn run_group<R: Send + 'static>(
+    world: usize,
+    tweak: impl Fn(&mut Config) + Send + Sync + 'static,
+    f: impl Fn(&mut Communicator) -> R + Send + Sync + 'static,
+) -> Vec<Result<R, tpar::Error>> {
+    let path = rdzv_path("g");
+    let f = Arc::new(f);
+    let tweak = Arc::new(tweak);
+    let handles: Vec<_> = (0..world)
+        .map(|r| {
+            let (f, tweak, path) = (f.clone(), tweak.clone(), path.clone());
+            std::thread::spawn(move || {
+                let mut c = config(r, world, &path);
+                tweak(&mut c);
+                let mut comm = Communicator::init(&c)?;
+                Ok(f(&mut comm))
+            })
+        })
+        .collect();
+    let out = handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect();
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
+    out
+}
+
+/// Tpar shared-memory names of this process still in /dev/shm.
+pub fn leftovers() -> Vec<String> {
+    tpar::transport::shm::leftover_segments("")
+        .into_iter()
+        .filter(|n| n.contains(&format!("-{}-", std::process::id())))
+        .collect()
+}

@@ -1,0 +1,252 @@
+//! Long sequences across epoch wrap-around, and every way a job can be wrong: each must be a
+//! clear error naming the rank and field, never a panic, a hang or garbage.
+
+mod common;
+use common::*;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+use tpar::rendezvous::{encode_frame, Hello, Kind};
+use tpar::testing::{all_inputs, bit_diffs, expected, poison, SplitMix};
+use tpar::{bf16, f16, Algorithm, Communicator, Config, Error};
+
+#[test]
+fn ten_thousand_calls_of_changing_sizes_cross_epoch_wrap() {
+    let world = 4;
+    let start = u32::MAX - 4000;
+    let results = run_group(world, move |c| c.first_epoch = start, move |comm| {
+        assert_eq!(comm.epoch(), start);
+        let mut g = SplitMix::new(99); // same sequence on every rank
+        let mut checked = 0usize;
+        for call in 0..10_000u64 {
+            let n = g.below(600) as usize;
+            let algo = Algorithm::CPU[g.below(Algorithm::CPU.len() as u64) as usize];
+            match g.below(3) {
+                0 => {
+                    let ins = all_inputs::<f32>(5, call, world, n);
+                    let mut out = vec![0f32; n];
+                    poison(&mut out);
+                    comm.all_reduce_with(algo, &ins[comm.rank()], &mut out).unwrap();
+                    assert_eq!(bit_diffs(&out, &expected(&ins)), 0, "call {call} {algo} n={n}");
+                }
+                1 => {
+                    let ins = all_inputs::<f16>(5, call, world, n);
+                    let mut out = vec![f16::ZERO; n];
+                    poison(&mut out);
+                    comm.all_reduce_with(algo, &ins[comm.rank()], &mut out).unwrap();
+                    assert_eq!(bit_diffs(&out, &expected(&ins)), 0, "call {call} {algo} n={n}");
+                }
+                _ => {
+                    let ins = all_inputs::<bf16>(5, call, world, n);
+                    let mut out = vec![bf16::ZERO; n];
+                    poison(&mut out);
+                    comm.all_reduce_with(algo, &ins[comm.rank()], &mut out).unwrap();
+                    assert_eq!(bit_diffs(&out, &expected(&ins)), 0, "call {call} {algo} n={n}");
+                }
+            }
+            checked += 1;
+        }
+        (checked, comm.epoch())
+    });
+    for r in results {
+        let (checked, epoch) = r.unwrap();
+        assert_eq!(checked, 10_000);
+        assert!(epoch < start, "epoch must have wrapped past u32::MAX (now {epoch})");
+    }
+    assert!(leftovers().is_empty());
+}
+
+#[test]
+fn mismatched_count_or_dtype_is_an_error_naming_the_field() {
+    for algo in [Algorithm::OneshotPush, Algorithm::TwoshotPush, Algorithm::OneshotPull] {
+        let results = run_group(2, |c| c.timeout = Duration::from_secs(5), move |comm| {
+            let n = 10 + comm.rank();
+            let input = vec![1f32; n];
+            let mut out = vec![0f32; n];
+            let first = comm.all_reduce_with(algo, &input, &mut out);
+            let second = comm.all_reduce_with(algo, &input, &mut out);
+            (first, second)
+        });
+        let mut named = false;
+        for r in results {
+            let (first, second) = r.unwrap();
+            let e = first.expect_err("a count mismatch must fail");
+            if let Error::Mismatch { field, .. } = &e {
+                named |= field.contains("count") || field.contains("descriptor");
+            }
+            assert!(matches!(e, Error::Mismatch { .. } | Error::Aborted { .. }), "{algo}: {e}");
+            assert!(matches!(second, Err(Error::Poisoned { .. })), "{algo}: after an error the communicator is poisoned");
+        }
+        assert!(named, "{algo}: some rank must name the field");
+    }
+    let results = run_group(3, |c| c.timeout = Duration::from_secs(5), |comm| {
+        if comm.rank() == 1 {
+            let mut out = vec![f16::ZERO; 8];
+            comm.all_reduce_with(Algorithm::OneshotPush, &vec![f16::ONE; 8], &mut out)
+        } else {
+            let mut out = vec![bf16::ZERO; 8];
+            comm.all_reduce_with(Algorithm::OneshotPush, &vec![bf16::ONE; 8], &mut out)
+        }
+    });
+    let msgs: Vec<String> = results.into_iter().map(|r| r.unwrap().unwrap_err().to_string()).collect();
+    assert!(msgs.iter().any(|m| m.contains("`dtype`") && m.contains("half") && m.contains("bfloat16")), "{msgs:?}");
+}
+
+#[test]
+fn bad_world_and_rank_are_refused_before_any_io() {
+    let p = rdzv_path("bad");
+    for world in [0usize, 1, 17] {
+        let e = Communicator::init(&Config::new(0, world, p.clone())).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { field: "world", .. }), "world {world}: {e}");
+    }
+    let e = Communicator::init(&Config::new(4, 4, p.clone())).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { field: "rank", .. }), "{e}");
+    assert!(!p.exists(), "nothing may be created for a refused config");
+}
+
+#[test]
+fn two_ranks_claiming_one_rank() {
+    let path = rdzv_path("dup");
+    let handles: Vec<_> = [0usize, 1, 1]
+        .into_iter()
+        .map(|r| {
+            let path = path.clone();
+            std::thread::spawn(move || {
+                let mut c = config(r, 3, &path);
+                c.timeout = Duration::from_millis(1500);
+                Communicator::init(&c).map(|_| ())
+            })
+        })
+        .collect();
+    let errs: Vec<Error> = handles.into_iter().map(|h| h.join().unwrap().unwrap_err()).collect();
+    let refused = errs.iter().filter(|e| matches!(e, Error::Rendezvous { field: "rank", .. })).count();
+    assert_eq!(refused, 1, "exactly one duplicate is refused: {errs:?}");
+    let host = errs[0].to_string();
+    assert!(host.contains("ranks [2]") && host.contains("already claimed"), "rank 0 explains: {host}");
+}
+
+#[test]
+fn stale_job_id_and_plan_fingerprint_are_refused() {
+    for (field, tweak) in [
+        ("job_id", Box::new(|c: &mut Config| c.job_id ^= 1) as Box<dyn Fn(&mut Config) + Send + Sync>),
+        ("plan fingerprint (topology, profile, overrides)", Box::new(|c: &mut Config| c.fingerprint = 42)),
+    ] {
+        let path = rdzv_path("job");
+        let p0 = path.clone();
+        let host = std::thread::spawn(move || {
+            let mut c = config(0, 2, &p0);
+            c.timeout = Duration::from_millis(800);
+            Communicator::init(&c).map(|_| ())
+        });
+        let mut c = config(1, 2, &path);
+        tweak(&mut c);
+        let e = Communicator::init(&c).unwrap_err();
+        assert!(matches!(&e, Error::Rendezvous { field: f, rank: 1, .. } if *f == field), "{e}");
+        let e0 = host.join().unwrap().unwrap_err();
+        assert!(e0.to_string().contains(field), "rank 0's timeout names the refusal: {e0}");
+    }
+}
+
+#[test]
+fn garbled_and_truncated_messages_are_refused_and_the_job_still_forms() {
+    let path = rdzv_path("garble");
+    let p0 = path.clone();
+    let host = std::thread::spawn(move || {
+        let mut c = config(0, 2, &p0);
+        c.timeout = Duration::from_secs(10);
+        let mut comm = Communicator::init(&c)?;
+        let mut out = [0f32; 3];
+        comm.all_reduce(&[1.0, 2.0, 3.0], &mut out)?;
+        Ok::<_, Error>(out)
+    });
+    let connect = || loop {
+        if let Ok(s) = UnixStream::connect(&path) {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let reply = |mut s: UnixStream| {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut v = vec![];
+        let _ = s.read_to_end(&mut v);
+        String::from_utf8_lossy(&v).into_owned()
+    };
+    // Garbage bytes.
+    let mut s = connect();
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    assert!(reply(s).contains("magic"));
+    // A well-formed frame with a truncated Hello.
+    let mut s = connect();
+    let hello = Hello { job_id: 1, world: 2, rank: 1, pid: 1, fingerprint: 0 }.encode();
+    s.write_all(&encode_frame(Kind::Hello, &hello[..20])).unwrap();
+    assert!(reply(s).contains("hello length"));
+    // A frame cut off mid-header.
+    let mut s = connect();
+    s.write_all(&encode_frame(Kind::Hello, &hello)[..7]).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(reply(s).contains("frame header"));
+    // Then the real rank 1.
+    let mut comm = Communicator::init(&config(1, 2, &path)).unwrap();
+    let mut out = [0f32; 3];
+    comm.all_reduce(&[1.0, 2.0, 3.0], &mut out).unwrap();
+    assert_eq!(out, [2.0, 4.0, 6.0]);
+    assert_eq!(host.join().unwrap().unwrap(), [2.0, 4.0, 6.0]);
+}
+
+#[test]
+fn a_peer_that_never_arrives_is_a_timeout_and_poisons() {
+    let results = run_group(2, |c| c.timeout = Duration::from_millis(700), |comm| {
+        if comm.rank() == 1 {
+            std::thread::sleep(Duration::from_millis(2500));
+            return (None, None, Duration::ZERO);
+        }
+        let t = Instant::now();
+        let mut out = [0f32; 4];
+        let e = comm.all_reduce_with(Algorithm::OneshotPull, &[1.0; 4], &mut out).unwrap_err();
+        let took = t.elapsed();
+        let again = comm.all_reduce(&[1.0; 4], &mut out).unwrap_err();
+        (Some(e), Some(again), took)
+    });
+    let (e, again, took) = results.into_iter().next().unwrap().unwrap();
+    let e = e.unwrap();
+    assert!(matches!(e, Error::Timeout { rank: 0, .. }), "{e}");
+    assert!(e.to_string().contains("barrier 0") && e.to_string().contains("rank 1"), "{e}");
+    assert!(took < Duration::from_millis(2000), "bounded by the timeout, took {took:?}");
+    assert!(matches!(again.unwrap(), Error::Poisoned { .. }));
+}
+
+#[test]
+fn a_peer_that_leaves_is_reported_as_dead_long_before_the_timeout() {
+    let results = run_group(3, |c| c.timeout = Duration::from_secs(20), |comm| {
+        let mut out = [0f32; 64];
+        comm.all_reduce(&[1.0; 64], &mut out).unwrap();
+        if comm.rank() == 2 {
+            return None; // drops the communicator: its liveness lock goes with it
+        }
+        let t = Instant::now();
+        let e = comm.all_reduce(&[1.0; 64], &mut out).unwrap_err();
+        Some((e, t.elapsed()))
+    });
+    for r in results.into_iter().take(2) {
+        let (e, took) = r.unwrap().unwrap();
+        assert!(matches!(e, Error::PeerDied { peer: 2, .. } | Error::Aborted { by: 0 | 1, .. }), "{e}");
+        assert!(took < Duration::from_secs(2), "took {took:?}");
+    }
+    assert!(leftovers().is_empty());
+}
+
+#[test]
+fn local_argument_errors_do_not_poison() {
+    let results = run_group(2, |_| {}, |comm| {
+        let mut out = [0f32; 3];
+        let e = comm.all_reduce(&[1.0; 4], &mut out).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument { field: "output", .. }), "{e}");
+        let e = comm.all_reduce_with(Algorithm::StagedPush, &[1.0; 3], &mut out).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        comm.all_reduce(&[1.0; 3], &mut out).unwrap();
+        out
+    });
+    for r in results {
+        assert_eq!(r.unwrap(), [2.0; 3]);
+    }
+}
