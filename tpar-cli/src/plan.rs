@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use tpar::plan::{human_bytes, parse_bytes, plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use tpar::profile::ProfileFingerprint;
 use tpar::{DType, Profile, Topology, Transport};
 
 #[derive(clap::Args, Debug)]
@@ -82,6 +83,17 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
     let bytes = args.bytes.ok_or("--bytes B is required (or use --table)")?;
     if let Err(e) = overrides.validate(&topology, world, backend) {
         eprintln!("tpar: warning: a communicator would refuse these settings at init: {e}");
+    }
+    if let Some(prof) = &profile {
+        let here = ProfileFingerprint::new(&topology, None, backend, world, capture);
+        match prof.warn_if_mismatched(&here) {
+            Some(why) => eprintln!("tpar: warning: profile ignored: {why}"),
+            None => {
+                for line in prof.describe() {
+                    eprintln!("tpar: profile: {line}");
+                }
+            }
+        }
     }
     let p = plan(&input(world, bytes));
     if args.json {
