@@ -10,6 +10,16 @@ use tpar::profile::ProfileFingerprint;
 use tpar::{DType, Profile, Topology, Transport};
 
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Settings read from the environment, as a communicator reads them at init:\n  \
+    TPAR_ALGO=<algorithm>|auto   force an algorithm (refused if this fabric cannot run it)\n  \
+    TPAR_TRANSPORT=p2p|host|shm|nccl|auto\n  \
+    TPAR_MAX_BYTES=<size>        NCCL above this size\n  \
+    TPAR_DISABLE=1               always NCCL\n  \
+    TPAR_PROFILE=<file>          tuned profile (same as --profile)\n\n\
+Examples:\n  \
+    tpar plan -t rtxpro6000-pcie-switch-8 --world 8 --bytes 42K -d bfloat16\n  \
+    tpar plan -t l40s-direct-8 --table --graph\n\n\
+docs/plan.md explains every threshold.")]
 pub struct PlanArgs {
     /// A preset (h200-nvswitch-8, rtxpro6000-pcie-switch-8, rtxpro6000-dualsocket-8,
     /// l40s-direct-8, rtx4090-nop2p-4, pcie-2), `cpu`, `discover` (this machine), or a
