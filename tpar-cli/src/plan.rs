@@ -6,9 +6,20 @@
 
 use std::path::PathBuf;
 use tpar::plan::{human_bytes, parse_bytes, plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use tpar::profile::ProfileFingerprint;
 use tpar::{DType, Profile, Topology, Transport};
 
 #[derive(clap::Args, Debug)]
+#[command(after_help = "Settings read from the environment, as a communicator reads them at init:\n  \
+    TPAR_ALGO=<algorithm>|auto   force an algorithm (refused if this fabric cannot run it)\n  \
+    TPAR_TRANSPORT=p2p|host|shm|nccl|auto\n  \
+    TPAR_MAX_BYTES=<size>        NCCL above this size\n  \
+    TPAR_DISABLE=1               always NCCL\n  \
+    TPAR_PROFILE=<file>          tuned profile (same as --profile)\n\n\
+Examples:\n  \
+    tpar plan -t rtxpro6000-pcie-switch-8 --world 8 --bytes 42K -d bfloat16\n  \
+    tpar plan -t l40s-direct-8 --table --graph\n\n\
+docs/plan.md explains every threshold.")]
 pub struct PlanArgs {
     /// A preset (h200-nvswitch-8, rtxpro6000-pcie-switch-8, rtxpro6000-dualsocket-8,
     /// l40s-direct-8, rtx4090-nop2p-4, pcie-2), `cpu`, `discover` (this machine), or a
@@ -83,6 +94,17 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
     if let Err(e) = overrides.validate(&topology, world, backend) {
         eprintln!("tpar: warning: a communicator would refuse these settings at init: {e}");
     }
+    if let Some(prof) = &profile {
+        let here = ProfileFingerprint::new(&topology, None, backend, world, capture);
+        match prof.warn_if_mismatched(&here) {
+            Some(why) => eprintln!("tpar: warning: profile ignored: {why}"),
+            None => {
+                for line in prof.describe() {
+                    eprintln!("tpar: profile: {line}");
+                }
+            }
+        }
+    }
     let p = plan(&input(world, bytes));
     if args.json {
         println!("{}", serde_json::to_string(&p).map_err(|e| e.to_string())?);
@@ -121,15 +143,9 @@ fn cell(p: &Plan) -> String {
 
 /// The decision matrix, deterministic (golden-tested).
 fn table(t: &Topology, dtype: DType, capture: CaptureMode, backend: Backend, decide: impl Fn(usize, u64) -> Plan) -> String {
-    let mut out = format!(
-        "# {} ({} GPUs, topology {:016x}), {}, {}, {} backend\n",
-        t.name,
-        t.gpu_count(),
-        t.hash(),
-        dtype,
-        capture,
-        backend
-    );
+    // No topology hash in the header: the golden tables guard decisions, and a new
+    // descriptive field in Topology must not make them fail.
+    let mut out = format!("# {} ({} GPUs), {}, {}, {} backend\n", t.name, t.gpu_count(), dtype, capture, backend);
     let width = 18;
     out.push_str(&format!("{:<10}", "bytes"));
     for w in TABLE_WORLDS {

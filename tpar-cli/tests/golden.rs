@@ -88,3 +88,51 @@ fn topo_prints_smi_style_matrices_and_json() {
     let (ok, out, _) = tpar(&["topo", "--topology", "cpu"]);
     assert!(ok && out.contains("No GPU found"), "{out}");
 }
+
+#[test]
+fn plan_uses_a_matching_profile_and_ignores_another() {
+    use tpar::plan::{Backend, CaptureMode};
+    use tpar::profile::{Profile, ProfileFingerprint};
+    use tpar::report::Record;
+    let t = tpar::topology::presets::rtxpro6000_pcie_switch_8();
+    let rec = |algorithm, bytes: usize, time_us| Record {
+        algorithm,
+        backend: "cuda".into(),
+        dtype: tpar::DType::BF16,
+        world: 8,
+        bytes,
+        count: bytes / 2,
+        time_us,
+        p10_us: time_us,
+        p90_us: time_us,
+        algbw: 0.0,
+        busbw: 0.0,
+        wrong: 0,
+    };
+    let records = [rec(tpar::Algorithm::OneshotPull, 65536, 5.0), rec(tpar::Algorithm::OneshotPush, 65536, 6.0)];
+    let p = Profile::from_measurements(&records, ProfileFingerprint::new(&t, None, Backend::Cuda, 8, CaptureMode::Graph));
+    let path = std::env::temp_dir().join(format!("tpar-cli-profile-{}.toml", std::process::id()));
+    p.save(&path).unwrap();
+    let path_s = path.to_str().unwrap();
+    let args = |world: &'static str, graph: bool| {
+        let mut v = vec!["plan", "-t", "rtxpro6000-pcie-switch-8", "--world", world, "--bytes", "42K", "--json", "--profile", path_s];
+        if graph {
+            v.push("--graph");
+        }
+        v
+    };
+    let (ok, out, err) = tpar(&args("8", true));
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["algorithm"], "oneshot-pull", "{out}");
+    assert!(v["reason"].as_str().unwrap().starts_with("profile:"), "{out}");
+    assert!(err.contains("oneshot-pull <= 64 KiB"), "{err}");
+    // Measured in graph mode: an eager call ignores it, and says so.
+    let (ok, out, err) = tpar(&args("8", false));
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_ne!(v["algorithm"], "oneshot-pull", "pull only from a matching profile: {out}");
+    assert!(v["reason"].as_str().unwrap().contains("profile ignored: tuned in graph mode, not eager"), "{out}");
+    assert!(err.contains("warning: profile ignored"), "{err}");
+    let _ = std::fs::remove_file(&path);
+}

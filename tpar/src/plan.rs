@@ -57,9 +57,12 @@ pub const PCIE_CUSTOM_MAX_BYTES: u64 = MIB;
 /// P2P write bandwidth as a fraction of the link's spec bandwidth: 53 / 63 GB/s
 /// (REFERENCE.md: 53-56.6 GB/s measured P2P writes on Gen5 x16, 63 GB/s spec).
 pub const P2P_WRITE_EFFICIENCY: f64 = 53.0 / 63.0;
-/// Fraction of isolated bandwidth each GPU keeps when more than two GPUs all write all
-/// peers (REFERENCE.md: 0.38-0.44 on 8 GPUs, one CPU). Two ranks have one flow each way: 1.
+/// Fraction of isolated bandwidth each GPU keeps when 8 GPUs all write all peers
+/// (REFERENCE.md: 0.38-0.44 on 8 GPUs, one CPU). See [`all_to_all_efficiency`] for other
+/// world sizes.
 pub const PCIE_ALL_TO_ALL_EFFICIENCY: f64 = 0.4;
+/// World size at which [`PCIE_ALL_TO_ALL_EFFICIENCY`] was measured.
+pub const PCIE_ALL_TO_ALL_MEASURED_WORLD: usize = 8;
 /// One-way latency of a P2P write, us (REFERENCE.md: 0.36-0.52 us measured on Gen5, upper end).
 pub const PCIE_HOP_US: f64 = 0.52;
 /// Cost of one synchronised step of staged push or one phase of hierarchical, us: a P2P
@@ -526,11 +529,18 @@ fn xfer_us(bytes: f64, gbps: f64) -> f64 {
     }
 }
 
-fn all_to_all_efficiency(world: usize) -> f64 {
+/// Fraction of isolated P2P bandwidth left when `world` GPUs all write all peers. Known
+/// points: 2 ranks have one flow each way (1.0); 8 ranks measured 0.4 (REFERENCE.md).
+/// Between them: linear, an assumption until measured. Beyond 8: held at 0.4 (no data).
+pub fn all_to_all_efficiency(world: usize) -> f64 {
+    let m = PCIE_ALL_TO_ALL_MEASURED_WORLD;
     if world <= 2 {
         1.0
-    } else {
+    } else if world >= m {
         PCIE_ALL_TO_ALL_EFFICIENCY
+    } else {
+        let t = (world - 2) as f64 / (m - 2) as f64;
+        1.0 - t * (1.0 - PCIE_ALL_TO_ALL_EFFICIENCY)
     }
 }
 
@@ -539,10 +549,11 @@ fn oneshot_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
     PCIE_HOP_US + xfer_us((n as f64 - 1.0) * s as f64, gbps * all_to_all_efficiency(n))
 }
 
-/// Staged push: 2(n-1) steps of one flow in and one out, 2(n-1)/n·S per rank at full speed.
+/// Staged push: one-shot push in n-1 synchronised steps (step k: rank i writes S to rank
+/// i+k), so each link carries one flow at a time, at full speed. The schedule the CUDA
+/// kernel (`kernels/staged_push.cu`) and the simulator use.
 fn staged_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
-    let n_f = n as f64;
-    2.0 * (n_f - 1.0) * PCIE_STEP_US + xfer_us(2.0 * (n_f - 1.0) / n_f * s as f64, gbps)
+    (n as f64 - 1.0) * (PCIE_STEP_US + xfer_us(s as f64, gbps))
 }
 
 /// Hierarchical: one-shot inside the largest island (k ranks), then exchange island sums
@@ -864,6 +875,17 @@ mod tests {
         let o = Overrides::from_pairs([("TPAR_DEBUG", "INFO")]).unwrap();
         let input = PlanInput { topology: &t, world: 2, bytes: 8, dtype: DType::F32, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &o };
         assert_eq!(plan_logged(&input), plan(&input));
+    }
+
+    #[test]
+    fn all_to_all_efficiency_runs_from_one_flow_to_the_measured_eight() {
+        assert_eq!(all_to_all_efficiency(2), 1.0);
+        assert!((all_to_all_efficiency(8) - 0.4).abs() < 1e-12);
+        assert!((all_to_all_efficiency(16) - 0.4).abs() < 1e-12);
+        assert!((all_to_all_efficiency(5) - 0.7).abs() < 1e-12);
+        for n in 2..16 {
+            assert!(all_to_all_efficiency(n + 1) <= all_to_all_efficiency(n));
+        }
     }
 
     #[test]

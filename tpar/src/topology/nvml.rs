@@ -37,6 +37,12 @@ fn p2p_ok(a: &Device, b: &Device, index: P2pCapabilitiesIndex) -> bool {
     matches!(a.p2p_status(b, index), Ok(P2pStatus::Ok))
 }
 
+/// The NVIDIA driver's version as NVML reports it (for profile fingerprints); None without
+/// NVML.
+pub fn driver_version() -> Option<String> {
+    Nvml::init().ok()?.sys_driver_version().ok()
+}
+
 /// Discovers this machine's GPUs. Errors only when NVML cannot be loaded or initialised, or
 /// cannot count devices.
 pub fn discover() -> Result<Topology> {
@@ -175,7 +181,10 @@ mod tests {
         // Without a driver this must be Err(Library); with one, Ok. Never a panic.
         match discover() {
             Ok(t) => t.validate().unwrap(),
-            Err(Error::Library { library, .. }) => assert_eq!(library, "NVML"),
+            Err(Error::Library { library, .. }) => {
+                assert_eq!(library, "NVML");
+                assert_eq!(driver_version(), None);
+            }
             Err(e) => panic!("unexpected error kind: {e}"),
         }
     }
