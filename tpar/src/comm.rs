@@ -26,11 +26,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default size of the shared workspace (`TPAR_SHM_BYTES`): large enough for ~0.4 MiB
 /// chunks at 8 ranks, small enough for a container's default /dev/shm of 64 MiB.
 pub const DEFAULT_SHM_BYTES: usize = 48 << 20;
-/// Polls that spin before the waiter starts yielding. Small: the machines tpar's CI runs on
-/// have 2 cores and up to 8 ranks, and a spinning rank there steals the core its peer needs.
-const SPINS_BEFORE_YIELD: u32 = 64;
-/// Polls that yield before the waiter starts sleeping.
-const YIELDS_BEFORE_SLEEP: u32 = 4096;
+/// Pauses (each after `protocol::SPINS_PER_PAUSE` vain polls, about 2-3 us) that yield
+/// the core before a wait starts sleeping. Yielding matters: ranks may outnumber cores (CI
+/// has 2 cores and runs 8 ranks), and a spinning rank there steals its peer's core.
+const YIELDS_BEFORE_SLEEP: u32 = 2048;
+/// Sleep per pause once a wait is long (the peer is late, not slow).
+const LONG_WAIT_SLEEP: Duration = Duration::from_micros(50);
 /// How often a waiter checks that the peer it waits for is alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 
@@ -173,7 +174,6 @@ struct Spinner<'a> {
     desc: Desc,
     start: Instant,
     timeout: Duration,
-    spins: u32,
     next_liveness: Option<Instant>,
     suspect: Option<usize>,
 }
@@ -200,12 +200,7 @@ impl Spinner<'_> {
 }
 
 impl Wait for Spinner<'_> {
-    fn pause(&mut self, peer: usize, phase: Phase) -> Result<()> {
-        self.spins = self.spins.wrapping_add(1);
-        if self.spins < SPINS_BEFORE_YIELD {
-            std::hint::spin_loop();
-            return Ok(());
-        }
+    fn pause(&mut self, peer: usize, phase: Phase, round: u32) -> Result<()> {
         if self.suspect == Some(peer) {
             // The peer's lock was gone and a poll after that still found nothing.
             return Err(Error::PeerDied {
@@ -239,10 +234,10 @@ impl Wait for Spinner<'_> {
                 }
             }
         }
-        if self.spins < SPINS_BEFORE_YIELD + YIELDS_BEFORE_SLEEP {
+        if round < YIELDS_BEFORE_SLEEP {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(LONG_WAIT_SLEEP);
         }
         Ok(())
     }
@@ -496,7 +491,6 @@ impl Communicator {
                 desc,
                 start: Instant::now(),
                 timeout: self.timeout,
-                spins: 0,
                 next_liveness: None,
                 suspect: None,
             };

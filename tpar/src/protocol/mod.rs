@@ -63,10 +63,39 @@ impl std::fmt::Display for Phase {
     }
 }
 
-/// Called after each failed poll. Returns an error to abandon the wait (deadline passed,
-/// abort raised, peer dead); otherwise spins, yields or sleeps.
+/// Polls that spin (with the CPU's pause hint) before a wait asks its [`Wait`] for more.
+/// Short waits, such as a reader catching up with a writer word by word, end inside this
+/// spin and never pay for a clock read or a system call.
+pub const SPINS_PER_PAUSE: u32 = 64;
+
+/// Called when a wait has spun [`SPINS_PER_PAUSE`] polls in vain; `round` counts such calls
+/// within this one wait (0, 1, 2, …), so the waiter can escalate from yielding to sleeping
+/// per wait rather than per call. Returns an error to abandon the wait (deadline passed,
+/// abort raised, peer dead).
 pub trait Wait {
-    fn pause(&mut self, peer: usize, phase: Phase) -> Result<()>;
+    fn pause(&mut self, peer: usize, phase: Phase, round: u32) -> Result<()>;
+    /// Polls per pause; a model checker wants 1, so that every poll is a scheduling point.
+    fn spins_per_pause(&self) -> u32 {
+        SPINS_PER_PAUSE
+    }
+}
+
+/// Spins until `ready(load())` or the waiter gives up; returns the last value loaded.
+#[inline(always)]
+fn spin_until<W: Word, S: Wait>(w: &W, ready: impl Fn(u64) -> bool, waiter: &mut S, peer: usize, phase: Phase) -> Result<u64> {
+    let mut round = 0u32;
+    let spins = waiter.spins_per_pause().max(1);
+    loop {
+        for _ in 0..spins {
+            let v = w.load_acquire();
+            if ready(v) {
+                return Ok(v);
+            }
+            std::hint::spin_loop();
+        }
+        waiter.pause(peer, phase, round)?;
+        round = round.saturating_add(1);
+    }
 }
 
 /// What every rank states about a call; ranks must agree on all of it.
@@ -122,13 +151,11 @@ impl Desc {
 /// Polls `w` (in my own memory) until it is not [`EMPTY`] and returns it.
 #[inline(always)]
 pub fn poll_until_not_empty<W: Word, S: Wait>(w: &W, waiter: &mut S, peer: usize, phase: Phase) -> Result<u64> {
-    loop {
-        let v = w.load_acquire();
-        if v != EMPTY {
-            return Ok(v);
-        }
-        waiter.pause(peer, phase)?;
+    let v = w.load_acquire();
+    if v != EMPTY {
+        return Ok(v);
     }
+    spin_until(w, |v| v != EMPTY, waiter, peer, phase)
 }
 
 /// Returns a peer's descriptor from my inbox after validating it against mine.
@@ -201,23 +228,15 @@ pub fn barrier<W: Word, S: Wait>(ws: &Workspace<'_, W>, rank: usize, desc: &Desc
     let my_slots = ws.barrier_slots(rank);
     for i in 1..world {
         let p = (rank + i) % world;
-        let slot = &my_slots[p];
-        loop {
-            let v = slot.load_acquire();
-            let have = v as u32;
-            if gen_reached(have, gen) {
-                if have == gen && (v >> 32) as u32 != desc.check32() {
-                    return Err(Error::Mismatch {
-                        rank,
-                        peer: p,
-                        field: "call descriptor (algorithm, dtype or count)",
-                        ours: format!("check {:#010x}", desc.check32()),
-                        theirs: format!("check {:#010x}", (v >> 32) as u32),
-                    });
-                }
-                break;
-            }
-            waiter.pause(p, Phase::Barrier(k))?;
+        let v = spin_until(&my_slots[p], |v| gen_reached(v as u32, gen), waiter, p, Phase::Barrier(k))?;
+        if v as u32 == gen && (v >> 32) as u32 != desc.check32() {
+            return Err(Error::Mismatch {
+                rank,
+                peer: p,
+                field: "call descriptor (algorithm, dtype or count)",
+                ours: format!("check {:#010x}", desc.check32()),
+                theirs: format!("check {:#010x}", (v >> 32) as u32),
+            });
         }
     }
     Ok(())
