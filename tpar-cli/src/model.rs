@@ -13,12 +13,14 @@ use tpar::{Algorithm, DType};
 const DEFAULT_SIM_TOPOLOGY: &str = "rtxpro6000-dualsocket-8";
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "All-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (given), \
+#[command(
+    after_help = "All-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (given), \
 --profile (tpar only), --bench (a `tpar bench --json` file, interpolated log-log), or --sim (the simulator on a topology; \
 default rtxpro6000-dualsocket-8). \"plan\" is the fastest non-NCCL algorithm the source offers.\n\n\
 Examples:\n  tpar model                                  # Kimi-K2 class, TP 8, the REFERENCE.md case\n  \
 tpar model --bench results.json --acceptance 3.0\n  tpar model --compute-ms 2.5 --nccl-us 14K=71,42K=225 --plan-us 20 --acceptance 1.8\n\n\
-The worked case is in docs/model.md.")]
+The worked case is in docs/model.md."
+)]
 pub struct ModelArgs {
     /// Transformer layers.
     #[arg(long, default_value_t = model::KIMI_LAYERS)]
@@ -88,17 +90,24 @@ fn sim_latency(topo: &str, tp: usize, graph: bool) -> Result<Simulator, String> 
 /// `225` (every size) or `14K=71,42K=225` (points, log-log).
 fn parse_latency(s: &str, algorithm: Algorithm) -> Result<Box<dyn ArLatency>, String> {
     if !s.contains('=') {
-        let us: f64 = s.trim().parse().map_err(|_| format!("bad latency {s:?}: expected microseconds or SIZE=US,..."))?;
+        let us: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("bad latency {s:?}: expected microseconds or SIZE=US,..."))?;
         return Ok(Box::new(Fixed(us)));
     }
     let mut pts = Vec::new();
     for item in s.split(',').filter(|x| !x.trim().is_empty()) {
-        let (size, us) = item.split_once('=').ok_or_else(|| format!("bad latency point {item:?}: expected SIZE=US"))?;
+        let (size, us) = item
+            .split_once('=')
+            .ok_or_else(|| format!("bad latency point {item:?}: expected SIZE=US"))?;
         let us: f64 = us.trim().parse().map_err(|_| format!("bad latency in {item:?}"))?;
         pts.push((crate::sim::parse_size(size)? as f64, us));
     }
     let table = LogLogTable::new(algorithm, pts).map_err(|e| e.to_string())?;
-    Ok(Box::new(FromFn(move |b| table.latency(b).map(|(us, how)| (us, format!("given ({how})"))))))
+    Ok(Box::new(FromFn(move |b| {
+        table.latency(b).map(|(us, how)| (us, format!("given ({how})")))
+    })))
 }
 
 pub fn run(args: ModelArgs) -> Result<(), String> {
@@ -130,7 +139,11 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     };
     let need_sim = (args.nccl_us.is_none() || (args.plan_us.is_none() && args.profile.is_none())) && records.is_none();
     let sim_name = args.sim.clone().unwrap_or_else(|| DEFAULT_SIM_TOPOLOGY.to_string());
-    let sim = if need_sim || args.sim.is_some() { Some(sim_latency(&sim_name, args.tp, args.graph)?) } else { None };
+    let sim = if need_sim || args.sim.is_some() {
+        Some(sim_latency(&sim_name, args.tp, args.graph)?)
+    } else {
+        None
+    };
 
     let nccl: Box<dyn ArLatency> = if let Some(us) = &args.nccl_us {
         parse_latency(us, Algorithm::Nccl)?
@@ -139,7 +152,9 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     } else {
         let s = sim.clone().ok_or("no latency source")?;
         let name = sim_name.clone();
-        Box::new(FromFn(move |b| Ok((s.predict(Algorithm::Nccl, b)?.total_us, format!("nccl (sim {name})")))))
+        Box::new(FromFn(move |b| {
+            Ok((s.predict(Algorithm::Nccl, b)?.total_us, format!("nccl (sim {name})")))
+        }))
     };
     let plan: Box<dyn ArLatency> = if let Some(us) = &args.plan_us {
         parse_latency(us, Algorithm::OneshotPush)?
@@ -165,12 +180,7 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
 
     println!(
         "# tpar model: {} layers x {} all-reduces = {} per step; hidden {}, {}, TP {}",
-        input.layers,
-        input.ar_per_layer,
-        out.ars_per_step,
-        input.hidden,
-        dtype,
-        input.tp
+        input.layers, input.ar_per_layer, out.ars_per_step, input.hidden, dtype, input.tp
     );
     println!(
         "# all-reduce sizes: decode {} (1 token), verify {} ({} tokens)",
@@ -233,7 +243,11 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     }
     println!();
     for s in &out.scenarios {
-        let verdict = if input.acceptance > s.break_even_acceptance { "speculation pays" } else { "speculation loses" };
+        let verdict = if input.acceptance > s.break_even_acceptance {
+            "speculation pays"
+        } else {
+            "speculation loses"
+        };
         println!(
             "break-even acceptance ({}): {:.2} tokens per verify step; at {:.2}, {verdict} ({:+.0}% tok/s)",
             s.label,

@@ -12,7 +12,9 @@ use tpar::{Algorithm, DType};
 const DEFAULT_BYTES: &str = "256,1K,4K,14K,16K,42K,64K,112K,256K,1M,4M,16M";
 
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Examples:\n  tpar sim --topology rtxpro6000-dualsocket-8 --bytes 14K,42K,112K\n  tpar sim --topology h200-nvswitch-8 --graph --svg h200.svg --json h200.json\n  tpar sim --topology my-box.json --world 4 --algo oneshot-push,twoshot-push,nccl\n\nModel parameters and their sources (spec, measured, fitted): docs/sim.md.")]
+#[command(
+    after_help = "Examples:\n  tpar sim --topology rtxpro6000-dualsocket-8 --bytes 14K,42K,112K\n  tpar sim --topology h200-nvswitch-8 --graph --svg h200.svg --json h200.json\n  tpar sim --topology my-box.json --world 4 --algo oneshot-push,twoshot-push,nccl\n\nModel parameters and their sources (spec, measured, fitted): docs/sim.md."
+)]
 pub struct SimArgs {
     /// Topology: a preset (h200-nvswitch-8, rtxpro6000-pcie-switch-8, rtxpro6000-dualsocket-8,
     /// l40s-direct-8, rtx4090-nop2p-4, pcie-2) or a topology JSON file.
@@ -60,7 +62,10 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         Some('G') => (&digits[..digits.len() - 1], 1 << 30),
         _ => (digits, 1),
     };
-    let n: f64 = num.trim().parse().map_err(|_| format!("bad size {s:?}: expected e.g. 256, 42K, 1M"))?;
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad size {s:?}: expected e.g. 256, 42K, 1M"))?;
     if !(n.is_finite() && n > 0.0) {
         return Err(format!("bad size {s:?}: must be positive"));
     }
@@ -69,7 +74,11 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 
 /// Comma-separated sizes, sorted and de-duplicated.
 pub fn parse_sizes(s: &str) -> Result<Vec<usize>, String> {
-    let mut v = s.split(',').filter(|x| !x.trim().is_empty()).map(parse_size).collect::<Result<Vec<_>, _>>()?;
+    let mut v = s
+        .split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(parse_size)
+        .collect::<Result<Vec<_>, _>>()?;
     v.sort_unstable();
     v.dedup();
     if v.is_empty() {
@@ -82,7 +91,11 @@ pub fn parse_sizes(s: &str) -> Result<Vec<usize>, String> {
 pub fn parse_algos(s: Option<&str>) -> Result<Vec<Algorithm>, String> {
     match s {
         None => Ok(Algorithm::ALL.to_vec()),
-        Some(s) => s.split(',').filter(|x| !x.trim().is_empty()).map(|a| a.parse::<Algorithm>().map_err(|e| e.to_string())).collect(),
+        Some(s) => s
+            .split(',')
+            .filter(|x| !x.trim().is_empty())
+            .map(|a| a.parse::<Algorithm>().map_err(|e| e.to_string()))
+            .collect(),
     }
 }
 
@@ -113,7 +126,11 @@ fn print_calibration() -> Result<(), String> {
     println!("|---|---|---|---:|---:|---:|---:|---|");
     for r in &rows {
         let what = match r.quantity {
-            Quantity::AllReduce { algorithm, bytes } => format!("{algorithm} {} ({})", human(bytes), if r.launch == Launch::Graph { "graph" } else { "eager" }),
+            Quantity::AllReduce { algorithm, bytes } => format!(
+                "{algorithm} {} ({})",
+                human(bytes),
+                if r.launch == Launch::Graph { "graph" } else { "eager" }
+            ),
             Quantity::AllToAllRatio => "aggregate / isolated".into(),
             Quantity::SwitchPairBidirGbps => "GB/s, both ways".into(),
             Quantity::SingleHopGbps => "GB/s, one copy".into(),
@@ -129,7 +146,9 @@ fn print_calibration() -> Result<(), String> {
             f(r.measured),
             f(r.predicted),
             100.0 * r.error(),
-            r.bound.map(|b| format!("{:.0}%", 100.0 * b)).unwrap_or_else(|| "none (known miss)".into()),
+            r.bound
+                .map(|b| format!("{:.0}%", 100.0 * b))
+                .unwrap_or_else(|| "none (known miss)".into()),
             if r.fitted_to { "yes" } else { "no" }
         );
     }
@@ -190,7 +209,13 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             if best.map_or(true, |(_, t)| p.total_us < t) {
                 best = Some((a, p.total_us));
             }
-            records.push(SimRecord { topology: topo.name.clone(), algorithm: a, world, bytes: b, predicted_us: p.total_us });
+            records.push(SimRecord {
+                topology: topo.name.clone(),
+                algorithm: a,
+                world,
+                bytes: b,
+                predicted_us: p.total_us,
+            });
         }
         if let Some((a, t)) = best {
             let ratio = nccl.map(|n| format!("{:.2}x", n / t)).unwrap_or_else(|| "-".into());
@@ -234,7 +259,10 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         }
     } else {
         for (b, from, to) in xs {
-            println!("# crossover: {to} overtakes {from} by {} (sizes between the grid points not simulated)", human(b));
+            println!(
+                "# crossover: {to} overtakes {from} by {} (sizes between the grid points not simulated)",
+                human(b)
+            );
         }
     }
 
@@ -246,8 +274,15 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     if let Some(path) = &args.svg {
         let mut series: Vec<tpar::plot::Series> = Vec::new();
         for &a in &runnable {
-            let points = records.iter().filter(|r| r.algorithm == a).map(|r| (r.bytes as f64, r.predicted_us)).collect();
-            series.push(tpar::plot::Series { name: a.name().to_string(), points });
+            let points = records
+                .iter()
+                .filter(|r| r.algorithm == a)
+                .map(|r| (r.bytes as f64, r.predicted_us))
+                .collect();
+            series.push(tpar::plot::Series {
+                name: a.name().to_string(),
+                points,
+            });
         }
         let title = format!(
             "predicted all-reduce latency: {} ({world} ranks, {})",

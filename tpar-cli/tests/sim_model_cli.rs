@@ -14,12 +14,24 @@ fn sim_writes_json_records_and_an_svg() {
     let json = dir.join("p.json");
     let svg = dir.join("p.svg");
     let out = tpar(&[
-        "sim", "--topology", "rtxpro6000-dualsocket-8", "--bytes", "14K,42K",
-        "--algo", "oneshot-push,nccl", "--json", json.to_str().unwrap(), "--svg", svg.to_str().unwrap(),
+        "sim",
+        "--topology",
+        "rtxpro6000-dualsocket-8",
+        "--bytes",
+        "14K,42K",
+        "--algo",
+        "oneshot-push,nccl",
+        "--json",
+        json.to_str().unwrap(),
+        "--svg",
+        svg.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("42 KiB") && text.contains("sim pick") && text.contains("tpar plan"), "{text}");
+    assert!(
+        text.contains("42 KiB") && text.contains("sim pick") && text.contains("tpar plan"),
+        "{text}"
+    );
     let recs: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(recs.len(), 4);
     for r in &recs {
@@ -43,10 +55,25 @@ fn sim_refuses_unknown_topology_and_too_many_ranks() {
 
 #[test]
 fn model_reproduces_the_reference_case() {
-    let out = tpar(&["model", "--compute-ms", "2.5", "--nccl-us", "14K=71,42K=225", "--draft-ms", "3", "--acceptance", "1.8", "--plan-us", "10"]);
+    let out = tpar(&[
+        "model",
+        "--compute-ms",
+        "2.5",
+        "--nccl-us",
+        "14K=71,42K=225",
+        "--draft-ms",
+        "3",
+        "--acceptance",
+        "1.8",
+        "--plan-us",
+        "10",
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("89.6") && text.contains("54.6") && text.contains("2.95 tokens"), "{text}");
+    assert!(
+        text.contains("89.6") && text.contains("54.6") && text.contains("2.95 tokens"),
+        "{text}"
+    );
     // A baseline that its own all-reduces cannot fit is an error.
     let out = tpar(&["model", "--baseline-tok-s", "89.5", "--nccl-us", "225"]);
     assert!(!out.status.success());

@@ -65,7 +65,10 @@ pub struct LogLogTable {
 impl LogLogTable {
     /// Points must have positive bytes and time; duplicates of a size are averaged.
     pub fn new(algorithm: Algorithm, mut points: Vec<(f64, f64)>) -> Result<Self> {
-        if points.iter().any(|(b, t)| !(*b > 0.0 && *t > 0.0 && b.is_finite() && t.is_finite())) {
+        if points
+            .iter()
+            .any(|(b, t)| !(*b > 0.0 && *t > 0.0 && b.is_finite() && t.is_finite()))
+        {
             return Err(Error::invalid("records", format!("{algorithm}: sizes and times must be positive")));
         }
         if points.is_empty() {
@@ -107,7 +110,10 @@ impl LogLogTable {
 
     /// Smallest and largest measured size.
     pub fn range(&self) -> (f64, f64) {
-        (self.points.first().map(|x| x.0).unwrap_or(0.0), self.points.last().map(|x| x.0).unwrap_or(0.0))
+        (
+            self.points.first().map(|x| x.0).unwrap_or(0.0),
+            self.points.last().map(|x| x.0).unwrap_or(0.0),
+        )
     }
 }
 
@@ -171,7 +177,11 @@ impl ArLatency for BenchLatency {
         }
         let (us, t) = best.ok_or_else(|| Error::invalid("records", "no curves"))?;
         let (lo, hi) = t.range();
-        let how = if (bytes as f64) < lo || (bytes as f64) > hi { "extrapolated" } else { "interpolated" };
+        let how = if (bytes as f64) < lo || (bytes as f64) > hi {
+            "extrapolated"
+        } else {
+            "interpolated"
+        };
         Ok((us, format!("{} ({how} from bench)", t.algorithm)))
     }
 }
@@ -194,9 +204,18 @@ impl ProfileLatency {
             .iter()
             .find(|t| t.dtype == dtype)
             .ok_or_else(|| Error::invalid("profile", format!("the profile has no {dtype} table")))?;
-        let pts = t.buckets.iter().filter(|b| b.median_us > 0.0).map(|b| (b.max_bytes as f64, b.median_us)).collect();
+        let pts = t
+            .buckets
+            .iter()
+            .filter(|b| b.median_us > 0.0)
+            .map(|b| (b.max_bytes as f64, b.median_us))
+            .collect();
         let algorithm = t.buckets.first().map(|b| b.algorithm).unwrap_or(Algorithm::Nccl);
-        Ok(ProfileLatency { profile: profile.clone(), dtype, table: LogLogTable::new(algorithm, pts)? })
+        Ok(ProfileLatency {
+            profile: profile.clone(),
+            dtype,
+            table: LogLogTable::new(algorithm, pts)?,
+        })
     }
 }
 
@@ -290,9 +309,7 @@ impl ModelInput {
             return Err(Error::invalid("draft_ms", format!("must be >= 0, got {}", self.draft_ms)));
         }
         match self.compute {
-            Compute::StepMs(v) if !(v.is_finite() && v >= 0.0) => {
-                Err(Error::invalid("compute_ms", format!("must be >= 0, got {v}")))
-            }
+            Compute::StepMs(v) if !(v.is_finite() && v >= 0.0) => Err(Error::invalid("compute_ms", format!("must be >= 0, got {v}"))),
             Compute::BaselineTokS(v) => pos("baseline_tok_s", v),
             _ => Ok(()),
         }
@@ -462,7 +479,12 @@ mod tests {
         // docs/model.md: compute 2.5 ms, NCCL 71 us at 14 KiB and 225 us at 42 KiB, draft 3 ms,
         // 1.8 tokens per verify. Plain: 2.5 + 122 x 0.071 = 11.162 ms -> 89.6 tok/s.
         // Spec: 2.5 + 122 x 0.225 + 3 = 32.95 ms -> 1.8 / 32.95 ms = 54.6 tok/s.
-        let m = ModelInput { compute: Compute::StepMs(2.5), draft_ms: 3.0, acceptance: 1.8, ..ModelInput::default() };
+        let m = ModelInput {
+            compute: Compute::StepMs(2.5),
+            draft_ms: 3.0,
+            acceptance: 1.8,
+            ..ModelInput::default()
+        };
         let t = LogLogTable::new(Algorithm::Nccl, vec![(14336.0, 71.0), (43008.0, 225.0)]).unwrap();
         let out = evaluate(&m, &t, &[]).unwrap();
         let n = &out.scenarios[0];

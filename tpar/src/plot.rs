@@ -121,7 +121,13 @@ pub fn series_svg(title: &str, series: &[Series], path: &Path) -> Result<()> {
         .x_desc("message size")
         .y_desc("time per all-reduce (us)")
         .x_labels(x_ticks)
-        .x_label_formatter(&|x| if (x - x.round()).abs() < 1e-6 { fmt_bytes(x.round().exp2()) } else { String::new() })
+        .x_label_formatter(&|x| {
+            if (x - x.round()).abs() < 1e-6 {
+                fmt_bytes(x.round().exp2())
+            } else {
+                String::new()
+            }
+        })
         .label_style(("sans-serif", 14))
         .y_label_formatter(&|y| trim(*y))
         .draw()

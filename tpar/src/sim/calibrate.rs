@@ -84,7 +84,12 @@ fn build(name: &str, gpus: Vec<Gpu>, switches: Vec<PcieSwitch>, class: impl Fn(u
                     if i == j {
                         Link::SELF
                     } else {
-                        Link { class: class(i, j), p2p_read: true, p2p_write: true, p2p_atomics: false }
+                        Link {
+                            class: class(i, j),
+                            p2p_read: true,
+                            p2p_write: true,
+                            p2p_atomics: false,
+                        }
                     }
                 })
                 .collect()
@@ -98,7 +103,12 @@ fn build(name: &str, gpus: Vec<Gpu>, switches: Vec<PcieSwitch>, class: impl Fn(u
         links,
         switches,
         islands,
-        cpu: CpuInfo { cores: 64, numa_nodes: 1, sockets: 1, inter_socket_gbps: None },
+        cpu: CpuInfo {
+            cores: 64,
+            numa_nodes: 1,
+            sockets: 1,
+            inter_socket_gbps: None,
+        },
         notes: vec!["calibration machine (sim::calibrate), not a preset".into()],
     }
 }
@@ -127,7 +137,14 @@ pub fn consumer_nop2p_8(name: &str) -> Topology {
 /// 4 Gen3 V100 behind one PCIe switch (the sglang-V100 fork's box).
 pub fn v100_switch_4() -> Topology {
     let g = (0..4).map(|i| gpu(i, "V100 PCIe", 3, 0, Some(0))).collect();
-    let sw = PcieSwitch { id: 0, name: "PEX".into(), chip: 0, socket: 0, uplink_gbps: pcie_gbps(3, 16), acs_redirect: false };
+    let sw = PcieSwitch {
+        id: 0,
+        name: "PEX".into(),
+        chip: 0,
+        socket: 0,
+        uplink_gbps: pcie_gbps(3, 16),
+        acs_redirect: false,
+    };
     build("v100-switch-4", g, vec![sw], |_, _| LinkClass::Pix)
 }
 
@@ -159,7 +176,15 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
             launch: Launch::Eager,
             algorithm: Algorithm::Nccl,
             nccl_sys: false,
-            points: &[(256, 18.0), (4 * KIB, 15.4), (16 * KIB, 19.7), (32 * KIB, 17.6), (64 * KIB, 19.1), (256 * KIB, 46.5), (1024 * KIB, 109.0)],
+            points: &[
+                (256, 18.0),
+                (4 * KIB, 15.4),
+                (16 * KIB, 19.7),
+                (32 * KIB, 17.6),
+                (64 * KIB, 19.1),
+                (256 * KIB, 46.5),
+                (1024 * KIB, 109.0),
+            ],
             bound: Some(0.2),
             fitted_to: true,
         },
@@ -171,7 +196,15 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
             launch: Launch::Eager,
             algorithm: Algorithm::OneshotPush,
             nccl_sys: false,
-            points: &[(256, 6.9), (4 * KIB, 7.4), (16 * KIB, 9.2), (32 * KIB, 11.0), (64 * KIB, 14.0), (256 * KIB, 32.8), (1024 * KIB, 104.0)],
+            points: &[
+                (256, 6.9),
+                (4 * KIB, 7.4),
+                (16 * KIB, 9.2),
+                (32 * KIB, 11.0),
+                (64 * KIB, 14.0),
+                (256 * KIB, 32.8),
+                (1024 * KIB, 104.0),
+            ],
             bound: Some(0.15),
             fitted_to: true,
         },
@@ -207,7 +240,13 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
             launch: Launch::Graph,
             algorithm: Algorithm::OneshotPush,
             nccl_sys: false,
-            points: &[(4 * KIB, 4.0), (16 * KIB, 7.2), (32 * KIB, 11.8), (128 * KIB, 44.5), (384 * KIB, 120.3)],
+            points: &[
+                (4 * KIB, 4.0),
+                (16 * KIB, 7.2),
+                (32 * KIB, 11.8),
+                (128 * KIB, 44.5),
+                (384 * KIB, 120.3),
+            ],
             bound: Some(0.3),
             fitted_to: true,
         },
@@ -310,7 +349,11 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
     ];
     let mut rows = Vec::new();
     for s in &series {
-        let p = Params { launch: s.launch, nccl_p2p_across_sockets: s.nccl_sys, ..params.clone() };
+        let p = Params {
+            launch: s.launch,
+            nccl_p2p_across_sockets: s.nccl_sys,
+            ..params.clone()
+        };
         let sim = Simulator::new(&s.topo, s.world, &p)?;
         for &(bytes, measured) in s.points {
             let predicted = sim.predict(s.algorithm, bytes)?.total_us;
@@ -320,7 +363,10 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
                 machine: s.topo.name.clone(),
                 world: s.world,
                 launch: s.launch,
-                quantity: Quantity::AllReduce { algorithm: s.algorithm, bytes },
+                quantity: Quantity::AllReduce {
+                    algorithm: s.algorithm,
+                    bytes,
+                },
                 measured,
                 predicted,
                 bound: s.bound,
@@ -334,7 +380,10 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
 
 /// Copy-engine figures: bandwidth under contention, without a kernel's injection limit.
 fn fabric_rows(params: &Params) -> Result<Vec<Row>> {
-    let p = Params { pcie_kernel_fraction: 1.0, ..params.clone() };
+    let p = Params {
+        pcie_kernel_fraction: 1.0,
+        ..params.clone()
+    };
     let big = 64.0 * 1024.0 * 1024.0;
     let mut rows = Vec::new();
     let rate = |fab: &Fabric, flows: &[(usize, usize)]| -> Result<Vec<f64>> {
@@ -352,8 +401,26 @@ fn fabric_rows(params: &Params) -> Result<Vec<Row>> {
     let fab = Fabric::new(&one, 8, &p)?;
     let iso = rate(&fab, &[(0, 1)])?[0];
     let all: f64 = rate(&fab, &pairs(8))?.iter().sum();
-    rows.push(fabric_row("I. 8 GPUs write all peers, one CPU: aggregate / isolated", "rtx6kpro pcie-bandwidth.md", &one, Quantity::AllToAllRatio, 0.41, all / (8.0 * iso), Some(0.05), true));
-    rows.push(fabric_row("I. Gen5 P2P write, same socket, isolated (GB/s)", "rtx6kpro pcie-bandwidth.md", &one, Quantity::SingleHopGbps, 54.8, iso, Some(0.05), true));
+    rows.push(fabric_row(
+        "I. 8 GPUs write all peers, one CPU: aggregate / isolated",
+        "rtx6kpro pcie-bandwidth.md",
+        &one,
+        Quantity::AllToAllRatio,
+        0.41,
+        all / (8.0 * iso),
+        Some(0.05),
+        true,
+    ));
+    rows.push(fabric_row(
+        "I. Gen5 P2P write, same socket, isolated (GB/s)",
+        "rtx6kpro pcie-bandwidth.md",
+        &one,
+        Quantity::SingleHopGbps,
+        54.8,
+        iso,
+        Some(0.05),
+        true,
+    ));
 
     // J. Switch pair both ways, ACS redirect off / on.
     let mut sw = presets::rtxpro6000_pcie_switch_8();
@@ -362,8 +429,26 @@ fn fabric_rows(params: &Params) -> Result<Vec<Row>> {
         s.acs_redirect = true;
     }
     let on: f64 = rate(&Fabric::new(&sw, 8, &p)?, &[(0, 1), (1, 0)])?.iter().sum();
-    rows.push(fabric_row("J. switch pair bidirectional, ACS redirect off (GB/s)", "rtx6kpro broadcom-switches.md", &sw, Quantity::SwitchPairBidirGbps, 103.0, off, Some(0.15), false));
-    rows.push(fabric_row("J. switch pair bidirectional, ACS redirect on (GB/s)", "rtx6kpro broadcom-switches.md", &sw, Quantity::SwitchPairBidirGbps, 50.0, on, Some(0.15), false));
+    rows.push(fabric_row(
+        "J. switch pair bidirectional, ACS redirect off (GB/s)",
+        "rtx6kpro broadcom-switches.md",
+        &sw,
+        Quantity::SwitchPairBidirGbps,
+        103.0,
+        off,
+        Some(0.15),
+        false,
+    ));
+    rows.push(fabric_row(
+        "J. switch pair bidirectional, ACS redirect on (GB/s)",
+        "rtx6kpro broadcom-switches.md",
+        &sw,
+        Quantity::SwitchPairBidirGbps,
+        50.0,
+        on,
+        Some(0.15),
+        false,
+    ));
 
     // K. L40S Gen4: single hop, and cross-socket flows with every pair active.
     let l40 = presets::l40s_direct_8();
@@ -373,14 +458,46 @@ fn fabric_rows(params: &Params) -> Result<Vec<Row>> {
     let r = rate(&fab, &prs)?;
     // REFERENCE.md's "9.7 GB/s across sockets with all flows active" is read as what one
     // GPU sends across the socket link in total (its four cross flows together).
-    let cross: f64 = prs.iter().zip(&r).filter(|((a, b), _)| *a == 0 && a / 4 != b / 4).map(|(_, r)| *r).sum();
-    rows.push(fabric_row("K. L40S Gen4 single hop (GB/s)", "flashinfer PR #4870", &l40, Quantity::SingleHopGbps, 26.0, single, Some(0.1), false));
-    rows.push(fabric_row("K. L40S across sockets, all flows active, per GPU (GB/s)", "flashinfer PR #4870", &l40, Quantity::CrossSocketAllFlowsGbps, 9.7, cross, Some(0.2), false));
+    let cross: f64 = prs
+        .iter()
+        .zip(&r)
+        .filter(|((a, b), _)| *a == 0 && a / 4 != b / 4)
+        .map(|(_, r)| *r)
+        .sum();
+    rows.push(fabric_row(
+        "K. L40S Gen4 single hop (GB/s)",
+        "flashinfer PR #4870",
+        &l40,
+        Quantity::SingleHopGbps,
+        26.0,
+        single,
+        Some(0.1),
+        false,
+    ));
+    rows.push(fabric_row(
+        "K. L40S across sockets, all flows active, per GPU (GB/s)",
+        "flashinfer PR #4870",
+        &l40,
+        Quantity::CrossSocketAllFlowsGbps,
+        9.7,
+        cross,
+        Some(0.2),
+        false,
+    ));
     Ok(rows)
 }
 
 #[allow(clippy::too_many_arguments)]
-fn fabric_row(figure: &'static str, source: &'static str, t: &Topology, q: Quantity, measured: f64, predicted: f64, bound: Option<f64>, fitted_to: bool) -> Row {
+fn fabric_row(
+    figure: &'static str,
+    source: &'static str,
+    t: &Topology,
+    q: Quantity,
+    measured: f64,
+    predicted: f64,
+    bound: Option<f64>,
+    fitted_to: bool,
+) -> Row {
     Row {
         figure,
         source,
@@ -418,7 +535,13 @@ mod tests {
             );
             if let Some(b) = r.bound {
                 if r.error().abs() > b {
-                    bad.push(format!("{} ({:?}): error {:+.1}% > {:.0}%", r.figure, r.quantity, 100.0 * r.error(), 100.0 * b));
+                    bad.push(format!(
+                        "{} ({:?}): error {:+.1}% > {:.0}%",
+                        r.figure,
+                        r.quantity,
+                        100.0 * r.error(),
+                        100.0 * b
+                    ));
                 }
             }
         }

@@ -92,7 +92,12 @@ impl Fabric {
         if world < 2 || world > topo.gpu_count() {
             return Err(Error::invalid(
                 "world",
-                format!("{world} ranks on {} ({} GPUs): need 2..={}", topo.name, topo.gpu_count(), topo.gpu_count()),
+                format!(
+                    "{world} ranks on {} ({} GPUs): need 2..={}",
+                    topo.name,
+                    topo.gpu_count(),
+                    topo.gpu_count()
+                ),
             ));
         }
         let mut res: Vec<Resource> = Vec::new();
@@ -117,7 +122,10 @@ impl Fabric {
         let mut rc_reads = Vec::new();
         let mut mem = Vec::new();
         for s in 0..sockets {
-            rc.push(add(format!("rc{s}.p2p"), params.rc_forward_links * mean_link * params.pcie_efficiency)?);
+            rc.push(add(
+                format!("rc{s}.p2p"),
+                params.rc_forward_links * mean_link * params.pcie_efficiency,
+            )?);
             rc_reads.push(add(
                 format!("rc{s}.reads"),
                 params.rc_read_outstanding_bytes / params.pcie_read_rtt_us / 1e3,
@@ -166,7 +174,10 @@ impl Fabric {
             };
             if let Some(s) = g.switch {
                 if s >= topo.switches.len() {
-                    return Err(Error::invalid("topology", format!("GPU{i} names switch {s} of {}", topo.switches.len())));
+                    return Err(Error::invalid(
+                        "topology",
+                        format!("GPU{i} names switch {s} of {}", topo.switches.len()),
+                    ));
                 }
             }
             gpus.push(GpuRes {
@@ -248,7 +259,9 @@ impl Fabric {
     }
 
     fn gpu(&self, a: usize) -> Result<&GpuRes> {
-        self.gpus.get(a).ok_or_else(|| Error::invalid("rank", format!("rank {a} of {}", self.gpus.len())))
+        self.gpus
+            .get(a)
+            .ok_or_else(|| Error::invalid("rank", format!("rank {a} of {}", self.gpus.len())))
     }
 
     /// Resources from rank a's GPU up to its root complex (exclusive), and the socket.
@@ -391,7 +404,11 @@ impl Fabric {
 
     fn inject(&self, a: usize, nvlink: bool) -> Result<usize> {
         let g = self.gpu(a)?;
-        Ok(if nvlink { g.inject_nv.unwrap_or(g.inject_pcie) } else { g.inject_pcie })
+        Ok(if nvlink {
+            g.inject_nv.unwrap_or(g.inject_pcie)
+        } else {
+            g.inject_pcie
+        })
     }
 
     /// One-way write latency between two ranks (for barrier flags).

@@ -97,11 +97,7 @@ pub fn max_min_rates(capacity: &[f64], flows: &[(&[usize], f64)]) -> Vec<f64> {
                 }
             }
         }
-        let saturated: Vec<bool> = left
-            .iter()
-            .zip(capacity)
-            .map(|(l, c)| *l <= EPS * c.max(1.0))
-            .collect();
+        let saturated: Vec<bool> = left.iter().zip(capacity).map(|(l, c)| *l <= EPS * c.max(1.0)).collect();
         let mut progressed = false;
         for (i, (res, cap)) in flows.iter().enumerate() {
             if !frozen[i] && (rate[i] >= cap * (1.0 - EPS) || res.iter().any(|&r| saturated[r])) {
@@ -120,7 +116,10 @@ pub fn max_min_rates(capacity: &[f64], flows: &[(&[usize], f64)]) -> Vec<f64> {
 pub fn simulate(capacity_gbps: &[f64], flows: &[FlowSpec]) -> Result<Vec<f64>> {
     for (r, c) in capacity_gbps.iter().enumerate() {
         if !(c.is_finite() && *c > 0.0) {
-            return Err(Error::invalid("capacity", format!("resource {r} has capacity {c} GB/s; must be finite and > 0")));
+            return Err(Error::invalid(
+                "capacity",
+                format!("resource {r} has capacity {c} GB/s; must be finite and > 0"),
+            ));
         }
     }
     for (i, f) in flows.iter().enumerate() {
@@ -128,13 +127,22 @@ pub fn simulate(capacity_gbps: &[f64], flows: &[FlowSpec]) -> Result<Vec<f64>> {
             return Err(Error::invalid("bytes", format!("flow {i} has {} bytes", f.bytes)));
         }
         if !(f.start_us.is_finite() && f.latency_us.is_finite() && f.latency_us >= 0.0) {
-            return Err(Error::invalid("latency", format!("flow {i}: start {} us, latency {} us", f.start_us, f.latency_us)));
+            return Err(Error::invalid(
+                "latency",
+                format!("flow {i}: start {} us, latency {} us", f.start_us, f.latency_us),
+            ));
         }
         if f.rate_cap_gbps.is_nan() || f.rate_cap_gbps <= 0.0 {
-            return Err(Error::invalid("rate_cap", format!("flow {i} has rate cap {} GB/s", f.rate_cap_gbps)));
+            return Err(Error::invalid(
+                "rate_cap",
+                format!("flow {i} has rate cap {} GB/s", f.rate_cap_gbps),
+            ));
         }
         if let Some(&r) = f.resources.iter().find(|&&r| r >= capacity_gbps.len()) {
-            return Err(Error::invalid("resources", format!("flow {i} uses resource {r} of {}", capacity_gbps.len())));
+            return Err(Error::invalid(
+                "resources",
+                format!("flow {i} uses resource {r} of {}", capacity_gbps.len()),
+            ));
         }
     }
     let n = flows.len();
@@ -173,7 +181,11 @@ pub fn simulate(capacity_gbps: &[f64], flows: &[FlowSpec]) -> Result<Vec<f64>> {
         let mut dt = next_start - t;
         let mut first = None;
         for (k, &i) in active.iter().enumerate() {
-            let d = if rates[k].is_infinite() { 0.0 } else { left[i] / (rates[k] * BYTES_PER_US_PER_GBPS) };
+            let d = if rates[k].is_infinite() {
+                0.0
+            } else {
+                left[i] / (rates[k] * BYTES_PER_US_PER_GBPS)
+            };
             if d < dt || (first.is_none() && d <= dt) {
                 dt = d;
                 first = Some(i);
@@ -321,4 +333,3 @@ mod tests {
         }
     }
 }
-

@@ -124,7 +124,10 @@ impl Default for Params {
 impl Params {
     /// Defaults with the given launch mode.
     pub fn with_launch(launch: Launch) -> Self {
-        Params { launch, ..Params::default() }
+        Params {
+            launch,
+            ..Params::default()
+        }
     }
 
     /// Launch cost of one kernel in the current mode.

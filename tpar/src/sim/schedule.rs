@@ -61,7 +61,12 @@ fn all_pairs(n: usize, bytes: f64, op: Op) -> Vec<Flow> {
     for i in 0..n {
         for j in 0..n {
             if i != j {
-                v.push(Flow { src: gpu(i), dst: gpu(j), bytes, op });
+                v.push(Flow {
+                    src: gpu(i),
+                    dst: gpu(j),
+                    bytes,
+                    op,
+                });
             }
         }
     }
@@ -73,7 +78,10 @@ fn step(label: &'static str, flows: Vec<Flow>, sync: Sync) -> Step {
 }
 
 fn unsupported(a: Algorithm, reason: &str) -> Error {
-    Error::Unsupported { what: format!("{a} in the simulator"), reason: reason.into() }
+    Error::Unsupported {
+        what: format!("{a} in the simulator"),
+        reason: reason.into(),
+    }
 }
 
 /// The schedule of `algorithm` for `bytes` on `fabric`'s ranks. Errors when the algorithm
@@ -84,7 +92,13 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
     let chunk = s / n as f64;
     let p2p_w = fabric.all_p2p_write();
     let p2p_r = fabric.all_p2p_read();
-    let mk = |transport, steps| Ok(Schedule { algorithm, transport, steps });
+    let mk = |transport, steps| {
+        Ok(Schedule {
+            algorithm,
+            transport,
+            steps,
+        })
+    };
     match algorithm {
         Algorithm::OneshotPush if p2p_w => mk(Transport::P2p, vec![step("push to all", all_pairs(n, s, Op::Write), Sync::Poll)]),
         Algorithm::OneshotPush => mk(
@@ -106,7 +120,11 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
             vec![
                 step("stage in host", (0..n).map(|i| host_write(fabric, i, s)).collect(), Sync::HostPoll),
                 step("read my chunk from peers", host_reads(fabric, n, chunk), Sync::Poll),
-                step("stage reduced chunk", (0..n).map(|i| host_write(fabric, i, chunk)).collect(), Sync::HostPoll),
+                step(
+                    "stage reduced chunk",
+                    (0..n).map(|i| host_write(fabric, i, chunk)).collect(),
+                    Sync::HostPoll,
+                ),
                 step("read chunks from host", host_reads(fabric, n, chunk), Sync::Poll),
             ],
         ),
@@ -132,8 +150,22 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
             ],
         ),
         Algorithm::GatherBcast => {
-            let gather = (1..n).map(|i| Flow { src: gpu(i), dst: gpu(0), bytes: s, op: Op::Read }).collect();
-            let bcast = (1..n).map(|i| Flow { src: gpu(0), dst: gpu(i), bytes: s, op: Op::Read }).collect();
+            let gather = (1..n)
+                .map(|i| Flow {
+                    src: gpu(i),
+                    dst: gpu(0),
+                    bytes: s,
+                    op: Op::Read,
+                })
+                .collect();
+            let bcast = (1..n)
+                .map(|i| Flow {
+                    src: gpu(0),
+                    dst: gpu(i),
+                    bytes: s,
+                    op: Op::Read,
+                })
+                .collect();
             mk(
                 Transport::P2p,
                 vec![
@@ -152,7 +184,14 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
             // Step k: rank i writes to rank i+k: one flow out and one in per rank.
             let steps = (1..n)
                 .map(|k| {
-                    let flows = (0..n).map(|i| Flow { src: gpu(i), dst: gpu((i + k) % n), bytes: s, op: Op::Write }).collect();
+                    let flows = (0..n)
+                        .map(|i| Flow {
+                            src: gpu(i),
+                            dst: gpu((i + k) % n),
+                            bytes: s,
+                            op: Op::Write,
+                        })
+                        .collect();
                     step("shifted push", flows, Sync::Poll)
                 })
                 .collect();
@@ -172,7 +211,12 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
                 for &i in isl {
                     for &j in isl {
                         if i != j {
-                            inside.push(Flow { src: gpu(i), dst: gpu(j), bytes: s, op: Op::Write });
+                            inside.push(Flow {
+                                src: gpu(i),
+                                dst: gpu(j),
+                                bytes: s,
+                                op: Op::Write,
+                            });
                         }
                     }
                 }
@@ -185,7 +229,12 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
                     for (a, ia) in islands.iter().enumerate() {
                         if a != b {
                             let i = ia[p % ia.len()];
-                            across.push(Flow { src: gpu(i), dst: gpu(j), bytes: s, op: Op::Write });
+                            across.push(Flow {
+                                src: gpu(i),
+                                dst: gpu(j),
+                                bytes: s,
+                                op: Op::Write,
+                            });
                         }
                     }
                 }
@@ -208,7 +257,12 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
                         && (fabric.class(i, j).is_nvlink()
                             || fabric.params().nccl_p2p_across_sockets
                             || fabric.socket(i) == fabric.socket(j));
-                    Flow { src: gpu(i), dst: gpu(j), bytes: wire, op: if p2p { Op::Write } else { Op::ViaHost } }
+                    Flow {
+                        src: gpu(i),
+                        dst: gpu(j),
+                        bytes: wire,
+                        op: if p2p { Op::Write } else { Op::ViaHost },
+                    }
                 })
                 .collect();
             let steps = (0..2 * (n - 1)).map(|_| step("ring step", hops.clone(), Sync::NcclStep)).collect();
@@ -218,7 +272,12 @@ pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[
 }
 
 fn host_write(fabric: &Fabric, i: usize, bytes: f64) -> Flow {
-    Flow { src: gpu(i), dst: Endpoint::Host(fabric.socket(i)), bytes, op: Op::Write }
+    Flow {
+        src: gpu(i),
+        dst: Endpoint::Host(fabric.socket(i)),
+        bytes,
+        op: Op::Write,
+    }
 }
 
 /// Every rank reads every peer's host-staged buffer.
@@ -227,7 +286,12 @@ fn host_reads(fabric: &Fabric, n: usize, bytes: f64) -> Vec<Flow> {
     for i in 0..n {
         for j in 0..n {
             if i != j {
-                v.push(Flow { src: Endpoint::Host(fabric.socket(i)), dst: gpu(j), bytes, op: Op::Read });
+                v.push(Flow {
+                    src: Endpoint::Host(fabric.socket(i)),
+                    dst: gpu(j),
+                    bytes,
+                    op: Op::Read,
+                });
             }
         }
     }
