@@ -230,7 +230,7 @@ fn write_outputs(records: &[Record], args: &BenchArgs) -> Result<(), String> {
 }
 
 /// Times one (algorithm, size) point on every rank; rank 0 gets the record.
-fn measure<T: Element>(comm: &mut Communicator, algo: Algorithm, bytes: usize, args: &BenchArgs) -> tpar::Result<Option<Record>> {
+pub(crate) fn measure<T: Element>(comm: &mut Communicator, algo: Algorithm, bytes: usize, args: &BenchArgs) -> tpar::Result<Option<Record>> {
     let count = bytes / T::DTYPE.size();
     let world = comm.world();
     let mut input = vec![T::from_f32(0.0); count];

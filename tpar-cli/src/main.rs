@@ -4,9 +4,10 @@
 mod bench;
 mod check;
 mod launch;
+mod util;
 mod plan;
 mod topo;
-mod util;
+mod tune;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -34,6 +35,8 @@ enum Command {
     Topo(topo::TopoArgs),
     /// Show which algorithm tpar runs for an all-reduce and why, or a decision table.
     Plan(plan::PlanArgs),
+    /// Measure every candidate algorithm here and write a tuned profile for the plan
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Check(a) => check::run(a),
         Command::Topo(args) => topo::run(args),
         Command::Plan(args) => plan::run(args),
+        Command::Tune(args) => tune::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -145,3 +145,32 @@ fn launcher_and_environment_errors_are_clear() {
     let out = tpar().args(["bench", "--algo", "ring"]).output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("oneshot-push"), "lists the valid names");
 }
+
+#[test]
+fn tune_writes_a_profile_that_plan_uses_and_a_mismatch_is_reported() {
+    let dir = tmpdir("tune");
+    let prof = dir.join("profile.toml");
+    let out = tpar()
+        .args(["tune", "--ranks", "2", "-b", "1K", "-e", "16K", "-f", "4", "-n", "3", "-w", "1", "-d", "float", "-o"])
+        .arg(&prof)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("bit-exact"), "{stdout}");
+    let text = std::fs::read_to_string(&prof).unwrap();
+    assert!(text.contains("[fingerprint]") && text.contains("backend = \"cpu\"") && text.contains("world = 2"), "{text}");
+    let plan = |world: &str| {
+        let o = tpar()
+            .args(["plan", "--backend", "cpu", "--world", world, "-b", "4K", "-d", "float", "--json", "--profile"])
+            .arg(&prof)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["reason"].as_str().unwrap().to_string()
+    };
+    assert!(plan("2").starts_with("profile:"), "{}", plan("2"));
+    assert!(plan("3").contains("profile ignored: tuned for world 2"), "{}", plan("3"));
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -7,6 +7,10 @@
 //! Must never panic, hang past the timeout, or leave shared memory behind.
 
 use crate::algorithms::{run_chunk, Algorithm, Call};
+use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides, PlanInput};
+use crate::profile::{Profile, ProfileFingerprint};
+use crate::topology::Topology;
+use std::collections::HashMap;
 use crate::dtype::{pack, words_for, Element};
 use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
@@ -22,11 +26,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default size of the shared workspace (`TPAR_SHM_BYTES`): large enough for ~0.4 MiB
 /// chunks at 8 ranks, small enough for a container's default /dev/shm of 64 MiB.
 pub const DEFAULT_SHM_BYTES: usize = 48 << 20;
-/// Polls that spin before the waiter starts yielding. Small: the machines tpar's CI runs on
-/// have 2 cores and up to 8 ranks, and a spinning rank there steals the core its peer needs.
-const SPINS_BEFORE_YIELD: u32 = 64;
-/// Polls that yield before the waiter starts sleeping.
-const YIELDS_BEFORE_SLEEP: u32 = 4096;
+/// Pauses (each after `protocol::SPINS_PER_PAUSE` vain polls, about 2-3 us) that yield
+/// the core before a wait starts sleeping. Yielding matters: ranks may outnumber cores (CI
+/// has 2 cores and runs 8 ranks), and a spinning rank there steals its peer's core.
+const YIELDS_BEFORE_SLEEP: u32 = 2048;
+/// Sleep per pause once a wait is long (the peer is late, not slow).
+const LONG_WAIT_SLEEP: Duration = Duration::from_micros(50);
 /// How often a waiter checks that the peer it waits for is alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 
@@ -46,8 +51,12 @@ pub struct Config {
     /// Epoch of the first call (rank 0's value is used). Tests start near u32::MAX to cross
     /// wrap-around.
     pub first_epoch: u32,
-    /// Digest of plan inputs; all ranks must agree.
+    /// Extra salt for the plan-input digest that ranks compare at rendezvous (0 normally;
+    /// tests set it to provoke a mismatch). The digest itself covers topology, profile and
+    /// overrides.
     pub fingerprint: u64,
+    /// Settings in NCCL's manner (`TPAR_ALGO`, `TPAR_PROFILE`, `TPAR_DEBUG`, …).
+    pub overrides: Overrides,
 }
 
 /// FNV-1a, for stable job ids derived from a path.
@@ -88,6 +97,7 @@ impl Config {
             shm_budget: DEFAULT_SHM_BYTES,
             first_epoch: 0,
             fingerprint: 0,
+            overrides: Overrides::default(),
         }
     }
 
@@ -137,6 +147,7 @@ impl Config {
         if let Some(e) = parse_env::<u32>("TPAR_FIRST_EPOCH", "a u32")? {
             c.first_epoch = e;
         }
+        c.overrides = Overrides::from_env()?;
         Ok(c)
     }
 
@@ -163,7 +174,6 @@ struct Spinner<'a> {
     desc: Desc,
     start: Instant,
     timeout: Duration,
-    spins: u32,
     next_liveness: Option<Instant>,
     suspect: Option<usize>,
 }
@@ -190,12 +200,7 @@ impl Spinner<'_> {
 }
 
 impl Wait for Spinner<'_> {
-    fn pause(&mut self, peer: usize, phase: Phase) -> Result<()> {
-        self.spins = self.spins.wrapping_add(1);
-        if self.spins < SPINS_BEFORE_YIELD {
-            std::hint::spin_loop();
-            return Ok(());
-        }
+    fn pause(&mut self, peer: usize, phase: Phase, round: u32) -> Result<()> {
         if self.suspect == Some(peer) {
             // The peer's lock was gone and a poll after that still found nothing.
             return Err(Error::PeerDied {
@@ -229,17 +234,31 @@ impl Wait for Spinner<'_> {
                 }
             }
         }
-        if self.spins < SPINS_BEFORE_YIELD + YIELDS_BEFORE_SLEEP {
+        if round < YIELDS_BEFORE_SLEEP {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_micros(50));
+            std::thread::sleep(LONG_WAIT_SLEEP);
         }
         Ok(())
     }
 }
 
+/// What the plan needs, fixed at init and identical on every rank (checked at rendezvous).
+struct Dispatch {
+    topology: Topology,
+    profile: Option<Profile>,
+    overrides: Overrides,
+    /// Decisions already made, by (dtype, bytes): planning formats a reason, which has no
+    /// place on the hot path.
+    cache: HashMap<(crate::DType, usize), Algorithm>,
+}
+
+/// Entries the decision cache keeps before it starts over.
+const PLAN_CACHE_MAX: usize = 4096;
+
 /// A member of an all-reduce group on the CPU shared-memory backend.
 pub struct Communicator {
+    dispatch: Dispatch,
     rank: usize,
     world: usize,
     layout: Layout,
@@ -267,12 +286,26 @@ impl Communicator {
     /// Joins the job: rendezvous, shared workspace, liveness lock.
     pub fn init(cfg: &Config) -> Result<Communicator> {
         cfg.validate()?;
+        let topology = Topology::cpu();
+        // A forced algorithm or transport that cannot run here is an error now, not a
+        // silent fallback or a hang later.
+        cfg.overrides.validate(&topology, cfg.world, Backend::Cpu)?;
+        let profile = match &cfg.overrides.profile {
+            Some(path) => {
+                let p = Profile::load(path)?;
+                let here = ProfileFingerprint::new(&topology, None, Backend::Cpu, cfg.world, CaptureMode::Eager);
+                p.warn_if_mismatched(&here);
+                Some(p)
+            }
+            None => None,
+        };
+        let digest = plan_fingerprint(&topology, profile.as_ref(), &cfg.overrides);
         let joined = join(&JoinSpec {
             rank: cfg.rank,
             world: cfg.world,
             path: cfg.rendezvous.clone(),
             job_id: cfg.job_id,
-            fingerprint: cfg.fingerprint,
+            fingerprint: digest ^ cfg.fingerprint,
             timeout: cfg.timeout,
             shm_budget: cfg.shm_budget,
             first_epoch: cfg.first_epoch,
@@ -280,6 +313,12 @@ impl Communicator {
         let ws = Workspace::new(joined.layout, joined.shm.words())?;
         ws.status(cfg.rank)[st::PID].store_relaxed(std::process::id() as u64);
         Ok(Communicator {
+            dispatch: Dispatch {
+                topology,
+                profile,
+                overrides: cfg.overrides.clone(),
+                cache: HashMap::new(),
+            },
             rank: cfg.rank,
             world: cfg.world,
             layout: joined.layout,
@@ -320,9 +359,32 @@ impl Communicator {
         self.poisoned.is_some()
     }
 
-    /// Sums `input` over all ranks into `output`, with the algorithm tpar picks for this size.
+    /// The algorithm the plan picks for `bytes` of `dtype` on this communicator.
+    pub fn planned(&mut self, dtype: crate::DType, bytes: usize) -> Algorithm {
+        if let Some(a) = self.dispatch.cache.get(&(dtype, bytes)) {
+            return *a;
+        }
+        let d = &self.dispatch;
+        let p = plan_logged(&PlanInput {
+            topology: &d.topology,
+            world: self.world,
+            bytes: bytes as u64,
+            dtype,
+            capture: CaptureMode::Eager,
+            backend: Backend::Cpu,
+            profile: d.profile.as_ref(),
+            overrides: &d.overrides,
+        });
+        if self.dispatch.cache.len() >= PLAN_CACHE_MAX {
+            self.dispatch.cache.clear();
+        }
+        self.dispatch.cache.insert((dtype, bytes), p.algorithm);
+        p.algorithm
+    }
+
+    /// Sums `input` over all ranks into `output`, with the algorithm the plan picks.
     pub fn all_reduce<T: Element>(&mut self, input: &[T], output: &mut [T]) -> Result<()> {
-        let algo = cpu_default_algorithm(std::mem::size_of_val(input), self.world);
+        let algo = self.planned(T::DTYPE, std::mem::size_of_val(input));
         self.execute(algo, Some(input), output)
     }
 
@@ -333,7 +395,10 @@ impl Communicator {
 
     /// Sums `buf` over all ranks, in place.
     pub fn all_reduce_in_place<T: Element>(&mut self, algo: Option<Algorithm>, buf: &mut [T]) -> Result<()> {
-        let algo = algo.unwrap_or_else(|| cpu_default_algorithm(std::mem::size_of_val(buf), self.world));
+        let algo = match algo {
+            Some(a) => a,
+            None => self.planned(T::DTYPE, std::mem::size_of_val(buf)),
+        };
         self.execute(algo, None, buf)
     }
 
@@ -426,7 +491,6 @@ impl Communicator {
                 desc,
                 start: Instant::now(),
                 timeout: self.timeout,
-                spins: 0,
                 next_liveness: None,
                 suspect: None,
             };
@@ -444,20 +508,5 @@ impl Communicator {
             }
         }
         Ok(())
-    }
-}
-
-/// Message size (bytes) up to which CPU ranks use one-shot push; two-shot push above.
-/// Placeholder crossover until `tpar tune` or the plan supplies one: one-shot moves (N-1)·S
-/// per rank but has one hop, two-shot 2(N-1)/N·S with two hops (REFERENCE.md floor
-/// arithmetic); on shared memory the hop is cheap, so the crossover is small.
-pub const CPU_ONESHOT_MAX_BYTES: usize = 64 << 10;
-
-/// The CPU backend's choice when the caller names no algorithm.
-pub fn cpu_default_algorithm(bytes: usize, _world: usize) -> Algorithm {
-    if bytes <= CPU_ONESHOT_MAX_BYTES {
-        Algorithm::OneshotPush
-    } else {
-        Algorithm::TwoshotPush
     }
 }

@@ -5,12 +5,19 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`dtype`] | element types, packing into 64-bit words, the -0.0 sentinel |
-//! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
-//! | [`error`] | the one error enum |
+//! | [`comm`] | the public [`Communicator`]: join, all-reduce, poisoning; NCCL-style settings |
+//! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
 //! | [`plan`] | the pure, total dispatch decision; `TPAR_*` overrides; the plan-input digest ranks compare |
 //! | [`profile`] | tuned profiles (TOML): measured crossovers and their fingerprint |
-//! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
+//! | [`transport`] | where bytes travel: POSIX shared memory for CPU ranks, liveness locks |
+//! | [`rendezvous`] | validated Unix-socket rendezvous and the control plane |
+//! | [`workspace`] | the shared workspace layout, defined once |
+//! | [`protocol`] | sentinel and barrier protocols over 64-bit words; descriptors; bounded waits |
+//! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
+//! | [`dtype`] | element types, packing into 64-bit words, the empty sentinel |
+//! | [`report`] | benchmark records (`--json`) and bandwidth arithmetic |
+//! | [`testing`] | reproducible inputs, exact and f64 references, poisoning, digests |
+//! | [`error`] | the one error enum |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
 

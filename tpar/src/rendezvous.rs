@@ -238,7 +238,7 @@ fn check_hello(h: &Hello, spec: &JoinSpec, claimed: &[Option<u32>]) -> std::resu
         return Err(("rank", format!("1..{}", spec.world), h.rank.to_string()));
     }
     if let Some(Some(pid)) = claimed.get(r) {
-        return Err(("rank", format!("an unclaimed rank"), format!("rank {r}, already claimed by pid {pid}")));
+        return Err(("rank", "an unclaimed rank".to_string(), format!("rank {r}, already claimed by pid {pid}")));
     }
     if h.fingerprint != spec.fingerprint {
         return Err((

@@ -125,6 +125,77 @@ pub fn poison<T: Element>(buf: &mut [T]) {
     }
 }
 
+/// Inputs whose sum is exact in every dtype, for `tpar tune`'s bit-exact screening of
+/// candidates before they are timed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Special {
+    /// Integers in [-8, 8]: every partial sum over 16 ranks is exact, even in bf16.
+    SmallIntegers,
+    /// +0.0 and -0.0 mixed across ranks and elements (the sum of all -0.0 is -0.0).
+    SignedZeros,
+    /// ±(largest finite / world): as large as values can be without the sum overflowing.
+    NearMax,
+}
+
+impl Special {
+    pub const ALL: [Special; 3] = [Special::SmallIntegers, Special::SignedZeros, Special::NearMax];
+}
+
+/// Every rank's input of kind `kind`.
+pub fn special_inputs<T: Element>(kind: Special, world: usize, count: usize) -> Vec<Vec<T>> {
+    let max = match T::DTYPE {
+        crate::DType::F32 => f32::MAX,
+        crate::DType::F16 => 65504.0,
+        crate::DType::BF16 => half::bf16::MAX.to_f32(),
+    };
+    (0..world)
+        .map(|r| {
+            (0..count)
+                .map(|i| {
+                    let v = match kind {
+                        Special::SmallIntegers => ((i * 7 + r * 3) % 17) as f32 - 8.0,
+                        // Element i is -0.0 on every rank when i % 3 == 0, mixed otherwise.
+                        Special::SignedZeros => {
+                            if i % 3 == 0 || (i + r) % 2 == 0 {
+                                -0.0
+                            } else {
+                                0.0
+                            }
+                        }
+                        // T's largest finite value divided by world, rounded down into T.
+                        Special::NearMax => {
+                            let sign = if (i + r) % 2 == 0 { 1.0 } else { -1.0 };
+                            let mut v = T::from_f32(max / world as f32).to_f32();
+                            if v * world as f32 > max {
+                                v = T::from_f32(v * 0.99).to_f32();
+                            }
+                            sign * v
+                        }
+                    };
+                    T::from_f32(v)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Whether `out` is bit-for-bit the exact sum of `inputs` (which [`special_inputs`] makes
+/// exactly representable): equal to the rank-order f32 sum and to the f64 sum, sign of zero
+/// included.
+pub fn is_exact<T: Element>(out: &[T], inputs: &[Vec<T>]) -> bool {
+    if bit_diffs(out, &expected(inputs)) != 0 {
+        return false;
+    }
+    out.iter().enumerate().all(|(i, o)| {
+        let mut s = -0.0f64;
+        for inp in inputs {
+            s += inp[i].to_f32() as f64;
+        }
+        let v = o.to_f32() as f64;
+        v == s && v.is_sign_negative() == s.is_sign_negative()
+    })
+}
+
 /// Elements whose bits differ between `a` and `b`.
 pub fn bit_diffs<T: Element>(a: &[T], b: &[T]) -> usize {
     a.iter().zip(b).filter(|(x, y)| x.to_lane() != y.to_lane()).count() + a.len().abs_diff(b.len())
@@ -152,6 +223,23 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.iter().flatten().all(|x| x.to_f32() != 0.0));
         assert_ne!(a[0], a[1]);
+    }
+
+    #[test]
+    fn special_inputs_have_exact_sums() {
+        for kind in Special::ALL {
+            let ins: Vec<Vec<bf16>> = special_inputs(kind, 16, 64);
+            let exp = expected(&ins);
+            assert!(is_exact(&exp, &ins), "{kind:?}");
+            let mut off = exp.clone();
+            off[5] = bf16::from_f32(off[5].to_f32() + 1.0);
+            assert!(!is_exact(&off, &ins), "{kind:?}: a wrong element must be caught");
+        }
+        let z: Vec<Vec<f32>> = special_inputs(Special::SignedZeros, 4, 6);
+        let e = expected(&z);
+        assert!(e[0].is_sign_negative() && e[1].is_sign_positive());
+        let m: Vec<Vec<f32>> = special_inputs(Special::NearMax, 4, 2);
+        assert!(m[0][0] > 8.0e37 && expected(&m).iter().all(|x| x.is_finite()));
     }
 
     #[test]

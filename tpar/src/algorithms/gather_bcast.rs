@@ -8,7 +8,7 @@
 use super::{copy_word, per_peer, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
-use crate::protocol::{barrier, barrier_gen, Wait, Word};
+use crate::protocol::{barrier, Wait, Word};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
@@ -16,9 +16,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
     for (slot, w) in ws.exposed(me).iter().zip(packed) {
         slot.store_relaxed(*w);
     }
-    let mine = ws.barrier_slots(me);
-    let slot_for_me = |p: usize| &ws.barrier_slots(p)[me];
-    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 0), &c.desc, 0, c.waiter)?;
+    barrier(ws, me, &c.desc, 0, c.waiter)?;
     let root = ws.result(0);
     if me == 0 {
         let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
@@ -30,7 +28,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
             slot.store_relaxed(pack_acc::<T>(&acc));
         }
     }
-    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 1), &c.desc, 1, c.waiter)?;
+    barrier(ws, me, &c.desc, 1, c.waiter)?;
     for (i, slot) in root.iter().enumerate().take(nw) {
         copy_word(out, i, slot.load_acquire());
     }

@@ -26,9 +26,12 @@ impl Word for AtomicU64 {
 
 struct LoomWait;
 impl Wait for LoomWait {
-    fn pause(&mut self, _peer: usize, _phase: Phase) -> Result<()> {
+    fn pause(&mut self, _peer: usize, _phase: Phase, _round: u32) -> Result<()> {
         loom::thread::yield_now();
         Ok(())
+    }
+    fn spins_per_pause(&self) -> u32 {
+        1
     }
 }
 

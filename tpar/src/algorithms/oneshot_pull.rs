@@ -9,7 +9,7 @@
 use super::{per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element};
 use crate::error::Result;
-use crate::protocol::{barrier, barrier_gen, Wait, Word};
+use crate::protocol::{barrier, Wait, Word};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
@@ -17,9 +17,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
     for (slot, w) in ws.exposed(me).iter().zip(packed) {
         slot.store_relaxed(*w);
     }
-    let mine = ws.barrier_slots(me);
-    let slot_for_me = |p: usize| &ws.barrier_slots(p)[me];
-    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 0), &c.desc, 0, c.waiter)?;
+    barrier(ws, me, &c.desc, 0, c.waiter)?;
     let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
     for i in 0..nw {
         let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
@@ -28,5 +26,5 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
         }
         write_word(out, i, &acc);
     }
-    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 1), &c.desc, 1, c.waiter)
+    barrier(ws, me, &c.desc, 1, c.waiter)
 }

@@ -8,7 +8,7 @@
 use super::{copy_word, per_peer, write_word, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
-use crate::protocol::{barrier, barrier_gen, Wait, Word};
+use crate::protocol::{barrier, Wait, Word};
 use crate::workspace::piece_range;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
@@ -17,9 +17,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
     for (slot, w) in ws.exposed(me).iter().zip(packed) {
         slot.store_relaxed(*w);
     }
-    let mine = ws.barrier_slots(me);
-    let slot_for_me = |p: usize| &ws.barrier_slots(p)[me];
-    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 0), &c.desc, 0, c.waiter)?;
+    barrier(ws, me, &c.desc, 0, c.waiter)?;
     let (a, b) = piece_range(nw, world, me);
     let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
     let result = ws.result(me);
@@ -32,7 +30,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
         result[i].store_relaxed(r);
         write_word(out, i, &acc);
     }
-    barrier(mine, slot_for_me, world, me, barrier_gen(c.desc.epoch, 1), &c.desc, 1, c.waiter)?;
+    barrier(ws, me, &c.desc, 1, c.waiter)?;
     for j in (0..world).filter(|&j| j != me) {
         let (ja, jb) = piece_range(nw, world, j);
         for (i, slot) in ws.result(j).iter().enumerate().take(jb).skip(ja) {

@@ -16,6 +16,7 @@
 use crate::algorithms::Algorithm;
 use crate::dtype::{DType, EMPTY};
 use crate::error::{Error, Result};
+use crate::workspace::Workspace;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A shared 64-bit cell. Implemented for `std` atomics (shared memory) and, in tests, for
@@ -62,10 +63,39 @@ impl std::fmt::Display for Phase {
     }
 }
 
-/// Called after each failed poll. Returns an error to abandon the wait (deadline passed,
-/// abort raised, peer dead); otherwise spins, yields or sleeps.
+/// Polls that spin (with the CPU's pause hint) before a wait asks its [`Wait`] for more.
+/// Short waits, such as a reader catching up with a writer word by word, end inside this
+/// spin and never pay for a clock read or a system call.
+pub const SPINS_PER_PAUSE: u32 = 64;
+
+/// Called when a wait has spun [`SPINS_PER_PAUSE`] polls in vain; `round` counts such calls
+/// within this one wait (0, 1, 2, …), so the waiter can escalate from yielding to sleeping
+/// per wait rather than per call. Returns an error to abandon the wait (deadline passed,
+/// abort raised, peer dead).
 pub trait Wait {
-    fn pause(&mut self, peer: usize, phase: Phase) -> Result<()>;
+    fn pause(&mut self, peer: usize, phase: Phase, round: u32) -> Result<()>;
+    /// Polls per pause; a model checker wants 1, so that every poll is a scheduling point.
+    fn spins_per_pause(&self) -> u32 {
+        SPINS_PER_PAUSE
+    }
+}
+
+/// Spins until `ready(load())` or the waiter gives up; returns the last value loaded.
+#[inline(always)]
+fn spin_until<W: Word, S: Wait>(w: &W, ready: impl Fn(u64) -> bool, waiter: &mut S, peer: usize, phase: Phase) -> Result<u64> {
+    let mut round = 0u32;
+    let spins = waiter.spins_per_pause().max(1);
+    loop {
+        for _ in 0..spins {
+            let v = w.load_acquire();
+            if ready(v) {
+                return Ok(v);
+            }
+            std::hint::spin_loop();
+        }
+        waiter.pause(peer, phase, round)?;
+        round = round.saturating_add(1);
+    }
 }
 
 /// What every rank states about a call; ranks must agree on all of it.
@@ -121,13 +151,11 @@ impl Desc {
 /// Polls `w` (in my own memory) until it is not [`EMPTY`] and returns it.
 #[inline(always)]
 pub fn poll_until_not_empty<W: Word, S: Wait>(w: &W, waiter: &mut S, peer: usize, phase: Phase) -> Result<u64> {
-    loop {
-        let v = w.load_acquire();
-        if v != EMPTY {
-            return Ok(v);
-        }
-        waiter.pause(peer, phase)?;
+    let v = w.load_acquire();
+    if v != EMPTY {
+        return Ok(v);
     }
+    spin_until(w, |v| v != EMPTY, waiter, peer, phase)
 }
 
 /// Returns a peer's descriptor from my inbox after validating it against mine.
@@ -185,44 +213,30 @@ pub fn barrier_init(first_epoch: u32) -> u64 {
     barrier_gen(first_epoch, 0).wrapping_sub(1) as u64
 }
 
-/// A barrier over `slots_of(p)[rank]` for every rank `p` (mine included): store my
-/// generation into every rank's slot for me, then poll my own slots until every peer has
+/// Barrier `k` of the call described by `desc`: store my generation into my slot in every
+/// rank's barrier array (mine included), then poll my own slots until every peer has
 /// reached it. The 32-bit check (from the call descriptor) is compared when the peer's slot
 /// holds exactly this generation; a peer already past it was validated by its own barrier.
-pub fn barrier<'a, W: Word + 'a, S: Wait>(
-    my_slots: &[W],
-    peer_slot_for_me: impl Fn(usize) -> &'a W,
-    world: usize,
-    rank: usize,
-    gen: u32,
-    desc: &Desc,
-    k: u32,
-    waiter: &mut S,
-) -> Result<()> {
+pub fn barrier<W: Word, S: Wait>(ws: &Workspace<'_, W>, rank: usize, desc: &Desc, k: u32, waiter: &mut S) -> Result<()> {
+    let world = ws.layout.world;
+    let gen = barrier_gen(desc.epoch, k);
     let word = gen as u64 | ((desc.check32() as u64) << 32);
     for i in 0..world {
         let p = (rank + i) % world;
-        peer_slot_for_me(p).store_release(word);
+        ws.barrier_slots(p)[rank].store_release(word);
     }
+    let my_slots = ws.barrier_slots(rank);
     for i in 1..world {
         let p = (rank + i) % world;
-        let slot = &my_slots[p];
-        loop {
-            let v = slot.load_acquire();
-            let have = v as u32;
-            if gen_reached(have, gen) {
-                if have == gen && (v >> 32) as u32 != desc.check32() {
-                    return Err(Error::Mismatch {
-                        rank,
-                        peer: p,
-                        field: "call descriptor (algorithm, dtype or count)",
-                        ours: format!("check {:#010x}", desc.check32()),
-                        theirs: format!("check {:#010x}", (v >> 32) as u32),
-                    });
-                }
-                break;
-            }
-            waiter.pause(p, Phase::Barrier(k))?;
+        let v = spin_until(&my_slots[p], |v| gen_reached(v as u32, gen), waiter, p, Phase::Barrier(k))?;
+        if v as u32 == gen && (v >> 32) as u32 != desc.check32() {
+            return Err(Error::Mismatch {
+                rank,
+                peer: p,
+                field: "call descriptor (algorithm, dtype or count)",
+                ours: format!("check {:#010x}", desc.check32()),
+                theirs: format!("check {:#010x}", (v >> 32) as u32),
+            });
         }
     }
     Ok(())

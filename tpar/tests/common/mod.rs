@@ -23,8 +23,8 @@ pub fn rand_u32() -> u32 {
     t ^ (std::process::id() << 7)
 }
 
-pub fn config(rank: usize, world: usize, path: &PathBuf) -> Config {
-    let mut c = Config::new(rank, world, path.clone());
+pub fn config(rank: usize, world: usize, path: &std::path::Path) -> Config {
+    let mut c = Config::new(rank, world, path);
     c.timeout = Duration::from_secs(20);
     c.shm_budget = 16 << 20;
     c
@@ -51,14 +51,10 @@ pub fn run_group<R: Send + 'static>(
         })
         .collect();
     let out = handles.into_iter().map(|h| h.join().expect("rank thread panicked")).collect();
+    // Every group checks that its own job left nothing in /dev/shm, whatever happened.
+    let job = format!("{:016x}", config(0, world, &path).job_id);
+    let left = tpar::transport::shm::leftover_segments(&job);
+    assert!(left.is_empty(), "shared memory left behind by job {job}: {left:?}");
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
     out
-}
-
-/// Tpar shared-memory names of this process still in /dev/shm.
-pub fn leftovers() -> Vec<String> {
-    tpar::transport::shm::leftover_segments("")
-        .into_iter()
-        .filter(|n| n.contains(&format!("-{}-", std::process::id())))
-        .collect()
 }
