@@ -60,6 +60,9 @@ pub struct BenchArgs {
     /// Write every measurement as CSV to this file
     #[arg(long)]
     pub csv: Option<PathBuf>,
+    /// Plot latency versus size per algorithm as SVG to this file
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
@@ -225,6 +228,9 @@ fn write_outputs(records: &[Record], args: &BenchArgs) -> Result<(), String> {
             ));
         }
         std::fs::write(p, s).map_err(|e| format!("writing {}: {e}", p.display()))?;
+    }
+    if let Some(p) = &args.svg {
+        tpar::plot::latency_svg(records, p).map_err(|e| format!("writing {}: {e}", p.display()))?;
     }
     Ok(())
 }

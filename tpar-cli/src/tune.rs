@@ -89,6 +89,7 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
         backend: "cpu".into(),
         json: None,
         csv: None,
+        svg: None,
     };
     let root = comm.rank() == 0;
     let mut records = vec![];

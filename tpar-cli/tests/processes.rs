@@ -28,9 +28,12 @@ fn shm_entries(tag: &str) -> Vec<String> {
 fn bench_prints_nccl_tests_tables_and_json_with_no_wrong_results() {
     let dir = tmpdir("bench");
     let json = dir.join("out.json");
+    let svg = dir.join("out.svg");
     let out = tpar()
         .args(["bench", "--ranks", "3", "-b", "8", "-e", "64K", "-f", "16", "-n", "5", "-w", "1", "-d", "all", "--json"])
         .arg(&json)
+        .arg("--svg")
+        .arg(&svg)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -48,6 +51,8 @@ fn bench_prints_nccl_tests_tables_and_json_with_no_wrong_results() {
         assert!(r.time_us > 0.0 && r.p10_us <= r.time_us && r.time_us <= r.p90_us, "{r:?}");
         assert_eq!(r.bytes, r.count * r.dtype.size());
     }
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("oneshot-push") && plot.contains("<polyline"), "{}", &plot[..200.min(plot.len())]);
     let _ = std::fs::remove_dir_all(dir);
 }
 
