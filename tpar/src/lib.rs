@@ -8,6 +8,7 @@
 //! | [`dtype`] | element types, packing into 64-bit words, the -0.0 sentinel |
 //! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
 //! | [`error`] | the one error enum |
+//! | `cuda` | (feature `cuda`) NVRTC-compiled kernels, emulated ranks on one GPU, host transport, NCCL |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
 
@@ -15,6 +16,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod algorithms;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod report;

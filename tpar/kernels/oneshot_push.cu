@@ -1,0 +1,52 @@
+// oneshot_push.cu — one-shot push all-reduce over the sentinel protocol.
+//
+// Every rank writes its whole input into slot [rank] of every peer's inbox (parity epoch&1),
+// then polls its OWN inbox until no lane of any peer's slot is -0.0, reduces in rank order
+// 0..world-1 in f32, writes the output, and clears what it consumed back to -0.0.
+// Reads nothing remote: only posted writes cross the fabric.
+//
+// Buffer reuse: slot [src] of my inbox at parity p is written next by src's call k+2. src
+// reaches call k+2 only after finishing call k+1, which needed my call-k+1 push, which I
+// issue only after my call k — including the clears below — has completed (kernel boundary
+// on my stream). So the clears always land before the next write to the same slot.
+#include "common.cuh"
+
+template <class D>
+__device__ void oneshot_push(const TparArgs a) {
+    Frame f = frame_begin(a);
+    const u32 par = f.epoch & 1u;
+    const u64 nvec = vecs_for<D>(a.count);
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+
+    // Push: staggered destination order so that peers are not all written in one order.
+    for (u64 v = first; v < nvec; v += stride) {
+        const V16 mine = D::canon(load_input<D>(a, v));
+        for (u32 i = 1; i < a.world; ++i) {
+            const u32 q = (a.rank + i) % a.world;
+            st_volatile_v16(inbox_at(a, q, par, a.rank, v), mine);
+        }
+    }
+    // Poll and reduce in rank order.
+    for (u64 v = first; v < nvec; v += stride) {
+        float acc[8];
+        for (u32 q = 0; q < a.world; ++q) {
+            V16 x;
+            if (q == a.rank) {
+                x = D::canon(load_input<D>(a, v));
+            } else {
+                x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_PUSH_POLL);
+            }
+            if (q == 0) D::set(acc, x); else D::add(acc, x);
+        }
+        store_output<D>(a, v, D::pack(acc));
+        if (f.ok) {
+            for (u32 q = 0; q < a.world; ++q) {
+                if (q != a.rank) st_volatile_v16(inbox_at(a, a.rank, par, q, v), empty_v16<D>());
+            }
+        }
+    }
+    frame_end(a, f);
+}
+
+TPAR_INSTANTIATE(oneshot_push)

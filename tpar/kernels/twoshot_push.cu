@@ -1,0 +1,77 @@
+// twoshot_push.cu — two-shot push all-reduce: reduce-scatter by writes, then all-gather by
+// writes, both over the sentinel protocol. Each rank sends 2(world-1)/world of the message.
+//
+// The message's vectors are cut into world chunks; rank q owns chunk q.
+//  1. reduce-scatter: rank r writes its input's chunk q into slot [r] of rank q's inbox.
+//  2. rank r polls its inbox for chunk r from every peer, reduces in rank order 0..world-1
+//     in f32, canonicalises (-0.0 -> +0.0), writes the result to its own output and into
+//     every peer's gather area, then clears the inbox vectors it consumed.
+//  3. all-gather: rank r polls its gather area for every other chunk, copies it to the
+//     output and clears it. Every rank's output is the owner's bits: bitwise identical.
+//
+// Buffer reuse: inbox and gather area at parity p are written next by a peer's call k+2,
+// which it reaches only after my call-k+1 contributions, issued after my call k (and its
+// clears) completed. Same argument as oneshot_push.cu.
+#include "common.cuh"
+
+template <class D>
+__device__ void twoshot_push(const TparArgs a) {
+    Frame f = frame_begin(a);
+    const u32 par = f.epoch & 1u;
+    const u64 nvec = vecs_for<D>(a.count);
+    const u64 cvec = (nvec + a.world - 1) / a.world;  // vectors per chunk
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+
+    // 1. reduce-scatter writes.
+    for (u32 i = 1; i < a.world; ++i) {
+        const u32 q = (a.rank + i) % a.world;
+        const u64 lo = (u64)q * cvec;
+        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+        for (u64 v = lo + first; v < hi; v += stride) {
+            st_volatile_v16(inbox_at(a, q, par, a.rank, v), D::canon(load_input<D>(a, v)));
+        }
+    }
+    // 2. reduce my chunk, publish it.
+    {
+        const u64 lo = (u64)a.rank * cvec;
+        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+        for (u64 v = lo + first; v < hi; v += stride) {
+            float acc[8];
+            for (u32 q = 0; q < a.world; ++q) {
+                V16 x;
+                if (q == a.rank) {
+                    x = D::canon(load_input<D>(a, v));
+                } else {
+                    x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_RS_POLL);
+                }
+                if (q == 0) D::set(acc, x); else D::add(acc, x);
+            }
+            const V16 r = D::pack(acc);
+            store_output<D>(a, v, r);
+            for (u32 i = 1; i < a.world; ++i) {
+                st_volatile_v16(gather_at(a, (a.rank + i) % a.world, par, v), r);
+            }
+            if (f.ok) {
+                for (u32 q = 0; q < a.world; ++q) {
+                    if (q != a.rank) st_volatile_v16(inbox_at(a, a.rank, par, q, v), empty_v16<D>());
+                }
+            }
+        }
+    }
+    // 3. all-gather.
+    for (u32 i = 1; i < a.world; ++i) {
+        const u32 q = (a.rank + i) % a.world;
+        const u64 lo = (u64)q * cvec;
+        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+        for (u64 v = lo + first; v < hi; v += stride) {
+            V16* slot = gather_at(a, a.rank, par, v);
+            const V16 x = poll_until_not_sentinel<D>(a, f, slot, q, TPAR_PHASE_AG_POLL);
+            store_output<D>(a, v, x);
+            if (f.ok) st_volatile_v16(slot, empty_v16<D>());
+        }
+    }
+    frame_end(a, f);
+}
+
+TPAR_INSTANTIATE(twoshot_push)
