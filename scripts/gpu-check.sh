@@ -44,14 +44,14 @@ step() {
 
 K="oneshot-push,oneshot-pull,twoshot-push,twoshot-pull,staged-push"
 if [ "$MODE" = quick ]; then
-    step smoke-check 120 bench-cuda --emulate-ranks 2,3,8 --check-only -b 1 -e 1M -f 8 -d all --algo "$K"
-    step timeout-test 60 bench-cuda --emulate-ranks 4 --timeout-test --timeout-ms 300
-    step graph-test 120 bench-cuda --emulate-ranks 8 --graph-test 10 --sequence 122x43008 -d bfloat16
-    step bench-graph 120 bench-cuda --emulate-ranks 8 --graph -b 1K -e 1M -f 4 -n 50 -w 5 -d bfloat16
-    step nccl-1rank 60 bench-cuda --emulate-ranks 2 --algo nccl -b 1K -e 64K -f 8 -n 20 -w 3 -d bfloat16
+    step smoke-check 90 bench-cuda --emulate-ranks 2,3,8 --check-only -b 1 -e 1M -f 8 -d all --algo "$K"
+    step timeout-test 40 bench-cuda --emulate-ranks 4 --timeout-test --timeout-ms 300
+    step graph-test 60 bench-cuda --emulate-ranks 8 --graph-test 10 --sequence 122x43008 -d bfloat16
+    step bench-graph 60 bench-cuda --emulate-ranks 8 --graph -b 1K -e 1M -f 4 -n 50 -w 5 -d bfloat16
+    step nccl-1rank 40 bench-cuda --emulate-ranks 2 --algo nccl -b 1K -e 64K -f 8 -n 20 -w 3 -d bfloat16
 else
     step sweep 300 bench-cuda --emulate-ranks 2,3,4,8 --check-only --odd -b 1 -e 8M -f 2 -d all --algo "$K"
-    step stress-1e4 240 bench-cuda --emulate-ranks 8 --stress 10000 -e 1M -d all --algo "$K"
+    step stress-1e4 240 bench-cuda --emulate-ranks 8 --stress 10000 -e 256K -d all --algo "$K"
     step timeout-test 120 bench-cuda --emulate-ranks 2,8 --timeout-test --timeout-ms 200
     step graph-test 180 bench-cuda --emulate-ranks 8 --graph-test 100 --sequence 122x43008 -d all
     step epoch-wrap 120 bench-cuda --emulate-ranks 4 --check-only --odd --epoch-start 4294967290 -b 1K -e 64K -f 4 -d all --algo "$K"

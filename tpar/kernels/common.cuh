@@ -461,3 +461,8 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
     out[8] = (u64)((const char*)&e.waited_ns - (const char*)&e);
     out[9] = (u64)((const char*)&s.err_claim - (const char*)&s);
 }
+
+// Launch-floor probe: one empty kernel per rank, launched exactly like a collective. What it
+// costs is what emulating ranks as concurrent kernels on one GPU costs before any
+// communication; the bench prints it beside the algorithms.
+extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparArgs a) {}

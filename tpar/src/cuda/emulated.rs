@@ -367,11 +367,28 @@ impl EmulatedGroup {
             reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
         })?;
         let entry = src.entry(dtype);
+        self.launch_all(algo, &entry, count, inputs, outputs, blocks, present)
+    }
+
+    /// Measurement hook: launches the empty kernel `tpar_noop` on every rank exactly as a
+    /// collective is launched (fork/join, grid, arguments), to measure the launch floor of
+    /// emulated ranks.
+    pub fn enqueue_floor(&mut self, blocks: u32, inputs: &[u64], outputs: &[u64]) -> Result<()> {
+        self.check_usable()?;
+        if inputs.len() != self.world || outputs.len() != self.world {
+            return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
+        }
+        let all = vec![true; self.world];
+        self.launch_all(Algorithm::OneshotPush, "tpar_noop", 1, inputs, outputs, blocks.clamp(1, MAX_BLOCKS as u32), &all)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch_all(&mut self, algo: Algorithm, entry: &str, count: usize, inputs: &[u64], outputs: &[u64], blocks: u32, present: &[bool]) -> Result<()> {
         let f = self
             .modules
             .get_mut(&algo)
             .ok_or_else(|| Error::invalid("algorithm", "module not loaded"))?
-            .function(&entry)?;
+            .function(entry)?;
         // Eager: fork from and join into the origin stream around every call, so the origin
         // stream carries the collective (and timing events on it cover all ranks). Inside a
         // capture the fork/join happens once around the whole body instead, so each rank's
