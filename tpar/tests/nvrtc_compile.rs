@@ -19,8 +19,10 @@ fn every_kernel_variant_compiles_with_nvrtc() {
             if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
                 panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing: {e}");
             }
-            println!("skipped: NVRTC kernel compile test: {e}");
-            eprintln!("skipped: NVRTC kernel compile test: {e}");
+            // Written to the stderr handle directly: libtest captures print!/eprint! of passing
+            // tests, and a skip must be visible.
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "skipped: NVRTC kernel compile test: {e}");
             return;
         }
     };
@@ -37,5 +39,6 @@ fn every_kernel_variant_compiles_with_nvrtc() {
             compiled += 1;
         }
     }
-    println!("compiled {compiled} kernel files x 3 dtypes with NVRTC {}.{}", version.major, version.minor);
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "compiled {} kernel files x {} archs ({compiled} NVRTC compiles, 3 dtype entries each) with NVRTC {}.{}", SOURCES.len(), ARCHS.len(), version.major, version.minor);
 }
