@@ -365,17 +365,21 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
 }
 
 // The last block to finish advances the epoch. Every block read the epoch in frame_begin
-// before taking its ticket, so no block can read the advanced value within this call.
+// before taking its ticket, so no block can read the advanced value within this call. No
+// fence: only this rank's next kernel reads the epoch, and the kernel boundary on this
+// rank's stream orders that; a fence here would wait for every outstanding store.
 __device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f) {
     block_sync();
     if (threadIdx.x == 0) {
         TparState* st = (TparState*)a.state;
-        fence_acq_rel_gpu();
+        if (gridDim.x == 1) {
+            st_volatile_u32(&st->epoch, f.epoch + 1u);  // no other block to wait for
+            return;
+        }
         u32 ticket = atom_add_gpu_u32(&st->done_blocks, 1u);
         if (ticket == gridDim.x - 1) {
             st_volatile_u32(&st->done_blocks, 0u);
             st_volatile_u32(&st->epoch, f.epoch + 1u);
-            fence_acq_rel_gpu();
         }
     }
 }
@@ -404,12 +408,17 @@ __device__ __forceinline__ void report_timeout(const TparArgs& a, Frame& f, u32 
 }
 
 // Sentinel verb: spins on this rank's own memory until no lane holds -0.0.
+// The clock is read once every TPAR_POLLS_PER_CLOCK polls: reading %globaltimer costs more
+// than a poll, and the reaction time to arriving data is what the poll loop is for.
+#define TPAR_POLLS_PER_CLOCK 16u
+
 template <class D>
 __device__ __forceinline__ V16 poll_until_not_sentinel(const TparArgs& a, Frame& f, const V16* p, u32 peer, u32 phase) {
     V16 v = ld_volatile_v16(p);
+    u32 polls = 0;
     while (D::has_empty_lane(v)) {
         if (!f.ok) return v;
-        if (globaltimer_ns() > f.deadline_ns) {
+        if (++polls % TPAR_POLLS_PER_CLOCK == 0u && globaltimer_ns() > f.deadline_ns) {
             report_timeout(a, f, peer, phase);
             return v;
         }
@@ -430,8 +439,10 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
         // The release is cumulative over the block's stores ordered before it by block_sync.
         st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
         const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
+        u32 polls = 0;
         while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
-            if (globaltimer_ns() > f.deadline_ns) report_timeout(a, f, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1);
+            if (++polls % TPAR_POLLS_PER_CLOCK == 0u && globaltimer_ns() > f.deadline_ns)
+                report_timeout(a, f, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1);
         }
     }
     block_sync();

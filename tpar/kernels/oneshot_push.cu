@@ -13,15 +13,18 @@
 
 template <class D>
 __device__ void oneshot_push(const TparArgs a) {
-    Frame f = frame_begin(a);
-    const u32 par = f.epoch & 1u;
     const u64 nvec = vecs_for<D>(a.count);
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    // The first input vector is loaded before the epoch read so the two latencies overlap.
+    V16 pre = {0u, 0u, 0u, 0u};
+    if (first < nvec) pre = D::canon(load_input<D>(a, first));
+    Frame f = frame_begin(a);
+    const u32 par = f.epoch & 1u;
 
     // Push: staggered destination order so that peers are not all written in one order.
     for (u64 v = first; v < nvec; v += stride) {
-        const V16 mine = D::canon(load_input<D>(a, v));
+        const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
         for (u32 i = 1; i < a.world; ++i) {
             const u32 q = (a.rank + i) % a.world;
             st_volatile_v16(inbox_at(a, q, par, a.rank, v), mine);
@@ -29,11 +32,14 @@ __device__ void oneshot_push(const TparArgs a) {
     }
     // Poll and reduce in rank order.
     for (u64 v = first; v < nvec; v += stride) {
+        // Own vector loaded before any poll: a volatile poll is a compiler barrier, so a load
+        // after it would add a memory latency to the critical path.
+        const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
         float acc[8];
         for (u32 q = 0; q < a.world; ++q) {
             V16 x;
             if (q == a.rank) {
-                x = D::canon(load_input<D>(a, v));
+                x = own;
             } else {
                 x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_PUSH_POLL);
             }

@@ -31,11 +31,12 @@ __device__ void staged_push(const TparArgs a) {
         }
     }
     for (u64 v = first; v < nvec; v += stride) {
+        const V16 own = D::canon(load_input<D>(a, v));  // before the polls (see oneshot_push.cu)
         float acc[8];
         for (u32 q = 0; q < a.world; ++q) {
             V16 x;
             if (q == a.rank) {
-                x = D::canon(load_input<D>(a, v));
+                x = own;
             } else {
                 x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_PUSH_POLL);
             }

@@ -37,11 +37,12 @@ __device__ void twoshot_push(const TparArgs a) {
         const u64 lo = (u64)a.rank * cvec;
         const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
         for (u64 v = lo + first; v < hi; v += stride) {
+            const V16 own = D::canon(load_input<D>(a, v));  // before the polls (see oneshot_push.cu)
             float acc[8];
             for (u32 q = 0; q < a.world; ++q) {
                 V16 x;
                 if (q == a.rank) {
-                    x = D::canon(load_input<D>(a, v));
+                    x = own;
                 } else {
                     x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_RS_POLL);
                 }
