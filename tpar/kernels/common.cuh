@@ -427,6 +427,73 @@ __device__ __forceinline__ V16 poll_until_not_sentinel(const TparArgs& a, Frame&
     return v;
 }
 
+// Gathering verbs. A loop "for each peer: load, then use" issues one load, stalls on its
+// use, then issues the next: one memory latency per peer (7 at world 8, each a PCIe round
+// trip on a real fabric). These verbs put every peer's load in flight first — the unrolled
+// loop keeps x[] in registers — and only then look at the values.
+
+// Which slot of rank q a gathering verb reads. Chosen at compile time, not by a lambda: a
+// lambda capturing the kernel argument by reference makes the compiler copy all of it to
+// local memory.
+enum SlotKind {
+    SLOT_INBOX = 0,          // my inbox, slot [q], vector v
+    SLOT_GATHER_CHUNK = 1,   // my gather area, vector q*cvec + v (v = index in the chunk)
+    SLOT_PULL_EXPOSED = 2,   // rank q's exposed input, vector v
+    SLOT_PULL_RESULT_CHUNK = 3,  // rank q's partial result, vector q*cvec + v
+};
+
+template <int K>
+__device__ __forceinline__ V16* slot_of(const TparArgs& a, u32 par, u32 q, u64 v, u64 cvec) {
+    if (K == SLOT_INBOX) return inbox_at(a, a.rank, par, q, v);
+    if (K == SLOT_GATHER_CHUNK) return gather_at(a, a.rank, par, (u64)q * cvec + v);
+    if (K == SLOT_PULL_EXPOSED) return pull_at(a, q, par, 0, v);
+    return pull_at(a, q, par, 1, (u64)q * cvec + v);
+}
+
+// Chunked slots exist only inside the message (the last chunks may be short or empty).
+template <int K>
+__device__ __forceinline__ bool slot_valid(u32 q, u64 v, u64 cvec, u64 nvec) {
+    return (K == SLOT_GATHER_CHUNK || K == SLOT_PULL_RESULT_CHUNK) ? (u64)q * cvec + v < nvec : true;
+}
+
+// Sentinel verb over every valid peer q != rank: loads all slots at once, then spins
+// (bounded) on those that still hold -0.0. x[rank] is left untouched.
+template <class D, int K>
+__device__ __forceinline__ void poll_all_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 par, u64 v, u64 cvec, u64 nvec, u32 phase) {
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q < a.world && q != a.rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, par, q, v, cvec));
+    }
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q < a.world && q != a.rank && slot_valid<K>(q, v, cvec, nvec) && D::has_empty_lane(x[q])) {
+            x[q] = poll_until_not_sentinel<D>(a, f, slot_of<K>(a, par, q, v, cvec), q, phase);
+        }
+    }
+}
+
+// Loads every valid peer's slot (no sentinel: barrier-guarded data), all loads in flight at once.
+template <int K>
+__device__ __forceinline__ void load_all_peers(const TparArgs& a, V16 (&x)[TPAR_MAX_RANKS], u32 par, u64 v, u64 cvec, u64 nvec) {
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q < a.world && q != a.rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, par, q, v, cvec));
+    }
+}
+
+// Sum in rank order 0..world-1 in f32, packed and canonicalised; rank `a.rank` contributes
+// `own`, every other rank x[q].
+template <class D>
+__device__ __forceinline__ V16 reduce_in_rank_order(const TparArgs& a, const V16 (&x)[TPAR_MAX_RANKS], V16 own) {
+    float acc[8];
+    D::set(acc, a.rank == 0 ? own : x[0]);
+#pragma unroll
+    for (u32 q = 1; q < TPAR_MAX_RANKS; ++q) {
+        if (q < a.world) D::add(acc, q == a.rank ? own : x[q]);
+    }
+    return D::pack(acc);
+}
+
 // Generations compare modulo 2^32: `have` is at or past `want`.
 __device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(have - want) >= 0; }
 

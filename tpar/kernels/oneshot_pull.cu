@@ -27,12 +27,11 @@ __device__ void oneshot_pull(const TparArgs a) {
     }
     barrier_block(a, f, 0, gen);
     for (u64 v = first; v < nvec; v += stride) {
-        float acc[8];
-        for (u32 q = 0; q < a.world; ++q) {
-            const V16 x = ld_volatile_v16(pull_at(a, q, par, 0, v));
-            if (q == 0) D::set(acc, x); else D::add(acc, x);
-        }
-        store_output<D>(a, v, D::pack(acc));
+        // Every peer's read in flight at once (see the gathering verbs in common.cuh).
+        const V16 own = *pull_at(a, a.rank, par, 0, v);
+        V16 x[TPAR_MAX_RANKS];
+        load_all_peers<SLOT_PULL_EXPOSED>(a, x, par, v, 0, nvec);
+        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
     }
     frame_end(a, f);
 }

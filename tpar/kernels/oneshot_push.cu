@@ -30,22 +30,14 @@ __device__ void oneshot_push(const TparArgs a) {
             st_volatile_v16(inbox_at(a, q, par, a.rank, v), mine);
         }
     }
-    // Poll and reduce in rank order.
+    // Poll (all peers at once) and reduce in rank order.
     for (u64 v = first; v < nvec; v += stride) {
         // Own vector loaded before any poll: a volatile poll is a compiler barrier, so a load
         // after it would add a memory latency to the critical path.
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        float acc[8];
-        for (u32 q = 0; q < a.world; ++q) {
-            V16 x;
-            if (q == a.rank) {
-                x = own;
-            } else {
-                x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_PUSH_POLL);
-            }
-            if (q == 0) D::set(acc, x); else D::add(acc, x);
-        }
-        store_output<D>(a, v, D::pack(acc));
+        V16 x[TPAR_MAX_RANKS];
+        poll_all_peers<D, SLOT_INBOX>(a, f, x, par, v, 0, nvec, TPAR_PHASE_PUSH_POLL);
+        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
         if (f.ok) {
             for (u32 q = 0; q < a.world; ++q) {
                 if (q != a.rank) st_volatile_v16(inbox_at(a, a.rank, par, q, v), empty_v16<D>());

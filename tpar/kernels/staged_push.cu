@@ -32,17 +32,9 @@ __device__ void staged_push(const TparArgs a) {
     }
     for (u64 v = first; v < nvec; v += stride) {
         const V16 own = D::canon(load_input<D>(a, v));  // before the polls (see oneshot_push.cu)
-        float acc[8];
-        for (u32 q = 0; q < a.world; ++q) {
-            V16 x;
-            if (q == a.rank) {
-                x = own;
-            } else {
-                x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_PUSH_POLL);
-            }
-            if (q == 0) D::set(acc, x); else D::add(acc, x);
-        }
-        store_output<D>(a, v, D::pack(acc));
+        V16 x[TPAR_MAX_RANKS];
+        poll_all_peers<D, SLOT_INBOX>(a, f, x, par, v, 0, nvec, TPAR_PHASE_PUSH_POLL);
+        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
         if (f.ok) {
             for (u32 q = 0; q < a.world; ++q) {
                 if (q != a.rank) st_volatile_v16(inbox_at(a, a.rank, par, q, v), empty_v16<D>());

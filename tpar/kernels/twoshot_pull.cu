@@ -37,24 +37,23 @@ __device__ void twoshot_pull(const TparArgs a) {
         const u64 lo = (u64)a.rank * cvec;
         const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
         for (u64 v = lo + first; v < hi; v += stride) {
-            float acc[8];
-            for (u32 q = 0; q < a.world; ++q) {
-                const V16 x = ld_volatile_v16(pull_at(a, q, par, 0, v));
-                if (q == 0) D::set(acc, x); else D::add(acc, x);
-            }
-            const V16 r = D::pack(acc);
+            const V16 own = *pull_at(a, a.rank, par, 0, v);
+            V16 x[TPAR_MAX_RANKS];
+            load_all_peers<SLOT_PULL_EXPOSED>(a, x, par, v, cvec, nvec);
+            const V16 r = reduce_in_rank_order<D>(a, x, own);
             *pull_at(a, a.rank, par, 1, v) = r;
             store_output<D>(a, v, r);
         }
     }
     barrier_block(a, f, 1, gen);
-    // 3. all-gather by reads.
-    for (u32 i = 1; i < a.world; ++i) {
-        const u32 q = (a.rank + i) % a.world;
-        const u64 lo = (u64)q * cvec;
-        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
-        for (u64 v = lo + first; v < hi; v += stride) {
-            store_output<D>(a, v, ld_volatile_v16(pull_at(a, q, par, 1, v)));
+    // 3. all-gather by reads: thread j takes index j of every other chunk (the same thread
+    //    that exposed it in step 1), all reads in flight at once.
+    for (u64 j = first; j < cvec; j += stride) {
+        V16 x[TPAR_MAX_RANKS];
+        load_all_peers<SLOT_PULL_RESULT_CHUNK>(a, x, par, j, cvec, nvec);
+#pragma unroll
+        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+            if (q < a.world && q != a.rank && slot_valid<SLOT_PULL_RESULT_CHUNK>(q, j, cvec, nvec)) store_output<D>(a, (u64)q * cvec + j, x[q]);
         }
     }
     frame_end(a, f);

@@ -32,23 +32,15 @@ __device__ void twoshot_push(const TparArgs a) {
             st_volatile_v16(inbox_at(a, q, par, a.rank, v), D::canon(load_input<D>(a, v)));
         }
     }
-    // 2. reduce my chunk, publish it.
+    // 2. reduce my chunk (all peers' pieces polled at once), publish it.
     {
         const u64 lo = (u64)a.rank * cvec;
         const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
         for (u64 v = lo + first; v < hi; v += stride) {
             const V16 own = D::canon(load_input<D>(a, v));  // before the polls (see oneshot_push.cu)
-            float acc[8];
-            for (u32 q = 0; q < a.world; ++q) {
-                V16 x;
-                if (q == a.rank) {
-                    x = own;
-                } else {
-                    x = poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, q, v), q, TPAR_PHASE_RS_POLL);
-                }
-                if (q == 0) D::set(acc, x); else D::add(acc, x);
-            }
-            const V16 r = D::pack(acc);
+            V16 x[TPAR_MAX_RANKS];
+            poll_all_peers<D, SLOT_INBOX>(a, f, x, par, v, cvec, nvec, TPAR_PHASE_RS_POLL);
+            const V16 r = reduce_in_rank_order<D>(a, x, own);
             store_output<D>(a, v, r);
             for (u32 i = 1; i < a.world; ++i) {
                 st_volatile_v16(gather_at(a, (a.rank + i) % a.world, par, v), r);
@@ -60,16 +52,17 @@ __device__ void twoshot_push(const TparArgs a) {
             }
         }
     }
-    // 3. all-gather.
-    for (u32 i = 1; i < a.world; ++i) {
-        const u32 q = (a.rank + i) % a.world;
-        const u64 lo = (u64)q * cvec;
-        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
-        for (u64 v = lo + first; v < hi; v += stride) {
-            V16* slot = gather_at(a, a.rank, par, v);
-            const V16 x = poll_until_not_sentinel<D>(a, f, slot, q, TPAR_PHASE_AG_POLL);
-            store_output<D>(a, v, x);
-            if (f.ok) st_volatile_v16(slot, empty_v16<D>());
+    // 3. all-gather: thread j takes index j of every other chunk (the same thread that sent
+    //    it in step 1, which keeps in-place calls safe), all chunks polled at once.
+    for (u64 j = first; j < cvec; j += stride) {
+        V16 x[TPAR_MAX_RANKS];
+        poll_all_peers<D, SLOT_GATHER_CHUNK>(a, f, x, par, j, cvec, nvec, TPAR_PHASE_AG_POLL);
+#pragma unroll
+        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+            if (q < a.world && q != a.rank && slot_valid<SLOT_GATHER_CHUNK>(q, j, cvec, nvec)) {
+                store_output<D>(a, (u64)q * cvec + j, x[q]);
+                if (f.ok) st_volatile_v16(slot_of<SLOT_GATHER_CHUNK>(a, par, q, j, cvec), empty_v16<D>());
+            }
         }
     }
     frame_end(a, f);
