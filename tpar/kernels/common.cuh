@@ -442,10 +442,19 @@ enum SlotKind {
     SLOT_PULL_RESULT_CHUNK = 3,  // rank q's partial result, vector q*cvec + v
 };
 
+// Base of the slots of kind K as seen from this rank: read from the argument once, before
+// the loops (after a volatile poll the compiler would otherwise reload it every time).
 template <int K>
-__device__ __forceinline__ V16* slot_of(const TparArgs& a, u32 par, u32 q, u64 v, u64 cvec) {
-    if (K == SLOT_INBOX) return inbox_at(a, a.rank, par, q, v);
-    if (K == SLOT_GATHER_CHUNK) return gather_at(a, a.rank, par, (u64)q * cvec + v);
+__device__ __forceinline__ V16* slot_base(const TparArgs& a, u32 par) {
+    if (K == SLOT_INBOX) return inbox_at(a, a.rank, par, 0, 0);
+    if (K == SLOT_GATHER_CHUNK) return gather_at(a, a.rank, par, 0);
+    return (V16*)0;  // pull kinds address each peer's own area
+}
+
+template <int K>
+__device__ __forceinline__ V16* slot_of(const TparArgs& a, V16* base, u32 par, u32 q, u64 v, u64 cvec) {
+    if (K == SLOT_INBOX) return base + ((u64)q * a.slot_vecs + v);
+    if (K == SLOT_GATHER_CHUNK) return base + ((u64)q * cvec + v);
     if (K == SLOT_PULL_EXPOSED) return pull_at(a, q, par, 0, v);
     return pull_at(a, q, par, 1, (u64)q * cvec + v);
 }
@@ -457,17 +466,23 @@ __device__ __forceinline__ bool slot_valid(u32 q, u64 v, u64 cvec, u64 nvec) {
 }
 
 // Sentinel verb over every valid peer q != rank: loads all slots at once, then spins
-// (bounded) on those that still hold -0.0. x[rank] is left untouched.
+// (bounded) on those that still hold -0.0. x[rank] is left untouched. The loops are unrolled
+// to TPAR_MAX_RANKS (so x[] stays in registers) and leave at q == world (so small worlds do
+// not pay for 16).
 template <class D, int K>
 __device__ __forceinline__ void poll_all_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 par, u64 v, u64 cvec, u64 nvec, u32 phase) {
+    V16* base = slot_base<K>(a, par);
+    const u32 world = a.world, rank = a.rank;
 #pragma unroll
     for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q < a.world && q != a.rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, par, q, v, cvec));
+        if (q >= world) break;
+        if (q != rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, base, par, q, v, cvec));
     }
 #pragma unroll
     for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q < a.world && q != a.rank && slot_valid<K>(q, v, cvec, nvec) && D::has_empty_lane(x[q])) {
-            x[q] = poll_until_not_sentinel<D>(a, f, slot_of<K>(a, par, q, v, cvec), q, phase);
+        if (q >= world) break;
+        if (q != rank && slot_valid<K>(q, v, cvec, nvec) && D::has_empty_lane(x[q])) {
+            x[q] = poll_until_not_sentinel<D>(a, f, slot_of<K>(a, base, par, q, v, cvec), q, phase);
         }
     }
 }
@@ -475,9 +490,12 @@ __device__ __forceinline__ void poll_all_peers(const TparArgs& a, Frame& f, V16 
 // Loads every valid peer's slot (no sentinel: barrier-guarded data), all loads in flight at once.
 template <int K>
 __device__ __forceinline__ void load_all_peers(const TparArgs& a, V16 (&x)[TPAR_MAX_RANKS], u32 par, u64 v, u64 cvec, u64 nvec) {
+    V16* base = slot_base<K>(a, par);
+    const u32 world = a.world, rank = a.rank;
 #pragma unroll
     for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q < a.world && q != a.rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, par, q, v, cvec));
+        if (q >= world) break;
+        if (q != rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, base, par, q, v, cvec));
     }
 }
 
@@ -486,10 +504,12 @@ __device__ __forceinline__ void load_all_peers(const TparArgs& a, V16 (&x)[TPAR_
 template <class D>
 __device__ __forceinline__ V16 reduce_in_rank_order(const TparArgs& a, const V16 (&x)[TPAR_MAX_RANKS], V16 own) {
     float acc[8];
-    D::set(acc, a.rank == 0 ? own : x[0]);
+    const u32 world = a.world, rank = a.rank;
+    D::set(acc, rank == 0 ? own : x[0]);
 #pragma unroll
     for (u32 q = 1; q < TPAR_MAX_RANKS; ++q) {
-        if (q < a.world) D::add(acc, q == a.rank ? own : x[q]);
+        if (q >= world) break;
+        D::add(acc, q == rank ? own : x[q]);
     }
     return D::pack(acc);
 }

@@ -14,7 +14,7 @@
 #include "common.cuh"
 
 template <class D>
-__device__ void oneshot_pull(const TparArgs a) {
+__device__ void oneshot_pull(const TparArgs& a) {
     Frame f = frame_begin(a);
     const u32 par = f.epoch & 1u;
     const u32 gen = f.epoch + 1u;

@@ -12,7 +12,7 @@
 #include "common.cuh"
 
 template <class D>
-__device__ void oneshot_push(const TparArgs a) {
+__device__ void oneshot_push(const TparArgs& a) {
     const u64 nvec = vecs_for<D>(a.count);
     const u64 stride = (u64)gridDim.x * blockDim.x;
     const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;

@@ -13,7 +13,7 @@
 #include "common.cuh"
 
 template <class D>
-__device__ void staged_push(const TparArgs a) {
+__device__ void staged_push(const TparArgs& a) {
     Frame f = frame_begin(a);
     const u32 par = f.epoch & 1u;
     const u64 nvec = vecs_for<D>(a.count);

@@ -14,7 +14,7 @@
 #include "common.cuh"
 
 template <class D>
-__device__ void twoshot_pull(const TparArgs a) {
+__device__ void twoshot_pull(const TparArgs& a) {
     Frame f = frame_begin(a);
     const u32 par = f.epoch & 1u;
     const u32 gen = f.epoch + 1u;
@@ -53,7 +53,8 @@ __device__ void twoshot_pull(const TparArgs a) {
         load_all_peers<SLOT_PULL_RESULT_CHUNK>(a, x, par, j, cvec, nvec);
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-            if (q < a.world && q != a.rank && slot_valid<SLOT_PULL_RESULT_CHUNK>(q, j, cvec, nvec)) store_output<D>(a, (u64)q * cvec + j, x[q]);
+            if (q >= a.world) break;
+            if (q != a.rank && slot_valid<SLOT_PULL_RESULT_CHUNK>(q, j, cvec, nvec)) store_output<D>(a, (u64)q * cvec + j, x[q]);
         }
     }
     frame_end(a, f);

@@ -15,7 +15,7 @@
 #include "common.cuh"
 
 template <class D>
-__device__ void twoshot_push(const TparArgs a) {
+__device__ void twoshot_push(const TparArgs& a) {
     Frame f = frame_begin(a);
     const u32 par = f.epoch & 1u;
     const u64 nvec = vecs_for<D>(a.count);
@@ -57,11 +57,13 @@ __device__ void twoshot_push(const TparArgs a) {
     for (u64 j = first; j < cvec; j += stride) {
         V16 x[TPAR_MAX_RANKS];
         poll_all_peers<D, SLOT_GATHER_CHUNK>(a, f, x, par, j, cvec, nvec, TPAR_PHASE_AG_POLL);
+        V16* base = slot_base<SLOT_GATHER_CHUNK>(a, par);
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-            if (q < a.world && q != a.rank && slot_valid<SLOT_GATHER_CHUNK>(q, j, cvec, nvec)) {
+            if (q >= a.world) break;
+            if (q != a.rank && slot_valid<SLOT_GATHER_CHUNK>(q, j, cvec, nvec)) {
                 store_output<D>(a, (u64)q * cvec + j, x[q]);
-                if (f.ok) st_volatile_v16(slot_of<SLOT_GATHER_CHUNK>(a, par, q, j, cvec), empty_v16<D>());
+                if (f.ok) st_volatile_v16(slot_of<SLOT_GATHER_CHUNK>(a, base, par, q, j, cvec), empty_v16<D>());
             }
         }
     }
