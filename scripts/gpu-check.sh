@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend's GPU check, for one `run` call on the one-H200 machine (emulated ranks).
 #
-#   scripts/gpu-check.sh [BIN] [quick|full]
+#   scripts/gpu-check.sh [BIN] [quick|full|ipc]
 #
 # BIN is a release `tpar` built elsewhere (default ./tpar). Builds nothing. Writes the whole
 # log to $OUT/check.log (or ./gpu-out/), JSON records beside it, and prints a short summary
@@ -43,7 +43,10 @@ step() {
 } 2>&1 | tee -a "$LOG"
 
 K="oneshot-push,oneshot-pull,twoshot-push,twoshot-pull,staged-push"
-if [ "$MODE" = quick ]; then
+if [ "$MODE" = ipc ]; then
+    step ipc-test 120 bench-cuda --emulate-ranks 2 --ipc-test -e 1M -n 20 -w 2 --graph-inner 5 -d bfloat16
+    step ipc-test-f32 120 bench-cuda --emulate-ranks 2 --ipc-test -e 1M -n 20 -w 2 --graph-inner 5 -d float
+elif [ "$MODE" = quick ]; then
     step smoke-check 90 bench-cuda --emulate-ranks 2,3,8 --check-only -b 1 -e 1M -f 8 -d all --algo "$K"
     step timeout-test 40 bench-cuda --emulate-ranks 4 --timeout-test --timeout-ms 300
     step graph-test 60 bench-cuda --emulate-ranks 8 --graph-test 10 --sequence 122x43008 -d bfloat16
@@ -60,6 +63,7 @@ else
     step bench-graph 300 bench-cuda --emulate-ranks 8 --graph -b 1K -e 8M -f 2 -n 200 -w 20 -d bfloat16 --json "$OUT/bench-graph.json"
     step bench-eager 180 bench-cuda --emulate-ranks 8 -b 1K -e 1M -f 4 -n 100 -w 10 -d bfloat16 --algo "$K" --json "$OUT/bench-eager.json"
     step sequence 240 bench-cuda --emulate-ranks 2,4,8 --sequence 122x43008 -n 100 -w 10 -d bfloat16 --json "$OUT/sequence.json"
+    step ipc-test 120 bench-cuda --emulate-ranks 2 --ipc-test -e 1M -n 20 -w 2 --graph-inner 5 -d bfloat16
 fi
 
 {

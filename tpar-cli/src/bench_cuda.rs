@@ -90,6 +90,13 @@ pub struct BenchCudaArgs {
     /// Random seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Two-process CUDA IPC test on this GPU: spawn a second `tpar` process as rank 1,
+    /// exchange IPC handles over its stdin/stdout, run checked all-reduces and timings.
+    #[arg(long = "ipc-test")]
+    pub ipc_test: bool,
+    /// Internal: run as rank 1 of --ipc-test (speaks the handshake on stdin/stdout).
+    #[arg(long = "ipc-child", hide = true)]
+    pub ipc_child: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -380,6 +387,9 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
     let algos: Vec<Algorithm> = parse_list(&args.algo, &all_algos, |x| x.parse::<Algorithm>().map_err(|e| e.to_string()))?;
     let transport: Transport = args.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
     let timeout = Duration::from_millis(args.timeout_ms);
+    if args.ipc_test || args.ipc_child {
+        return ipc::run(&args, &dtypes, &algos);
+    }
     let mut records = Vec::new();
     let seq = match &args.sequence {
         Some(s) => Some(parse_sequence(s)?),
@@ -732,4 +742,259 @@ fn nccl_one_rank(c: &Ctx, args: &BenchCudaArgs, d: DType, records: &mut Vec<Reco
         records.push(Record { algorithm: Algorithm::Nccl, backend: "nccl-1rank".into(), dtype: d, world: 1, bytes: nbytes, count, time_us: med, p10_us: p10, p90_us: p90, algbw, busbw, wrong });
     }
     Ok(())
+}
+
+/// `--ipc-test`: two processes on one GPU, one rank each, workspaces shared through CUDA IPC
+/// (`tpar::cuda::ipc::IpcWorkspace`). The parent is rank 0; the child (this binary with
+/// `--ipc-child`) is rank 1; handles and results travel over the child's stdin/stdout, a
+/// stand-in for the rendezvous.
+mod ipc {
+    use super::*;
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    use tpar::cuda::ipc::IpcWorkspace;
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn unhex(s: &str) -> Result<Vec<u8>, String> {
+        if s.len() % 2 != 0 {
+            return Err("odd hex length".into());
+        }
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string())).collect()
+    }
+
+    /// Line channel to the other process.
+    struct Chan {
+        rx: Box<dyn BufRead>,
+        tx: Box<dyn Write>,
+    }
+
+    impl Chan {
+        fn send(&mut self, tag: &str, body: &str) -> Result<(), String> {
+            writeln!(self.tx, "{tag} {body}").and_then(|()| self.tx.flush()).map_err(|e| format!("ipc channel: {e}"))
+        }
+        fn recv(&mut self, tag: &str) -> Result<String, String> {
+            let mut line = String::new();
+            let n = self.rx.read_line(&mut line).map_err(|e| format!("ipc channel: {e}"))?;
+            if n == 0 {
+                return Err(format!("ipc channel: peer closed before {tag}"));
+            }
+            let line = line.trim_end();
+            if line == tag {
+                return Ok(String::new());
+            }
+            line.strip_prefix(&format!("{tag} ")).map(str::to_string).ok_or_else(|| format!("ipc channel: expected {tag}, got {line:?}"))
+        }
+    }
+
+    /// The same deterministic inputs in both processes: rank r's input of call i.
+    fn inputs_of(d: DType, count: usize, seed: u64, call: u64, rank: usize) -> (Vec<u8>, Vec<f64>) {
+        let mut rng = StdRng::seed_from_u64(seed ^ (call << 8) ^ rank as u64 ^ 0x9e37_79b9_7f4a_7c15);
+        let mut raw = Vec::with_capacity(count * d.size());
+        let mut vals = Vec::with_capacity(count);
+        for _ in 0..count {
+            let mut v: f32 = rng.gen_range(-1.0f32..1.0f32);
+            if v == 0.0 {
+                v = 0.25;
+            }
+            let (bits, q) = quantize(d, v);
+            vals.push(q);
+            match d.size() {
+                4 => raw.extend_from_slice(&bits.to_le_bytes()),
+                _ => raw.extend_from_slice(&(bits as u16).to_le_bytes()),
+            }
+        }
+        (raw, vals)
+    }
+
+    pub fn run(args: &BenchCudaArgs, dtypes: &[DType], algos: &[Algorithm]) -> Result<(), String> {
+        let e = |x: tpar::Error| x.to_string();
+        let rank = usize::from(args.ipc_child);
+        let world = 2;
+        let timeout = Duration::from_millis(args.timeout_ms);
+        // One sentinel width per workspace: 16-bit dtypes only, unless only f32 was asked for.
+        let dts: Vec<DType> = if dtypes.iter().all(|d| *d == DType::F32) { vec![DType::F32] } else { dtypes.iter().copied().filter(|d| *d != DType::F32).collect() };
+        let width_dtype = dts.first().copied().ok_or("no dtype")?;
+        let max_bytes = args.maxbytes.max(43008);
+        let t0 = Instant::now();
+        let mut ws = IpcWorkspace::new(args.device, rank, world, max_bytes, width_dtype, timeout).map_err(e)?;
+        let mut child = None;
+        let mut chan = if rank == 0 {
+            let exe = std::env::current_exe().map_err(|x| format!("current_exe: {x}"))?;
+            let mut extra: Vec<String> = vec!["--max-blocks".into(), args.max_blocks.to_string()];
+            if let Some(b) = args.blocks {
+                extra.push("--blocks".into());
+                extra.push(b.to_string());
+            }
+            let mut c = Command::new(exe)
+                .args(["bench-cuda", "--emulate-ranks", "2", "--ipc-child", "-e", &args.maxbytes.to_string(), "-n", &args.iters.to_string(), "-w", &args.warmup.to_string(), "-d", &args.datatype, "--algo", &args.algo, "--timeout-ms", &args.timeout_ms.to_string(), "--seed", &args.seed.to_string(), "--graph-inner", &args.graph_inner.to_string()])
+                .args(&extra)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|x| format!("spawning rank 1: {x}"))?;
+            let rx = c.stdout.take().ok_or("no child stdout")?;
+            let tx = c.stdin.take().ok_or("no child stdin")?;
+            child = Some(c);
+            Chan { rx: Box::new(BufReader::new(rx)), tx: Box::new(tx) }
+        } else {
+            Chan { rx: Box::new(BufReader::new(std::io::stdin())), tx: Box::new(std::io::stdout()) }
+        };
+        // Handshake: exchange the handle blobs, map the peer.
+        let mine = ws.handle_blob().map_err(e)?;
+        let theirs = if rank == 0 {
+            let t = chan.recv("HANDLES")?;
+            chan.send("HANDLES", &hex(&mine))?;
+            t
+        } else {
+            chan.send("HANDLES", &hex(&mine))?;
+            chan.recv("HANDLES")?
+        };
+        let mut blobs = vec![Vec::new(); world];
+        blobs[rank] = mine;
+        blobs[1 - rank] = unhex(&theirs)?;
+        ws.connect(&blobs).map_err(e)?;
+        let say = |m: String| {
+            if rank == 0 {
+                println!("{m}");
+            } else {
+                eprintln!("[rank 1] {m}");
+            }
+        };
+        say(format!("# ipc: rank {rank} of 2 processes (pid {}), workspaces mapped through CUDA IPC in {:.0} ms", std::process::id(), t0.elapsed().as_secs_f64() * 1e3));
+
+        let ab = |x: usize| x.div_ceil(VEC_BYTES) * VEC_BYTES;
+        let input = DeviceBuffer::new(ws.device(), ab(max_bytes)).map_err(e)?;
+        let output = DeviceBuffer::new(ws.device(), ab(max_bytes)).map_err(e)?;
+        let kernels: Vec<Algorithm> = algos.iter().copied().filter(|a| *a != Algorithm::Nccl).collect();
+
+        // 1. Checked calls: every algorithm x dtype x count, same order in both processes.
+        let mut counts: Vec<usize> = vec![1, 7, 255, 4099, 21504, 65541];
+        let mut wrong = 0i64;
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut calls = 0u64;
+        for &d in &dts {
+            counts.push(max_bytes / d.size());
+            for &algo in &kernels {
+                for &count in &counts {
+                    if count * d.size() > max_bytes {
+                        continue;
+                    }
+                    let (raw, _) = inputs_of(d, count, args.seed, calls, rank);
+                    let (_, other) = inputs_of(d, count, args.seed, calls, 1 - rank);
+                    let (_, own) = inputs_of(d, count, args.seed, calls, rank);
+                    input.upload(&raw).map_err(e)?;
+                    output.fill_u32(0xFFFF_FFFF).map_err(e)?;
+                    let blocks = args.blocks.unwrap_or_else(|| default_blocks(count * d.size(), args.max_blocks));
+                    ws.enqueue(algo, d, count, input.ptr, output.ptr, blocks).map_err(e)?;
+                    ws.synchronize().map_err(e)?;
+                    let mut out = vec![0u8; count * d.size()];
+                    output.download(&mut out).map_err(e)?;
+                    for i in 0..count {
+                        let o = decode(d, &out, i);
+                        let (r0, r1) = if rank == 0 { (own[i], other[i]) } else { (other[i], own[i]) };
+                        let sum = r0 + r1;
+                        if !o.is_finite() || (o - sum).abs() > eps(d) * 2.0 * (r0.abs() + r1.abs()) {
+                            wrong += 1;
+                        }
+                    }
+                    hash = out.iter().fold(hash, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3));
+                    calls += 1;
+                }
+            }
+        }
+        // Both processes report; rank 0 compares the hashes (bitwise-identical outputs).
+        let peer_result = if rank == 0 {
+            let r = chan.recv("RESULT")?;
+            Some(r)
+        } else {
+            chan.send("RESULT", &format!("{wrong} {hash:016x}"))?;
+            None
+        };
+        if let Some(r) = peer_result {
+            let mut it = r.split_whitespace();
+            let pw: i64 = it.next().and_then(|x| x.parse().ok()).ok_or("bad RESULT")?;
+            let ph = it.next().ok_or("bad RESULT")?;
+            let same = ph == format!("{hash:016x}");
+            println!(
+                "# ipc check: {calls} calls ({} algorithms x {:?} x counts {:?}): rank 0 {wrong} wrong, rank 1 {pw} wrong, outputs bitwise identical across processes: {same}",
+                kernels.len(),
+                dts.iter().map(|d| d.name()).collect::<Vec<_>>(),
+                counts
+            );
+            if wrong != 0 || pw != 0 || !same {
+                return Err("ipc check failed".into());
+            }
+        }
+
+        // 2. Timings, 42 KiB of the first dtype: eager (each process launches its own rank,
+        //    events on its own stream) and in a graph of --graph-inner calls.
+        let d = width_dtype;
+        let count = 43008 / d.size();
+        let blocks = args.blocks.unwrap_or_else(|| default_blocks(43008, args.max_blocks));
+        if rank == 0 {
+            println!("# ipc timing: 2 processes, 1 rank each, 43008 B {d}, rank 0's stream; eager = one launch per call per process; graph = {} calls per replay", args.graph_inner);
+            println!("# NOTE: without MPS, kernels of two processes on one GPU do not run concurrently; the GPU time-slices");
+            println!("# between the contexts, so a rank spinning on its peer waits for the next slice. These figures measure");
+            println!("# that scheduling, not the collective; they only prove that the cross-process path completes.");
+            println!("# {:>14} {:>10} {:>9} {:>9} {:>10} {:>9} {:>9}", "algorithm", "eager", "p10", "p90", "graph", "p10", "p90");
+        }
+        let start = Event::new(ws.device()).map_err(e)?;
+        let end = Event::new(ws.device()).map_err(e)?;
+        for &algo in &kernels {
+            let mut eager = Vec::new();
+            for k in 0..(args.warmup + args.iters) {
+                ws.stream().record(&start).map_err(e)?;
+                ws.enqueue(algo, d, count, input.ptr, output.ptr, blocks).map_err(e)?;
+                ws.stream().record(&end).map_err(e)?;
+                ws.synchronize().map_err(e)?;
+                if k >= args.warmup {
+                    eager.push(start.elapsed_ms(&end).map_err(e)? as f64 * 1e3);
+                }
+            }
+            let inner = args.graph_inner.max(1);
+            ws.stream().begin_capture().map_err(e)?;
+            let mut cap = Ok(());
+            for _ in 0..inner {
+                cap = cap.and_then(|()| ws.enqueue(algo, d, count, input.ptr, output.ptr, blocks));
+            }
+            let graph = ws.stream().end_capture().map_err(e)?;
+            cap.map_err(e)?;
+            let mut g = Vec::new();
+            for k in 0..(args.warmup.max(1) + args.iters) {
+                ws.stream().record(&start).map_err(e)?;
+                graph.launch(ws.stream()).map_err(e)?;
+                ws.stream().record(&end).map_err(e)?;
+                ws.synchronize().map_err(e)?;
+                if k >= args.warmup.max(1) {
+                    g.push(start.elapsed_ms(&end).map_err(e)? as f64 * 1e3 / inner as f64);
+                }
+            }
+            let (em, e10, e90) = stats(eager);
+            let (gm, g10, g90) = stats(g);
+            if rank == 0 {
+                println!("  {:>14} {:>10.2} {:>9.2} {:>9.2} {:>10.2} {:>9.2} {:>9.2}", algo.name(), em, e10, e90, gm, g10, g90);
+            }
+        }
+        // 3. Agree on the end before anything is unmapped or freed.
+        if rank == 0 {
+            chan.recv("DONE")?;
+            chan.send("DONE", "")?;
+        } else {
+            chan.send("DONE", "")?;
+            chan.recv("DONE")?;
+        }
+        drop(ws);
+        if let Some(mut c) = child {
+            let st = c.wait().map_err(|x| format!("waiting for rank 1: {x}"))?;
+            if !st.success() {
+                return Err(format!("rank 1 exited with {st}"));
+            }
+            println!("# ipc: rank 1 exited cleanly");
+        }
+        Ok(())
+    }
 }

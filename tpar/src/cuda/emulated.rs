@@ -135,15 +135,7 @@ impl EmulatedGroup {
         }
         let dev = Device::open(ordinal)?;
         let arch = dev.arch();
-        let mut modules = HashMap::new();
-        for a in KERNEL_ALGORITHMS {
-            let src = kernels::source_for(a).ok_or_else(|| Error::Unsupported {
-                what: a.to_string(),
-                reason: "no kernel source".into(),
-            })?;
-            let (ptx, _) = nvrtc::compile_cached(src, &arch)?;
-            modules.insert(a, Module::load_ptx(&dev, &ptx)?);
-        }
+        let modules = load_modules(&dev, &arch)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let data_bytes = abi::data_bytes(world, slot_vecs);
         let mut data = Vec::with_capacity(world);
@@ -209,37 +201,8 @@ impl EmulatedGroup {
         self.poisoned.is_some()
     }
 
-    /// Runs `tpar_abi_offsets` and compares the device's field offsets with abi.rs.
     fn check_abi(&mut self) -> Result<()> {
-        use std::mem::offset_of;
-        let out = DeviceBuffer::new(&self.dev, 10 * 8)?;
-        let m = self.modules.get_mut(&Algorithm::OneshotPush).ok_or_else(|| Error::invalid("modules", "missing"))?;
-        let f = m.function("tpar_abi_offsets")?;
-        // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds 10 u64 and outlives the sync below.
-        unsafe { launch_with_struct(f, 1, 1, &self.origin, &out.ptr)? };
-        self.origin.synchronize()?;
-        let mut got = [0u64; 10];
-        out.download(&mut got)?;
-        let want = [
-            offset_of!(TparArgs, flags),
-            offset_of!(TparArgs, state),
-            offset_of!(TparArgs, err),
-            offset_of!(TparArgs, input),
-            offset_of!(TparArgs, count),
-            offset_of!(TparArgs, slot_vecs),
-            offset_of!(TparArgs, timeout_ns),
-            offset_of!(TparArgs, rank),
-            offset_of!(TparError, waited_ns),
-            offset_of!(TparState, err_claim),
-        ]
-        .map(|x| x as u64);
-        if got != want {
-            return Err(Error::Unsupported {
-                what: "kernel ABI".into(),
-                reason: format!("device field offsets {got:?} differ from abi.rs {want:?}"),
-            });
-        }
-        Ok(())
+        check_abi(&self.dev, &mut self.modules, &self.origin)
     }
 
     /// Waits for everything, then refills every push region with `word`, zeroes the error
@@ -503,4 +466,51 @@ impl EmulatedGroup {
         self.check_usable()?;
         graph.launch(&self.origin)
     }
+}
+
+/// Compiles (or loads from the cache) every kernel file for `arch` and loads it.
+pub(crate) fn load_modules(dev: &Device, arch: &str) -> Result<HashMap<Algorithm, Module>> {
+    let mut modules = HashMap::new();
+    for a in KERNEL_ALGORITHMS {
+        let src = kernels::source_for(a).ok_or_else(|| Error::Unsupported {
+            what: a.to_string(),
+            reason: "no kernel source".into(),
+        })?;
+        let (ptx, _) = nvrtc::compile_cached(src, arch)?;
+        modules.insert(a, Module::load_ptx(dev, &ptx)?);
+    }
+    Ok(modules)
+}
+
+/// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
+pub(crate) fn check_abi(dev: &Device, modules: &mut HashMap<Algorithm, Module>, stream: &Stream) -> Result<()> {
+    use std::mem::offset_of;
+    let out = DeviceBuffer::new(dev, 10 * 8)?;
+    let m = modules.get_mut(&Algorithm::OneshotPush).ok_or_else(|| Error::invalid("modules", "missing"))?;
+    let f = m.function("tpar_abi_offsets")?;
+    // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds 10 u64 and outlives the sync below.
+    unsafe { launch_with_struct(f, 1, 1, stream, &out.ptr)? };
+    stream.synchronize()?;
+    let mut got = [0u64; 10];
+    out.download(&mut got)?;
+    let want = [
+        offset_of!(TparArgs, flags),
+        offset_of!(TparArgs, state),
+        offset_of!(TparArgs, err),
+        offset_of!(TparArgs, input),
+        offset_of!(TparArgs, count),
+        offset_of!(TparArgs, slot_vecs),
+        offset_of!(TparArgs, timeout_ns),
+        offset_of!(TparArgs, rank),
+        offset_of!(TparError, waited_ns),
+        offset_of!(TparState, err_claim),
+    ]
+    .map(|x| x as u64);
+    if got != want {
+        return Err(Error::Unsupported {
+            what: "kernel ABI".into(),
+            reason: format!("device field offsets {got:?} differ from abi.rs {want:?}"),
+        });
+    }
+    Ok(())
 }

@@ -6,6 +6,7 @@
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
+//! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`nvrtc`] | finding libnvrtc, compiling, the on-disk PTX cache |
@@ -18,6 +19,7 @@
 pub mod abi;
 pub mod driver;
 pub mod emulated;
+pub mod ipc;
 pub mod kernels;
 pub mod nccl;
 pub mod nvrtc;
