@@ -11,6 +11,9 @@ mod topo;
 mod tune;
 mod util;
 
+#[cfg(feature = "cuda")]
+mod bench_cuda;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -43,6 +46,10 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Measure every candidate algorithm here and write a tuned profile for the plan
     Tune(tune::TuneArgs),
+    /// CUDA backend benchmark and GPU self-checks (emulated ranks on one GPU). Temporary:
+    /// to be folded into `tpar bench --backend cuda`.
+    #[cfg(feature = "cuda")]
+    BenchCuda(bench_cuda::BenchCudaArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +62,8 @@ fn main() -> ExitCode {
         Command::Topo(args) => topo::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Tune(args) => tune::run(args),
+        #[cfg(feature = "cuda")]
+        Command::BenchCuda(a) => bench_cuda::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

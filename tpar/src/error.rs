@@ -70,6 +70,9 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A CUDA driver call failed.
+    #[error("CUDA: {context}: {code}")]
+    Cuda { context: String, code: String },
     /// A required shared library (CUDA driver, NVRTC, NCCL, NVML) is missing or failed.
     #[error("{library}: {reason}")]
     Library { library: &'static str, reason: String },

@@ -21,6 +21,7 @@
 //! | [`plot`] | latency-versus-size SVG charts of bench or sim records |
 //! | [`testing`] | reproducible inputs, exact and f64 references, poisoning, digests |
 //! | [`error`] | the one error enum |
+//! | `cuda` | (feature `cuda`) NVRTC-compiled kernels, emulated ranks on one GPU, host transport, NCCL |
 //!
 //! See `docs/` and the repository's DESIGN notes for the architecture.
 
@@ -29,6 +30,8 @@
 
 pub mod algorithms;
 pub mod comm;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod dtype;
 pub mod error;
 pub mod model;

@@ -1,0 +1,226 @@
+//! One rank of a multi-process CUDA group: this process's workspace, exported through CUDA
+//! IPC, and its peers' workspaces opened from their handle bytes. The transport of those
+//! bytes (the rendezvous) is the caller's: [`IpcWorkspace::handle_blob`] gives them,
+//! [`IpcWorkspace::connect`] takes every rank's.
+//!
+//! Owns: this rank's data area and flag area (`cuMemAlloc`, so they can be exported), its
+//! device-local epoch state, its host-visible error record, its stream, and the mappings of
+//! the peers' areas. Must never refill the push region once connected (peers write into it
+//! at any time): the sentinel width is fixed at creation, and a call of the other width is
+//! refused. Must not be dropped while a peer may still write into it: the caller agrees on
+//! the end (a final barrier over the rendezvous) before dropping.
+
+use super::abi::{self, TparArgs, TparError, TparState, MAX_BLOCKS, MAX_RANKS, THREADS, VEC_BYTES};
+use super::driver::{launch_with_struct, Device, DeviceBuffer, HostMapped, IpcMapping, Module, Stream};
+use super::emulated::{check_abi, load_modules, sentinel_word};
+use super::kernels;
+use crate::error::{Error, Result};
+use crate::{Algorithm, DType};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Bytes of one rank's handle blob: the data-area handle, then the flag-area handle.
+pub const HANDLE_BLOB_BYTES: usize = 128;
+
+/// This process's rank of a CUDA IPC group.
+pub struct IpcWorkspace {
+    modules: HashMap<Algorithm, Module>,
+    peer_data: Vec<Option<IpcMapping>>,
+    peer_flags: Vec<Option<IpcMapping>>,
+    stream: Stream,
+    data: DeviceBuffer,
+    flags: DeviceBuffer,
+    state: DeviceBuffer,
+    err: HostMapped,
+    data_ptrs: [u64; MAX_RANKS],
+    flag_ptrs: [u64; MAX_RANKS],
+    rank: usize,
+    world: usize,
+    max_bytes: usize,
+    slot_vecs: usize,
+    timeout_ns: u64,
+    sentinel_word: u32,
+    connected: bool,
+    poisoned: Option<String>,
+    dev: Device,
+}
+
+impl IpcWorkspace {
+    /// Allocates and initialises rank `rank`'s workspace on device `ordinal`, for calls of
+    /// up to `max_bytes` of dtypes as wide as `dtype` (f32, or f16/bf16).
+    pub fn new(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration) -> Result<Self> {
+        if !(2..=MAX_RANKS).contains(&world) || rank >= world {
+            return Err(Error::invalid("world", format!("rank {rank} of {world}: need 2..={MAX_RANKS} ranks")));
+        }
+        if max_bytes == 0 {
+            return Err(Error::invalid("max_bytes", "must be positive"));
+        }
+        let dev = Device::open(ordinal)?;
+        let arch = dev.arch();
+        let mut modules = load_modules(&dev, &arch)?;
+        let stream = Stream::new(&dev)?;
+        check_abi(&dev, &mut modules, &stream)?;
+        let slot_vecs = abi::slot_vecs(max_bytes);
+        let data = DeviceBuffer::new(&dev, abi::data_bytes(world, slot_vecs))?;
+        let flags = DeviceBuffer::new(&dev, abi::FLAG_BYTES)?;
+        let state = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
+        let err = HostMapped::new(&dev, std::mem::size_of::<TparError>())?;
+        let word = sentinel_word(dtype);
+        // The push region holds the sentinel, everything else zeroes, before any peer can
+        // see this memory (handles are given out only after this).
+        data.fill_u32(0)?;
+        let push = abi::push_region_bytes(world, slot_vecs);
+        // SAFETY: data is a live allocation of at least `push` bytes; nothing runs on it yet.
+        let rc = unsafe { cudarc::driver::sys::cuMemsetD32_v2(data.ptr, word, push / 4) };
+        super::driver::cu_rc(|| "cuMemsetD32 (push region)".into(), rc)?;
+        flags.fill_u32(0)?;
+        state.fill_u32(0)?;
+        dev.ctx
+            .synchronize()
+            .map_err(|e| Error::Cuda { context: "cuCtxSynchronize".into(), code: format!("{:?}", e.0) })?;
+        let mut data_ptrs = [0u64; MAX_RANKS];
+        let mut flag_ptrs = [0u64; MAX_RANKS];
+        data_ptrs[rank] = data.ptr;
+        flag_ptrs[rank] = flags.ptr;
+        Ok(Self {
+            modules,
+            peer_data: (0..world).map(|_| None).collect(),
+            peer_flags: (0..world).map(|_| None).collect(),
+            stream,
+            data,
+            flags,
+            state,
+            err,
+            data_ptrs,
+            flag_ptrs,
+            rank,
+            world,
+            max_bytes,
+            slot_vecs,
+            timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1),
+            sentinel_word: word,
+            connected: false,
+            poisoned: None,
+            dev,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn world(&self) -> usize {
+        self.world
+    }
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+    pub fn stream(&self) -> &Stream {
+        &self.stream
+    }
+
+    /// The bytes every peer needs to map this rank's workspace (send them over the rendezvous).
+    pub fn handle_blob(&self) -> Result<Vec<u8>> {
+        let mut v = Vec::with_capacity(HANDLE_BLOB_BYTES);
+        v.extend_from_slice(&self.data.ipc_handle()?);
+        v.extend_from_slice(&self.flags.ipc_handle()?);
+        Ok(v)
+    }
+
+    /// Maps every peer's workspace from `blobs[q]` (this rank's own entry is ignored).
+    pub fn connect(&mut self, blobs: &[Vec<u8>]) -> Result<()> {
+        if blobs.len() != self.world {
+            return Err(Error::invalid("blobs", format!("need {} handle blobs, got {}", self.world, blobs.len())));
+        }
+        for (q, b) in blobs.iter().enumerate() {
+            if q == self.rank {
+                continue;
+            }
+            if b.len() != HANDLE_BLOB_BYTES {
+                return Err(Error::Rendezvous {
+                    rank: self.rank,
+                    field: "cuda ipc handles",
+                    expected: format!("{HANDLE_BLOB_BYTES} bytes"),
+                    got: format!("{} bytes from rank {q}", b.len()),
+                });
+            }
+            let mut h = [0u8; 64];
+            h.copy_from_slice(&b[..64]);
+            let d = IpcMapping::open(&self.dev, &h)?;
+            h.copy_from_slice(&b[64..]);
+            let f = IpcMapping::open(&self.dev, &h)?;
+            self.data_ptrs[q] = d.ptr;
+            self.flag_ptrs[q] = f.ptr;
+            self.peer_data[q] = Some(d);
+            self.peer_flags[q] = Some(f);
+        }
+        self.connected = true;
+        Ok(())
+    }
+
+    /// Enqueues this rank's part of an all-reduce on its stream (asynchronous). Every rank
+    /// must make the same calls in the same order, with the same count and blocks.
+    pub fn enqueue(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, blocks: u32) -> Result<()> {
+        if let Some(c) = &self.poisoned {
+            return Err(Error::Poisoned { rank: self.rank, cause: c.clone() });
+        }
+        if !self.connected {
+            return Err(Error::invalid("workspace", "connect() first"));
+        }
+        if sentinel_word(dtype) != self.sentinel_word {
+            return Err(Error::Unsupported {
+                what: format!("{dtype} on a workspace created for {}-bit lanes", if self.sentinel_word == 0x8000_0000 { 32 } else { 16 }),
+                reason: "peers may write into the push region at any time, so it cannot be refilled with the other -0.0 pattern; create the workspace for this width".into(),
+            });
+        }
+        let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
+        if count == 0 || bytes > self.max_bytes {
+            return Err(Error::invalid("count", format!("{bytes} B: must be 1..={} B", self.max_bytes)));
+        }
+        if input % VEC_BYTES as u64 != 0 || output % VEC_BYTES as u64 != 0 || input == 0 || output == 0 {
+            return Err(Error::invalid("buffer", "null or not 16-byte aligned"));
+        }
+        if blocks == 0 || blocks as usize > MAX_BLOCKS {
+            return Err(Error::invalid("blocks", format!("{blocks}: must be 1..={MAX_BLOCKS}")));
+        }
+        let src = kernels::source_for(algo).ok_or_else(|| Error::Unsupported {
+            what: format!("algorithm {algo} on the CUDA backend"),
+            reason: "it has no kernel (use tpar::cuda::nccl)".into(),
+        })?;
+        let entry = src.entry(dtype);
+        let f = self.modules.get_mut(&algo).ok_or_else(|| Error::invalid("algorithm", "module not loaded"))?.function(&entry)?;
+        let a = TparArgs {
+            data: self.data_ptrs,
+            flags: self.flag_ptrs,
+            state: self.state.ptr,
+            err: self.err.dev,
+            input,
+            output,
+            count: count as u64,
+            slot_vecs: self.slot_vecs as u64,
+            timeout_ns: self.timeout_ns,
+            rank: self.rank as u32,
+            world: self.world as u32,
+        };
+        // SAFETY: f takes one TparArgs by value; every pointer in `a` is this rank's live
+        // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
+        // of >= count elements; the kernel stays inside the layout of common.cuh.
+        unsafe { launch_with_struct(f, blocks, THREADS, &self.stream, &a) }
+    }
+
+    /// Waits for this rank's work; a device timeout becomes `Error::Timeout` and poisons.
+    pub fn synchronize(&mut self) -> Result<()> {
+        let sync = self.stream.synchronize();
+        if let Some(rec) = self.err.read::<TparError>(0) {
+            if rec.code == abi::ERR_TIMEOUT {
+                let e = Error::Timeout {
+                    rank: rec.rank as usize,
+                    waited_ms: rec.waited_ns / 1_000_000,
+                    what: format!("rank {} in {} (block {}, call epoch {}); CUDA IPC", rec.peer, abi::phase_name(rec.phase), rec.block, rec.epoch),
+                };
+                self.poisoned = Some(e.to_string());
+                return Err(e);
+            }
+        }
+        sync
+    }
+}

@@ -1,0 +1,27 @@
+//! The CUDA backend: kernels compiled at run time with NVRTC, workspaces in device or
+//! pinned host memory, emulated ranks on one GPU, and NCCL as the fallback.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
+//! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
+//! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
+//! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC |
+//! | [`kernels`] | the embedded `.cu` sources and their entry names |
+//! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
+//! | [`nvrtc`] | finding libnvrtc, compiling, the on-disk PTX cache |
+//!
+//! Contract: nothing here panics because a CUDA library is missing — presence is checked
+//! and absence is an [`Error::Library`](crate::Error::Library) that says what to install.
+//! Every device-side wait is bounded; a timeout becomes [`Error::Timeout`](crate::Error::Timeout)
+//! and poisons the group. Built only with the `cuda` feature; needs no CUDA at build time.
+
+pub mod abi;
+pub mod driver;
+pub mod emulated;
+pub mod ipc;
+pub mod kernels;
+pub mod nccl;
+pub mod nvrtc;
+
+pub use emulated::{EmulatedGroup, GroupOptions};

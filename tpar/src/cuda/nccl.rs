@@ -1,0 +1,228 @@
+//! NCCL, the fallback and the engine across hosts: loaded by tpar itself (libloading), with
+//! cudarc's NCCL types, because cudarc does not try `libnccl.so.2` — the only name pip
+//! wheels and many distributions ship — and panics where a library is missing.
+//!
+//! Owns: finding NCCL (`TPAR_NCCL_LIB`, then `libnccl.so.2`, then `libnccl.so`), the unique-id
+//! bytes that the rendezvous carries between processes (hook: [`unique_id`] and
+//! [`NcclComm::init_rank`]), one-process multi-rank communicators for tools
+//! ([`NcclComm::init_all`]), and all-reduce. Must never panic: a missing NCCL is an
+//! `Error::Library` that says what to install.
+
+use super::driver::{Device, Stream};
+use crate::error::{Error, Result};
+use crate::DType;
+use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+/// Environment variable naming the NCCL library file.
+pub const NCCL_LIB_ENV: &str = "TPAR_NCCL_LIB";
+
+type GetVersion = unsafe extern "C" fn(*mut c_int) -> c_int;
+type GetUniqueId = unsafe extern "C" fn(*mut ncclUniqueId) -> c_int;
+type CommInitRank = unsafe extern "C" fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int) -> c_int;
+type CommInitAll = unsafe extern "C" fn(*mut ncclComm_t, c_int, *const c_int) -> c_int;
+type CommDestroy = unsafe extern "C" fn(ncclComm_t) -> c_int;
+type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, ncclDataType_t, ncclRedOp_t, ncclComm_t, *mut c_void) -> c_int;
+type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
+type Group = unsafe extern "C" fn() -> c_int;
+
+/// The loaded library and the entry points tpar uses.
+pub struct Nccl {
+    _lib: libloading::Library,
+    pub path: String,
+    get_version: GetVersion,
+    get_unique_id: GetUniqueId,
+    comm_init_rank: CommInitRank,
+    comm_init_all: CommInitAll,
+    comm_destroy: CommDestroy,
+    all_reduce: AllReduce,
+    get_error_string: GetErrorString,
+    group_start: Group,
+    group_end: Group,
+}
+
+static NCCL: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
+
+fn candidates() -> Vec<String> {
+    let mut v = Vec::new();
+    if let Ok(p) = std::env::var(NCCL_LIB_ENV) {
+        v.push(p);
+    }
+    v.push("libnccl.so.2".into());
+    v.push("libnccl.so".into());
+    v
+}
+
+fn open() -> std::result::Result<Nccl, String> {
+    let mut tried = Vec::new();
+    for name in candidates() {
+        // SAFETY: loading NCCL runs its initialisers, which have no preconditions.
+        match unsafe { libloading::Library::new(&name) } {
+            Ok(lib) => return bind(lib, name),
+            Err(e) => tried.push(format!("{name}: {e}")),
+        }
+    }
+    Err(format!(
+        "NCCL not found (tried {}). Install it (`pip install nvidia-nccl-cu13`, or the libnccl2 package) and put \
+         its directory on LD_LIBRARY_PATH, or set {NCCL_LIB_ENV} to the library file",
+        tried.join("; ")
+    ))
+}
+
+fn bind(lib: libloading::Library, path: String) -> std::result::Result<Nccl, String> {
+    macro_rules! sym {
+        ($name:literal, $t:ty) => {{
+            // SAFETY: the symbol is NCCL's public C entry point with exactly this signature (nccl.h).
+            let s: libloading::Symbol<$t> = unsafe { lib.get($name) }
+                .map_err(|e| format!("{path}: missing {}: {e}", String::from_utf8_lossy($name)))?;
+            *s
+        }};
+    }
+    let get_version = sym!(b"ncclGetVersion\0", GetVersion);
+    let get_unique_id = sym!(b"ncclGetUniqueId\0", GetUniqueId);
+    let comm_init_rank = sym!(b"ncclCommInitRank\0", CommInitRank);
+    let comm_init_all = sym!(b"ncclCommInitAll\0", CommInitAll);
+    let comm_destroy = sym!(b"ncclCommDestroy\0", CommDestroy);
+    let all_reduce = sym!(b"ncclAllReduce\0", AllReduce);
+    let get_error_string = sym!(b"ncclGetErrorString\0", GetErrorString);
+    let group_start = sym!(b"ncclGroupStart\0", Group);
+    let group_end = sym!(b"ncclGroupEnd\0", Group);
+    Ok(Nccl {
+        _lib: lib,
+        path,
+        get_version,
+        get_unique_id,
+        comm_init_rank,
+        comm_init_all,
+        comm_destroy,
+        all_reduce,
+        get_error_string,
+        group_start,
+        group_end,
+    })
+}
+
+/// Loads NCCL once; a missing library is an error that says what to install.
+pub fn load() -> Result<&'static Nccl> {
+    match NCCL.get_or_init(open) {
+        Ok(n) => Ok(n),
+        Err(e) => Err(Error::Library { library: "nccl", reason: e.clone() }),
+    }
+}
+
+impl Nccl {
+    fn check(&self, what: &str, rc: c_int) -> Result<()> {
+        if rc == 0 {
+            return Ok(());
+        }
+        // SAFETY: ncclGetErrorString returns a static NUL-terminated string for any code.
+        let msg = unsafe {
+            let p = (self.get_error_string)(rc);
+            if p.is_null() { String::from("?") } else { CStr::from_ptr(p).to_string_lossy().into_owned() }
+        };
+        Err(Error::Library { library: "nccl", reason: format!("{what} failed ({rc}): {msg}") })
+    }
+
+    /// NCCL's version code, e.g. 22805 for 2.28.5.
+    pub fn version(&self) -> Result<i32> {
+        let mut v: c_int = 0;
+        // SAFETY: v is a valid out-pointer.
+        self.check("ncclGetVersion", unsafe { (self.get_version)(&mut v) })?;
+        Ok(v)
+    }
+}
+
+/// A fresh unique id (rank 0 makes it; the rendezvous sends the 128 bytes to every rank).
+pub fn unique_id() -> Result<[u8; 128]> {
+    let n = load()?;
+    let mut id = ncclUniqueId { internal: [0; 128] };
+    // SAFETY: id is a valid out-pointer.
+    n.check("ncclGetUniqueId", unsafe { (n.get_unique_id)(&mut id) })?;
+    let mut out = [0u8; 128];
+    for (o, c) in out.iter_mut().zip(id.internal.iter()) {
+        *o = *c as u8;
+    }
+    Ok(out)
+}
+
+fn nccl_dtype(d: DType) -> ncclDataType_t {
+    match d {
+        DType::F32 => ncclDataType_t::ncclFloat32,
+        DType::F16 => ncclDataType_t::ncclFloat16,
+        DType::BF16 => ncclDataType_t::ncclBfloat16,
+    }
+}
+
+/// One NCCL communicator (one rank).
+pub struct NcclComm {
+    raw: ncclComm_t,
+    pub rank: usize,
+    pub world: usize,
+}
+
+// SAFETY: an NCCL communicator may be used from any thread, one call at a time (&mut/&self
+// discipline of this type plus NCCL's own rules).
+unsafe impl Send for NcclComm {}
+
+impl NcclComm {
+    /// Joins the communicator named by `id` as `rank` of `world` (multi-process hook).
+    pub fn init_rank(dev: &Device, world: usize, rank: usize, id: &[u8; 128]) -> Result<Self> {
+        let n = load()?;
+        dev.bind()?;
+        let mut uid = ncclUniqueId { internal: [0; 128] };
+        for (u, b) in uid.internal.iter_mut().zip(id.iter()) {
+            *u = *b as c_char;
+        }
+        let mut raw: ncclComm_t = std::ptr::null_mut();
+        // SAFETY: raw is an out-pointer; uid is by value; world/rank are checked by NCCL.
+        n.check("ncclCommInitRank", unsafe { (n.comm_init_rank)(&mut raw, world as c_int, uid, rank as c_int) })?;
+        Ok(Self { raw, rank, world })
+    }
+
+    /// One communicator per device in `ordinals`, in one process (for tools). NCCL refuses a
+    /// device listed twice, so emulated ranks on one GPU cannot use this with world > 1.
+    pub fn init_all(ordinals: &[i32]) -> Result<Vec<Self>> {
+        let n = load()?;
+        let mut raws: Vec<ncclComm_t> = vec![std::ptr::null_mut(); ordinals.len()];
+        // SAFETY: raws has one slot per device; ordinals outlives the call.
+        n.check("ncclCommInitAll", unsafe { (n.comm_init_all)(raws.as_mut_ptr(), ordinals.len() as c_int, ordinals.as_ptr()) })?;
+        let world = ordinals.len();
+        Ok(raws.into_iter().enumerate().map(|(rank, raw)| Self { raw, rank, world }).collect())
+    }
+
+    /// Enqueues a sum all-reduce of `count` elements on `stream`.
+    ///
+    /// # Safety
+    /// `send` and `recv` must be device pointers valid for `count` elements of `dtype` until
+    /// the stream's work completes.
+    pub unsafe fn all_reduce(&self, send: u64, recv: u64, count: usize, dtype: DType, stream: &Stream) -> Result<()> {
+        let n = load()?;
+        // SAFETY: caller's contract on the pointers; raw is a live communicator.
+        n.check("ncclAllReduce", unsafe {
+            (n.all_reduce)(send as *const c_void, recv as *mut c_void, count, nccl_dtype(dtype), ncclRedOp_t::ncclSum, self.raw, stream.raw as *mut c_void)
+        })
+    }
+
+    /// Brackets calls on several communicators of one process.
+    pub fn group<T>(body: impl FnOnce() -> Result<T>) -> Result<T> {
+        let n = load()?;
+        // SAFETY: no arguments.
+        n.check("ncclGroupStart", unsafe { (n.group_start)() })?;
+        let r = body();
+        // SAFETY: no arguments; matches the start above.
+        let end = n.check("ncclGroupEnd", unsafe { (n.group_end)() });
+        let v = r?;
+        end?;
+        Ok(v)
+    }
+}
+
+impl Drop for NcclComm {
+    fn drop(&mut self) {
+        if let Ok(n) = load() {
+            // SAFETY: raw is a live communicator destroyed once; failure is ignored.
+            let _ = unsafe { (n.comm_destroy)(self.raw) };
+        }
+    }
+}

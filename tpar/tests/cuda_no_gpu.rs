@@ -1,0 +1,62 @@
+//! The CUDA backend on a machine without CUDA (CI): nothing panics, every absence is an
+//! error that says what to install, and the pure parts (layout, cache key) hold.
+#![cfg(feature = "cuda")]
+
+use tpar::cuda::kernels::SOURCES;
+use tpar::cuda::{abi, nccl, nvrtc, EmulatedGroup, GroupOptions};
+use tpar::Error;
+
+#[test]
+fn emulated_group_without_a_driver_is_an_error_not_a_panic() {
+    match EmulatedGroup::new(0, 2, 1 << 16, GroupOptions::default()) {
+        // A machine with a GPU and NVRTC (the GPU machine) may build one.
+        Ok(g) => assert_eq!(g.world(), 2),
+        Err(e) => {
+            let s = e.to_string();
+            assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "unexpected error kind: {s}");
+        }
+    }
+}
+
+#[test]
+fn bad_worlds_are_refused_before_touching_cuda() {
+    for w in [0usize, 1, abi::MAX_RANKS + 1] {
+        let e = EmulatedGroup::new(0, w, 1 << 16, GroupOptions::default()).err();
+        assert!(matches!(e, Some(Error::InvalidArgument { field: "world", .. })), "world {w}: {e:?}");
+    }
+}
+
+#[test]
+fn missing_nccl_says_what_to_install() {
+    match nccl::load() {
+        Ok(n) => assert!(!n.path.is_empty()),
+        Err(e) => {
+            let s = e.to_string();
+            assert!(s.contains("nvidia-nccl-cu13") && s.contains("TPAR_NCCL_LIB"), "{s}");
+        }
+    }
+}
+
+#[test]
+fn layout_sizes_cover_every_region() {
+    let s = abi::slot_vecs(43008);
+    assert_eq!(s, 2688);
+    assert_eq!(abi::slot_vecs(1), 1);
+    // push region (2N+2)·S plus pull region 4·S.
+    assert_eq!(abi::data_bytes(8, s), (2 * 8 + 2 + 4) * s * 16);
+    assert_eq!(abi::push_region_bytes(8, s), (2 * 8 + 2) * s * 16);
+    assert_eq!(abi::FLAG_BYTES, 2 * 32 * 16 * 4);
+}
+
+#[test]
+fn cache_key_names_source_arch_and_nvrtc_version() {
+    let v = nvrtc::NvrtcVersion { major: 13, minor: 0 };
+    let k90 = nvrtc::cache_key(&SOURCES[0], "sm_90", v);
+    let k80 = nvrtc::cache_key(&SOURCES[0], "sm_80", v);
+    let k_other = nvrtc::cache_key(&SOURCES[1], "sm_90", v);
+    let k_newer = nvrtc::cache_key(&SOURCES[0], "sm_90", nvrtc::NvrtcVersion { major: 13, minor: 1 });
+    assert!(k90.contains("sm_90") && k90.contains("nvrtc13.0"));
+    assert_ne!(k90, k80);
+    assert_ne!(k90, k_other);
+    assert_ne!(k90, k_newer);
+}
