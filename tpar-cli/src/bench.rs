@@ -63,14 +63,31 @@ pub struct BenchArgs {
     /// Plot latency versus size per algorithm as SVG to this file
     #[arg(long)]
     pub svg: Option<PathBuf>,
+    /// CUDA: run N ranks (or a comma list: 2,4,8) as streams on one GPU
+    #[arg(long = "emulate-ranks", help_heading = "CUDA backend")]
+    pub emulate_ranks: Option<String>,
+    /// CUDA: time inside a captured CUDA graph (--graph-inner calls per graph)
+    #[arg(long, help_heading = "CUDA backend")]
+    pub graph: bool,
+    /// CUDA: all-reduces per captured graph with --graph
+    #[arg(long = "graph-inner", default_value_t = 20, help_heading = "CUDA backend")]
+    pub graph_inner: usize,
+    /// CUDA: a whole verify step, CALLSxBYTES captured in one graph (e.g. 122x43008)
+    #[arg(long, help_heading = "CUDA backend")]
+    pub sequence: Option<String>,
+    /// CUDA: workspace transport, p2p (device memory) or host (pinned host memory over PCIe)
+    #[arg(long, default_value = "p2p", help_heading = "CUDA backend")]
+    pub transport: String,
+    /// CUDA: device ordinal
+    #[arg(long, default_value_t = 0, help_heading = "CUDA backend")]
+    pub device: usize,
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    if args.backend != "cpu" {
-        return Err(format!(
-            "--backend {}: only `cpu` is built into `tpar bench` yet (the CUDA backend has its own entry while it lands)",
-            args.backend
-        ));
+    match args.backend.as_str() {
+        "cpu" => {}
+        "cuda" => return run_cuda(args),
+        other => return Err(format!("--backend {other:?}: expected cpu or cuda")),
     }
     if args.iters == 0 {
         return Err("-n must be at least 1".into());
@@ -130,6 +147,50 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// `--backend cuda`: the CUDA backend's bench with the same flags.
+#[cfg(feature = "cuda")]
+fn run_cuda(args: BenchArgs) -> Result<(), String> {
+    let Some(emulate_ranks) = args.emulate_ranks.clone() else {
+        return Err("--backend cuda needs --emulate-ranks N for now: N ranks as streams of one GPU. \
+                    One process per GPU across several GPUs is not wired into `tpar bench` yet"
+            .into());
+    };
+    crate::bench_cuda::run(crate::bench_cuda::BenchCudaArgs {
+        minbytes: args.min_bytes,
+        maxbytes: args.max_bytes,
+        stepfactor: args.step_factor,
+        iters: args.iters,
+        warmup: args.warmup,
+        check: args.check as u32,
+        datatype: args.dtype,
+        algo: if args.algo == "all" { "all".into() } else { args.algo },
+        emulate_ranks,
+        graph: args.graph,
+        graph_inner: args.graph_inner,
+        sequence: args.sequence,
+        json: args.json,
+        transport: args.transport,
+        blocks: None,
+        max_blocks: tpar::cuda::emulated::DEFAULT_MAX_BLOCKS,
+        timeout_ms: tpar::comm::DEFAULT_TIMEOUT.as_millis() as u64,
+        device: args.device,
+        check_only: false,
+        odd: false,
+        stress: None,
+        timeout_test: false,
+        graph_test: None,
+        epoch_start: None,
+        seed: 1,
+        ipc_test: false,
+        ipc_child: false,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_args: BenchArgs) -> Result<(), String> {
+    Err("this tpar was built without the `cuda` feature".into())
 }
 
 pub fn parse_algos(s: &str) -> Result<Vec<Algorithm>, String> {

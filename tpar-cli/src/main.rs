@@ -46,9 +46,10 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Measure every candidate algorithm here and write a tuned profile for the plan
     Tune(tune::TuneArgs),
-    /// CUDA backend benchmark and GPU self-checks (emulated ranks on one GPU). Temporary:
-    /// to be folded into `tpar bench --backend cuda`.
+    /// GPU self-checks of the CUDA backend (sweeps, stress, timeout, graph, IPC tests) and its
+    /// benchmark; `tpar bench --backend cuda` is the same benchmark with bench's flags.
     #[cfg(feature = "cuda")]
+    #[command(hide = true)]
     BenchCuda(bench_cuda::BenchCudaArgs),
 }
 

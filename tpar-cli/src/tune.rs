@@ -90,6 +90,12 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
         json: None,
         csv: None,
         svg: None,
+        emulate_ranks: None,
+        graph: false,
+        graph_inner: 0,
+        sequence: None,
+        transport: "p2p".into(),
+        device: 0,
     };
     let root = comm.rank() == 0;
     let mut records = vec![];

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# One `run` call on the GPU machine: what `tpar` sees of the machine (NVML discovery), the
+# CUDA backend through `tpar bench --backend cuda` (graph, verify-step sequence, host
+# transport), and the CPU backend on that machine's many cores. Builds nothing: BIN is a
+# release `tpar` built elsewhere. Writes every output under $OUT; prints a summary last.
+#
+#   scripts/gpu-bench.sh [BIN]
+set -uo pipefail
+BIN="${1:-./tpar}"
+OUT="${OUT:-./gpu-out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export NCCL_NVLS_ENABLE=0
+export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/tpar-cache}"
+summary=()
+
+step() {
+    local name="$1" limit="$2"
+    shift 2
+    local t0 rc
+    t0=$(date +%s)
+    { echo "\$ tpar $*"; timeout "$limit" "$BIN" "$@"; } >"$OUT/$name.txt" 2>&1
+    rc=$?
+    summary+=("$( [ $rc -eq 0 ] && echo PASS || echo "FAIL rc=$rc" )  $name ($(( $(date +%s) - t0 ))s)")
+}
+
+{
+    date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv
+    nproc; grep -m1 'model name' /proc/cpuinfo
+    nvidia-smi topo -m
+} >"$OUT/machine.txt" 2>&1
+
+step topo 60 topo
+step topo-json 60 topo --json
+step cuda-graph-8 150 bench --backend cuda --emulate-ranks 8 --graph -b 1K -e 4M -f 4 -d bfloat16 -n 100 -w 10 --json "$OUT/cuda-graph-8.json"
+step cuda-sequence 120 bench --backend cuda --emulate-ranks 2,8 --sequence 122x43008 -d bfloat16 -n 50 -w 5
+step cuda-host-2 120 bench --backend cuda --emulate-ranks 2 --transport host -b 8 -e 1M -f 8 -d bfloat16 -n 100 -w 10
+step cpu-check-8 120 check --ranks 8 --calls 2000
+for n in 2 4 8; do
+    step "cpu-bench-$n" 90 bench --ranks "$n" -b 8 -e 4M -f 4 -d bfloat16 -n 100 -w 10 --json "$OUT/cpu-bench-$n.json"
+done
+printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
