@@ -2,13 +2,15 @@
 # One `run` call on the GPU machine: what `tpar` sees of the machine (NVML discovery), the
 # CUDA backend through `tpar bench --backend cuda` (graph, verify-step sequence, host
 # transport), and the CPU backend on that machine's many cores. Builds nothing: BIN is a
-# release `tpar` built elsewhere. Writes every output under $OUT; prints a summary last.
+# release `tpar` built elsewhere. Writes every output into $OUT/gpu-bench.tgz (the device
+# tool returns few files) and $OUT/summary.txt; prints the summary last.
 #
 #   scripts/gpu-bench.sh [BIN]
 set -uo pipefail
 BIN="${1:-./tpar}"
-OUT="${OUT:-./gpu-out}"
-mkdir -p "$OUT"
+FINAL="${OUT:-./gpu-out}"
+OUT="$(mktemp -d)/gpu-bench"
+mkdir -p "$OUT" "$FINAL"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export NCCL_NVLS_ENABLE=0
 export XDG_CACHE_HOME="${XDG_CACHE_HOME:-/tmp/tpar-cache}"
@@ -41,3 +43,5 @@ for n in 2 4 8; do
     step "cpu-bench-$n" 90 bench --ranks "$n" -b 8 -e 4M -f 4 -d bfloat16 -n 100 -w 10 --json "$OUT/cpu-bench-$n.json"
 done
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
+cp "$OUT/summary.txt" "$FINAL/"
+tar -C "$(dirname "$OUT")" -czf "$FINAL/gpu-bench.tgz" gpu-bench
