@@ -184,7 +184,6 @@ fn run_cuda(args: BenchArgs) -> Result<(), String> {
         epoch_start: None,
         seed: 1,
         ipc_test: false,
-        ipc_child: false,
     })
 }
 

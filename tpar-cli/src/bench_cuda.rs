@@ -94,9 +94,6 @@ pub struct BenchCudaArgs {
     /// exchange IPC handles over its stdin/stdout, run checked all-reduces and timings.
     #[arg(long = "ipc-test")]
     pub ipc_test: bool,
-    /// Internal: run as rank 1 of --ipc-test (speaks the handshake on stdin/stdout).
-    #[arg(long = "ipc-child", hide = true)]
-    pub ipc_child: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -387,7 +384,7 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
     let algos: Vec<Algorithm> = parse_list(&args.algo, &all_algos, |x| x.parse::<Algorithm>().map_err(|e| e.to_string()))?;
     let transport: Transport = args.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
     let timeout = Duration::from_millis(args.timeout_ms);
-    if args.ipc_test || args.ipc_child {
+    if args.ipc_test {
         return ipc::run(&args, &dtypes, &algos);
     }
     let mut records = Vec::new();
@@ -745,49 +742,12 @@ fn nccl_one_rank(c: &Ctx, args: &BenchCudaArgs, d: DType, records: &mut Vec<Reco
 }
 
 /// `--ipc-test`: two processes on one GPU, one rank each, workspaces shared through CUDA IPC
-/// (`tpar::cuda::ipc::IpcWorkspace`). The parent is rank 0; the child (this binary with
-/// `--ipc-child`) is rank 1; handles and results travel over the child's stdin/stdout, a
-/// stand-in for the rendezvous.
+/// (`tpar::cuda::ipc::IpcWorkspace`). The command re-launches itself as two ranks (as `tpar
+/// bench --ranks` does); the ranks meet through tpar's own rendezvous (validated Unix
+/// socket), whose control plane carries the IPC handles and the results.
 mod ipc {
     use super::*;
-    use std::io::{BufRead, BufReader, Write};
-    use std::process::{Command, Stdio};
     use tpar::cuda::ipc::IpcWorkspace;
-
-    fn hex(b: &[u8]) -> String {
-        b.iter().map(|x| format!("{x:02x}")).collect()
-    }
-
-    fn unhex(s: &str) -> Result<Vec<u8>, String> {
-        if s.len() % 2 != 0 {
-            return Err("odd hex length".into());
-        }
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| e.to_string())).collect()
-    }
-
-    /// Line channel to the other process.
-    struct Chan {
-        rx: Box<dyn BufRead>,
-        tx: Box<dyn Write>,
-    }
-
-    impl Chan {
-        fn send(&mut self, tag: &str, body: &str) -> Result<(), String> {
-            writeln!(self.tx, "{tag} {body}").and_then(|()| self.tx.flush()).map_err(|e| format!("ipc channel: {e}"))
-        }
-        fn recv(&mut self, tag: &str) -> Result<String, String> {
-            let mut line = String::new();
-            let n = self.rx.read_line(&mut line).map_err(|e| format!("ipc channel: {e}"))?;
-            if n == 0 {
-                return Err(format!("ipc channel: peer closed before {tag}"));
-            }
-            let line = line.trim_end();
-            if line == tag {
-                return Ok(String::new());
-            }
-            line.strip_prefix(&format!("{tag} ")).map(str::to_string).ok_or_else(|| format!("ipc channel: expected {tag}, got {line:?}"))
-        }
-    }
 
     /// The same deterministic inputs in both processes: rank r's input of call i.
     fn inputs_of(d: DType, count: usize, seed: u64, call: u64, rank: usize) -> (Vec<u8>, Vec<f64>) {
@@ -811,8 +771,20 @@ mod ipc {
 
     pub fn run(args: &BenchCudaArgs, dtypes: &[DType], algos: &[Algorithm]) -> Result<(), String> {
         let e = |x: tpar::Error| x.to_string();
-        let rank = usize::from(args.ipc_child);
-        let world = 2;
+        if !crate::launch::is_rank() {
+            crate::launch::launch(2, Duration::from_secs(40))?;
+            println!("# ipc: both ranks exited cleanly");
+            return Ok(());
+        }
+        // The control plane only: the CPU workspace is kept small.
+        let mut cfg = tpar::Config::from_env().map_err(e)?;
+        cfg.shm_budget = 1 << 20;
+        let mut comm = tpar::Communicator::init(&cfg).map_err(e)?;
+        let rank = comm.rank();
+        let world = comm.world();
+        if world != 2 {
+            return Err(format!("--ipc-test runs 2 ranks, not {world}"));
+        }
         let timeout = Duration::from_millis(args.timeout_ms);
         // One sentinel width per workspace: 16-bit dtypes only, unless only f32 was asked for.
         let dts: Vec<DType> = if dtypes.iter().all(|d| *d == DType::F32) { vec![DType::F32] } else { dtypes.iter().copied().filter(|d| *d != DType::F32).collect() };
@@ -820,42 +792,9 @@ mod ipc {
         let max_bytes = args.maxbytes.max(43008);
         let t0 = Instant::now();
         let mut ws = IpcWorkspace::new(args.device, rank, world, max_bytes, width_dtype, timeout).map_err(e)?;
-        let mut child = None;
-        let mut chan = if rank == 0 {
-            let exe = std::env::current_exe().map_err(|x| format!("current_exe: {x}"))?;
-            let mut extra: Vec<String> = vec!["--max-blocks".into(), args.max_blocks.to_string()];
-            if let Some(b) = args.blocks {
-                extra.push("--blocks".into());
-                extra.push(b.to_string());
-            }
-            let mut c = Command::new(exe)
-                .args(["bench-cuda", "--emulate-ranks", "2", "--ipc-child", "-e", &args.maxbytes.to_string(), "-n", &args.iters.to_string(), "-w", &args.warmup.to_string(), "-d", &args.datatype, "--algo", &args.algo, "--timeout-ms", &args.timeout_ms.to_string(), "--seed", &args.seed.to_string(), "--graph-inner", &args.graph_inner.to_string()])
-                .args(&extra)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .map_err(|x| format!("spawning rank 1: {x}"))?;
-            let rx = c.stdout.take().ok_or("no child stdout")?;
-            let tx = c.stdin.take().ok_or("no child stdin")?;
-            child = Some(c);
-            Chan { rx: Box::new(BufReader::new(rx)), tx: Box::new(tx) }
-        } else {
-            Chan { rx: Box::new(BufReader::new(std::io::stdin())), tx: Box::new(std::io::stdout()) }
-        };
-        // Handshake: exchange the handle blobs, map the peer.
+        // Handshake over the rendezvous' control plane: every rank's handles to every rank.
         let mine = ws.handle_blob().map_err(e)?;
-        let theirs = if rank == 0 {
-            let t = chan.recv("HANDLES")?;
-            chan.send("HANDLES", &hex(&mine))?;
-            t
-        } else {
-            chan.send("HANDLES", &hex(&mine))?;
-            chan.recv("HANDLES")?
-        };
-        let mut blobs = vec![Vec::new(); world];
-        blobs[rank] = mine;
-        blobs[1 - rank] = unhex(&theirs)?;
+        let blobs = comm.all_gather_bytes(&mine).map_err(e)?;
         ws.connect(&blobs).map_err(e)?;
         let say = |m: String| {
             if rank == 0 {
@@ -907,13 +846,10 @@ mod ipc {
             }
         }
         // Both processes report; rank 0 compares the hashes (bitwise-identical outputs).
-        let peer_result = if rank == 0 {
-            let r = chan.recv("RESULT")?;
-            Some(r)
-        } else {
-            chan.send("RESULT", &format!("{wrong} {hash:016x}"))?;
-            None
-        };
+        let peer_result = comm
+            .gather_bytes(format!("{wrong} {hash:016x}").as_bytes())
+            .map_err(e)?
+            .and_then(|all| all.get(1).map(|r| String::from_utf8_lossy(r).into_owned()));
         if let Some(r) = peer_result {
             let mut it = r.split_whitespace();
             let pw: i64 = it.next().and_then(|x| x.parse().ok()).ok_or("bad RESULT")?;
@@ -980,21 +916,8 @@ mod ipc {
             }
         }
         // 3. Agree on the end before anything is unmapped or freed.
-        if rank == 0 {
-            chan.recv("DONE")?;
-            chan.send("DONE", "")?;
-        } else {
-            chan.send("DONE", "")?;
-            chan.recv("DONE")?;
-        }
+        comm.barrier().map_err(e)?;
         drop(ws);
-        if let Some(mut c) = child {
-            let st = c.wait().map_err(|x| format!("waiting for rank 1: {x}"))?;
-            if !st.success() {
-                return Err(format!("rank 1 exited with {st}"));
-            }
-            println!("# ipc: rank 1 exited cleanly");
-        }
         Ok(())
     }
 }

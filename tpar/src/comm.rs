@@ -414,6 +414,13 @@ impl Communicator {
         self.control.gather(payload, self.timeout)
     }
 
+    /// Control plane: every rank receives every rank's bytes, in rank order (e.g. CUDA IPC
+    /// handles, an NCCL unique id's acknowledgements).
+    pub fn all_gather_bytes(&mut self, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.usable()?;
+        self.control.all_gather(payload, self.world, self.timeout)
+    }
+
     /// Control plane: every rank receives rank 0's bytes.
     pub fn broadcast_bytes(&mut self, payload: &[u8]) -> Result<Vec<u8>> {
         self.usable()?;

@@ -523,6 +523,39 @@ impl Control {
         }
     }
 
+    /// Every rank's `payload` reaches every rank, in rank order (gather to rank 0, then a
+    /// broadcast of the length-prefixed concatenation).
+    pub fn all_gather(&mut self, payload: &[u8], world: usize, timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let rank = self.rank;
+        let packed = match self.gather(payload, timeout)? {
+            Some(all) => {
+                let mut v = Vec::new();
+                for p in &all {
+                    v.extend_from_slice(&(p.len() as u32).to_le_bytes());
+                    v.extend_from_slice(p);
+                }
+                v
+            }
+            None => Vec::new(),
+        };
+        let packed = self.broadcast(&packed, timeout)?;
+        let mut out = Vec::with_capacity(world);
+        let mut at = 0usize;
+        while at + 4 <= packed.len() {
+            let n = u32::from_le_bytes([packed[at], packed[at + 1], packed[at + 2], packed[at + 3]]) as usize;
+            let end = at + 4 + n;
+            if end > packed.len() {
+                break;
+            }
+            out.push(packed[at + 4..end].to_vec());
+            at = end;
+        }
+        if out.len() != world || at != packed.len() {
+            return Err(rdzv_err(rank, "all-gather payload", format!("{world} length-prefixed parts"), format!("{} parts", out.len())));
+        }
+        Ok(out)
+    }
+
     /// Rank 0's `payload` reaches every rank.
     pub fn broadcast(&mut self, payload: &[u8], timeout: Duration) -> Result<Vec<u8>> {
         let rank = self.rank;

@@ -291,3 +291,21 @@ fn the_plan_picks_and_overrides_force_and_ranks_must_agree() {
     assert!(e.to_string().contains("plan fingerprint") && e.to_string().contains("rank 1"), "{e}");
     assert!(host.join().unwrap().is_err());
 }
+
+#[test]
+fn control_plane_all_gather_and_broadcast() {
+    let results = run_group(3, |_| {}, |comm| {
+        let mine = vec![comm.rank() as u8; comm.rank() * 100 + 1];
+        let all = comm.all_gather_bytes(&mine).unwrap();
+        let b = comm.broadcast_bytes(if comm.rank() == 0 { b"from zero" } else { b"ignored" }).unwrap();
+        (all, b)
+    });
+    for r in results {
+        let (all, b) = r.unwrap();
+        assert_eq!(all.len(), 3);
+        for (k, p) in all.iter().enumerate() {
+            assert_eq!(p, &vec![k as u8; k * 100 + 1]);
+        }
+        assert_eq!(b, b"from zero");
+    }
+}
