@@ -786,8 +786,8 @@ mod ipc {
             return Err(format!("--ipc-test runs 2 ranks, not {world}"));
         }
         let timeout = Duration::from_millis(args.timeout_ms);
-        // One sentinel width per workspace: 16-bit dtypes only, unless only f32 was asked for.
-        let dts: Vec<DType> = if dtypes.iter().all(|d| *d == DType::F32) { vec![DType::F32] } else { dtypes.iter().copied().filter(|d| *d != DType::F32).collect() };
+        // Every dtype asked for, in one workspace: the empty sentinel is the same for all.
+        let dts: Vec<DType> = dtypes.to_vec();
         let width_dtype = dts.first().copied().ok_or("no dtype")?;
         let max_bytes = args.maxbytes.max(43008);
         let t0 = Instant::now();

@@ -5,7 +5,7 @@
 // deadline). The Rust twin of every struct here is in tpar/src/cuda/abi.rs; both sides
 // assert sizes and offsets.
 //
-// Contract: nothing here spins without a deadline; nothing here stores -0.0 into a push
+// Contract: nothing here spins without a deadline; nothing here stores an all-ones lane into a push
 // inbox except the owner clearing it; nothing here needs a header or an include path.
 
 typedef unsigned int u32;
@@ -178,14 +178,22 @@ __device__ __forceinline__ void v16_set_word(V16& v, int i, u32 w) {
     if (i == 0) v.x = w; else if (i == 1) v.y = w; else if (i == 2) v.z = w; else v.w = w;
 }
 
-// 32-bit lanes (f32). The empty sentinel is -0.0 = 0x80000000.
+// The empty sentinel is all ones, the same word for every dtype (a NaN in both lane widths),
+// so a buffer cleared by a call of one dtype reads as empty to a call of another: no refill
+// between dtypes, and dtypes may mix inside one captured graph or one IPC workspace. A writer
+// stores the canonical NaN 0x7fff... in place of an all-ones lane (only a NaN's payload
+// changes), so data never looks empty; -0.0 travels exactly. (The first version used -0.0,
+// whose bit pattern differs between 32- and 16-bit lanes.) Twin of `tpar::dtype::EMPTY`.
+#define TPAR_EMPTY_WORD 0xffffffffu
+
+// 32-bit lanes (f32).
 struct DF32 {
     static constexpr int LANES = 4;
-    static constexpr u32 EMPTY_WORD = 0x80000000u;
+    static constexpr u32 EMPTY_WORD = TPAR_EMPTY_WORD;
     __device__ static __forceinline__ bool has_empty_lane(V16 v) {
         return v.x == EMPTY_WORD || v.y == EMPTY_WORD || v.z == EMPTY_WORD || v.w == EMPTY_WORD;
     }
-    __device__ static __forceinline__ u32 canon_word(u32 w) { return w == EMPTY_WORD ? 0u : w; }
+    __device__ static __forceinline__ u32 canon_word(u32 w) { return w == EMPTY_WORD ? 0x7fffffffu : w; }
     __device__ static __forceinline__ V16 canon(V16 v) {
         V16 r = {canon_word(v.x), canon_word(v.y), canon_word(v.z), canon_word(v.w)};
         return r;
@@ -207,18 +215,18 @@ struct DF32 {
     __device__ static __forceinline__ u32 lane_bits(u32 e) { return e; }
 };
 
-// 16-bit lanes (f16, bf16). The empty sentinel is -0.0 = 0x8000 in every lane.
+// 16-bit lanes (f16, bf16). Empty: 0xffff in every lane.
 template <bool IS_BF16>
 struct D16 {
     static constexpr int LANES = 8;
-    static constexpr u32 EMPTY_WORD = 0x80008000u;
+    static constexpr u32 EMPTY_WORD = TPAR_EMPTY_WORD;
     __device__ static __forceinline__ bool word_has_empty(u32 w) {
-        return (w & 0xffffu) == 0x8000u || (w >> 16) == 0x8000u;
+        return (w & 0xffffu) == 0xffffu || (w >> 16) == 0xffffu;
     }
     __device__ static __forceinline__ bool has_empty_lane(V16 v) {
         return word_has_empty(v.x) || word_has_empty(v.y) || word_has_empty(v.z) || word_has_empty(v.w);
     }
-    __device__ static __forceinline__ u32 canon_half(u32 h) { return h == 0x8000u ? 0u : h; }
+    __device__ static __forceinline__ u32 canon_half(u32 h) { return h == 0xffffu ? 0x7fffu : h; }
     __device__ static __forceinline__ u32 canon_word(u32 w) {
         return canon_half(w & 0xffffu) | (canon_half(w >> 16) << 16);
     }
@@ -313,7 +321,7 @@ __device__ __forceinline__ void store_output(const TparArgs& a, u64 v, V16 x) {
 // ---------------------------------------------------------------------------------------
 // Workspace layout, in 16-byte vectors from a rank's data area (S = slot_vecs, N = world):
 //
-//   push region (sentinel-managed, -0.0 when empty):
+//   push region (sentinel-managed, all ones when empty):
 //     inbox[par 0..1][src 0..N-1][S]   one-shot push, staged push, two-shot reduce-scatter
 //     gather[par 0..1][S]              two-shot all-gather (the chunk owner is implied)
 //   pull region (no sentinel; guarded by barriers):
@@ -407,7 +415,7 @@ __device__ __forceinline__ void report_timeout(const TparArgs& a, Frame& f, u32 
     record_timeout(a.err, a.state, a.rank, f.epoch, f.start_ns, peer, phase);
 }
 
-// Sentinel verb: spins on this rank's own memory until no lane holds -0.0.
+// Sentinel verb: spins on this rank's own memory until no lane holds the empty pattern.
 // The clock is read once every TPAR_POLLS_PER_CLOCK polls: reading %globaltimer costs more
 // than a poll, and the reaction time to arriving data is what the poll loop is for.
 #define TPAR_POLLS_PER_CLOCK 16u
@@ -466,7 +474,7 @@ __device__ __forceinline__ bool slot_valid(u32 q, u64 v, u64 cvec, u64 nvec) {
 }
 
 // Sentinel verb over every valid peer q != rank: loads all slots at once, then spins
-// (bounded) on those that still hold -0.0. x[rank] is left untouched. The loops are unrolled
+// (bounded) on those that still hold the empty pattern. x[rank] is left untouched. The loops are unrolled
 // to TPAR_MAX_RANKS (so x[] stays in registers) and leave at q == world (so small worlds do
 // not pay for 16).
 template <class D, int K>

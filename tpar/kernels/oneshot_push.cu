@@ -1,8 +1,8 @@
 // oneshot_push.cu — one-shot push all-reduce over the sentinel protocol.
 //
 // Every rank writes its whole input into slot [rank] of every peer's inbox (parity epoch&1),
-// then polls its OWN inbox until no lane of any peer's slot is -0.0, reduces in rank order
-// 0..world-1 in f32, writes the output, and clears what it consumed back to -0.0.
+// then polls its OWN inbox until no lane of any peer's slot is empty (all ones), reduces in rank order
+// 0..world-1 in f32, writes the output, and clears what it consumed back to empty.
 // Reads nothing remote: only posted writes cross the fabric.
 //
 // Buffer reuse: slot [src] of my inbox at parity p is written next by src's call k+2. src

@@ -4,7 +4,7 @@
 // The message's vectors are cut into world chunks; rank q owns chunk q.
 //  1. reduce-scatter: rank r writes its input's chunk q into slot [r] of rank q's inbox.
 //  2. rank r polls its inbox for chunk r from every peer, reduces in rank order 0..world-1
-//     in f32, canonicalises (-0.0 -> +0.0), writes the result to its own output and into
+//     in f32, canonicalises (an all-ones lane -> the canonical NaN), writes the result to its own output and into
 //     every peer's gather area, then clears the inbox vectors it consumed.
 //  3. all-gather: rank r polls its gather area for every other chunk, copies it to the
 //     output and clears it. Every rank's output is the owner's bits: bitwise identical.

@@ -109,12 +109,11 @@ pub struct EmulatedGroup {
     dev: Device,
 }
 
-/// The empty-sentinel word of the push region for `dtype` (-0.0 in every lane).
-pub fn sentinel_word(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => 0x8000_0000,
-        DType::F16 | DType::BF16 => 0x8000_8000,
-    }
+/// The empty-sentinel word of the push region: all ones for every dtype (the kernels'
+/// `TPAR_EMPTY_WORD`, the CPU backend's `dtype::EMPTY`), so calls of different dtypes share
+/// the push region with no refill between them.
+pub fn sentinel_word(_dtype: DType) -> u32 {
+    crate::dtype::EMPTY as u32
 }
 
 impl EmulatedGroup {
@@ -245,8 +244,9 @@ impl EmulatedGroup {
         }
     }
 
-    /// Makes the push region hold `dtype`'s sentinel. Switching between 32- and 16-bit
-    /// dtypes costs a synchronous refill, and is refused inside a capture.
+    /// Makes the push region hold `dtype`'s sentinel. Every dtype has the same sentinel now,
+    /// so this refills only a workspace left in another state; kept so that a future
+    /// dtype-specific protocol (the `flag` protocol) has its hook.
     pub fn prepare(&mut self, dtype: DType) -> Result<()> {
         self.check_usable()?;
         let w = sentinel_word(dtype);
@@ -256,7 +256,7 @@ impl EmulatedGroup {
         if self.capturing {
             return Err(Error::Unsupported {
                 what: "switching between 32- and 16-bit dtypes inside a graph capture".into(),
-                reason: "the push inboxes must be refilled with the other -0.0 pattern first; call prepare(dtype) before capturing".into(),
+                reason: "the push inboxes must be refilled first; call prepare(dtype) before capturing".into(),
             });
         }
         // Keep the epoch: read rank 0's (all ranks agree when idle).

@@ -6,8 +6,7 @@
 //! Owns: this rank's data area and flag area (`cuMemAlloc`, so they can be exported), its
 //! device-local epoch state, its host-visible error record, its stream, and the mappings of
 //! the peers' areas. Must never refill the push region once connected (peers write into it
-//! at any time): the sentinel width is fixed at creation, and a call of the other width is
-//! refused. Must not be dropped while a peer may still write into it: the caller agrees on
+//! at any time); none is needed: the empty sentinel is the same word for every dtype. Must not be dropped while a peer may still write into it: the caller agrees on
 //! the end (a final barrier over the rendezvous) before dropping.
 
 use super::abi::{self, TparArgs, TparError, TparState, MAX_BLOCKS, MAX_RANKS, THREADS, VEC_BYTES};
@@ -168,8 +167,8 @@ impl IpcWorkspace {
         }
         if sentinel_word(dtype) != self.sentinel_word {
             return Err(Error::Unsupported {
-                what: format!("{dtype} on a workspace created for {}-bit lanes", if self.sentinel_word == 0x8000_0000 { 32 } else { 16 }),
-                reason: "peers may write into the push region at any time, so it cannot be refilled with the other -0.0 pattern; create the workspace for this width".into(),
+                what: format!("{dtype} on a workspace whose empty word is {:#010x}", self.sentinel_word),
+                reason: "the workspace was created with another empty-sentinel word; peers may write into it at any time, so it cannot be refilled".into(),
             });
         }
         let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
