@@ -184,6 +184,7 @@ fn run_cuda(args: BenchArgs) -> Result<(), String> {
         epoch_start: None,
         seed: 1,
         ipc_test: false,
+        nccl_rdzv_test: false,
     })
 }
 

@@ -94,6 +94,11 @@ pub struct BenchCudaArgs {
     /// exchange IPC handles over its stdin/stdout, run checked all-reduces and timings.
     #[arg(long = "ipc-test")]
     pub ipc_test: bool,
+    /// NCCL over tpar's rendezvous: 2 rank processes, unique id carried by the control plane,
+    /// one all-reduce checked if NCCL accepts the placement (it refuses 2 ranks on one GPU:
+    /// then the test checks that every rank gets that error instead of hanging).
+    #[arg(long = "nccl-rdzv-test")]
+    pub nccl_rdzv_test: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -386,6 +391,9 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
     let timeout = Duration::from_millis(args.timeout_ms);
     if args.ipc_test {
         return ipc::run(&args, &dtypes, &algos);
+    }
+    if args.nccl_rdzv_test {
+        return nccl_rdzv_test(&args);
     }
     let mut records = Vec::new();
     let seq = match &args.sequence {
@@ -737,6 +745,52 @@ fn nccl_one_rank(c: &Ctx, args: &BenchCudaArgs, d: DType, records: &mut Vec<Reco
         let (algbw, busbw) = bandwidths(nbytes, 1, med);
         println!("  {:>10} {:>12} {:>9} {:>6} {:>10.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>7}", nbytes, count, d.name(), "sum", med, p10, p90, algbw, busbw, wrong);
         records.push(Record { algorithm: Algorithm::Nccl, backend: "nccl-1rank".into(), dtype: d, world: 1, bytes: nbytes, count, time_us: med, p10_us: p10, p90_us: p90, algbw, busbw, wrong });
+    }
+    Ok(())
+}
+
+/// `--nccl-rdzv-test`: two rank processes join one NCCL communicator over tpar's rendezvous.
+fn nccl_rdzv_test(args: &BenchCudaArgs) -> Result<(), String> {
+    let e = |x: tpar::Error| x.to_string();
+    if !crate::launch::is_rank() {
+        crate::launch::launch(2, Duration::from_secs(40))?;
+        println!("# nccl-rdzv: both ranks exited cleanly");
+        return Ok(());
+    }
+    let mut cfg = tpar::Config::from_env().map_err(e)?;
+    cfg.shm_budget = 1 << 20;
+    let mut comm = tpar::Communicator::init(&cfg).map_err(e)?;
+    let dev = tpar::cuda::driver::Device::open(args.device).map_err(e)?;
+    let t0 = Instant::now();
+    let mut failed = false;
+    let verdict = match tpar::cuda::nccl::init_over_rendezvous(&mut comm, &dev) {
+        Ok(nc) => {
+            let n = 4096usize;
+            let buf = DeviceBuffer::new(&dev, n * 4).map_err(e)?;
+            let vals: Vec<f32> = (0..n).map(|i| (i % 7) as f32 + comm.rank() as f32).collect();
+            buf.upload(&vals).map_err(e)?;
+            let stream = tpar::cuda::driver::Stream::new(&dev).map_err(e)?;
+            // SAFETY: buf holds n f32 and outlives the synchronize below.
+            unsafe { nc.all_reduce(buf.ptr, buf.ptr, n, DType::F32, &stream) }.map_err(e)?;
+            stream.synchronize().map_err(e)?;
+            let mut out = vec![0f32; n];
+            buf.download(&mut out).map_err(e)?;
+            let w = comm.world() as f32;
+            let wrong = out.iter().enumerate().filter(|(i, v)| **v != w * ((*i % 7) as f32) + (0..comm.world()).sum::<usize>() as f32).count();
+            failed = wrong > 0;
+            format!("joined in {:.0} ms, one all-reduce of {n} floats: {wrong} wrong", t0.elapsed().as_secs_f64() * 1e3)
+        }
+        Err(x) => format!("refused in {:.0} ms with an error (no hang): {x}", t0.elapsed().as_secs_f64() * 1e3),
+    };
+    let all = comm.gather_bytes(verdict.as_bytes()).map_err(e)?;
+    if let Some(all) = all {
+        for (r, v) in all.iter().enumerate() {
+            println!("# nccl-rdzv: rank {r}: {}", String::from_utf8_lossy(v));
+        }
+    }
+    comm.barrier().map_err(e)?;
+    if failed {
+        return Err("NCCL over the rendezvous returned wrong sums".into());
     }
     Ok(())
 }

@@ -146,6 +146,56 @@ pub fn unique_id() -> Result<[u8; 128]> {
     Ok(out)
 }
 
+/// Joins an NCCL communicator of every rank of `comm` over tpar's rendezvous: every rank
+/// first says whether NCCL loads here (so no rank enters NCCL's collective init while a peer
+/// never will), rank 0 makes the unique id, the control plane carries it (or rank 0's
+/// error) to every rank, and every rank joins on `dev`.
+pub fn init_over_rendezvous(comm: &mut crate::Communicator, dev: &Device) -> Result<NcclComm> {
+    let mine = match load() {
+        Ok(_) => String::new(),
+        Err(e) => e.to_string(),
+    };
+    for (r, s) in comm.all_gather_bytes(mine.as_bytes())?.iter().enumerate() {
+        if !s.is_empty() {
+            return Err(Error::Library {
+                library: "NCCL",
+                reason: format!("rank {r} cannot load NCCL: {}", String::from_utf8_lossy(s)),
+            });
+        }
+    }
+    // Rank 0 sends [1] + id, or [0] + why it could not make one.
+    let payload = if comm.rank() == 0 {
+        match unique_id() {
+            Ok(id) => [&[1u8][..], &id[..]].concat(),
+            Err(e) => [&[0u8][..], e.to_string().as_bytes()].concat(),
+        }
+    } else {
+        Vec::new()
+    };
+    let got = comm.broadcast_bytes(&payload)?;
+    match got.split_first() {
+        Some((1, id)) => {
+            let id: [u8; 128] = id.try_into().map_err(|_| Error::Rendezvous {
+                rank: comm.rank(),
+                field: "nccl unique id",
+                expected: "128 bytes".into(),
+                got: format!("{} bytes", id.len()),
+            })?;
+            NcclComm::init_rank(dev, comm.world(), comm.rank(), &id)
+        }
+        Some((_, why)) => Err(Error::Library {
+            library: "NCCL",
+            reason: format!("rank 0 could not make a unique id: {}", String::from_utf8_lossy(why)),
+        }),
+        None => Err(Error::Rendezvous {
+            rank: comm.rank(),
+            field: "nccl unique id",
+            expected: "rank 0's id".into(),
+            got: "nothing".into(),
+        }),
+    }
+}
+
 fn nccl_dtype(d: DType) -> ncclDataType_t {
     match d {
         DType::F32 => ncclDataType_t::ncclFloat32,
