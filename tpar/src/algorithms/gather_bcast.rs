@@ -5,7 +5,7 @@
 //! Buffers: `exposed`, rank 0's `result`, barrier slots; the same no-third-barrier argument
 //! as two-shot pull.
 
-use super::{copy_word, per_peer, Call};
+use super::{expose_and_meet, copy_word, per_peer, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
@@ -13,10 +13,7 @@ use crate::protocol::{barrier, Wait, Word};
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
     let nw = packed.len();
-    for (slot, w) in ws.exposed(me).iter().zip(packed) {
-        slot.store_relaxed(*w);
-    }
-    barrier(ws, me, &c.desc, 0, c.waiter)?;
+    expose_and_meet(c, packed)?;
     let root = ws.result(0);
     if me == 0 {
         let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);

@@ -79,6 +79,15 @@ pub(crate) fn copy_word<T: Element>(out: &mut [T], i: usize, w: u64) {
     }
 }
 
+/// The pull algorithms' prologue: publish my packed input in my `exposed` region, then meet
+/// every rank at barrier 0, after which every rank's exposed input may be read.
+pub(crate) fn expose_and_meet<W: Word, S: Wait>(c: &mut Call<'_, '_, W, S>, packed: &[u64]) -> Result<()> {
+    for (slot, w) in c.ws.exposed(c.rank).iter().zip(packed) {
+        slot.store_relaxed(*w);
+    }
+    crate::protocol::barrier(c.ws, c.rank, &c.desc, 0, c.waiter)
+}
+
 /// A fixed array of per-peer slices, so hot loops index instead of recomputing offsets.
 pub(crate) fn per_peer<'w, W>(world: usize, f: impl Fn(usize) -> &'w [W]) -> [&'w [W]; MAX_WORLD] {
     let mut a: [&'w [W]; MAX_WORLD] = [&[]; MAX_WORLD];

@@ -6,7 +6,7 @@
 //! Buffers: `exposed` (written by its owner only at call start, read by peers only between
 //! the two barriers) and the barrier slots. Must never write a peer's data region.
 
-use super::{per_peer, write_word, Call};
+use super::{expose_and_meet, per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
@@ -14,10 +14,7 @@ use crate::protocol::{barrier, Wait, Word};
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
     let nw = packed.len();
-    for (slot, w) in ws.exposed(me).iter().zip(packed) {
-        slot.store_relaxed(*w);
-    }
-    barrier(ws, me, &c.desc, 0, c.waiter)?;
+    expose_and_meet(c, packed)?;
     let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
     for i in 0..nw {
         let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x

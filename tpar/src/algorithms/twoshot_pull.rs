@@ -5,7 +5,7 @@
 //! before its next call can overwrite it; `result` is overwritten only after barrier 0 of a
 //! later call, which no rank passes before every rank has finished this one.
 
-use super::{copy_word, per_peer, write_word, Call};
+use super::{expose_and_meet, copy_word, per_peer, write_word, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
@@ -14,10 +14,7 @@ use crate::workspace::piece_range;
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
     let nw = packed.len();
-    for (slot, w) in ws.exposed(me).iter().zip(packed) {
-        slot.store_relaxed(*w);
-    }
-    barrier(ws, me, &c.desc, 0, c.waiter)?;
+    expose_and_meet(c, packed)?;
     let (a, b) = piece_range(nw, world, me);
     let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
     let result = ws.result(me);
