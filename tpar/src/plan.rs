@@ -34,9 +34,11 @@ use std::sync::{Mutex, OnceLock};
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
-/// CPU ranks: one-shot push up to this size, two-shot push above.
-/// Placeholder until measured: the CPU backend's bench (`tpar bench --backend cpu`) sets it.
-pub const CPU_ONESHOT_MAX_BYTES: u64 = 64 * KIB;
+/// CPU ranks: one-shot push up to this size, two-shot push above. Measured
+/// (bench/results/h200-host.md, cpu-bench-{2,4,8}.json, 16-core host; cpu-2core-dev.md): with
+/// 4 and 8 ranks two-shot push is faster from 512 B (8 ranks, 512 B: 4.2 vs 7.5 us); with 2
+/// ranks the two tie to within a few percent up to 32 KiB.
+pub const CPU_ONESHOT_MAX_BYTES: u64 = 256;
 
 /// NVLink, at most 4 ranks: one-shot push up to this size, two-shot above.
 /// After: vLLM custom_all_reduce dispatch (1-stage below 512 KB at <= 4 ranks). Floor check
@@ -735,7 +737,7 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool) 
             let base = if s <= CPU_ONESHOT_MAX_BYTES { Algorithm::OneshotPush } else { Algorithm::TwoshotPush };
             let (a, why) = pull(base);
             let cmp = if s <= CPU_ONESHOT_MAX_BYTES { "<=" } else { ">" };
-            let reason = format!("CPU ranks over shm: {size} {cmp} {} (CPU one-shot limit, placeholder until measured){why}", human_bytes(CPU_ONESHOT_MAX_BYTES));
+            let reason = format!("CPU ranks over shm: {size} {cmp} {} (CPU one-shot limit, measured on CPU ranks){why}", human_bytes(CPU_ONESHOT_MAX_BYTES));
             make(a, Transport::Shm, s, f, reason)
         }
         Backend::Cuda => {

@@ -253,7 +253,7 @@ fn local_argument_errors_do_not_poison() {
 fn the_plan_picks_and_overrides_force_and_ranks_must_agree() {
     // Default plan: one-shot push for small CPU messages, two-shot push for large ones.
     let results = run_group(2, |_| {}, |comm| {
-        let small = comm.planned(tpar::DType::BF16, 1024);
+        let small = comm.planned(tpar::DType::BF16, 128);
         let large = comm.planned(tpar::DType::BF16, 8 << 20);
         let mut out = [0f32; 5];
         comm.all_reduce(&[1.0; 5], &mut out).unwrap();
