@@ -185,6 +185,8 @@ fn run_cuda(args: BenchArgs) -> Result<(), String> {
         seed: 1,
         ipc_test: false,
         nccl_rdzv_test: false,
+        comm_test: false,
+        plan_topology: None,
     })
 }
 

@@ -99,6 +99,14 @@ pub struct BenchCudaArgs {
     /// then the test checks that every rank gets that error instead of hanging).
     #[arg(long = "nccl-rdzv-test")]
     pub nccl_rdzv_test: bool,
+    /// GpuCommunicator test: 2 rank processes, plan-driven calls (sizes 2 B..-e, every dtype
+    /// of -d), each checked, then 122 calls of 42 KiB captured in a graph and replayed.
+    #[arg(long = "comm-test")]
+    pub comm_test: bool,
+    /// With --comm-test: plan for this topology (preset or JSON) instead of NVML's; on one GPU,
+    /// e.g. pcie-2, so that the plan picks tpar's kernels for two processes sharing it.
+    #[arg(long = "plan-topology")]
+    pub plan_topology: Option<String>,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -394,6 +402,9 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
     }
     if args.nccl_rdzv_test {
         return nccl_rdzv_test(&args);
+    }
+    if args.comm_test {
+        return comm_test(&args, &dtypes);
     }
     let mut records = Vec::new();
     let seq = match &args.sequence {
@@ -749,6 +760,118 @@ fn nccl_one_rank(c: &Ctx, args: &BenchCudaArgs, d: DType, records: &mut Vec<Reco
     Ok(())
 }
 
+/// `--comm-test`: the plan-driven `GpuCommunicator` across two rank processes.
+fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
+    let e = |x: tpar::Error| x.to_string();
+    if !crate::launch::is_rank() {
+        crate::launch::launch(2, Duration::from_secs(60))?;
+        println!("# comm-test: both ranks exited cleanly");
+        return Ok(());
+    }
+    let cfg = tpar::Config::from_env().map_err(e)?;
+    let topology = match &args.plan_topology {
+        Some(t) => Some(tpar::Topology::load(t).map_err(e)?),
+        None => None,
+    };
+    let max_bytes = args.maxbytes.max(43008);
+    let opts = tpar::cuda::GpuOptions { device: Some(args.device), max_bytes, topology };
+    let t0 = Instant::now();
+    let mut comm = tpar::cuda::GpuCommunicator::init(&cfg, &opts).map_err(e)?;
+    let rank = comm.rank();
+    let say = |m: String| if rank == 0 { println!("{m}") } else { eprintln!("[rank 1] {m}") };
+    say(format!(
+        "# comm-test: rank {rank} of {} joined in {:.0} ms; NCCL: {}",
+        comm.world(),
+        t0.elapsed().as_secs_f64() * 1e3,
+        comm.nccl_status().map_or_else(|w| format!("not joined ({w})"), |()| "joined".into())
+    ));
+    let dev = tpar::cuda::driver::Device::open(args.device).map_err(e)?;
+    let ab = |x: usize| x.div_ceil(VEC_BYTES) * VEC_BYTES;
+    let input = DeviceBuffer::new(&dev, ab(max_bytes)).map_err(e)?;
+    let output = DeviceBuffer::new(&dev, ab(max_bytes)).map_err(e)?;
+    let mut lines = Vec::new();
+    let mut wrong_total = 0usize;
+    let mut call = 0u64;
+    for &d in dtypes {
+        let mut bytes = 2usize;
+        while bytes <= max_bytes {
+            let count = (bytes / d.size()).max(1);
+            let (raw, _) = ipc::inputs_of(d, count, args.seed, call, rank);
+            let (_, v0) = ipc::inputs_of(d, count, args.seed, call, 0);
+            let (_, v1) = ipc::inputs_of(d, count, args.seed, call, 1);
+            input.upload(&raw).map_err(e)?;
+            output.fill_u32(0xFFFF_FFFF).map_err(e)?;
+            // SAFETY: both buffers hold max_bytes >= count elements, live past synchronize.
+            let algo = unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) }.map_err(e)?;
+            comm.synchronize().map_err(e)?;
+            let mut out = vec![0u8; count * d.size()];
+            output.download(&mut out).map_err(e)?;
+            let wrong = (0..count)
+                .filter(|&i| {
+                    let o = decode(d, &out, i);
+                    !o.is_finite() || (o - (v0[i] + v1[i])).abs() > eps(d) * 2.0 * (v0[i].abs() + v1[i].abs())
+                })
+                .count();
+            wrong_total += wrong;
+            lines.push(format!("  {:>9} {:>9} B  {:>14}  wrong {wrong}", d.name(), count * d.size(), algo.name()));
+            call += 1;
+            bytes *= 8;
+        }
+    }
+    // A verify step: 122 calls of 42 KiB bf16 captured once, replayed, checked after.
+    let d = DType::BF16;
+    let count = 43008 / 2;
+    let (raw, _) = ipc::inputs_of(d, count, args.seed, 999, rank);
+    let (_, v0) = ipc::inputs_of(d, count, args.seed, 999, 0);
+    let (_, v1) = ipc::inputs_of(d, count, args.seed, 999, 1);
+    input.upload(&raw).map_err(e)?;
+    comm.set_capture_mode(tpar::CaptureMode::Graph);
+    comm.stream().begin_capture().map_err(e)?;
+    let mut cap = Ok(tpar::Algorithm::Nccl);
+    for _ in 0..122 {
+        // SAFETY: as above; the graph is replayed while both buffers live.
+        cap = cap.and_then(|_| unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) });
+    }
+    let graph = comm.stream().end_capture().map_err(e)?;
+    let algo = cap.map_err(e)?;
+    output.fill_u32(0xFFFF_FFFF).map_err(e)?;
+    let t = Instant::now();
+    for _ in 0..10 {
+        graph.launch(comm.stream()).map_err(e)?;
+    }
+    comm.synchronize().map_err(e)?;
+    let per_step_ms = t.elapsed().as_secs_f64() * 1e3 / 10.0;
+    let mut out = vec![0u8; count * 2];
+    output.download(&mut out).map_err(e)?;
+    let wrong = (0..count)
+        .filter(|&i| {
+            let o = decode(d, &out, i);
+            !o.is_finite() || (o - (v0[i] + v1[i])).abs() > eps(d) * 2.0 * (v0[i].abs() + v1[i].abs())
+        })
+        .count();
+    wrong_total += wrong;
+    lines.push(format!("  graph: 122 x 42 KiB bf16 with {algo}, 10 replays, {per_step_ms:.2} ms per replay (two processes time-slice one GPU), wrong {wrong}"));
+    let all = comm.all_gather_bytes(format!("{wrong_total}\n{}", lines.join("\n")).as_bytes()).map_err(e)?;
+    comm.barrier().map_err(e)?;
+    let mut total = 0usize;
+    for (r, p) in all.iter().enumerate() {
+        let text = String::from_utf8_lossy(p);
+        let mut it = text.lines();
+        total += it.next().and_then(|w| w.parse::<usize>().ok()).unwrap_or(1);
+        if rank == 0 {
+            println!("# rank {r}: dtype, size, algorithm the plan chose, wrong elements");
+            for l in it {
+                println!("{l}");
+            }
+        }
+    }
+    if total > 0 {
+        return Err(format!("comm-test: {total} wrong elements"));
+    }
+    say("# comm-test: 0 wrong on every rank".into());
+    Ok(())
+}
+
 /// `--nccl-rdzv-test`: two rank processes join one NCCL communicator over tpar's rendezvous.
 fn nccl_rdzv_test(args: &BenchCudaArgs) -> Result<(), String> {
     let e = |x: tpar::Error| x.to_string();
@@ -804,7 +927,7 @@ mod ipc {
     use tpar::cuda::ipc::IpcWorkspace;
 
     /// The same deterministic inputs in both processes: rank r's input of call i.
-    fn inputs_of(d: DType, count: usize, seed: u64, call: u64, rank: usize) -> (Vec<u8>, Vec<f64>) {
+    pub(super) fn inputs_of(d: DType, count: usize, seed: u64, call: u64, rank: usize) -> (Vec<u8>, Vec<f64>) {
         let mut rng = StdRng::seed_from_u64(seed ^ (call << 8) ^ rank as u64 ^ 0x9e37_79b9_7f4a_7c15);
         let mut raw = Vec::with_capacity(count * d.size());
         let mut vals = Vec::with_capacity(count);

@@ -3,6 +3,7 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`comm`] | `GpuCommunicator`: one rank per process and GPU, plan-driven: kernels, NCCL or an error |
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
@@ -17,6 +18,7 @@
 //! and poisons the group. Built only with the `cuda` feature; needs no CUDA at build time.
 
 pub mod abi;
+pub mod comm;
 pub mod driver;
 pub mod emulated;
 pub mod ipc;
@@ -24,4 +26,5 @@ pub mod kernels;
 pub mod nccl;
 pub mod nvrtc;
 
+pub use comm::{GpuCommunicator, GpuOptions};
 pub use emulated::{EmulatedGroup, GroupOptions};

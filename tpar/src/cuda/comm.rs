@@ -1,0 +1,182 @@
+//! [`GpuCommunicator`]: one rank per process, one GPU per rank — how inference engines run.
+//!
+//! The setup chain is explicit: rendezvous (tpar's validated Unix socket, used here as the
+//! control plane only) -> this rank's workspace (`cuMemAlloc`) -> every peer's workspace
+//! mapped through CUDA IPC handles carried by the control plane -> NCCL joined over the same
+//! rendezvous when it can be -> per call, the plan. Ranks must agree on the plan's inputs
+//! (topology, profile, overrides): their digest salts the rendezvous fingerprint, so a rank
+//! that would plan differently is refused at init.
+//!
+//! Owns: the dispatch from a plan decision to a kernel, an NCCL call, or an error. Must never
+//! launch nothing: every decision the plan can make is matched here, and the ones with no
+//! kernel yet (`hierarchical`) or no NCCL available are errors naming the way out.
+
+use super::abi::MAX_BLOCKS;
+use super::driver::Stream;
+use super::ipc::IpcWorkspace;
+use super::nccl::{self, NcclComm};
+use crate::comm::{Communicator, Config};
+use crate::error::{Error, Result};
+use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use crate::profile::Profile;
+use crate::topology::Topology;
+use crate::{Algorithm, DType, Transport};
+
+/// Where and how large a rank's GPU workspace is.
+#[derive(Clone, Debug, Default)]
+pub struct GpuOptions {
+    /// CUDA ordinal; default: rank modulo the number of GPUs in the topology.
+    pub device: Option<usize>,
+    /// Largest message tpar's kernels take; larger ones go to NCCL (the plan says so).
+    pub max_bytes: usize,
+    /// The fabric to plan for; default: discovered through NVML.
+    pub topology: Option<Topology>,
+}
+
+/// One rank of a multi-process GPU group.
+pub struct GpuCommunicator {
+    control: Communicator,
+    ws: IpcWorkspace,
+    nccl: std::result::Result<NcclComm, String>,
+    topology: Topology,
+    overrides: Overrides,
+    profile: Option<Profile>,
+    capture: CaptureMode,
+}
+
+impl GpuCommunicator {
+    /// Joins the job of `cfg` on this process's GPU.
+    pub fn init(cfg: &Config, opts: &GpuOptions) -> Result<GpuCommunicator> {
+        cfg.validate()?;
+        let topology = match &opts.topology {
+            Some(t) => t.clone(),
+            None => Topology::discover(),
+        };
+        if opts.max_bytes == 0 {
+            return Err(Error::invalid("max_bytes", "must be positive"));
+        }
+        // Messages above the workspace go to NCCL, by the plan's own TPAR_MAX_BYTES rule.
+        let mut overrides = cfg.overrides.clone();
+        let cap = opts.max_bytes as u64;
+        overrides.max_bytes = Some(overrides.max_bytes.map_or(cap, |m| m.min(cap)));
+        overrides.validate(&topology, cfg.world, Backend::Cuda)?;
+        let profile = match &overrides.profile {
+            Some(p) => Some(Profile::load(p)?),
+            None => None,
+        };
+        let mut control_cfg = cfg.clone();
+        control_cfg.overrides = Overrides::default();
+        control_cfg.fingerprint ^= plan_fingerprint(&topology, profile.as_ref(), &overrides);
+        control_cfg.shm_budget = 1 << 20;
+        let mut control = Communicator::init(&control_cfg)?;
+        let device = opts.device.unwrap_or(cfg.rank % topology.gpu_count().max(1));
+        let mut ws = IpcWorkspace::new(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout)?;
+        let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
+        ws.connect(&blobs)?;
+        let nccl = nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string());
+        Ok(GpuCommunicator {
+            control,
+            ws,
+            nccl,
+            topology,
+            overrides,
+            profile,
+            capture: CaptureMode::Eager,
+        })
+    }
+
+    pub fn rank(&self) -> usize {
+        self.control.rank()
+    }
+
+    pub fn world(&self) -> usize {
+        self.control.world()
+    }
+
+    /// The stream every call is enqueued on (capture it to build a CUDA graph).
+    pub fn stream(&self) -> &Stream {
+        self.ws.stream()
+    }
+
+    /// Whether NCCL joined, or why not.
+    pub fn nccl_status(&self) -> std::result::Result<(), &str> {
+        self.nccl.as_ref().map(|_| ()).map_err(|s| s.as_str())
+    }
+
+    /// Tells the plan whether calls are being captured into a CUDA graph.
+    pub fn set_capture_mode(&mut self, capture: CaptureMode) {
+        self.capture = capture;
+    }
+
+    /// The decision for `bytes` of `dtype` (logged once under `TPAR_DEBUG=INFO`).
+    pub fn plan(&self, dtype: DType, bytes: usize) -> Plan {
+        plan_logged(&PlanInput {
+            topology: &self.topology,
+            world: self.world(),
+            bytes: bytes as u64,
+            dtype,
+            capture: self.capture,
+            backend: Backend::Cuda,
+            profile: self.profile.as_ref(),
+            overrides: &self.overrides,
+        })
+    }
+
+    /// Enqueues a sum all-reduce of `count` elements on [`stream`](Self::stream) and returns
+    /// the algorithm the plan chose. Every rank must make the same calls in the same order.
+    ///
+    /// # Safety
+    /// `input` and `output` must be device pointers on this rank's GPU, 16-byte aligned,
+    /// valid for `count` elements of `dtype` until the stream's work completes (`output` may
+    /// equal `input`).
+    pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
+        let p = self.plan(dtype, count.saturating_mul(dtype.size()));
+        if count == 0 {
+            return Ok(p.algorithm);
+        }
+        match p.algorithm {
+            Algorithm::Nccl => match &self.nccl {
+                // SAFETY: the caller's contract on input/output is NCCL's.
+                Ok(n) => unsafe { n.all_reduce(input, output, count, dtype, self.ws.stream()) }.map(|()| Algorithm::Nccl),
+                Err(why) => Err(Error::Unsupported {
+                    what: format!("the plan's choice of NCCL ({})", p.reason),
+                    reason: format!("NCCL did not join: {why}"),
+                }),
+            },
+            Algorithm::OneshotPush
+            | Algorithm::OneshotPull
+            | Algorithm::TwoshotPush
+            | Algorithm::TwoshotPull
+            | Algorithm::StagedPush => {
+                if p.transport != Transport::P2p {
+                    return Err(Error::Unsupported {
+                        what: format!("{} over {} in a multi-process group", p.algorithm, p.transport),
+                        reason: "the IPC workspace lives in device memory; the host transport runs in emulated groups only so far".into(),
+                    });
+                }
+                let blocks = p.blocks.clamp(1, MAX_BLOCKS as u32);
+                self.ws.enqueue(p.algorithm, dtype, count, input, output, blocks)?;
+                Ok(p.algorithm)
+            }
+            Algorithm::Hierarchical | Algorithm::GatherBcast => Err(Error::Unsupported {
+                what: format!("{} on the CUDA backend ({})", p.algorithm, p.reason),
+                reason: "no kernel for it yet; set TPAR_ALGO to oneshot-push, twoshot-push, staged-push or nccl".into(),
+            }),
+        }
+    }
+
+    /// Waits for this rank's enqueued work; a device timeout is `Error::Timeout`.
+    pub fn synchronize(&mut self) -> Result<()> {
+        self.ws.synchronize()
+    }
+
+    /// Control plane: every rank's bytes to every rank.
+    pub fn all_gather_bytes(&mut self, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.control.all_gather_bytes(payload)
+    }
+
+    /// Host-side barrier over the control plane (ranks agree before freeing buffers).
+    pub fn barrier(&mut self) -> Result<()> {
+        self.control.barrier()
+    }
+}
