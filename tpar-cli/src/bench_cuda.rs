@@ -774,7 +774,9 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         None => None,
     };
     let max_bytes = args.maxbytes.max(43008);
-    let opts = tpar::cuda::GpuOptions { device: Some(args.device), max_bytes, topology };
+    // With a forced topology the ranks share --device (one GPU); otherwise rank r takes GPU r.
+    let device = if topology.is_some() { Some(args.device) } else { None };
+    let opts = tpar::cuda::GpuOptions { device, max_bytes, topology };
     let t0 = Instant::now();
     let mut comm = tpar::cuda::GpuCommunicator::init(&cfg, &opts).map_err(e)?;
     let rank = comm.rank();
@@ -785,10 +787,9 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         t0.elapsed().as_secs_f64() * 1e3,
         comm.nccl_status().map_or_else(|w| format!("not joined ({w})"), |()| "joined".into())
     ));
-    let dev = tpar::cuda::driver::Device::open(args.device).map_err(e)?;
     let ab = |x: usize| x.div_ceil(VEC_BYTES) * VEC_BYTES;
-    let input = DeviceBuffer::new(&dev, ab(max_bytes)).map_err(e)?;
-    let output = DeviceBuffer::new(&dev, ab(max_bytes)).map_err(e)?;
+    let input = DeviceBuffer::new(comm.device(), ab(max_bytes)).map_err(e)?;
+    let output = DeviceBuffer::new(comm.device(), ab(max_bytes)).map_err(e)?;
     let mut lines = Vec::new();
     let mut wrong_total = 0usize;
     let mut call = 0u64;
@@ -851,6 +852,37 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         .count();
     wrong_total += wrong;
     lines.push(format!("  graph: 122 x 42 KiB bf16 with {algo}, 10 replays, {per_step_ms:.2} ms per replay (two processes time-slice one GPU), wrong {wrong}"));
+    // Timings: each algorithm (NCCL included when it joined) as 122 calls of 42 KiB bf16 in
+    // one captured graph, replayed; every rank times its own stream, rank 0 reports.
+    let mut algos: Vec<tpar::Algorithm> = tpar::cuda::kernels::KERNEL_ALGORITHMS.to_vec();
+    if comm.nccl_status().is_ok() {
+        algos.push(tpar::Algorithm::Nccl);
+    }
+    let start = Event::new(comm.device()).map_err(e)?;
+    let end = Event::new(comm.device()).map_err(e)?;
+    for &a in &algos {
+        comm.stream().begin_capture().map_err(e)?;
+        let mut cap = Ok(a);
+        for _ in 0..122 {
+            // SAFETY: as above.
+            cap = cap.and_then(|_| unsafe { comm.all_reduce_with(a, d, count, input.ptr, output.ptr) });
+        }
+        let g = comm.stream().end_capture().map_err(e)?;
+        cap.map_err(e)?;
+        let mut times = Vec::new();
+        for k in 0..(args.warmup + args.iters) {
+            comm.barrier().map_err(e)?;
+            comm.stream().record(&start).map_err(e)?;
+            g.launch(comm.stream()).map_err(e)?;
+            comm.stream().record(&end).map_err(e)?;
+            comm.synchronize().map_err(e)?;
+            if k >= args.warmup {
+                times.push(start.elapsed_ms(&end).map_err(e)? as f64 * 1e3);
+            }
+        }
+        let (med, p10, p90) = stats(times);
+        lines.push(format!("  sequence 122 x 42 KiB bf16, graph: {:>13} {:>9.1} us per step (p10 {:.1}, p90 {:.1}), {:.2} us per call", a.name(), med, p10, p90, med / 122.0));
+    }
     let all = comm.all_gather_bytes(format!("{wrong_total}\n{}", lines.join("\n")).as_bytes()).map_err(e)?;
     comm.barrier().map_err(e)?;
     let mut total = 0usize;

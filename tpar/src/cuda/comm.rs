@@ -93,6 +93,11 @@ impl GpuCommunicator {
         self.control.world()
     }
 
+    /// This rank's GPU.
+    pub fn device(&self) -> &super::driver::Device {
+        self.ws.device()
+    }
+
     /// The stream every call is enqueued on (capture it to build a CUDA graph).
     pub fn stream(&self) -> &Stream {
         self.ws.stream()
@@ -131,6 +136,32 @@ impl GpuCommunicator {
     /// equal `input`).
     pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
         let p = self.plan(dtype, count.saturating_mul(dtype.size()));
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.dispatch(&p, dtype, count, input, output) }
+    }
+
+    /// As [`all_reduce`](Self::all_reduce) with `algo` forced (benchmarks, comparisons with
+    /// NCCL in the same run). The forced algorithm still goes through the same dispatch.
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce).
+    pub unsafe fn all_reduce_with(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
+        let mut p = self.plan(dtype, count.saturating_mul(dtype.size()));
+        if p.algorithm != algo {
+            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
+            p.algorithm = algo;
+            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { Transport::P2p };
+            if p.blocks == 0 {
+                p.blocks = super::emulated::default_blocks(count.saturating_mul(dtype.size()), super::emulated::DEFAULT_MAX_BLOCKS);
+            }
+        }
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.dispatch(&p, dtype, count, input, output) }
+    }
+
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce).
+    unsafe fn dispatch(&mut self, p: &Plan, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
         if count == 0 {
             return Ok(p.algorithm);
         }
