@@ -851,7 +851,7 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         })
         .count();
     wrong_total += wrong;
-    lines.push(format!("  graph: 122 x 42 KiB bf16 with {algo}, 10 replays, {per_step_ms:.2} ms per replay (two processes time-slice one GPU), wrong {wrong}"));
+    lines.push(format!("  graph: 122 x 42 KiB bf16 with {algo}, 10 replays, {per_step_ms:.2} ms per replay (host clock; on one shared GPU the processes time-slice), wrong {wrong}"));
     // Timings: each algorithm (NCCL included when it joined) as 122 calls of 42 KiB bf16 in
     // one captured graph, replayed; every rank times its own stream, rank 0 reports.
     let mut algos: Vec<tpar::Algorithm> = tpar::cuda::kernels::KERNEL_ALGORITHMS.to_vec();
@@ -882,6 +882,41 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         }
         let (med, p10, p90) = stats(times);
         lines.push(format!("  sequence 122 x 42 KiB bf16, graph: {:>13} {:>9.1} us per step (p10 {:.1}, p90 {:.1}), {:.2} us per call", a.name(), med, p10, p90, med / 122.0));
+    }
+    // Latency per size against NCCL in the same run: graphs of 20 calls, bf16.
+    let sizes = [1024usize, 4096, 14336, 43008, 114688, 524288, 1 << 20];
+    let mut sweep: Vec<tpar::Algorithm> = vec![tpar::Algorithm::OneshotPush, tpar::Algorithm::TwoshotPush];
+    if comm.nccl_status().is_ok() {
+        sweep.push(tpar::Algorithm::Nccl);
+    }
+    for &bytes in sizes.iter().filter(|b| **b <= max_bytes) {
+        let count = bytes / 2;
+        let planned = comm.plan(d, bytes).algorithm;
+        let mut cells = vec![format!("plan {}", planned.name())];
+        for &a in &sweep {
+            comm.stream().begin_capture().map_err(e)?;
+            let mut cap = Ok(a);
+            for _ in 0..20 {
+                // SAFETY: as above.
+                cap = cap.and_then(|_| unsafe { comm.all_reduce_with(a, d, count, input.ptr, output.ptr) });
+            }
+            let g = comm.stream().end_capture().map_err(e)?;
+            cap.map_err(e)?;
+            let mut times = Vec::new();
+            for k in 0..(args.warmup + args.iters) {
+                comm.barrier().map_err(e)?;
+                comm.stream().record(&start).map_err(e)?;
+                g.launch(comm.stream()).map_err(e)?;
+                comm.stream().record(&end).map_err(e)?;
+                comm.synchronize().map_err(e)?;
+                if k >= args.warmup {
+                    times.push(start.elapsed_ms(&end).map_err(e)? as f64 * 1e3 / 20.0);
+                }
+            }
+            let (med, p10, p90) = stats(times);
+            cells.push(format!("{} {med:.2} [{p10:.2}-{p90:.2}]", a.name()));
+        }
+        lines.push(format!("  size {bytes:>8} B bf16, graph of 20, us per call (median [p10-p90]): {}", cells.join(" | ")));
     }
     let all = comm.all_gather_bytes(format!("{wrong_total}\n{}", lines.join("\n")).as_bytes()).map_err(e)?;
     comm.barrier().map_err(e)?;
@@ -915,7 +950,10 @@ fn nccl_rdzv_test(args: &BenchCudaArgs) -> Result<(), String> {
     let mut cfg = tpar::Config::from_env().map_err(e)?;
     cfg.shm_budget = 1 << 20;
     let mut comm = tpar::Communicator::init(&cfg).map_err(e)?;
-    let dev = tpar::cuda::driver::Device::open(args.device).map_err(e)?;
+    // One GPU per rank when the machine has several; otherwise both share --device.
+    let gpus = tpar::Topology::discover().gpu_count();
+    let ordinal = if gpus >= comm.world() { comm.rank() } else { args.device };
+    let dev = tpar::cuda::driver::Device::open(ordinal).map_err(e)?;
     let t0 = Instant::now();
     let mut failed = false;
     let verdict = match tpar::cuda::nccl::init_over_rendezvous(&mut comm, &dev) {
