@@ -40,7 +40,11 @@ const MIB: u64 = 1024 * KIB;
 /// ranks the two tie to within a few percent up to 32 KiB.
 pub const CPU_ONESHOT_MAX_BYTES: u64 = 256;
 
-/// NVLink, at most 4 ranks: one-shot push up to this size, two-shot above.
+/// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 2 H200s
+/// (NV18), one process per GPU, bf16 in CUDA graphs (bench/results/h200-x2.md): one-shot
+/// wins to 42 KiB (6.92 vs 7.18 us), two-shot from 112 KiB (7.45 vs 8.58 us).
+pub const NVLINK_ONESHOT_MAX_BYTES_2: u64 = 64 * KIB;
+/// NVLink, 3 or 4 ranks: one-shot push up to this size, two-shot above (not yet measured).
 /// After: vLLM custom_all_reduce dispatch (1-stage below 512 KB at <= 4 ranks). Floor check
 /// (REFERENCE.md): 3 x 512 KiB at 370 GB/s is 4.3 us of transfer, still near launch cost.
 pub const NVLINK_ONESHOT_MAX_BYTES_4: u64 = 512 * KIB;
@@ -761,7 +765,13 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool) 
                 };
             }
             if f.nvlink {
-                let limit = if n <= 4 { NVLINK_ONESHOT_MAX_BYTES_4 } else { NVLINK_ONESHOT_MAX_BYTES_8 };
+                let limit = if n <= 2 {
+                    NVLINK_ONESHOT_MAX_BYTES_2
+                } else if n <= 4 {
+                    NVLINK_ONESHOT_MAX_BYTES_4
+                } else {
+                    NVLINK_ONESHOT_MAX_BYTES_8
+                };
                 let lim = human_bytes(limit);
                 let max = human_bytes(NVLINK_CUSTOM_MAX_BYTES);
                 return if s <= limit {
