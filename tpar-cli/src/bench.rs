@@ -187,6 +187,8 @@ fn run_cuda(args: BenchArgs) -> Result<(), String> {
         nccl_rdzv_test: false,
         comm_test: false,
         plan_topology: None,
+        comm_stress: None,
+        comm_fault_test: false,
     })
 }
 

@@ -107,6 +107,14 @@ pub struct BenchCudaArgs {
     /// e.g. pcie-2, so that the plan picks tpar's kernels for two processes sharing it.
     #[arg(long = "plan-topology")]
     pub plan_topology: Option<String>,
+    /// GpuCommunicator: N calls of random dtype and size (up to -e) through the plan, each
+    /// checked, on 2 rank processes.
+    #[arg(long = "comm-stress")]
+    pub comm_stress: Option<usize>,
+    /// GpuCommunicator fault test: rank 1 SIGKILLs itself after 200 calls; rank 0 must get an
+    /// error (not hang) within the timeout.
+    #[arg(long = "comm-fault-test")]
+    pub comm_fault_test: bool,
 }
 
 fn parse_size(s: &str) -> Result<usize, String> {
@@ -405,6 +413,9 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
     }
     if args.comm_test {
         return comm_test(&args, &dtypes);
+    }
+    if args.comm_stress.is_some() || args.comm_fault_test {
+        return comm_stress(&args, &dtypes);
     }
     let mut records = Vec::new();
     let seq = match &args.sequence {
@@ -936,6 +947,101 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         return Err(format!("comm-test: {total} wrong elements"));
     }
     say("# comm-test: 0 wrong on every rank".into());
+    Ok(())
+}
+
+/// `--comm-stress N` and `--comm-fault-test`: long random sequences through the
+/// GpuCommunicator, and what a dead peer costs.
+fn comm_stress(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
+    let e = |x: tpar::Error| x.to_string();
+    if !crate::launch::is_rank() {
+        let r = crate::launch::launch(2, Duration::from_secs(60));
+        if args.comm_fault_test {
+            // Rank 1 killed itself on purpose; the verdict is rank 0's.
+            println!("# comm-fault-test: launcher saw: {}", r.err().unwrap_or_else(|| "every rank exited 0".into()));
+            return Ok(());
+        }
+        return r;
+    }
+    let cfg = tpar::Config::from_env().map_err(e)?;
+    let topology = match &args.plan_topology {
+        Some(t) => Some(tpar::Topology::load(t).map_err(e)?),
+        None => None,
+    };
+    let device = if topology.is_some() { Some(args.device) } else { None };
+    let max_bytes = args.maxbytes.max(43008);
+    let mut comm = tpar::cuda::GpuCommunicator::init(&cfg, &tpar::cuda::GpuOptions { device, max_bytes, topology }).map_err(e)?;
+    let rank = comm.rank();
+    let ab = |x: usize| x.div_ceil(VEC_BYTES) * VEC_BYTES;
+    let input = DeviceBuffer::new(comm.device(), ab(max_bytes)).map_err(e)?;
+    let output = DeviceBuffer::new(comm.device(), ab(max_bytes)).map_err(e)?;
+    if args.comm_fault_test {
+        let d = DType::BF16;
+        let count = 43008 / 2;
+        let (raw, _) = ipc::inputs_of(d, count, args.seed, 0, rank);
+        input.upload(&raw).map_err(e)?;
+        let t0 = Instant::now();
+        let mut calls = 0u64;
+        loop {
+            if rank == 1 && calls == 200 {
+                eprintln!("[rank 1] # comm-fault-test: killing myself (SIGKILL) after {calls} calls");
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+            let killed_at = Instant::now();
+            // SAFETY: both buffers hold max_bytes >= count elements, live past synchronize.
+            let r = unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) }.map_err(e).and_then(|_| comm.synchronize().map_err(e));
+            calls += 1;
+            if let Err(x) = r {
+                println!(
+                    "# comm-fault-test: rank {rank}: error after {calls} calls, {:.0} ms into the failing call (timeout {} ms), {:.1} s in all: {x}",
+                    killed_at.elapsed().as_secs_f64() * 1e3,
+                    cfg.timeout.as_millis(),
+                    t0.elapsed().as_secs_f64()
+                );
+                // SAFETY: as above.
+                let again = unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) }.map_err(e).and_then(|_| comm.synchronize().map_err(e));
+                println!("# comm-fault-test: rank {rank}: next call: {}", again.err().unwrap_or_else(|| "succeeded (WRONG: should be poisoned)".into()));
+                return Ok(());
+            }
+            if t0.elapsed() > cfg.timeout * 4 + Duration::from_secs(10) {
+                return Err(format!("comm-fault-test: rank {rank} saw no error after {calls} calls"));
+            }
+        }
+    }
+    let n = args.comm_stress.unwrap_or(0);
+    let mut rng = StdRng::seed_from_u64(args.seed ^ 0x57e55);
+    let mut wrong_calls = 0usize;
+    let mut used: std::collections::BTreeMap<String, usize> = Default::default();
+    let t0 = Instant::now();
+    for call in 0..n as u64 {
+        let d = dtypes[rng.gen_range(0..dtypes.len())];
+        let count = rng.gen_range(1..=max_bytes / d.size());
+        let (raw, _) = ipc::inputs_of(d, count, args.seed, call, rank);
+        let (_, v0) = ipc::inputs_of(d, count, args.seed, call, 0);
+        let (_, v1) = ipc::inputs_of(d, count, args.seed, call, 1);
+        input.upload(&raw).map_err(e)?;
+        output.fill_u32(0xFFFF_FFFF).map_err(e)?;
+        // SAFETY: as above.
+        let algo = unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) }.map_err(e)?;
+        comm.synchronize().map_err(e)?;
+        *used.entry(algo.name().to_string()).or_default() += 1;
+        let mut out = vec![0u8; count * d.size()];
+        output.download(&mut out).map_err(e)?;
+        let bad = (0..count).any(|i| {
+            let o = decode(d, &out, i);
+            !o.is_finite() || (o - (v0[i] + v1[i])).abs() > eps(d) * 2.0 * (v0[i].abs() + v1[i].abs())
+        });
+        wrong_calls += usize::from(bad);
+    }
+    let all = comm.all_gather_bytes(wrong_calls.to_string().as_bytes()).map_err(e)?;
+    comm.barrier().map_err(e)?;
+    let total: usize = all.iter().map(|p| String::from_utf8_lossy(p).parse::<usize>().unwrap_or(1)).sum();
+    if rank == 0 {
+        println!("# comm-stress: {n} calls of random dtype and size (1 element..{max_bytes} B) through the plan, 2 processes: {total} wrong calls, {:.1} s; algorithms used: {used:?}", t0.elapsed().as_secs_f64());
+    }
+    if total > 0 {
+        return Err(format!("comm-stress: {total} wrong calls"));
+    }
     Ok(())
 }
 
