@@ -12,6 +12,7 @@ use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::emulated::{default_blocks, DEFAULT_MAX_BLOCKS};
 use tpar::cuda::kernels::KERNEL_ALGORITHMS;
 use tpar::cuda::{EmulatedGroup, GroupOptions};
+use crate::util::parse_size;
 use tpar::report::{bandwidths, Record};
 use tpar::{Algorithm, DType, Transport};
 
@@ -115,17 +116,6 @@ pub struct BenchCudaArgs {
     /// error (not hang) within the timeout.
     #[arg(long = "comm-fault-test")]
     pub comm_fault_test: bool,
-}
-
-fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1usize << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<usize>().map(|n| n * mul).map_err(|e| format!("bad size {s:?}: {e}"))
 }
 
 fn parse_list<T>(s: &str, all: &[T], parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String>
@@ -771,6 +761,67 @@ fn nccl_one_rank(c: &Ctx, args: &BenchCudaArgs, d: DType, records: &mut Vec<Reco
     Ok(())
 }
 
+/// Joins a GpuCommunicator for the `--comm-*` tests: rank r takes GPU r, or every rank
+/// shares `--device` when `--plan-topology` plans for a preset on one GPU.
+fn join_gpu(args: &BenchCudaArgs) -> Result<(tpar::Config, tpar::cuda::GpuCommunicator, usize), String> {
+    let e = |x: tpar::Error| x.to_string();
+    let cfg = tpar::Config::from_env().map_err(e)?;
+    let topology = match &args.plan_topology {
+        Some(t) => Some(tpar::Topology::load(t).map_err(e)?),
+        None => None,
+    };
+    let device = if topology.is_some() { Some(args.device) } else { None };
+    let max_bytes = args.maxbytes.max(43008);
+    let comm = tpar::cuda::GpuCommunicator::init(&cfg, &tpar::cuda::GpuOptions { device, max_bytes, topology }).map_err(e)?;
+    Ok((cfg, comm, max_bytes))
+}
+
+/// Elements of a two-rank output `out` farther from `v0 + v1` than rounding explains.
+fn wrong_of_two(d: DType, out: &[u8], v0: &[f64], v1: &[f64]) -> usize {
+    (0..v0.len())
+        .filter(|&i| {
+            let o = decode(d, out, i);
+            !o.is_finite() || (o - (v0[i] + v1[i])).abs() > eps(d) * 2.0 * (v0[i].abs() + v1[i].abs())
+        })
+        .count()
+}
+
+/// Captures `calls` all-reduces of `algo` into one graph and times `iters` replays (after
+/// `warmup`), every replay started together on all ranks; returns us per replay.
+#[allow(clippy::too_many_arguments)]
+fn time_graph(
+    comm: &mut tpar::cuda::GpuCommunicator,
+    algo: Algorithm,
+    d: DType,
+    count: usize,
+    (input, output): (u64, u64),
+    calls: usize,
+    (warmup, iters): (usize, usize),
+    (start, end): (&Event, &Event),
+) -> Result<(f64, f64, f64), String> {
+    let e = |x: tpar::Error| x.to_string();
+    comm.stream().begin_capture().map_err(e)?;
+    let mut cap = Ok(algo);
+    for _ in 0..calls {
+        // SAFETY: the callers' buffers hold `count` elements and outlive every replay.
+        cap = cap.and_then(|_| unsafe { comm.all_reduce_with(algo, d, count, input, output) });
+    }
+    let g = comm.stream().end_capture().map_err(e)?;
+    cap.map_err(e)?;
+    let mut times = Vec::new();
+    for k in 0..(warmup + iters) {
+        comm.barrier().map_err(e)?;
+        comm.stream().record(start).map_err(e)?;
+        g.launch(comm.stream()).map_err(e)?;
+        comm.stream().record(end).map_err(e)?;
+        comm.synchronize().map_err(e)?;
+        if k >= warmup {
+            times.push(start.elapsed_ms(end).map_err(e)? as f64 * 1e3);
+        }
+    }
+    Ok(stats(times))
+}
+
 /// `--comm-test`: the plan-driven `GpuCommunicator` across two rank processes.
 fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
     let e = |x: tpar::Error| x.to_string();
@@ -779,17 +830,8 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         println!("# comm-test: both ranks exited cleanly");
         return Ok(());
     }
-    let cfg = tpar::Config::from_env().map_err(e)?;
-    let topology = match &args.plan_topology {
-        Some(t) => Some(tpar::Topology::load(t).map_err(e)?),
-        None => None,
-    };
-    let max_bytes = args.maxbytes.max(43008);
-    // With a forced topology the ranks share --device (one GPU); otherwise rank r takes GPU r.
-    let device = if topology.is_some() { Some(args.device) } else { None };
-    let opts = tpar::cuda::GpuOptions { device, max_bytes, topology };
     let t0 = Instant::now();
-    let mut comm = tpar::cuda::GpuCommunicator::init(&cfg, &opts).map_err(e)?;
+    let (_, mut comm, max_bytes) = join_gpu(args)?;
     let rank = comm.rank();
     let say = |m: String| if rank == 0 { println!("{m}") } else { eprintln!("[rank 1] {m}") };
     say(format!(
@@ -818,12 +860,7 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
             comm.synchronize().map_err(e)?;
             let mut out = vec![0u8; count * d.size()];
             output.download(&mut out).map_err(e)?;
-            let wrong = (0..count)
-                .filter(|&i| {
-                    let o = decode(d, &out, i);
-                    !o.is_finite() || (o - (v0[i] + v1[i])).abs() > eps(d) * 2.0 * (v0[i].abs() + v1[i].abs())
-                })
-                .count();
+            let wrong = wrong_of_two(d, &out, &v0, &v1);
             wrong_total += wrong;
             lines.push(format!("  {:>9} {:>9} B  {:>14}  wrong {wrong}", d.name(), count * d.size(), algo.name()));
             call += 1;
@@ -855,12 +892,7 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
     let per_step_ms = t.elapsed().as_secs_f64() * 1e3 / 10.0;
     let mut out = vec![0u8; count * 2];
     output.download(&mut out).map_err(e)?;
-    let wrong = (0..count)
-        .filter(|&i| {
-            let o = decode(d, &out, i);
-            !o.is_finite() || (o - (v0[i] + v1[i])).abs() > eps(d) * 2.0 * (v0[i].abs() + v1[i].abs())
-        })
-        .count();
+    let wrong = wrong_of_two(d, &out, &v0, &v1);
     wrong_total += wrong;
     lines.push(format!("  graph: 122 x 42 KiB bf16 with {algo}, 10 replays, {per_step_ms:.2} ms per replay (host clock; on one shared GPU the processes time-slice), wrong {wrong}"));
     // Timings: each algorithm (NCCL included when it joined) as 122 calls of 42 KiB bf16 in
@@ -872,26 +904,7 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
     let start = Event::new(comm.device()).map_err(e)?;
     let end = Event::new(comm.device()).map_err(e)?;
     for &a in &algos {
-        comm.stream().begin_capture().map_err(e)?;
-        let mut cap = Ok(a);
-        for _ in 0..122 {
-            // SAFETY: as above.
-            cap = cap.and_then(|_| unsafe { comm.all_reduce_with(a, d, count, input.ptr, output.ptr) });
-        }
-        let g = comm.stream().end_capture().map_err(e)?;
-        cap.map_err(e)?;
-        let mut times = Vec::new();
-        for k in 0..(args.warmup + args.iters) {
-            comm.barrier().map_err(e)?;
-            comm.stream().record(&start).map_err(e)?;
-            g.launch(comm.stream()).map_err(e)?;
-            comm.stream().record(&end).map_err(e)?;
-            comm.synchronize().map_err(e)?;
-            if k >= args.warmup {
-                times.push(start.elapsed_ms(&end).map_err(e)? as f64 * 1e3);
-            }
-        }
-        let (med, p10, p90) = stats(times);
+        let (med, p10, p90) = time_graph(&mut comm, a, d, count, (input.ptr, output.ptr), 122, (args.warmup, args.iters), (&start, &end))?;
         lines.push(format!("  sequence 122 x 42 KiB bf16, graph: {:>13} {:>9.1} us per step (p10 {:.1}, p90 {:.1}), {:.2} us per call", a.name(), med, p10, p90, med / 122.0));
     }
     // Latency per size against NCCL in the same run: graphs of 20 calls, bf16.
@@ -905,26 +918,8 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         let planned = comm.plan(d, bytes).algorithm;
         let mut cells = vec![format!("plan {}", planned.name())];
         for &a in &sweep {
-            comm.stream().begin_capture().map_err(e)?;
-            let mut cap = Ok(a);
-            for _ in 0..20 {
-                // SAFETY: as above.
-                cap = cap.and_then(|_| unsafe { comm.all_reduce_with(a, d, count, input.ptr, output.ptr) });
-            }
-            let g = comm.stream().end_capture().map_err(e)?;
-            cap.map_err(e)?;
-            let mut times = Vec::new();
-            for k in 0..(args.warmup + args.iters) {
-                comm.barrier().map_err(e)?;
-                comm.stream().record(&start).map_err(e)?;
-                g.launch(comm.stream()).map_err(e)?;
-                comm.stream().record(&end).map_err(e)?;
-                comm.synchronize().map_err(e)?;
-                if k >= args.warmup {
-                    times.push(start.elapsed_ms(&end).map_err(e)? as f64 * 1e3 / 20.0);
-                }
-            }
-            let (med, p10, p90) = stats(times);
+            let (m, l, h) = time_graph(&mut comm, a, d, count, (input.ptr, output.ptr), 20, (args.warmup, args.iters), (&start, &end))?;
+            let (med, p10, p90) = (m / 20.0, l / 20.0, h / 20.0);
             cells.push(format!("{} {med:.2} [{p10:.2}-{p90:.2}]", a.name()));
         }
         lines.push(format!("  size {bytes:>8} B bf16, graph of 20, us per call (median [p10-p90]): {}", cells.join(" | ")));
@@ -963,14 +958,7 @@ fn comm_stress(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         }
         return r;
     }
-    let cfg = tpar::Config::from_env().map_err(e)?;
-    let topology = match &args.plan_topology {
-        Some(t) => Some(tpar::Topology::load(t).map_err(e)?),
-        None => None,
-    };
-    let device = if topology.is_some() { Some(args.device) } else { None };
-    let max_bytes = args.maxbytes.max(43008);
-    let mut comm = tpar::cuda::GpuCommunicator::init(&cfg, &tpar::cuda::GpuOptions { device, max_bytes, topology }).map_err(e)?;
+    let (cfg, mut comm, max_bytes) = join_gpu(args)?;
     let rank = comm.rank();
     let ab = |x: usize| x.div_ceil(VEC_BYTES) * VEC_BYTES;
     let input = DeviceBuffer::new(comm.device(), ab(max_bytes)).map_err(e)?;
@@ -1027,11 +1015,7 @@ fn comm_stress(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         *used.entry(algo.name().to_string()).or_default() += 1;
         let mut out = vec![0u8; count * d.size()];
         output.download(&mut out).map_err(e)?;
-        let bad = (0..count).any(|i| {
-            let o = decode(d, &out, i);
-            !o.is_finite() || (o - (v0[i] + v1[i])).abs() > eps(d) * 2.0 * (v0[i].abs() + v1[i].abs())
-        });
-        wrong_calls += usize::from(bad);
+        wrong_calls += usize::from(wrong_of_two(d, &out, &v0, &v1) > 0);
     }
     let all = comm.all_gather_bytes(wrong_calls.to_string().as_bytes()).map_err(e)?;
     comm.barrier().map_err(e)?;
