@@ -253,6 +253,16 @@ mod tests {
     }
 
     #[test]
+    fn kernels_use_the_same_empty_word() {
+        // The CUDA kernels' twin of EMPTY (kernels/common.cuh) must not drift from this one.
+        let cuh = include_str!("../kernels/common.cuh");
+        let line = cuh.lines().find(|l| l.starts_with("#define TPAR_EMPTY_WORD")).expect("TPAR_EMPTY_WORD defined");
+        let hex = line.split_whitespace().nth(2).expect("a value").trim_end_matches('u').trim_start_matches("0x");
+        assert_eq!(u32::from_str_radix(hex, 16).expect("hex"), EMPTY as u32);
+        assert_eq!(EMPTY, ((EMPTY as u32 as u64) << 32) | EMPTY as u32 as u64);
+    }
+
+    #[test]
     fn empty_is_nan_in_every_width() {
         assert!(f32::from_bits(EMPTY as u32).is_nan());
         assert!(f16::from_bits(EMPTY as u16).is_nan());
