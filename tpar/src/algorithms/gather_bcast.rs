@@ -9,6 +9,9 @@ use super::{expose_and_meet, copy_word, per_peer, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
+use crate::sim::fabric::{Fabric, Op};
+use crate::sim::schedule::{gpu, step, unsupported, Flow, Step, Sync};
+use crate::{Algorithm, Transport};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
@@ -30,4 +33,29 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
         copy_word(out, i, slot.load_acquire());
     }
     Ok(())
+}
+
+/// The communication schedule the simulator replays: rank 0 reads every rank, every rank
+/// reads rank 0. Needs P2P reads.
+pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+    if !fabric.all_p2p_read() {
+        return Err(unsupported(Algorithm::GatherBcast, "it reads peer memory and this fabric has no P2P reads"));
+    }
+    let n = fabric.world();
+    let read = |src: usize, dst: usize| Flow {
+        src: gpu(src),
+        dst: gpu(dst),
+        bytes: s,
+        op: Op::Read,
+    };
+    Ok((
+        Transport::P2p,
+        vec![
+            step("barrier", Vec::new(), Sync::Barrier),
+            step("rank 0 reads all", (1..n).map(|i| read(i, 0)).collect(), Sync::Poll),
+            step("barrier", Vec::new(), Sync::Barrier),
+            step("all read rank 0", (1..n).map(|i| read(0, i)).collect(), Sync::Poll),
+            step("barrier", Vec::new(), Sync::Barrier),
+        ],
+    ))
 }

@@ -1,6 +1,6 @@
-//! The all-reduce algorithms, one file each. Each file holds everything about its
-//! algorithm: its CPU execution over the protocol verbs (and, as backends land, its kernel
-//! launch and its communication schedule for the simulator).
+//! The all-reduce algorithms, one file each. Each file holds its CPU execution over the
+//! protocol verbs (where the CPU backend runs it) and the communication schedule the
+//! simulator replays; the CUDA kernel is `kernels/<name>.cu`, launched by `cuda/`.
 //!
 //! Contract: an algorithm reads and writes the workspace only through `protocol` verbs, so
 //! the buffer-reuse argument written there holds for every algorithm.
@@ -14,8 +14,11 @@ use std::fmt;
 use std::str::FromStr;
 
 pub(crate) mod gather_bcast;
+pub(crate) mod hierarchical;
+pub(crate) mod nccl;
 pub(crate) mod oneshot_pull;
 pub(crate) mod oneshot_push;
+pub(crate) mod staged_push;
 pub(crate) mod twoshot_pull;
 pub(crate) mod twoshot_push;
 

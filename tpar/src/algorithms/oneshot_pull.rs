@@ -10,6 +10,9 @@ use super::{expose_and_meet, per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
+use crate::sim::fabric::{Fabric, Op};
+use crate::sim::schedule::{all_pairs, step, unsupported, Step, Sync};
+use crate::{Algorithm, Transport};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
@@ -24,4 +27,21 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
         write_word(out, i, &acc);
     }
     barrier(ws, me, &c.desc, 1, c.waiter)
+}
+
+/// The communication schedule the simulator replays: barrier, every rank reads every peer,
+/// barrier. Needs P2P reads.
+pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+    if !fabric.all_p2p_read() {
+        return Err(unsupported(Algorithm::OneshotPull, "it reads peer memory and this fabric has no P2P reads"));
+    }
+    let n = fabric.world();
+    Ok((
+        Transport::P2p,
+        vec![
+            step("barrier", Vec::new(), Sync::Barrier),
+            step("read all peers", all_pairs(n, s, Op::Read), Sync::Poll),
+            step("barrier", Vec::new(), Sync::Barrier),
+        ],
+    ))
 }

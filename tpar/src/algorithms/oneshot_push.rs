@@ -9,6 +9,9 @@ use super::{per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element, EMPTY};
 use crate::error::Result;
 use crate::protocol::{poll_until_not_empty, take_descriptor, Phase, Wait, Word};
+use crate::sim::fabric::{Fabric, Op};
+use crate::sim::schedule::{all_pairs, host_reads, host_write, step, Step, Sync};
+use crate::Transport;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
@@ -43,4 +46,21 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
         write_word(out, i, &acc);
     }
     Ok(())
+}
+
+/// The communication schedule the simulator replays: one step of all-to-all writes; without
+/// P2P, through host memory.
+pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+    let n = fabric.world();
+    Ok(if fabric.all_p2p_write() {
+        (Transport::P2p, vec![step("push to all", all_pairs(n, s, Op::Write), Sync::Poll)])
+    } else {
+        (
+            Transport::Host,
+            vec![
+                step("stage in host", (0..n).map(|i| host_write(fabric, i, s)).collect(), Sync::HostPoll),
+                step("read peers from host", host_reads(fabric, n, s), Sync::Poll),
+            ],
+        )
+    })
 }

@@ -10,6 +10,9 @@ use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
 use crate::workspace::piece_range;
+use crate::sim::fabric::{Fabric, Op};
+use crate::sim::schedule::{all_pairs, step, unsupported, Step, Sync};
+use crate::{Algorithm, Transport};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
@@ -35,4 +38,24 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
         }
     }
     Ok(())
+}
+
+/// The communication schedule the simulator replays (the GPU kernel's three barriers). Needs
+/// P2P reads.
+pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+    if !fabric.all_p2p_read() {
+        return Err(unsupported(Algorithm::TwoshotPull, "it reads peer memory and this fabric has no P2P reads"));
+    }
+    let n = fabric.world();
+    let chunk = s / n as f64;
+    Ok((
+        Transport::P2p,
+        vec![
+            step("barrier", Vec::new(), Sync::Barrier),
+            step("read my chunk", all_pairs(n, chunk, Op::Read), Sync::Poll),
+            step("barrier", Vec::new(), Sync::Barrier),
+            step("read reduced chunks", all_pairs(n, chunk, Op::Read), Sync::Poll),
+            step("barrier", Vec::new(), Sync::Barrier),
+        ],
+    ))
 }

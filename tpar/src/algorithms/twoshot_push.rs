@@ -13,6 +13,9 @@ use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{clear, poll_until_not_empty, take_descriptor, Phase, Wait, Word};
 use crate::workspace::piece_range;
+use crate::sim::fabric::{Fabric, Op};
+use crate::sim::schedule::{all_pairs, host_reads, host_write, step, Step, Sync};
+use crate::Transport;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
     let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
@@ -58,4 +61,30 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
     }
     clear(mine);
     Ok(())
+}
+
+/// The communication schedule the simulator replays: reduce-scatter then all-gather, each an
+/// all-to-all of one chunk; without P2P, both halves through host memory.
+pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+    let n = fabric.world();
+    let chunk = s / n as f64;
+    Ok(if fabric.all_p2p_write() {
+        (
+            Transport::P2p,
+            vec![
+                step("reduce-scatter", all_pairs(n, chunk, Op::Write), Sync::Poll),
+                step("all-gather", all_pairs(n, chunk, Op::Write), Sync::Poll),
+            ],
+        )
+    } else {
+        (
+            Transport::Host,
+            vec![
+                step("stage in host", (0..n).map(|i| host_write(fabric, i, s)).collect(), Sync::HostPoll),
+                step("read my chunk from peers", host_reads(fabric, n, chunk), Sync::Poll),
+                step("stage reduced chunk", (0..n).map(|i| host_write(fabric, i, chunk)).collect(), Sync::HostPoll),
+                step("read chunks from host", host_reads(fabric, n, chunk), Sync::Poll),
+            ],
+        )
+    })
 }
