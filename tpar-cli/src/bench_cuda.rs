@@ -786,6 +786,30 @@ fn wrong_of_two(d: DType, out: &[u8], v0: &[f64], v1: &[f64]) -> usize {
         .count()
 }
 
+/// One checked call through the plan on a two-rank group: fresh inputs for `call`, output
+/// poisoned, the sum compared with every rank's inputs regenerated here. Returns the
+/// algorithm the plan chose and the wrong elements.
+fn checked_call(
+    comm: &mut tpar::cuda::GpuCommunicator,
+    d: DType,
+    count: usize,
+    (seed, call): (u64, u64),
+    (input, output): (&DeviceBuffer, &DeviceBuffer),
+) -> Result<(Algorithm, usize), String> {
+    let e = |x: tpar::Error| x.to_string();
+    let (raw, _) = ipc::inputs_of(d, count, seed, call, comm.rank());
+    let (_, v0) = ipc::inputs_of(d, count, seed, call, 0);
+    let (_, v1) = ipc::inputs_of(d, count, seed, call, 1);
+    input.upload(&raw).map_err(e)?;
+    output.fill_u32(0xFFFF_FFFF).map_err(e)?;
+    // SAFETY: the callers' buffers hold at least `count` elements and outlive synchronize.
+    let algo = unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) }.map_err(e)?;
+    comm.synchronize().map_err(e)?;
+    let mut out = vec![0u8; count * d.size()];
+    output.download(&mut out).map_err(e)?;
+    Ok((algo, wrong_of_two(d, &out, &v0, &v1)))
+}
+
 /// Captures `calls` all-reduces of `algo` into one graph and times `iters` replays (after
 /// `warmup`), every replay started together on all ranks; returns us per replay.
 #[allow(clippy::too_many_arguments)]
@@ -850,17 +874,7 @@ fn comm_test(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
         let mut bytes = 2usize;
         while bytes <= max_bytes {
             let count = (bytes / d.size()).max(1);
-            let (raw, _) = ipc::inputs_of(d, count, args.seed, call, rank);
-            let (_, v0) = ipc::inputs_of(d, count, args.seed, call, 0);
-            let (_, v1) = ipc::inputs_of(d, count, args.seed, call, 1);
-            input.upload(&raw).map_err(e)?;
-            output.fill_u32(0xFFFF_FFFF).map_err(e)?;
-            // SAFETY: both buffers hold max_bytes >= count elements, live past synchronize.
-            let algo = unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) }.map_err(e)?;
-            comm.synchronize().map_err(e)?;
-            let mut out = vec![0u8; count * d.size()];
-            output.download(&mut out).map_err(e)?;
-            let wrong = wrong_of_two(d, &out, &v0, &v1);
+            let (algo, wrong) = checked_call(&mut comm, d, count, (args.seed, call), (&input, &output))?;
             wrong_total += wrong;
             lines.push(format!("  {:>9} {:>9} B  {:>14}  wrong {wrong}", d.name(), count * d.size(), algo.name()));
             call += 1;
@@ -1004,18 +1018,9 @@ fn comm_stress(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
     for call in 0..n as u64 {
         let d = dtypes[rng.gen_range(0..dtypes.len())];
         let count = rng.gen_range(1..=max_bytes / d.size());
-        let (raw, _) = ipc::inputs_of(d, count, args.seed, call, rank);
-        let (_, v0) = ipc::inputs_of(d, count, args.seed, call, 0);
-        let (_, v1) = ipc::inputs_of(d, count, args.seed, call, 1);
-        input.upload(&raw).map_err(e)?;
-        output.fill_u32(0xFFFF_FFFF).map_err(e)?;
-        // SAFETY: as above.
-        let algo = unsafe { comm.all_reduce(d, count, input.ptr, output.ptr) }.map_err(e)?;
-        comm.synchronize().map_err(e)?;
+        let (algo, wrong) = checked_call(&mut comm, d, count, (args.seed, call), (&input, &output))?;
         *used.entry(algo.name().to_string()).or_default() += 1;
-        let mut out = vec![0u8; count * d.size()];
-        output.download(&mut out).map_err(e)?;
-        wrong_calls += usize::from(wrong_of_two(d, &out, &v0, &v1) > 0);
+        wrong_calls += usize::from(wrong > 0);
     }
     let all = comm.all_gather_bytes(wrong_calls.to_string().as_bytes()).map_err(e)?;
     comm.barrier().map_err(e)?;
