@@ -1034,17 +1034,27 @@ fn comm_stress(args: &BenchCudaArgs, dtypes: &[DType]) -> Result<(), String> {
     Ok(())
 }
 
-/// `--nccl-rdzv-test`: two rank processes join one NCCL communicator over tpar's rendezvous.
-fn nccl_rdzv_test(args: &BenchCudaArgs) -> Result<(), String> {
+/// For the two-process tests: outside a launcher, starts 2 rank processes of this command,
+/// waits for them and returns `None`; as a rank, joins tpar's rendezvous for its control
+/// plane only (the CPU workspace kept small) and returns the communicator.
+fn two_rank_control(test: &str) -> Result<Option<tpar::Communicator>, String> {
     let e = |x: tpar::Error| x.to_string();
     if !crate::launch::is_rank() {
         crate::launch::launch(2, Duration::from_secs(40))?;
-        println!("# nccl-rdzv: both ranks exited cleanly");
-        return Ok(());
+        println!("# {test}: both ranks exited cleanly");
+        return Ok(None);
     }
     let mut cfg = tpar::Config::from_env().map_err(e)?;
     cfg.shm_budget = 1 << 20;
-    let mut comm = tpar::Communicator::init(&cfg).map_err(e)?;
+    tpar::Communicator::init(&cfg).map(Some).map_err(e)
+}
+
+/// `--nccl-rdzv-test`: two rank processes join one NCCL communicator over tpar's rendezvous.
+fn nccl_rdzv_test(args: &BenchCudaArgs) -> Result<(), String> {
+    let e = |x: tpar::Error| x.to_string();
+    let Some(mut comm) = two_rank_control("nccl-rdzv")? else {
+        return Ok(());
+    };
     // One GPU per rank when the machine has several; otherwise both share --device.
     let gpus = tpar::Topology::discover().gpu_count();
     let ordinal = if gpus >= comm.world() { comm.rank() } else { args.device };
@@ -1113,15 +1123,9 @@ mod ipc {
 
     pub fn run(args: &BenchCudaArgs, dtypes: &[DType], algos: &[Algorithm]) -> Result<(), String> {
         let e = |x: tpar::Error| x.to_string();
-        if !crate::launch::is_rank() {
-            crate::launch::launch(2, Duration::from_secs(40))?;
-            println!("# ipc: both ranks exited cleanly");
+        let Some(mut comm) = super::two_rank_control("ipc")? else {
             return Ok(());
-        }
-        // The control plane only: the CPU workspace is kept small.
-        let mut cfg = tpar::Config::from_env().map_err(e)?;
-        cfg.shm_budget = 1 << 20;
-        let mut comm = tpar::Communicator::init(&cfg).map_err(e)?;
+        };
         let rank = comm.rank();
         let world = comm.world();
         if world != 2 {
