@@ -103,6 +103,11 @@ impl GpuCommunicator {
         self.ws.stream()
     }
 
+    /// The fabric the plan decides for.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
     /// Whether NCCL joined, or why not.
     pub fn nccl_status(&self) -> std::result::Result<(), &str> {
         self.nccl.as_ref().map(|_| ()).map_err(|s| s.as_str())
@@ -133,7 +138,10 @@ impl GpuCommunicator {
     /// # Safety
     /// `input` and `output` must be device pointers on this rank's GPU, 16-byte aligned,
     /// valid for `count` elements of `dtype` until the stream's work completes (`output` may
-    /// equal `input`).
+    /// equal `input`). The input must be complete when the call runs on
+    /// [`stream`](Self::stream): order the work that writes it onto that stream, or wait for
+    /// it. The stream is non-blocking, so it does not wait for the legacy default stream
+    /// (a plain `cuMemcpyHtoD` from pageable memory may still be landing when it returns).
     pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
         let p = self.plan(dtype, count.saturating_mul(dtype.size()));
         // SAFETY: the caller's contract is passed on unchanged.
@@ -204,6 +212,11 @@ impl GpuCommunicator {
     /// Control plane: every rank's bytes to every rank.
     pub fn all_gather_bytes(&mut self, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.control.all_gather_bytes(payload)
+    }
+
+    /// Control plane: every rank's bytes to rank 0 (`None` on the other ranks).
+    pub fn gather_bytes(&mut self, payload: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
+        self.control.gather_bytes(payload)
     }
 
     /// Host-side barrier over the control plane (ranks agree before freeing buffers).

@@ -80,25 +80,37 @@ impl DeviceBuffer {
         Ok(Self { ctx: dev.ctx.clone(), ptr, bytes })
     }
 
-    /// Fills with a 32-bit pattern, synchronously.
+    /// Fills with a 32-bit pattern and waits until the fill is done.
+    ///
+    /// cuMemsetD32 on device memory may return before the fill is done, and it runs on the
+    /// legacy stream, which tpar's non-blocking streams do not wait for: without the wait a
+    /// kernel enqueued next could race it.
     pub fn fill_u32(&self, word: u32) -> Result<()> {
         // SAFETY: ptr is a live allocation of `bytes` bytes; the count covers whole words only.
-        cu_rc(|| "cuMemsetD32".into(), unsafe { sys::cuMemsetD32_v2(self.ptr, word, self.bytes / 4) })
+        cu_rc(|| "cuMemsetD32".into(), unsafe { sys::cuMemsetD32_v2(self.ptr, word, self.bytes / 4) })?;
+        cu(|| "cuCtxSynchronize after cuMemsetD32".into(), self.ctx.synchronize())
     }
 
     pub fn upload<T: Copy>(&self, src: &[T]) -> Result<()> {
         if std::mem::size_of_val(src) > self.bytes {
             return Err(Error::invalid("upload", "source larger than the buffer"));
         }
-        // SAFETY: bounds checked above; the copy is synchronous.
-        cu(|| "cuMemcpyHtoD".into(), unsafe { result::memcpy_htod_sync(self.ptr, src) })
+        // SAFETY: bounds checked above; the source is read before the call returns.
+        cu(|| "cuMemcpyHtoD".into(), unsafe { result::memcpy_htod_sync(self.ptr, src) })?;
+        // From pageable memory cuMemcpyHtoD returns once the source is staged, before the DMA
+        // lands, and tpar's non-blocking streams do not wait for it: a kernel enqueued next
+        // could read the old contents (seen on 4 H200s: in-place calls of 1 MiB read stale
+        // input). Wait for the copy to land.
+        cu(|| "cuCtxSynchronize after cuMemcpyHtoD".into(), self.ctx.synchronize())
     }
 
     pub fn download<T: Copy>(&self, dst: &mut [T]) -> Result<()> {
         if std::mem::size_of_val(dst) > self.bytes {
             return Err(Error::invalid("download", "destination larger than the buffer"));
         }
-        // SAFETY: bounds checked above; the copy is synchronous.
+        // SAFETY: bounds checked above; a device-to-pageable copy completes before it returns.
+        // It does not wait for non-blocking streams: the caller synchronizes the stream that
+        // wrote the buffer first.
         cu(|| "cuMemcpyDtoH".into(), unsafe { result::memcpy_dtoh_sync(dst, self.ptr) })
     }
 
