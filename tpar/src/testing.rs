@@ -113,6 +113,29 @@ pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
         .count()
 }
 
+/// As [`count_wrong`], for implementations that round every partial sum to `T` (NCCL's
+/// half and bf16 reductions: a ring of `world` ranks rounds `world - 1` times). Each rounding
+/// of a partial sum errs by at most `u` times the partial, and every partial is at most the
+/// sum of magnitudes, so the bound is `u (|s| + (world - 1) mag)`.
+pub fn count_wrong_stepwise<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
+    let world = inputs.len() as f64;
+    let u = unit_roundoff::<T>();
+    out.iter()
+        .enumerate()
+        .filter(|(i, o)| {
+            let (mut s, mut mag) = (0f64, 0f64);
+            for inp in inputs {
+                let x = inp[*i].to_f32() as f64;
+                s += x;
+                mag += x.abs();
+            }
+            let tol = u * (s.abs() + (world - 1.0) * mag) + world * 2f64.powi(-23) * mag + f64::MIN_POSITIVE;
+            let v = o.to_f32() as f64;
+            !(v - s).abs().le(&tol)
+        })
+        .count()
+}
+
 /// Overwrites `buf` with a NaN pattern no algorithm produces, so stale outputs show.
 pub fn poison<T: Element>(buf: &mut [T]) {
     let bits = match T::DTYPE {
@@ -223,6 +246,23 @@ mod tests {
         assert_eq!(a, b);
         assert!(a.iter().flatten().all(|x| x.to_f32() != 0.0));
         assert_ne!(a[0], a[1]);
+    }
+
+    /// A ring that rounds every partial sum to bf16 (as NCCL does) fails the one-rounding
+    /// bound on many elements but passes the stepwise one; a wrong sum fails both.
+    #[test]
+    fn stepwise_bound_admits_per_step_rounding_only() {
+        let ins: Vec<Vec<bf16>> = all_inputs(3, 4, 8, 4096);
+        let ring: Vec<bf16> = (0..4096)
+            .map(|i| ins.iter().skip(1).fold(ins[0][i], |acc, x| bf16::from_f32(acc.to_f32() + x[i].to_f32())))
+            .collect();
+        assert!(count_wrong(&ring, &ins) > 100, "per-step rounding exceeds the one-rounding bound");
+        assert_eq!(count_wrong_stepwise(&ring, &ins), 0);
+        let mut bad = ring.clone();
+        // The bound here is at most 2^-8 (36 + 7 x 36) < 1.2: off by 4 is wrong; NaN is wrong.
+        bad[7] = bf16::from_f32(bad[7].to_f32() + 4.0);
+        bad[9] = bf16::NAN;
+        assert_eq!(count_wrong_stepwise(&bad, &ins), 2);
     }
 
     #[test]
