@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CUDA backend's GPU check, for one `run` call on the one-H200 machine (emulated ranks).
 #
-#   scripts/gpu-check.sh [BIN] [quick|full|ipc]
+#   scripts/gpu-check.sh [BIN] [quick|full|ipc|blocks32]
 #
 # BIN is a release `tpar` built elsewhere (default ./tpar). Builds nothing. Writes the whole
 # log to $OUT/check.log (or ./gpu-out/), JSON records beside it, and prints a short summary
@@ -46,6 +46,12 @@ K="oneshot-push,oneshot-pull,twoshot-push,twoshot-pull,staged-push"
 if [ "$MODE" = ipc ]; then
     step ipc-test 120 bench-cuda --emulate-ranks 2 --ipc-test -e 1M -n 20 -w 2 --graph-inner 5 -d bfloat16
     step ipc-test-f32 120 bench-cuda --emulate-ranks 2 --ipc-test -e 1M -n 20 -w 2 --graph-inner 5 -d float
+elif [ "$MODE" = blocks32 ]; then
+    # Up to 32 blocks per call (the plan's NVLink cap since the 4-H200 blocks sweep).
+    step sweep-32 240 bench-cuda --emulate-ranks 2,4 --check-only --odd -b 1 -e 4M -f 4 -d all --algo "$K" --max-blocks 32
+    step stress-32 180 bench-cuda --emulate-ranks 4 --stress 5000 -e 1M -d all --algo "$K" --max-blocks 32
+    step graph-test-32 120 bench-cuda --emulate-ranks 4 --graph-test 20 --sequence 122x43008 -d bfloat16 --max-blocks 32
+    step ipc-test 120 bench-cuda --emulate-ranks 2 --ipc-test -e 1M -n 20 -w 2 --graph-inner 5 -d bfloat16
 elif [ "$MODE" = quick ]; then
     step smoke-check 90 bench-cuda --emulate-ranks 2,3,8 --check-only -b 1 -e 1M -f 8 -d all --algo "$K"
     step timeout-test 40 bench-cuda --emulate-ranks 4 --timeout-test --timeout-ms 300

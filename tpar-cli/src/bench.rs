@@ -45,9 +45,10 @@ pub struct BenchArgs {
     /// Datatype: float, half, bfloat16, or all
     #[arg(short = 'd', long = "datatype", default_value = "float")]
     pub dtype: String,
-    /// Number of rank processes to start (CPU backend); ignored under an outside launcher
-    #[arg(long, default_value_t = default_ranks())]
-    pub ranks: usize,
+    /// Rank processes to start (default: one per core, 2..8, on CPU; one per GPU with
+    /// --backend cuda); ignored under an outside launcher
+    #[arg(long)]
+    pub ranks: Option<usize>,
     /// Algorithms, comma-separated, or `all` (gather-bcast is the labelled baseline)
     #[arg(long, default_value = "all")]
     pub algo: String,
@@ -69,9 +70,12 @@ pub struct BenchArgs {
     /// CUDA: time inside a captured CUDA graph (--graph-inner calls per graph)
     #[arg(long, help_heading = "CUDA backend")]
     pub graph: bool,
-    /// CUDA: all-reduces per captured graph with --graph
+    /// CUDA: all-reduces per timed iteration (back to back, or captured in one graph)
     #[arg(long = "graph-inner", default_value_t = 20, help_heading = "CUDA backend")]
     pub graph_inner: usize,
+    /// CUDA across GPUs: time eager launches, CUDA graphs, or both (--graph means graph)
+    #[arg(long, default_value = "both", help_heading = "CUDA backend")]
+    pub mode: String,
     /// CUDA: a whole verify step, CALLSxBYTES captured in one graph (e.g. 122x43008)
     #[arg(long, help_heading = "CUDA backend")]
     pub sequence: Option<String>,
@@ -98,7 +102,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let dtypes = parse_dtypes(&args.dtype)?;
     if !launch::is_rank() {
         let grace = Duration::from_secs(40);
-        return launch::launch(args.ranks, grace);
+        return launch::launch(args.ranks.unwrap_or_else(default_ranks), grace);
     }
     let mut comm = Communicator::from_env().map_err(|e| e.to_string())?;
     let root = comm.rank() == 0;
@@ -149,13 +153,39 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// `--backend cuda`: the CUDA backend's bench with the same flags.
+/// `--backend cuda`: one rank process per GPU, or with --emulate-ranks N ranks as streams
+/// of one GPU; the same flags either way.
 #[cfg(feature = "cuda")]
 fn run_cuda(args: BenchArgs) -> Result<(), String> {
     let Some(emulate_ranks) = args.emulate_ranks.clone() else {
-        return Err("--backend cuda needs --emulate-ranks N for now: N ranks as streams of one GPU. \
-                    One process per GPU across several GPUs is not wired into `tpar bench` yet"
-            .into());
+        let sizes = size_steps(args.min_bytes, args.max_bytes, args.step_factor)?;
+        let dtypes = parse_dtypes(&args.dtype)?;
+        let algos = crate::bench_gpu::parse_cuda_algos(&args.algo)?;
+        let sequence = args.sequence.as_deref().map(crate::bench_cuda::parse_sequence).transpose()?;
+        let modes = match args.mode.as_str() {
+            "both" => vec![tpar::CaptureMode::Eager, tpar::CaptureMode::Graph],
+            "eager" => vec![tpar::CaptureMode::Eager],
+            "graph" => vec![tpar::CaptureMode::Graph],
+            m => return Err(format!("--mode {m:?}: expected eager, graph or both")),
+        };
+        let modes = if args.graph { vec![tpar::CaptureMode::Graph] } else { modes };
+        if args.transport != "p2p" {
+            return Err("--transport host runs with --emulate-ranks only: across GPUs the workspaces are device memory shared through CUDA IPC".into());
+        }
+        return crate::bench_gpu::bench(crate::bench_gpu::BenchOpts {
+            ranks: args.ranks,
+            sizes,
+            dtypes,
+            algos,
+            modes,
+            iters: args.iters,
+            warmup: args.warmup,
+            inner: args.graph_inner,
+            check: args.check != 0,
+            sequence,
+            json: args.json,
+            svg: args.svg,
+        });
     };
     crate::bench_cuda::run(crate::bench_cuda::BenchCudaArgs {
         minbytes: args.min_bytes,
@@ -185,10 +215,6 @@ fn run_cuda(args: BenchArgs) -> Result<(), String> {
         seed: 1,
         ipc_test: false,
         nccl_rdzv_test: false,
-        comm_test: false,
-        plan_topology: None,
-        comm_stress: None,
-        comm_fault_test: false,
     })
 }
 

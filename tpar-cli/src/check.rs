@@ -17,9 +17,22 @@ pub const COUNTS: [usize; 6] = [0, 1, 7, 16, 1000, (1 << 20) + 3];
 /// Verify every algorithm on this machine's ranks (exits non-zero on any wrong element).
 #[derive(Args, Debug, Clone)]
 pub struct CheckArgs {
-    /// Number of rank processes to start; ignored under an outside launcher
-    #[arg(long, default_value_t = 4)]
-    pub ranks: usize,
+    /// Rank processes to start (default: 4 on CPU, one per GPU with --backend cuda); ignored
+    /// under an outside launcher
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Backend: cpu (shared memory between processes) or cuda (one process per GPU)
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// CUDA: largest call of the sweep and of the random calls (K, M suffixes)
+    #[arg(short = 'e', long = "maxbytes", default_value = "16M", value_parser = crate::util::parse_size)]
+    pub max_bytes: usize,
+    /// CUDA, fault test: this rank SIGKILLs itself mid-sequence; the others must fail, not hang
+    #[arg(long, hide = true)]
+    pub kill_rank: Option<usize>,
+    /// CUDA, one-GPU test: all ranks share GPU 0 and plan for this topology (preset or JSON)
+    #[arg(long, hide = true)]
+    pub plan_topology: Option<String>,
     /// Datatypes: float, half, bfloat16 (comma-separated) or all
     #[arg(short = 'd', long = "datatype", default_value = "all")]
     pub dtype: String,
@@ -70,10 +83,15 @@ fn dispatch(comm: &mut Communicator, dt: DType, algo: Algorithm, seed: u64, call
 }
 
 pub fn run(args: CheckArgs) -> Result<(), String> {
+    match args.backend.as_str() {
+        "cpu" => {}
+        "cuda" => return run_cuda(args),
+        other => return Err(format!("--backend {other:?}: expected cpu or cuda")),
+    }
     let algos = parse_algos(&args.algo)?;
     let dtypes = parse_dtypes(&args.dtype)?;
     if !launch::is_rank() {
-        return launch::launch(args.ranks, Duration::from_secs(40));
+        return launch::launch(args.ranks.unwrap_or(4), Duration::from_secs(40));
     }
     let mut comm = Communicator::from_env().map_err(|e| e.to_string())?;
     let mut t = Tally::default();
@@ -135,6 +153,26 @@ pub fn run(args: CheckArgs) -> Result<(), String> {
     } else {
         Err("check failed".into())
     }
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(args: CheckArgs) -> Result<(), String> {
+    crate::bench_gpu::check(crate::bench_gpu::CheckOpts {
+        ranks: args.ranks,
+        dtypes: parse_dtypes(&args.dtype)?,
+        algos: crate::bench_gpu::parse_cuda_algos(&args.algo)?,
+        max_bytes: args.max_bytes,
+        calls: args.calls,
+        seed: args.seed,
+        quiet: args.quiet,
+        kill_rank: args.kill_rank,
+        plan_topology: args.plan_topology,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_args: CheckArgs) -> Result<(), String> {
+    Err("this tpar was built without the `cuda` feature".into())
 }
 
 /// Mixes the seed for the random sequence so it differs from the sweep's inputs.

@@ -13,6 +13,8 @@ mod util;
 
 #[cfg(feature = "cuda")]
 mod bench_cuda;
+#[cfg(feature = "cuda")]
+mod bench_gpu;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -29,9 +29,20 @@ const CANDIDATES: [Algorithm; 4] = [
 /// Use the result with TPAR_PROFILE=FILE (or `tpar plan --profile FILE`).
 #[derive(Args, Debug, Clone)]
 pub struct TuneArgs {
-    /// Number of rank processes to start; ignored under an outside launcher
-    #[arg(long, default_value_t = 2)]
-    pub ranks: usize,
+    /// Rank processes to start (default: 2 on CPU, one per GPU with --backend cuda); ignored
+    /// under an outside launcher
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// Backend: cpu (shared memory between processes) or cuda (one process per GPU)
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// CUDA: tune for calls captured in CUDA graphs (graph) or launched eagerly (eager); a
+    /// profile applies only to the mode it was measured in
+    #[arg(long, default_value = "graph")]
+    pub capture: String,
+    /// CUDA: all-reduces per timed iteration
+    #[arg(long = "graph-inner", default_value_t = 20)]
+    pub graph_inner: usize,
     /// Smallest message in bytes
     #[arg(short = 'b', long = "minbytes", default_value = "64", value_parser = parse_size)]
     pub min_bytes: usize,
@@ -70,8 +81,13 @@ fn screen<T: Element>(comm: &mut Communicator, algo: Algorithm, count: usize) ->
 pub fn run(args: TuneArgs) -> Result<(), String> {
     let sizes = size_steps(args.min_bytes, args.max_bytes, args.step_factor)?;
     let dtypes = parse_dtypes(&args.dtype)?;
+    match args.backend.as_str() {
+        "cpu" => {}
+        "cuda" => return run_cuda(args, sizes, dtypes),
+        other => return Err(format!("--backend {other:?}: expected cpu or cuda")),
+    }
     if !launch::is_rank() {
-        launch::launch(args.ranks, Duration::from_secs(40))?;
+        launch::launch(args.ranks.unwrap_or(2), Duration::from_secs(40))?;
         println!("use it with: TPAR_PROFILE={} (or tpar plan --profile {})", args.out.display(), args.out.display());
         return Ok(());
     }
@@ -84,7 +100,7 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
         warmup: args.warmup,
         check: 1,
         dtype: args.dtype.clone(),
-        ranks: comm.world(),
+        ranks: Some(comm.world()),
         algo: String::new(),
         backend: "cpu".into(),
         json: None,
@@ -93,6 +109,7 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
         emulate_ranks: None,
         graph: false,
         graph_inner: 0,
+        mode: "eager".into(),
         sequence: None,
         transport: "p2p".into(),
         device: 0,
@@ -149,4 +166,28 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
         println!("{line}");
     }
     Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn run_cuda(args: TuneArgs, sizes: Vec<usize>, dtypes: Vec<DType>) -> Result<(), String> {
+    let capture = match args.capture.as_str() {
+        "graph" => CaptureMode::Graph,
+        "eager" => CaptureMode::Eager,
+        c => return Err(format!("--capture {c:?}: expected graph or eager")),
+    };
+    crate::bench_gpu::tune(crate::bench_gpu::TuneOpts {
+        ranks: args.ranks,
+        sizes,
+        dtypes,
+        capture,
+        iters: args.iters,
+        warmup: args.warmup,
+        inner: args.graph_inner,
+        out: args.out,
+    })
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(_args: TuneArgs, _sizes: Vec<usize>, _dtypes: Vec<DType>) -> Result<(), String> {
+    Err("this tpar was built without the `cuda` feature".into())
 }
