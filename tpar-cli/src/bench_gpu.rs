@@ -279,6 +279,11 @@ impl Rank {
     }
 }
 
+/// One line to stderr in one write, so lines of several rank processes do not interleave.
+fn say_err(line: String) {
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 fn bar(root: bool, len: usize) -> ProgressBar {
     if !root {
         return ProgressBar::hidden();
@@ -739,7 +744,7 @@ fn fault(world: usize, kill: usize, seed: u64) -> Result<(), String> {
     let mut calls = 0u64;
     loop {
         if rank == kill && calls == 200 {
-            eprintln!("[rank {rank}] fault test: SIGKILL to myself after {calls} calls");
+            say_err(format!("[rank {rank}] fault test: SIGKILL to myself after {calls} calls"));
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
         let t = Instant::now();
@@ -748,14 +753,14 @@ fn fault(world: usize, kill: usize, seed: u64) -> Result<(), String> {
         calls += 1;
         if let Err(x) = res {
             let waited = t.elapsed();
-            eprintln!(
+            say_err(format!(
                 "[rank {rank}] fault test: error after {calls} calls, {:.0} ms into the failing call (timeout {} ms): {x}",
                 waited.as_secs_f64() * 1e3,
                 cfg.timeout.as_millis()
-            );
+            ));
             // SAFETY: as above.
             let again = unsafe { r.comm.all_reduce(d, count, i, o) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
-            eprintln!("[rank {rank}] fault test: the next call: {}", again.as_ref().err().map_or("succeeded", |s| s.as_str()));
+            say_err(format!("[rank {rank}] fault test: the next call: {}", again.as_ref().err().map_or("succeeded", |s| s.as_str())));
             if again.is_ok() {
                 return Err(format!("rank {rank}: a call after the failure succeeded; the group should be poisoned"));
             }
@@ -834,7 +839,7 @@ pub fn tune(o: TuneOpts) -> Result<(), String> {
                         rejected.push(format!("{algo} {d} {bytes} B"));
                     }
                     let (algbw, busbw) = bandwidths(count * d.size(), world, med);
-                    pb.suspend(|| eprintln!("tune: {:>6} {d:>9} {algo:>13} {bytes:>9} B {med:>9.2} us", o.capture.name()));
+                    pb.suspend(|| say_err(format!("tune: {:>6} {d:>9} {algo:>13} {bytes:>9} B {med:>9.2} us", o.capture.name())));
                     records.push(Record {
                         algorithm: algo,
                         backend: "cuda".into(),
