@@ -40,21 +40,25 @@ const MIB: u64 = 1024 * KIB;
 /// ranks the two tie to within a few percent up to 32 KiB.
 pub const CPU_ONESHOT_MAX_BYTES: u64 = 256;
 
-/// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 2 H200s
-/// (NV18), one process per GPU, bf16 in CUDA graphs (bench/results/h200-x2.md): one-shot
-/// wins to 42 KiB (6.92 vs 7.18 us), two-shot from 112 KiB (7.45 vs 8.58 us).
-pub const NVLINK_ONESHOT_MAX_BYTES_2: u64 = 64 * KIB;
-/// NVLink, 3 or 4 ranks: one-shot push up to this size, two-shot above (not yet measured).
-/// After: vLLM custom_all_reduce dispatch (1-stage below 512 KB at <= 4 ranks). Floor check
-/// (REFERENCE.md): 3 x 512 KiB at 370 GB/s is 4.3 us of transfer, still near launch cost.
-pub const NVLINK_ONESHOT_MAX_BYTES_4: u64 = 512 * KIB;
-/// NVLink, more than 4 ranks: one-shot push up to this size, two-shot above.
-/// After: vLLM custom_all_reduce dispatch (1-stage below 256 KB at <= 8 ranks). Floor
-/// (REFERENCE.md): 7 x 256 KiB at 370 GB/s is 5.0 us, where two-shot's 2(n-1)/n S starts to pay.
+/// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
+/// (NV18 each pair), one process per GPU, bf16 in CUDA graphs, with one block per 8 KiB
+/// (bench/results/h200-x4.md, blocks sweep): one-shot stays ahead to 1 MiB (9.05 vs 10.67
+/// us). (The 64 KiB measured on 2 H200s earlier was an artefact of 32 KiB per block.)
+pub const NVLINK_ONESHOT_MAX_BYTES_2: u64 = MIB;
+/// NVLink, 3 or 4 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
+/// (bench/results/h200-x4.md, blocks sweep, 4 ranks): one-shot 8.99 vs two-shot 9.71 us at
+/// 256 KiB, 13.39 vs 10.57 us at 512 KiB. vLLM's dispatch uses 512 KB.
+pub const NVLINK_ONESHOT_MAX_BYTES_4: u64 = 256 * KIB;
+/// NVLink, more than 4 ranks: one-shot push up to this size, two-shot above (not measured:
+/// no 8-GPU machine yet). After: vLLM custom_all_reduce dispatch (1-stage below 256 KB at
+/// <= 8 ranks). Floor (REFERENCE.md): 7 x 256 KiB at 370 GB/s is 5.0 us, where two-shot's
+/// 2(n-1)/n S starts to pay.
 pub const NVLINK_ONESHOT_MAX_BYTES_8: u64 = 256 * KIB;
-/// NVLink: tpar's kernels up to this size, NCCL above (bandwidth-bound; NCCL's rings and
-/// NVLS are tuned for it). After: vLLM's custom all-reduce default max size (8 MiB).
-pub const NVLINK_CUSTOM_MAX_BYTES: u64 = 8 * MIB;
+/// NVLink: tpar's kernels up to this size, NCCL above (bandwidth-bound; NCCL's rings are
+/// tuned for it). Measured on H200s, 2, 3 and 4 ranks (bench/results/h200-x4.md): two-shot
+/// leads NCCL to 2 MiB and NCCL leads from 4 MiB (4 ranks, 4 MiB: 39.8 vs 43.7 us).
+/// vLLM's custom all-reduce defaults to 8 MiB.
+pub const NVLINK_CUSTOM_MAX_BYTES: u64 = 2 * MIB;
 
 /// PCIe with P2P: tpar's kernels up to this size, NCCL above. REFERENCE.md, 4x RTX PRO 6000:
 /// custom one-shot 104 us vs NCCL 109 us at 1 MB — the latency advantage is gone by 1 MiB.
@@ -86,10 +90,13 @@ pub const NCCL_PCIE_FLOOR_US: f64 = 42.0;
 pub const PCIE_MAX_BLOCKS: u32 = 4;
 /// Bytes per block on PCIe before another block is added. Placeholder until measured.
 pub const PCIE_BYTES_PER_BLOCK: u64 = 64 * KIB;
-/// Most blocks an NVLink kernel uses. Placeholder until measured.
-pub const NVLINK_MAX_BLOCKS: u32 = 16;
-/// Bytes per block on NVLink before another block is added. Placeholder until measured.
-pub const NVLINK_BYTES_PER_BLOCK: u64 = 32 * KIB;
+/// Most blocks an NVLink kernel uses: the kernels' cap. Measured on 4 H200s (blocks sweep,
+/// bench/results/h200-x4.md): at 1 MiB, 32 blocks beat 16 (one-shot, 4 ranks: 18.75 vs 25.66 us).
+pub const NVLINK_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
+/// Bytes per block on NVLink before another block is added: one 16-byte vector per thread.
+/// Measured on 4 H200s (blocks sweep): a block moves about 8 KiB per 1.5 us to its peers,
+/// so one-shot at 32 KiB, 4 ranks, took 11.62 us on one block and 5.53 us on four.
+pub const NVLINK_BYTES_PER_BLOCK: u64 = 8 * KIB;
 
 // ---------------------------------------------------------------------------------------
 // Inputs and output.
@@ -212,10 +219,17 @@ pub struct Overrides {
     /// profile's contents are.
     #[serde(skip)]
     pub profile: Option<PathBuf>,
+    /// `TPAR_BLOCKS`: thread blocks per call of tpar's kernels (1..=[`MAX_KERNEL_BLOCKS`]),
+    /// instead of the size-based default. For measuring; NCCL calls are not affected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
 }
 
+/// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
+pub const MAX_KERNEL_BLOCKS: u32 = 32;
+
 /// The variables [`Overrides`] reads.
-pub const OVERRIDE_VARS: [&str; 6] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE"];
+pub const OVERRIDE_VARS: [&str; 7] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS"];
 
 fn config(var: &'static str, value: &str, reason: impl fmt::Display) -> Error {
     Error::Config { var, value: value.to_string(), reason: reason.to_string() }
@@ -274,6 +288,16 @@ impl Overrides {
                     }
                 }
                 "TPAR_PROFILE" => o.profile = Some(PathBuf::from(v)),
+                "TPAR_BLOCKS" => {
+                    o.blocks = if v.eq_ignore_ascii_case("auto") {
+                        None
+                    } else {
+                        match v.parse::<u32>() {
+                            Ok(b) if (1..=MAX_KERNEL_BLOCKS).contains(&b) => Some(b),
+                            _ => return Err(config("TPAR_BLOCKS", raw, format!("expected auto or 1..={MAX_KERNEL_BLOCKS}"))),
+                        }
+                    }
+                }
                 _ => {}
             }
         }
@@ -602,7 +626,13 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let o = input.overrides;
     let s = input.bytes;
 
-    let finish = |mut p: Plan, notes: Vec<String>| {
+    let finish = |mut p: Plan, mut notes: Vec<String>| {
+        if let Some(b) = o.blocks {
+            if matches!(p.transport, Transport::P2p | Transport::Host) {
+                notes.push(format!("TPAR_BLOCKS={b} (default {})", p.blocks));
+                p.blocks = b;
+            }
+        }
         if !notes.is_empty() {
             p.reason = format!("{}; {}", p.reason, notes.join("; "));
         }

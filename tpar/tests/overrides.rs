@@ -19,6 +19,9 @@ fn malformed_values_are_config_errors_naming_the_variable() {
         ("TPAR_MAX_BYTES", "-5"),
         ("TPAR_DISABLE", "maybe"),
         ("TPAR_DEBUG", "LOUD"),
+        ("TPAR_BLOCKS", "0"),
+        ("TPAR_BLOCKS", "33"),
+        ("TPAR_BLOCKS", "many"),
     ] {
         match parse(&[(var, value)]) {
             Err(Error::Config { var: v, value: got, reason }) => {
@@ -50,6 +53,22 @@ fn good_values_parse() {
     assert!(!o.disable && o.debug);
     assert_eq!(o.profile.as_deref(), Some(std::path::Path::new("/tmp/p.toml")));
     assert_eq!(parse(&[("TPAR_ALGO", "auto"), ("TPAR_TRANSPORT", "")]).unwrap(), Overrides::default());
+    assert_eq!(parse(&[("TPAR_BLOCKS", "auto")]).unwrap(), Overrides::default());
+}
+
+/// TPAR_BLOCKS sets the block count of kernel plans, says so in the reason, and leaves
+/// NCCL plans alone.
+#[test]
+fn blocks_override_applies_to_kernels_only() {
+    let t = presets::h200_nvswitch_8();
+    let o = parse(&[("TPAR_BLOCKS", "24")]).unwrap();
+    let at = |bytes: u64| plan(&PlanInput { topology: &t, world: 4, bytes, dtype: DType::BF16, capture: CaptureMode::Graph, backend: Backend::Cuda, profile: None, overrides: &o });
+    let small = at(32 << 10);
+    assert_ne!(small.algorithm, Algorithm::Nccl);
+    assert_eq!(small.blocks, 24);
+    assert!(small.reason.contains("TPAR_BLOCKS=24"), "{}", small.reason);
+    let big = at(1 << 30);
+    assert_eq!((big.algorithm, big.blocks), (Algorithm::Nccl, 0));
 }
 
 /// (topology, world, backend, settings, words the error must contain)

@@ -11,6 +11,7 @@ use std::mem::{offset_of, size_of};
 pub const MAX_RANKS: usize = 16;
 /// Most blocks per rank per call (the flag area has one slot row per block).
 pub const MAX_BLOCKS: usize = 32;
+const _: () = assert!(MAX_BLOCKS == crate::plan::MAX_KERNEL_BLOCKS as usize, "the plan's block cap is the kernels'");
 /// Threads per block; kernels are compiled with `__launch_bounds__` of this.
 pub const THREADS: u32 = 512;
 /// Bytes of one vector, the unit the kernels move.
