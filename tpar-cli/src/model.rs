@@ -76,9 +76,33 @@ pub struct ModelArgs {
     /// Latency from the simulator on this topology (preset or JSON file).
     #[arg(long)]
     sim: Option<String>,
-    /// With --sim: model CUDA-graph launches instead of eager.
+    /// CUDA-graph launches instead of eager: with --sim, what the simulator models; with
+    /// --bench, which records of a `tpar bench --backend cuda` file (it holds both) are used.
     #[arg(long)]
     graph: bool,
+}
+
+/// A bench record as `tpar bench --json` writes it; GPU runs across processes add the mode.
+#[derive(serde::Deserialize)]
+struct BenchRow {
+    #[serde(flatten)]
+    record: Record,
+    #[serde(default)]
+    mode: Option<tpar::CaptureMode>,
+}
+
+/// The records of `path` in the wanted mode (records without a mode are kept: those files
+/// hold one mode only). Mixing eager and graph points would interpolate between the two.
+fn load_bench(path: &std::path::Path, graph: bool) -> Result<Vec<Record>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let rows: Vec<BenchRow> = serde_json::from_str(&text).map_err(|e| format!("{}: not a list of bench records: {e}", path.display()))?;
+    let want = if graph { tpar::CaptureMode::Graph } else { tpar::CaptureMode::Eager };
+    let any_mode = rows.iter().any(|r| r.mode.is_some());
+    let kept: Vec<Record> = rows.into_iter().filter(|r| r.mode.is_none_or(|m| m == want)).map(|r| r.record).collect();
+    if any_mode && kept.is_empty() {
+        return Err(format!("{}: no {want} records (add or drop --graph)", path.display()));
+    }
+    Ok(kept)
 }
 
 fn sim_latency(topo: &str, tp: usize, graph: bool) -> Result<Simulator, String> {
@@ -131,10 +155,7 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     };
 
     let records: Option<Vec<Record>> = match &args.bench {
-        Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("reading {}: {e}", p.display()))?;
-            Some(serde_json::from_str(&text).map_err(|e| format!("{}: not a list of bench records: {e}", p.display()))?)
-        }
+        Some(p) => Some(load_bench(p, args.graph)?),
         None => None,
     };
     let need_sim = (args.nccl_us.is_none() || (args.plan_us.is_none() && args.profile.is_none())) && records.is_none();
@@ -264,4 +285,48 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(mode: Option<&str>, us: f64) -> serde_json::Value {
+        let r = Record {
+            algorithm: Algorithm::OneshotPush,
+            backend: "cuda".into(),
+            dtype: tpar::DType::BF16,
+            world: 4,
+            bytes: 43008,
+            count: 21504,
+            time_us: us,
+            p10_us: us,
+            p90_us: us,
+            algbw: 0.0,
+            busbw: 0.0,
+            wrong: 0,
+        };
+        let mut v = serde_json::to_value(r).unwrap();
+        if let Some(m) = mode {
+            v["mode"] = serde_json::Value::String(m.into());
+        }
+        v
+    }
+
+    #[test]
+    fn bench_files_are_read_in_one_mode() {
+        let dir = std::env::temp_dir().join(format!("tpar-model-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mixed = dir.join("mixed.json");
+        std::fs::write(&mixed, serde_json::to_string(&vec![row(Some("eager"), 9.0), row(Some("graph"), 5.0)]).unwrap()).unwrap();
+        assert_eq!(load_bench(&mixed, false).unwrap().iter().map(|r| r.time_us).collect::<Vec<_>>(), vec![9.0]);
+        assert_eq!(load_bench(&mixed, true).unwrap().iter().map(|r| r.time_us).collect::<Vec<_>>(), vec![5.0]);
+        let eager_only = dir.join("eager.json");
+        std::fs::write(&eager_only, serde_json::to_string(&vec![row(Some("eager"), 9.0)]).unwrap()).unwrap();
+        assert!(load_bench(&eager_only, true).unwrap_err().contains("no graph records"));
+        let plain = dir.join("plain.json");
+        std::fs::write(&plain, serde_json::to_string(&vec![row(None, 7.0)]).unwrap()).unwrap();
+        assert_eq!(load_bench(&plain, true).unwrap().len(), 1, "files without modes are used as they are");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
