@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use tpar::report::{bandwidths, Record};
+use tpar::report::Record;
 use tpar::testing::{all_inputs, bit_diffs, count_wrong, expected, fill_input, poison};
 use tpar::{bf16, f16, Algorithm, Communicator, DType, Element};
 
@@ -371,20 +371,5 @@ pub(crate) fn measure<T: Element>(comm: &mut Communicator, algo: Algorithm, byte
             slowest[i] = slowest[i].max(t);
         }
     }
-    let (med, p10, p90) = percentiles(&mut slowest);
-    let (algbw, busbw) = bandwidths(count * T::DTYPE.size(), world, med);
-    Ok(Some(Record {
-        algorithm: algo,
-        backend: "cpu".into(),
-        dtype: T::DTYPE,
-        world,
-        bytes: count * T::DTYPE.size(),
-        count,
-        time_us: med,
-        p10_us: p10,
-        p90_us: p90,
-        algbw,
-        busbw,
-        wrong: wrong_total,
-    }))
+    Ok(Some(Record::measured(algo, "cpu", T::DTYPE, world, count, percentiles(&mut slowest), wrong_total)))
 }

@@ -458,20 +458,8 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
                         let (med, p10, p90) = stats(samples);
                         let (algbw, busbw) = bandwidths(nbytes, world, med);
                         println!("  {:>10} {:>12} {:>9} {:>6} {:>10.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>7}", nbytes, count, d.name(), "sum", med, p10, p90, algbw, busbw, wrong);
-                        records.push(Record {
-                            algorithm: algo,
-                            backend: format!("cuda-emulated-{transport}{}", if args.graph { "-graph" } else { "" }),
-                            dtype: d,
-                            world,
-                            bytes: nbytes,
-                            count,
-                            time_us: med,
-                            p10_us: p10,
-                            p90_us: p90,
-                            algbw,
-                            busbw,
-                            wrong,
-                        });
+                        let backend = format!("cuda-emulated-{transport}{}", if args.graph { "-graph" } else { "" });
+                        records.push(Record::measured(algo, backend, d, world, count, (med, p10, p90), wrong));
                     }
                 }
                 println!("# {} total wrong: {total_wrong}", algo.name());
@@ -527,21 +515,8 @@ fn sequence(c: &mut Ctx, args: &BenchCudaArgs, calls: usize, bytes: usize, dtype
             let (med, p10, p90) = stats(samples);
             let step = |x: f64| x * calls as f64;
             println!("  {:>14} {:>9} {:>12.1} {:>10.1} {:>10.1} {:>12.2} {:>7}", algo.name(), d.name(), step(med), step(p10), step(p90), med, wrong);
-            let (algbw, busbw) = bandwidths(count * d.size(), world, med);
-            records.push(Record {
-                algorithm: algo,
-                backend: format!("cuda-emulated-{}-sequence{calls}", c.g.transport()),
-                dtype: d,
-                world,
-                bytes: count * d.size(),
-                count,
-                time_us: med,
-                p10_us: p10,
-                p90_us: p90,
-                algbw,
-                busbw,
-                wrong,
-            });
+            let backend = format!("cuda-emulated-{}-sequence{calls}", c.g.transport());
+            records.push(Record::measured(algo, backend, d, world, count, (med, p10, p90), wrong));
             if wrong > 0 {
                 return Err(format!("{} {d}: {wrong} wrong", algo.name()));
             }
@@ -734,7 +709,7 @@ fn nccl_one_rank(c: &Ctx, args: &BenchCudaArgs, d: DType, records: &mut Vec<Reco
         let nbytes = count * d.size();
         let (algbw, busbw) = bandwidths(nbytes, 1, med);
         println!("  {:>10} {:>12} {:>9} {:>6} {:>10.2} {:>9.2} {:>9.2} {:>8.2} {:>8.2} {:>7}", nbytes, count, d.name(), "sum", med, p10, p90, algbw, busbw, wrong);
-        records.push(Record { algorithm: Algorithm::Nccl, backend: "nccl-1rank".into(), dtype: d, world: 1, bytes: nbytes, count, time_us: med, p10_us: p10, p90_us: p90, algbw, busbw, wrong });
+        records.push(Record::measured(Algorithm::Nccl, "nccl-1rank", d, 1, count, (med, p10, p90), wrong));
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ use tpar::cuda::kernels::KERNEL_ALGORITHMS;
 use tpar::cuda::{GpuCommunicator, GpuOptions};
 use tpar::plan::{Backend, CaptureMode};
 use tpar::profile::{Profile, ProfileFingerprint};
-use tpar::report::{bandwidths, Record};
+use tpar::report::Record;
 use tpar::testing::{all_inputs, bit_diffs, count_wrong, count_wrong_stepwise, digest, expected, is_exact, special_inputs, Special, SplitMix};
 use tpar::{bf16, f16, Algorithm, DType, Element};
 
@@ -397,22 +397,8 @@ pub fn bench(o: BenchOpts) -> Result<(), String> {
                 let mut row = Vec::new();
                 for &mode in &o.modes {
                     let times = r.time(algo, d, count, mode, o.inner, (o.warmup, o.iters))?;
-                    if let Some((med, p10, p90)) = r.slowest(&times)? {
-                        let (algbw, busbw) = bandwidths(count * d.size(), world, med);
-                        let record = Record {
-                            algorithm: algo,
-                            backend: "cuda".into(),
-                            dtype: d,
-                            world,
-                            bytes: count * d.size(),
-                            count,
-                            time_us: med,
-                            p10_us: p10,
-                            p90_us: p90,
-                            algbw,
-                            busbw,
-                            wrong,
-                        };
+                    if let Some(spread) = r.slowest(&times)? {
+                        let record = Record::measured(algo, "cuda", d, world, count, spread, wrong);
                         row.push(record.clone());
                         records.push(GpuRecord { record, mode, inner: o.inner });
                     }
@@ -834,26 +820,12 @@ pub fn tune(o: TuneOpts) -> Result<(), String> {
                 };
                 let all_exact = r.comm.all_gather_bytes(&[u8::from(exact)]).map_err(err)?.iter().all(|b| b.first() == Some(&1));
                 let times = r.time(algo, d, count, o.capture, o.inner, (o.warmup, o.iters))?;
-                if let Some((med, p10, p90)) = r.slowest(&times)? {
+                if let Some(spread) = r.slowest(&times)? {
                     if !all_exact {
                         rejected.push(format!("{algo} {d} {bytes} B"));
                     }
-                    let (algbw, busbw) = bandwidths(count * d.size(), world, med);
-                    pb.suspend(|| say_err(format!("tune: {:>6} {d:>9} {algo:>13} {bytes:>9} B {med:>9.2} us", o.capture.name())));
-                    records.push(Record {
-                        algorithm: algo,
-                        backend: "cuda".into(),
-                        dtype: d,
-                        world,
-                        bytes: count * d.size(),
-                        count,
-                        time_us: med,
-                        p10_us: p10,
-                        p90_us: p90,
-                        algbw,
-                        busbw,
-                        wrong: i64::from(!all_exact),
-                    });
+                    pb.suspend(|| say_err(format!("tune: {:>6} {d:>9} {algo:>13} {bytes:>9} B {:>9.2} us", o.capture.name(), spread.0)));
+                    records.push(Record::measured(algo, "cuda", d, world, count, spread, i64::from(!all_exact)));
                 }
                 pb.inc(1);
             }

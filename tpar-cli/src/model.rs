@@ -98,7 +98,7 @@ fn load_bench(path: &std::path::Path, graph: bool) -> Result<Vec<Record>, String
     let rows: Vec<BenchRow> = serde_json::from_str(&text).map_err(|e| format!("{}: not a list of bench records: {e}", path.display()))?;
     let want = if graph { tpar::CaptureMode::Graph } else { tpar::CaptureMode::Eager };
     let any_mode = rows.iter().any(|r| r.mode.is_some());
-    let kept: Vec<Record> = rows.into_iter().filter(|r| r.mode.is_none_or(|m| m == want)).map(|r| r.record).collect();
+    let kept: Vec<Record> = rows.into_iter().filter(|r| r.mode.map_or(true, |m| m == want)).map(|r| r.record).collect();
     if any_mode && kept.is_empty() {
         return Err(format!("{}: no {want} records (add or drop --graph)", path.display()));
     }

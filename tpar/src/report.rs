@@ -30,6 +30,16 @@ pub struct Record {
     pub wrong: i64,
 }
 
+impl Record {
+    /// A measured point: `count` elements of `dtype` on `world` ranks, times per call in us as
+    /// (median, p10, p90); bytes and both bandwidths follow from them.
+    pub fn measured(algorithm: Algorithm, backend: impl Into<String>, dtype: DType, world: usize, count: usize, (time_us, p10_us, p90_us): (f64, f64, f64), wrong: i64) -> Record {
+        let bytes = count * dtype.size();
+        let (algbw, busbw) = bandwidths(bytes, world, time_us);
+        Record { algorithm, backend: backend.into(), dtype, world, bytes, count, time_us, p10_us, p90_us, algbw, busbw, wrong }
+    }
+}
+
 /// algbw and busbw in GB/s for an all-reduce of `bytes` on `world` ranks taking `time_us`.
 pub fn bandwidths(bytes: usize, world: usize, time_us: f64) -> (f64, f64) {
     if time_us <= 0.0 {
@@ -44,6 +54,14 @@ pub fn bandwidths(bytes: usize, world: usize, time_us: f64) -> (f64, f64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_records_derive_bytes_and_bandwidths() {
+        let r = Record::measured(Algorithm::TwoshotPush, "cuda", DType::BF16, 4, 500_000, (100.0, 90.0, 110.0), 0);
+        assert_eq!((r.bytes, r.count, r.world), (1_000_000, 500_000, 4));
+        assert!((r.algbw - 10.0).abs() < 1e-12 && (r.busbw - 15.0).abs() < 1e-12);
+        assert_eq!((r.p10_us, r.p90_us, r.wrong), (90.0, 110.0, 0));
+    }
 
     #[test]
     fn busbw_follows_nccl_tests() {

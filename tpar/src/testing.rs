@@ -95,8 +95,14 @@ pub fn unit_roundoff<T: Element>() -> f64 {
 /// Elements of `out` farther from the f64 sum of `inputs` than rounding can explain:
 /// one rounding to `T` (relative to the result) plus f32 accumulation over `world` terms.
 pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
-    let world = inputs.len() as f64;
     let u = unit_roundoff::<T>();
+    count_outside(out, inputs, |s, mag, world| u * s.abs() + world * 2f64.powi(-23) * mag)
+}
+
+/// Elements of `out` farther from the f64 sum of `inputs` than `tol(sum, sum of
+/// magnitudes, world)` (NaN and infinities always count).
+fn count_outside<T: Element>(out: &[T], inputs: &[Vec<T>], tol: impl Fn(f64, f64, f64) -> f64) -> usize {
+    let world = inputs.len() as f64;
     out.iter()
         .enumerate()
         .filter(|(i, o)| {
@@ -106,9 +112,8 @@ pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
                 s += x;
                 mag += x.abs();
             }
-            let tol = u * s.abs() + world * 2f64.powi(-23) * mag + f64::MIN_POSITIVE;
             let v = o.to_f32() as f64;
-            !(v - s).abs().le(&tol)
+            !(v - s).abs().le(&(tol(s, mag, world) + f64::MIN_POSITIVE))
         })
         .count()
 }
@@ -118,22 +123,8 @@ pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
 /// of a partial sum errs by at most `u` times the partial, and every partial is at most the
 /// sum of magnitudes, so the bound is `u (|s| + (world - 1) mag)`.
 pub fn count_wrong_stepwise<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
-    let world = inputs.len() as f64;
     let u = unit_roundoff::<T>();
-    out.iter()
-        .enumerate()
-        .filter(|(i, o)| {
-            let (mut s, mut mag) = (0f64, 0f64);
-            for inp in inputs {
-                let x = inp[*i].to_f32() as f64;
-                s += x;
-                mag += x.abs();
-            }
-            let tol = u * (s.abs() + (world - 1.0) * mag) + world * 2f64.powi(-23) * mag + f64::MIN_POSITIVE;
-            let v = o.to_f32() as f64;
-            !(v - s).abs().le(&tol)
-        })
-        .count()
+    count_outside(out, inputs, |s, mag, world| u * (s.abs() + (world - 1.0) * mag) + world * 2f64.powi(-23) * mag)
 }
 
 /// Overwrites `buf` with a NaN pattern no algorithm produces, so stale outputs show.
