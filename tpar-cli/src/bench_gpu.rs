@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
-use tpar::cuda::driver::{DeviceBuffer, Event, Graph};
+use tpar::cuda::driver::{DeviceBuffer, Event, Graph, Stream};
 use tpar::cuda::kernels::KERNEL_ALGORITHMS;
 use tpar::cuda::{GpuCommunicator, GpuOptions};
 use tpar::plan::{Backend, CaptureMode};
@@ -103,6 +103,32 @@ struct Rank {
     start: Event,
     end: Event,
     max_bytes: usize,
+    /// A stream of "the caller's" ([`Io::CallerStream`]) and the buffer its copy reads from.
+    caller: Stream,
+    stage: DeviceBuffer,
+}
+
+/// Where a checked call's input comes from and its output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Io {
+    /// Input uploaded, output a separate buffer, poisoned first.
+    OutOfPlace,
+    /// The input buffer is the output.
+    InPlace,
+    /// As out of place, but the input is written by a copy on a caller's stream (the input
+    /// buffer holds poison until it lands) and the output is read after synchronizing that
+    /// stream: `wait_for` and `signal_to` must order both.
+    CallerStream,
+}
+
+impl Io {
+    fn label(self) -> &'static str {
+        match self {
+            Io::OutOfPlace => "",
+            Io::InPlace => " in place",
+            Io::CallerStream => " via a caller's stream",
+        }
+    }
 }
 
 /// What one checked call gave on this rank.
@@ -141,7 +167,9 @@ impl Rank {
         let output = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
         let start = Event::new(comm.device()).map_err(err)?;
         let end = Event::new(comm.device()).map_err(err)?;
-        Ok(Rank { comm, input, output, start, end, max_bytes })
+        let caller = Stream::new(comm.device()).map_err(err)?;
+        let stage = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
+        Ok(Rank { comm, input, output, start, end, max_bytes, caller, stage })
     }
 
     fn root(&self) -> bool {
@@ -154,14 +182,24 @@ impl Rank {
 
     /// One call on fresh random inputs of every rank (regenerated here from the seed), the
     /// output poisoned first (or the input itself, in place); `algo` None goes through the plan.
-    fn checked<T: Element>(&mut self, algo: Option<Algorithm>, (seed, call): (u64, u64), count: usize, in_place: bool) -> Result<Outcome, String> {
+    fn checked<T: Element>(&mut self, algo: Option<Algorithm>, (seed, call): (u64, u64), count: usize, io: Io) -> Result<Outcome, String> {
         let d = T::DTYPE;
         let what = |x: String| format!("{} {d} count {count}: {x}", algo.map_or("plan", |a| a.name()));
         let inputs = all_inputs::<T>(seed, call, self.comm.world(), count);
-        let out_buf = if in_place { &self.input } else { &self.output };
+        let out_buf = if io == Io::InPlace { &self.input } else { &self.output };
+        let via_caller = io == Io::CallerStream && count > 0;
         if count > 0 {
-            self.input.upload(&inputs[self.comm.rank()]).map_err(err)?;
-            if !in_place {
+            let mine = &inputs[self.comm.rank()];
+            if via_caller {
+                self.stage.upload(mine).map_err(err)?;
+                self.input.fill_u32(POISON_WORD).map_err(err)?;
+                self.input.copy_from_async(&self.stage, std::mem::size_of_val(mine.as_slice()), &self.caller).map_err(err)?;
+                // SAFETY: `caller` is a live stream of this rank's device.
+                unsafe { self.comm.wait_for(self.caller.raw as u64) }.map_err(err)?;
+            } else {
+                self.input.upload(mine).map_err(err)?;
+            }
+            if io != Io::InPlace {
                 self.output.fill_u32(POISON_WORD).map_err(err)?;
             }
         }
@@ -175,9 +213,17 @@ impl Rank {
             }
         }
         .map_err(|x| what(x.to_string()))?;
-        self.comm.synchronize().map_err(|x| what(x.to_string()))?;
         let mut out = vec![T::from_f32(0.0); count];
-        if count > 0 {
+        if via_caller {
+            // The output is read once the caller's stream is done: signal_to must have made
+            // it wait for the call. (synchronize below still surfaces a device timeout.)
+            // SAFETY: as above.
+            unsafe { self.comm.signal_to(self.caller.raw as u64) }.map_err(err)?;
+            self.caller.synchronize().map_err(err)?;
+            out_buf.download(&mut out).map_err(err)?;
+        }
+        self.comm.synchronize().map_err(|x| what(x.to_string()))?;
+        if count > 0 && !via_caller {
             out_buf.download(&mut out).map_err(err)?;
         }
         // tpar's kernels promise the rank-order f32 sum, rounded once; NCCL rounds every
@@ -190,11 +236,11 @@ impl Rank {
         Ok(Outcome { algo: used, wrong, inexact, digest: digest(&out) })
     }
 
-    fn checked_dyn(&mut self, d: DType, algo: Option<Algorithm>, sc: (u64, u64), count: usize, in_place: bool) -> Result<Outcome, String> {
+    fn checked_dyn(&mut self, d: DType, algo: Option<Algorithm>, sc: (u64, u64), count: usize, io: Io) -> Result<Outcome, String> {
         match d {
-            DType::F32 => self.checked::<f32>(algo, sc, count, in_place),
-            DType::F16 => self.checked::<f16>(algo, sc, count, in_place),
-            DType::BF16 => self.checked::<bf16>(algo, sc, count, in_place),
+            DType::F32 => self.checked::<f32>(algo, sc, count, io),
+            DType::F16 => self.checked::<f16>(algo, sc, count, io),
+            DType::BF16 => self.checked::<bf16>(algo, sc, count, io),
         }
     }
 
@@ -387,7 +433,7 @@ pub fn bench(o: BenchOpts) -> Result<(), String> {
                 }
                 pb.set_message(format!("{algo} {d} {bytes} B"));
                 let wrong = if o.check {
-                    let out = r.checked_dyn(d, Some(algo), (0xbe4c, bytes as u64 ^ (algo.code() << 40)), count, false)?;
+                    let out = r.checked_dyn(d, Some(algo), (0xbe4c, bytes as u64 ^ (algo.code() << 40)), count, Io::OutOfPlace)?;
                     let v = r.agree(&out)?;
                     (v.wrong + v.inexact + usize::from(!v.identical) * count) as i64
                 } else {
@@ -629,10 +675,14 @@ pub fn check(o: CheckOpts) -> Result<(), String> {
         for &v in &variants {
             for n in sweep_counts(d, o.max_bytes) {
                 pb.set_message(format!("sweep {} {d} {n}", label(v)));
-                let in_place = call % 4 == 3;
-                let out = r.checked_dyn(d, v, (o.seed, call), n, in_place)?;
+                let io = match call % 8 {
+                    3 | 7 => Io::InPlace,
+                    5 => Io::CallerStream,
+                    _ => Io::OutOfPlace,
+                };
+                let out = r.checked_dyn(d, v, (o.seed, call), n, io)?;
                 let verdict = r.agree(&out)?;
-                note(&verdict, format!("sweep {} {d} count {n}{}", label(v), if in_place { " in place" } else { "" }));
+                note(&verdict, format!("sweep {} {d} count {n}{}", label(v), io.label()));
                 call += 1;
                 sweep_calls += 1;
                 pb.inc(1);
@@ -648,11 +698,15 @@ pub fn check(o: CheckOpts) -> Result<(), String> {
         let d = o.dtypes[g.below(o.dtypes.len() as u64) as usize];
         let v = variants[g.below(variants.len() as u64) as usize];
         let n = log_uniform(&mut g, o.max_bytes / d.size());
-        let in_place = g.below(4) == 0;
-        let out = r.checked_dyn(d, v, (o.seed, call), n, in_place)?;
+        let io = match g.below(8) {
+            0 | 1 => Io::InPlace,
+            2 => Io::CallerStream,
+            _ => Io::OutOfPlace,
+        };
+        let out = r.checked_dyn(d, v, (o.seed, call), n, io)?;
         let verdict = r.agree(&out)?;
         *used.entry(verdict.algo.name()).or_default() += 1;
-        note(&verdict, format!("random call {i}: {} {d} count {n}{}", label(v), if in_place { " in place" } else { "" }));
+        note(&verdict, format!("random call {i}: {} {d} count {n}{}", label(v), io.label()));
         call += 1;
         if i % 256 == 0 {
             pb.set_position(i);
@@ -665,14 +719,14 @@ pub fn check(o: CheckOpts) -> Result<(), String> {
     }
     if !o.quiet {
         println!(
-            "#   sweep: {} dtypes x {} variants x counts 0..{} (1 B to {} by x4, odd tails, every 4th call in place): {sweep_calls} calls, {sweep_s:.1} s",
+            "#   sweep: {} dtypes x {} variants x counts 0..{} (1 B to {} by x4, odd tails; of every 8 calls 2 in place, 1 through a caller's stream): {sweep_calls} calls, {sweep_s:.1} s",
             o.dtypes.len(),
             variants.len(),
             o.max_bytes,
             tpar::plan::human_bytes(o.max_bytes as u64)
         );
         println!(
-            "#   random: {} calls, dtype, variant and log-uniform size to {} drawn from seed {} (a quarter in place), {:.1} s; algorithms that ran: {used:?}",
+            "#   random: {} calls, dtype, variant and log-uniform size to {} drawn from seed {} (a quarter in place, an eighth through a caller's stream), {:.1} s; algorithms that ran: {used:?}",
             o.calls,
             tpar::plan::human_bytes(o.max_bytes as u64),
             o.seed,

@@ -12,7 +12,7 @@
 //! kernel yet (`hierarchical`) or no NCCL available are errors naming the way out.
 
 use super::abi::MAX_BLOCKS;
-use super::driver::Stream;
+use super::driver::{Event, Stream};
 use super::ipc::IpcWorkspace;
 use super::nccl::{self, NcclComm};
 use crate::comm::{Communicator, Config};
@@ -42,6 +42,10 @@ pub struct GpuCommunicator {
     overrides: Overrides,
     profile: Option<Profile>,
     capture: CaptureMode,
+    /// Orders this communicator's stream after a caller's stream ([`Self::wait_for`]).
+    after_caller: Event,
+    /// Orders a caller's stream after this communicator's calls ([`Self::signal_to`]).
+    after_calls: Event,
 }
 
 impl GpuCommunicator {
@@ -74,7 +78,11 @@ impl GpuCommunicator {
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;
         let nccl = nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string());
+        let after_caller = Event::ordering(ws.device())?;
+        let after_calls = Event::ordering(ws.device())?;
         Ok(GpuCommunicator {
+            after_caller,
+            after_calls,
             control,
             ws,
             nccl,
@@ -108,6 +116,35 @@ impl GpuCommunicator {
         &self.topology
     }
 
+    /// Makes the calls enqueued from now on wait for the work enqueued so far on the caller's
+    /// `stream` (for example the kernel that writes the input). Nothing waits on the host, and
+    /// it can be captured into a CUDA graph together with the calls. `stream` is a raw
+    /// `CUstream` handle as an integer (what `torch.cuda.current_stream().cuda_stream` gives).
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this rank's device (or 0, the legacy stream).
+    pub unsafe fn wait_for(&mut self, stream: u64) -> Result<()> {
+        // SAFETY: the caller vouches for `stream`; our stream is live.
+        unsafe {
+            self.after_caller.record_on(stream as super::driver::sys::CUstream)?;
+            self.after_caller.wait_on(self.ws.stream().raw)
+        }
+    }
+
+    /// Makes the work enqueued from now on on the caller's `stream` wait for the calls
+    /// enqueued so far (for example the kernel that reads the output). As
+    /// [`wait_for`](Self::wait_for), the other direction.
+    ///
+    /// # Safety
+    /// As for [`wait_for`](Self::wait_for).
+    pub unsafe fn signal_to(&mut self, stream: u64) -> Result<()> {
+        // SAFETY: as above.
+        unsafe {
+            self.after_calls.record_on(self.ws.stream().raw)?;
+            self.after_calls.wait_on(stream as super::driver::sys::CUstream)
+        }
+    }
+
     /// Whether NCCL joined, or why not.
     pub fn nccl_status(&self) -> std::result::Result<(), &str> {
         self.nccl.as_ref().map(|_| ()).map_err(|s| s.as_str())
@@ -139,9 +176,10 @@ impl GpuCommunicator {
     /// `input` and `output` must be device pointers on this rank's GPU, 16-byte aligned,
     /// valid for `count` elements of `dtype` until the stream's work completes (`output` may
     /// equal `input`). The input must be complete when the call runs on
-    /// [`stream`](Self::stream): order the work that writes it onto that stream, or wait for
-    /// it. The stream is non-blocking, so it does not wait for the legacy default stream
-    /// (a plain `cuMemcpyHtoD` from pageable memory may still be landing when it returns).
+    /// [`stream`](Self::stream): enqueue the work that writes it there, or call
+    /// [`wait_for`](Self::wait_for) with the stream it runs on. The stream is non-blocking,
+    /// so it does not wait for the legacy default stream (a plain `cuMemcpyHtoD` from
+    /// pageable memory may still be landing when it returns).
     pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
         let p = self.plan(dtype, count.saturating_mul(dtype.size()));
         // SAFETY: the caller's contract is passed on unchanged.

@@ -7,7 +7,8 @@
 //! (a missing libcuda is an `Error::Library`); `Drop` frees and ignores failures.
 
 use crate::error::{Error, Result};
-use cudarc::driver::{result, sys, CudaContext, DriverError};
+use cudarc::driver::{result, CudaContext, DriverError};
+pub use cudarc::driver::sys;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
@@ -102,6 +103,16 @@ impl DeviceBuffer {
         // could read the old contents (seen on 4 H200s: in-place calls of 1 MiB read stale
         // input). Wait for the copy to land.
         cu(|| "cuCtxSynchronize after cuMemcpyHtoD".into(), self.ctx.synchronize())
+    }
+
+    /// Enqueues a copy of the first `bytes` of `src` into this buffer on `stream`.
+    pub fn copy_from_async(&self, src: &DeviceBuffer, bytes: usize, stream: &Stream) -> Result<()> {
+        if bytes > self.bytes || bytes > src.bytes {
+            return Err(Error::invalid("copy", "more bytes than a buffer holds"));
+        }
+        // SAFETY: both are live cuMemAlloc allocations of at least `bytes` (checked above);
+        // the stream is live.
+        cu(|| "cuMemcpyDtoDAsync".into(), unsafe { result::memcpy_dtod_async(self.ptr, src.ptr, bytes, stream.raw) })
     }
 
     pub fn download<T: Copy>(&self, dst: &mut [T]) -> Result<()> {
@@ -312,6 +323,33 @@ impl Event {
         dev.bind()?;
         let raw = cu(|| "cuEventCreate".into(), result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
         Ok(Self { ctx: dev.ctx.clone(), raw })
+    }
+
+    /// An event for ordering only (no timestamps: cheaper to record and wait on).
+    pub fn ordering(dev: &Device) -> Result<Self> {
+        dev.bind()?;
+        let raw = cu(|| "cuEventCreate".into(), result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
+        Ok(Self { ctx: dev.ctx.clone(), raw })
+    }
+
+    /// Records this event on a raw stream handle (another library's stream).
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this event's context, or null (the legacy stream).
+    pub unsafe fn record_on(&self, stream: sys::CUstream) -> Result<()> {
+        // SAFETY: the event is live; the caller vouches for the stream.
+        cu(|| "cuEventRecord".into(), unsafe { result::event::record(self.raw, stream) })
+    }
+
+    /// Makes a raw stream handle wait for this event's last record.
+    ///
+    /// # Safety
+    /// As for [`record_on`](Self::record_on).
+    pub unsafe fn wait_on(&self, stream: sys::CUstream) -> Result<()> {
+        // SAFETY: the event is live; the caller vouches for the stream.
+        cu(|| "cuStreamWaitEvent".into(), unsafe {
+            result::stream::wait_event(stream, self.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
+        })
     }
 
     /// Milliseconds from `self` to `end` (both recorded and complete).
