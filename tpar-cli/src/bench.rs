@@ -52,8 +52,9 @@ pub struct BenchArgs {
     /// Algorithms, comma-separated, or `all` (gather-bcast is the labelled baseline)
     #[arg(long, default_value = "all")]
     pub algo: String,
-    /// Backend: cpu (shared memory between processes) or cuda
-    #[arg(long, default_value = "cpu")]
+    /// Backend: cpu (shared memory between processes), cuda (one process per GPU, or
+    /// --emulate-ranks), or auto: cuda when there are 2+ GPUs, else cpu
+    #[arg(long, default_value = "auto")]
     pub backend: String,
     /// Write every measurement as JSON records to this file
     #[arg(long)]
@@ -88,10 +89,10 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
-    match args.backend.as_str() {
+    match crate::util::resolve_backend(&args.backend, args.emulate_ranks.is_some())? {
         "cpu" => {}
         "cuda" => return run_cuda(args),
-        other => return Err(format!("--backend {other:?}: expected cpu or cuda")),
+        other => return Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
     }
     if args.iters == 0 {
         return Err("-n must be at least 1".into());

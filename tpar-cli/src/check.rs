@@ -21,8 +21,9 @@ pub struct CheckArgs {
     /// under an outside launcher
     #[arg(long)]
     pub ranks: Option<usize>,
-    /// Backend: cpu (shared memory between processes) or cuda (one process per GPU)
-    #[arg(long, default_value = "cpu")]
+    /// Backend: cpu (shared memory between processes), cuda (one process per GPU), or auto:
+    /// cuda when there are 2+ GPUs, else cpu
+    #[arg(long, default_value = "auto")]
     pub backend: String,
     /// CUDA: largest call of the sweep and of the random calls (K, M suffixes)
     #[arg(short = 'e', long = "maxbytes", default_value = "16M", value_parser = crate::util::parse_size)]
@@ -83,10 +84,10 @@ fn dispatch(comm: &mut Communicator, dt: DType, algo: Algorithm, seed: u64, call
 }
 
 pub fn run(args: CheckArgs) -> Result<(), String> {
-    match args.backend.as_str() {
+    match crate::util::resolve_backend(&args.backend, false)? {
         "cpu" => {}
         "cuda" => return run_cuda(args),
-        other => return Err(format!("--backend {other:?}: expected cpu or cuda")),
+        other => return Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
     }
     let algos = parse_algos(&args.algo)?;
     let dtypes = parse_dtypes(&args.dtype)?;

@@ -33,8 +33,9 @@ pub struct TuneArgs {
     /// under an outside launcher
     #[arg(long)]
     pub ranks: Option<usize>,
-    /// Backend: cpu (shared memory between processes) or cuda (one process per GPU)
-    #[arg(long, default_value = "cpu")]
+    /// Backend: cpu (shared memory between processes), cuda (one process per GPU), or auto:
+    /// cuda when there are 2+ GPUs, else cpu
+    #[arg(long, default_value = "auto")]
     pub backend: String,
     /// CUDA: tune for calls captured in CUDA graphs (graph) or launched eagerly (eager); a
     /// profile applies only to the mode it was measured in
@@ -81,10 +82,10 @@ fn screen<T: Element>(comm: &mut Communicator, algo: Algorithm, count: usize) ->
 pub fn run(args: TuneArgs) -> Result<(), String> {
     let sizes = size_steps(args.min_bytes, args.max_bytes, args.step_factor)?;
     let dtypes = parse_dtypes(&args.dtype)?;
-    match args.backend.as_str() {
+    match crate::util::resolve_backend(&args.backend, false)? {
         "cpu" => {}
         "cuda" => return run_cuda(args, sizes, dtypes),
-        other => return Err(format!("--backend {other:?}: expected cpu or cuda")),
+        other => return Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
     }
     if !launch::is_rank() {
         launch::launch(args.ranks.unwrap_or(2), Duration::from_secs(40))?;

@@ -45,6 +45,27 @@ pub fn size_steps(min: usize, max: usize, factor: usize) -> Result<Vec<usize>, S
     Ok(v)
 }
 
+/// `--backend`: `cpu`, `cuda`, or `auto` (the default): GPUs when the CLI has the CUDA backend
+/// and NVML sees two or more of them (or `--emulate-ranks` asks for one GPU), else CPU ranks.
+pub fn resolve_backend(backend: &str, emulate: bool) -> Result<&'static str, String> {
+    match backend {
+        "cpu" => Ok("cpu"),
+        "cuda" => Ok("cuda"),
+        "auto" if emulate => Ok("cuda"),
+        "auto" => {
+            if !cfg!(feature = "cuda") {
+                return Ok("cpu");
+            }
+            let gpus = tpar::Topology::discover().gpu_count();
+            if gpus == 1 && !crate::launch::is_rank() {
+                eprintln!("tpar: one GPU here: running CPU ranks (GPU paths need 2+ GPUs; --backend cuda --emulate-ranks N runs N ranks on this one)");
+            }
+            Ok(if gpus >= 2 { "cuda" } else { "cpu" })
+        }
+        other => Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
+    }
+}
+
 /// Median and the 10th / 90th percentiles of `xs` (sorted in place).
 pub fn percentiles(xs: &mut [f64]) -> (f64, f64, f64) {
     if xs.is_empty() {
@@ -67,6 +88,17 @@ mod tests {
         assert!(parse_size("3X").is_err());
         assert_eq!(size_steps(8, 128, 4).unwrap(), vec![8, 32, 128]);
         assert_eq!(size_steps(64, 64, 1).unwrap(), vec![64]);
+    }
+
+    #[test]
+    fn backends_resolve() {
+        assert_eq!(resolve_backend("cpu", true), Ok("cpu"));
+        assert_eq!(resolve_backend("cuda", false), Ok("cuda"));
+        assert_eq!(resolve_backend("auto", true), Ok("cuda"), "--emulate-ranks means one GPU");
+        let gpus = tpar::Topology::discover().gpu_count();
+        let want = if cfg!(feature = "cuda") && gpus >= 2 { "cuda" } else { "cpu" };
+        assert_eq!(resolve_backend("auto", false), Ok(want), "{gpus} GPUs here");
+        assert!(resolve_backend("tpu", false).unwrap_err().contains("auto, cpu or cuda"));
     }
 
     #[test]
