@@ -18,7 +18,8 @@ const DEFAULT_SIM_TOPOLOGY: &str = "rtxpro6000-dualsocket-8";
 --profile (tpar only), --bench (a `tpar bench --json` file, interpolated log-log), or --sim (the simulator on a topology; \
 default rtxpro6000-dualsocket-8). \"plan\" is the fastest non-NCCL algorithm the source offers.\n\n\
 Examples:\n  tpar model                                  # Kimi-K2 class, TP 8, the REFERENCE.md case\n  \
-tpar model --bench results.json --acceptance 3.0\n  tpar model --compute-ms 2.5 --nccl-us 14K=71,42K=225 --plan-us 20 --acceptance 1.8\n\n\
+tpar model --bench results.json --acceptance 3.0\n  \
+tpar model --measure --tp 4 --graph --baseline-tok-s 60   # on 2+ GPUs: measure their all-reduces first\n  tpar model --compute-ms 2.5 --nccl-us 14K=71,42K=225 --plan-us 20 --acceptance 1.8\n\n\
 The worked case is in docs/model.md."
 )]
 pub struct ModelArgs {
@@ -77,9 +78,55 @@ pub struct ModelArgs {
     #[arg(long)]
     sim: Option<String>,
     /// CUDA-graph launches instead of eager: with --sim, what the simulator models; with
-    /// --bench, which records of a `tpar bench --backend cuda` file (it holds both) are used.
+    /// --bench or --measure, which GPU records are used.
     #[arg(long)]
     graph: bool,
+    /// Measure here first (2+ GPUs): run `tpar bench` with --tp rank processes, one per GPU,
+    /// at this model's decode and verify sizes, NCCL and every tpar algorithm in the same
+    /// run, and model with those figures.
+    #[arg(long, conflicts_with_all = ["bench", "sim", "nccl_us", "plan_us", "profile"])]
+    measure: bool,
+}
+
+/// `--measure`: `tpar bench` at the decode and verify sizes with `tp` ranks, its table shown,
+/// its records returned (the JSON goes through a temporary file).
+fn measure(args: &ModelArgs, input: &ModelInput) -> Result<Vec<Record>, String> {
+    if crate::util::resolve_backend("auto", false)? != "cuda" {
+        return Err("--measure needs 2 or more GPUs (and a tpar built with the `cuda` feature): the model compares tpar with NCCL, \
+                    which CPU ranks do not have. Without GPUs, model from figures (--nccl-us, --plan-us), a bench file or the simulator"
+            .into());
+    }
+    let (one, verify) = (input.ar_bytes(1), input.ar_bytes(input.verify_width));
+    let factor = (verify / one.max(1)).max(1);
+    let json = std::env::temp_dir().join(format!("tpar-model-measure-{}.json", std::process::id()));
+    let exe = std::env::current_exe().map_err(|e| format!("finding my own executable: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    let bench_args: Vec<String> = vec![
+        "bench".into(),
+        "--ranks".into(),
+        args.tp.to_string(),
+        "-b".into(),
+        one.to_string(),
+        "-e".into(),
+        verify.to_string(),
+        "-f".into(),
+        factor.to_string(),
+        "-d".into(),
+        args.dtype.clone(),
+        "-n".into(),
+        "30".into(),
+        "-w".into(),
+        "5".into(),
+        "--mode".into(),
+        if args.graph { "graph" } else { "eager" }.into(),
+    ];
+    println!("# measuring: tpar {}", bench_args.join(" "));
+    cmd.args(&bench_args).arg("--json").arg(&json);
+    let status = cmd.status().map_err(|e| format!("starting tpar bench: {e}"))?;
+    let records = if status.success() { load_bench(&json, args.graph) } else { Err(format!("the measurement (tpar bench) failed: {status}")) };
+    let _ = std::fs::remove_file(&json);
+    println!("#");
+    records
 }
 
 /// A bench record as `tpar bench --json` writes it; GPU runs across processes add the mode.
@@ -156,6 +203,7 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
 
     let records: Option<Vec<Record>> = match &args.bench {
         Some(p) => Some(load_bench(p, args.graph)?),
+        None if args.measure => Some(measure(&args, &input)?),
         None => None,
     };
     let need_sim = (args.nccl_us.is_none() || (args.plan_us.is_none() && args.profile.is_none())) && records.is_none();

@@ -92,3 +92,17 @@ fn docs_sim_md_table_matches_the_code() {
         "docs/sim.md is out of date: paste the output of `tpar sim --calibration` into it"
     );
 }
+
+/// Without GPUs, --measure refuses with the way out instead of modelling CPU ranks as a GPU box.
+#[test]
+fn model_measure_needs_gpus() {
+    let gpus = tpar::Topology::discover().gpu_count();
+    if gpus >= 2 {
+        eprintln!("skipped: this machine has {gpus} GPUs; the refusal is for machines without");
+        return;
+    }
+    let out = tpar(&["model", "--measure", "--tp", "2"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--measure needs 2 or more GPUs") && err.contains("--nccl-us"), "{err}");
+}
