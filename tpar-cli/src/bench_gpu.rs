@@ -645,7 +645,7 @@ pub fn check(o: CheckOpts) -> Result<(), String> {
         (None, r) => ranks_or_gpus(r)?,
     };
     if let Some(k) = o.kill_rank {
-        return fault(world, k, o.seed);
+        return fault(world, k, o.seed, o.max_bytes, shared.as_ref());
     }
     if launch_ranks(world, Duration::from_secs(60), shared.is_some())? {
         return Ok(());
@@ -749,16 +749,17 @@ pub fn check(o: CheckOpts) -> Result<(), String> {
     }
 }
 
-/// Hidden `--kill-rank K`: rank K SIGKILLs itself after 200 calls of a steady sequence;
-/// every other rank must get an error (not hang) within the timeout, then Poisoned.
-fn fault(world: usize, kill: usize, seed: u64) -> Result<(), String> {
+/// Hidden `--kill-rank K`: rank K SIGKILLs itself after 200 calls of `bytes` (bf16) each,
+/// through the plan (tpar's kernels or NCCL, by size); every other rank must get an error
+/// (not hang) within its bound, then Poisoned.
+fn fault(world: usize, kill: usize, seed: u64, bytes: usize, shared: Option<&tpar::Topology>) -> Result<(), String> {
     if kill >= world {
         return Err(format!("--kill-rank {kill}: there are only {world} ranks"));
     }
     if !launch::is_rank() {
         let timeout = std::env::var("TPAR_TIMEOUT_MS").ok().and_then(|v| v.parse::<u64>().ok()).map_or(tpar::comm::DEFAULT_TIMEOUT, Duration::from_millis);
         let t0 = Instant::now();
-        let r = launch_ranks(world, timeout * 3 + Duration::from_secs(30), false);
+        let r = launch_ranks(world, timeout * 3 + Duration::from_secs(30), shared.is_some());
         let failures = match r {
             Ok(_) => return Err(format!("fault test: rank {kill} was to kill itself, but every rank exited 0")),
             Err(e) => e,
@@ -772,10 +773,13 @@ fn fault(world: usize, kill: usize, seed: u64) -> Result<(), String> {
         return Ok(());
     }
     let cfg = tpar::Config::from_env().map_err(err)?;
-    let mut r = Rank::join(43008, None)?;
+    let mut r = Rank::join(bytes, shared)?;
     let rank = r.comm.rank();
     let d = DType::BF16;
-    let count = 43008 / 2;
+    let count = (bytes / 2).max(1);
+    if rank == 0 {
+        println!("# fault test: {world} ranks, calls of {bytes} B bf16 through the plan ({}), rank {kill} dies after 200", r.comm.plan(d, count * 2).algorithm);
+    }
     let inputs = all_inputs::<bf16>(seed, 0, world, count);
     r.input.upload(&inputs[rank]).map_err(err)?;
     let (i, o) = (r.input.ptr, r.output.ptr);
@@ -788,7 +792,7 @@ fn fault(world: usize, kill: usize, seed: u64) -> Result<(), String> {
             let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
         }
         let t = Instant::now();
-        // SAFETY: both buffers hold 43008 B >= count bf16 elements and live past synchronize.
+        // SAFETY: both buffers hold max(bytes, 16) B >= count bf16 elements and live past synchronize.
         let res = unsafe { r.comm.all_reduce(d, count, i, o) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
         calls += 1;
         if let Err(x) = res {

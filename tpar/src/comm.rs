@@ -404,6 +404,13 @@ impl Communicator {
 
     /// Waits until every rank has reached this point (an empty all-reduce: every rank
     /// exchanges a call descriptor with every other).
+    /// A peer whose process no longer holds its liveness lock (it exited or was killed), if
+    /// any. Cheap (one `fcntl` per peer); for callers that wait on something else, such as
+    /// a GPU stream.
+    pub fn dead_peer(&self) -> Option<usize> {
+        (0..self.world()).find(|&p| p != self.rank() && !self.shm.is_alive(p))
+    }
+
     pub fn barrier(&mut self) -> Result<()> {
         self.execute::<f32>(Algorithm::OneshotPush, Some(&[]), &mut [])
     }

@@ -21,6 +21,16 @@ use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides
 use crate::profile::Profile;
 use crate::topology::Topology;
 use crate::{Algorithm, DType, Transport};
+use std::time::{Duration, Instant};
+
+/// How often [`GpuCommunicator::synchronize`] asks whether a peer process died.
+const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
+/// How long a dead peer's work may still complete before the wait is abandoned (a peer that
+/// finished its part and exited is not a failure).
+const DEAD_PEER_GRACE: Duration = Duration::from_millis(200);
+/// Beyond the device-side deadline, so that a kernel's own timeout (which names the peer and
+/// phase) is what the caller sees when it can be.
+const HOST_GRACE: Duration = Duration::from_secs(1);
 
 /// Where and how large a rank's GPU workspace is.
 #[derive(Clone, Debug, Default)]
@@ -46,6 +56,8 @@ pub struct GpuCommunicator {
     after_caller: Event,
     /// Orders a caller's stream after this communicator's calls ([`Self::signal_to`]).
     after_calls: Event,
+    /// Bound on any wait (`Config::timeout`).
+    timeout: Duration,
 }
 
 impl GpuCommunicator {
@@ -83,6 +95,7 @@ impl GpuCommunicator {
         Ok(GpuCommunicator {
             after_caller,
             after_calls,
+            timeout: cfg.timeout,
             control,
             ws,
             nccl,
@@ -208,6 +221,7 @@ impl GpuCommunicator {
     /// # Safety
     /// As for [`all_reduce`](Self::all_reduce).
     unsafe fn dispatch(&mut self, p: &Plan, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
+        self.ws.check_poisoned()?;
         if count == 0 {
             return Ok(p.algorithm);
         }
@@ -242,9 +256,56 @@ impl GpuCommunicator {
         }
     }
 
-    /// Waits for this rank's enqueued work; a device timeout is `Error::Timeout`.
+    /// Waits for this rank's enqueued work; never longer than the timeout (plus a second).
+    ///
+    /// tpar's kernels bound their own waits on the device (a timeout there is
+    /// `Error::Timeout` naming the peer and phase). NCCL's do not: a peer that died mid-call
+    /// would leave this stream waiting forever. So the host bounds the wait too: a peer
+    /// whose process is gone (and whose work does not complete within 200 ms after) is
+    /// `Error::PeerDied`, no completion by the deadline is `Error::Timeout`; either aborts
+    /// NCCL (its kernels return) and poisons the communicator.
     pub fn synchronize(&mut self) -> Result<()> {
+        let start = Instant::now();
+        let deadline = start + self.timeout + HOST_GRACE;
+        let mut next_liveness = start + LIVENESS_PERIOD;
+        let mut suspect: Option<(usize, Instant)> = None;
+        let mut polls = 0u32;
+        while !self.ws.stream().is_done()? {
+            let now = Instant::now();
+            if now >= next_liveness {
+                next_liveness = now + LIVENESS_PERIOD;
+                match (suspect, self.control.dead_peer()) {
+                    (None, Some(p)) => suspect = Some((p, now)),
+                    (Some((peer, since)), _) if now.duration_since(since) >= DEAD_PEER_GRACE => {
+                        let during = format!("this rank's work on its GPU stream ({} ms after the peer's process ended)", now.duration_since(since).as_millis());
+                        return Err(self.abandon(Error::PeerDied { rank: self.rank(), peer, during }));
+                    }
+                    _ => {}
+                }
+            }
+            if now >= deadline {
+                let what = "this rank's GPU stream (tpar's kernels or NCCL) to finish; NCCL aborted".to_string();
+                let waited_ms = now.duration_since(start).as_millis().min(u64::MAX as u128) as u64;
+                return Err(self.abandon(Error::Timeout { rank: self.rank(), waited_ms, what }));
+            }
+            polls = polls.saturating_add(1);
+            if polls < 4096 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
         self.ws.synchronize()
+    }
+
+    /// Gives up on the work in flight: aborts NCCL so its kernels return, refuses further
+    /// calls. tpar's own kernels end at their device deadline.
+    fn abandon(&mut self, e: Error) -> Error {
+        if let Ok(n) = &mut self.nccl {
+            n.abort();
+        }
+        self.ws.poison(e.to_string());
+        e
     }
 
     /// Control plane: every rank's bytes to every rank.

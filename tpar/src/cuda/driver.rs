@@ -269,6 +269,16 @@ impl Stream {
         cu(|| "cuStreamSynchronize".into(), unsafe { result::stream::synchronize(self.raw) })
     }
 
+    /// Whether all work enqueued so far has completed (cuStreamQuery), without blocking.
+    pub fn is_done(&self) -> Result<bool> {
+        // SAFETY: raw is a live stream.
+        match unsafe { sys::cuStreamQuery(self.raw) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            e => Err(Error::Cuda { context: "cuStreamQuery".into(), code: format!("{e:?}") }),
+        }
+    }
+
     pub fn wait(&self, ev: &Event) -> Result<()> {
         // SAFETY: both handles are live.
         cu(|| "cuStreamWaitEvent".into(), unsafe {

@@ -159,9 +159,7 @@ impl IpcWorkspace {
     /// Enqueues this rank's part of an all-reduce on its stream (asynchronous). Every rank
     /// must make the same calls in the same order, with the same count and blocks.
     pub fn enqueue(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, blocks: u32) -> Result<()> {
-        if let Some(c) = &self.poisoned {
-            return Err(Error::Poisoned { rank: self.rank, cause: c.clone() });
-        }
+        self.check_poisoned()?;
         if !self.connected {
             return Err(Error::invalid("workspace", "connect() first"));
         }
@@ -204,6 +202,20 @@ impl IpcWorkspace {
         // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
         // of >= count elements; the kernel stays inside the layout of common.cuh.
         unsafe { launch_with_struct(f, blocks, THREADS, &self.stream, &a) }
+    }
+
+    /// `Error::Poisoned` once an earlier call failed.
+    pub fn check_poisoned(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(c) => Err(Error::Poisoned { rank: self.rank, cause: c.clone() }),
+            None => Ok(()),
+        }
+    }
+
+    /// Refuses all further work, giving `cause` (the caller found a failure the device did
+    /// not record: a dead peer, a wait past the host's bound).
+    pub fn poison(&mut self, cause: String) {
+        self.poisoned.get_or_insert(cause);
     }
 
     /// Waits for this rank's work; a device timeout becomes `Error::Timeout` and poisons.

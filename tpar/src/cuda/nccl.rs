@@ -23,6 +23,7 @@ type GetUniqueId = unsafe extern "C" fn(*mut ncclUniqueId) -> c_int;
 type CommInitRank = unsafe extern "C" fn(*mut ncclComm_t, c_int, ncclUniqueId, c_int) -> c_int;
 type CommInitAll = unsafe extern "C" fn(*mut ncclComm_t, c_int, *const c_int) -> c_int;
 type CommDestroy = unsafe extern "C" fn(ncclComm_t) -> c_int;
+type CommAbort = unsafe extern "C" fn(ncclComm_t) -> c_int;
 type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, ncclDataType_t, ncclRedOp_t, ncclComm_t, *mut c_void) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type Group = unsafe extern "C" fn() -> c_int;
@@ -36,6 +37,7 @@ pub struct Nccl {
     comm_init_rank: CommInitRank,
     comm_init_all: CommInitAll,
     comm_destroy: CommDestroy,
+    comm_abort: CommAbort,
     all_reduce: AllReduce,
     get_error_string: GetErrorString,
     group_start: Group,
@@ -84,6 +86,7 @@ fn bind(lib: libloading::Library, path: String) -> std::result::Result<Nccl, Str
     let comm_init_rank = sym!(b"ncclCommInitRank\0", CommInitRank);
     let comm_init_all = sym!(b"ncclCommInitAll\0", CommInitAll);
     let comm_destroy = sym!(b"ncclCommDestroy\0", CommDestroy);
+    let comm_abort = sym!(b"ncclCommAbort\0", CommAbort);
     let all_reduce = sym!(b"ncclAllReduce\0", AllReduce);
     let get_error_string = sym!(b"ncclGetErrorString\0", GetErrorString);
     let group_start = sym!(b"ncclGroupStart\0", Group);
@@ -96,6 +99,7 @@ fn bind(lib: libloading::Library, path: String) -> std::result::Result<Nccl, Str
         comm_init_rank,
         comm_init_all,
         comm_destroy,
+        comm_abort,
         all_reduce,
         get_error_string,
         group_start,
@@ -206,6 +210,7 @@ fn nccl_dtype(d: DType) -> ncclDataType_t {
 
 /// One NCCL communicator (one rank).
 pub struct NcclComm {
+    /// Null once aborted.
     raw: ncclComm_t,
     pub rank: usize,
     pub world: usize,
@@ -248,6 +253,9 @@ impl NcclComm {
     /// the stream's work completes.
     pub unsafe fn all_reduce(&self, send: u64, recv: u64, count: usize, dtype: DType, stream: &Stream) -> Result<()> {
         let n = load()?;
+        if self.raw.is_null() {
+            return Err(Error::Unsupported { what: "ncclAllReduce".into(), reason: "this NCCL communicator was aborted".into() });
+        }
         // SAFETY: caller's contract on the pointers; raw is a live communicator.
         n.check("ncclAllReduce", unsafe {
             (n.all_reduce)(send as *const c_void, recv as *mut c_void, count, nccl_dtype(dtype), ncclRedOp_t::ncclSum, self.raw, stream.raw as *mut c_void)
@@ -268,8 +276,26 @@ impl NcclComm {
     }
 }
 
+impl NcclComm {
+    /// Aborts the communicator: NCCL stops its operations in flight (their kernels return)
+    /// and frees it. For a peer that died or never came: NCCL itself would wait forever.
+    pub fn abort(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
+        if let Ok(n) = load() {
+            // SAFETY: raw is a live communicator, aborted once (set to null below).
+            let _ = unsafe { (n.comm_abort)(self.raw) };
+        }
+        self.raw = std::ptr::null_mut();
+    }
+}
+
 impl Drop for NcclComm {
     fn drop(&mut self) {
+        if self.raw.is_null() {
+            return;
+        }
         if let Ok(n) = load() {
             // SAFETY: raw is a live communicator destroyed once; failure is ignored.
             let _ = unsafe { (n.comm_destroy)(self.raw) };
