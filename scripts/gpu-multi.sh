@@ -32,8 +32,10 @@ check) {
         [ "$w" -eq "$GPUS" ] && continue
         T=150 run check --backend cuda --ranks "$w" -d all -e 4M --calls 300 --seed 3
     done
-    echo "\$ TPAR_TIMEOUT_MS=3000 tpar check --backend cuda --ranks $GPUS --kill-rank $((GPUS - 1))"
-    TPAR_TIMEOUT_MS=3000 timeout 90 "$BIN" check --backend cuda --ranks "$GPUS" --kill-rank $((GPUS - 1)); echo "rc=$?"
+    for e in 42K 8M; do # tpar's kernels, then NCCL (the plan's pick above 2 MiB)
+        echo "\$ TPAR_TIMEOUT_MS=3000 tpar check --backend cuda --ranks $GPUS --kill-rank $((GPUS - 1)) -e $e"
+        TPAR_TIMEOUT_MS=3000 timeout 90 "$BIN" check --backend cuda --ranks "$GPUS" --kill-rank $((GPUS - 1)) -e "$e"; echo "rc=$?"
+    done
 } 2>&1 | tee "$OUT/check.log" ;;
 bench) {
     date -u +%FT%TZ
