@@ -82,6 +82,10 @@ pub struct BenchCudaArgs {
     /// Timeout test: the last rank never arrives; expect Error::Timeout within the deadline.
     #[arg(long = "timeout-test")]
     pub timeout_test: bool,
+    /// Mismatch test: the last rank announces another call (dtype, algorithm or count) than
+    /// it runs; expect Error::Mismatch naming it, never a silent result.
+    #[arg(long = "mismatch-test")]
+    pub mismatch_test: bool,
     /// Graph test: capture --sequence (default 122x43008), replay N times, check every output.
     #[arg(long = "graph-test")]
     pub graph_test: Option<usize>,
@@ -100,6 +104,11 @@ pub struct BenchCudaArgs {
     /// then the test checks that every rank gets that error instead of hanging).
     #[arg(long = "nccl-rdzv-test")]
     pub nccl_rdzv_test: bool,
+}
+
+/// TPAR_CHECK_CALLS (default on): whether emulated groups compare every call across ranks.
+fn check_calls_from_env() -> Result<bool, String> {
+    Ok(tpar::Overrides::from_env().map_err(|e| e.to_string())?.check_calls != Some(false))
 }
 
 fn parse_list<T>(s: &str, all: &[T], parse: impl Fn(&str) -> Result<T, String>) -> Result<Vec<T>, String>
@@ -379,6 +388,7 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
     let algos: Vec<Algorithm> = parse_list(&args.algo, &all_algos, |x| x.parse::<Algorithm>().map_err(|e| e.to_string()))?;
     let transport: Transport = args.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
     let timeout = Duration::from_millis(args.timeout_ms);
+    let check_calls = check_calls_from_env()?;
     if args.ipc_test {
         return ipc::run(&args, &dtypes, &algos);
     }
@@ -401,8 +411,12 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
             timeout_test(&args, world, transport)?;
             continue;
         }
+        if args.mismatch_test {
+            mismatch_test(&args, world, transport)?;
+            continue;
+        }
         let t0 = Instant::now();
-        let g = EmulatedGroup::new(args.device, world, max_bytes, GroupOptions { transport, timeout }).map_err(|e| e.to_string())?;
+        let g = EmulatedGroup::new(args.device, world, max_bytes, GroupOptions { transport, timeout, check_calls }).map_err(|e| e.to_string())?;
         let gpu = g.device().name.clone();
         eprintln!("# group: {world} emulated ranks on {gpu} ({}), transport {transport}, max {max_bytes} B, ready in {:.0} ms", g.device().arch(), t0.elapsed().as_secs_f64() * 1e3);
         let bufs = alloc_bufs(&g, max_bytes)?;
@@ -629,8 +643,9 @@ fn graph_test(c: &mut Ctx, args: &BenchCudaArgs, replays: usize, (calls, bytes):
 /// the deadline and poison the group.
 fn timeout_test(args: &BenchCudaArgs, world: usize, transport: Transport) -> Result<(), String> {
     let timeout = Duration::from_millis(args.timeout_ms);
+    let check_calls = check_calls_from_env()?;
     for algo in KERNEL_ALGORITHMS {
-        let mut g = EmulatedGroup::new(args.device, world, 64 << 10, GroupOptions { transport, timeout }).map_err(|e| e.to_string())?;
+        let mut g = EmulatedGroup::new(args.device, world, 64 << 10, GroupOptions { transport, timeout, check_calls }).map_err(|e| e.to_string())?;
         let bufs = alloc_bufs(&g, 64 << 10)?;
         let (i, o) = ptrs(&bufs);
         let mut present = vec![true; world];
@@ -660,6 +675,48 @@ fn timeout_test(args: &BenchCudaArgs, world: usize, transport: Transport) -> Res
             }
             Err(e) => return Err(format!("timeout test {}: expected Timeout, got: {e}", algo.name())),
             Ok(()) => return Err(format!("timeout test {}: a call with a missing rank succeeded", algo.name())),
+        }
+    }
+    Ok(())
+}
+
+/// `--mismatch-test`: for every kernel, the last rank announces a call that differs in one
+/// field (dtype, algorithm, count: the data are the same, so only the descriptor check can
+/// tell); every call must end in Error::Mismatch, then Poisoned. A control call with the
+/// truth announced must succeed first, so the check is shown to pass what it should.
+fn mismatch_test(args: &BenchCudaArgs, world: usize, transport: Transport) -> Result<(), String> {
+    use tpar::cuda::abi::desc_code;
+    let timeout = Duration::from_millis(args.timeout_ms);
+    let check_calls = check_calls_from_env()?;
+    let count = 21504; // 42 KiB of bf16
+    for algo in KERNEL_ALGORITHMS {
+        let other = if algo == Algorithm::OneshotPush { Algorithm::TwoshotPush } else { Algorithm::OneshotPush };
+        let lies = [("dtype", desc_code(algo, DType::F16)), ("algorithm", desc_code(other, DType::BF16))];
+        for (field, code) in lies {
+            let mut g = EmulatedGroup::new(args.device, world, 64 << 10, GroupOptions { transport, timeout, check_calls }).map_err(|e| e.to_string())?;
+            let bufs = alloc_bufs(&g, 64 << 10)?;
+            let (i, o) = ptrs(&bufs);
+            g.all_reduce(algo, DType::BF16, count, &i, &o, 2).map_err(|e| format!("mismatch test {}: the honest control call failed: {e}", algo.name()))?;
+            g.set_desc_override_for_test(Some((world - 1, code)));
+            let t0 = Instant::now();
+            let r = g.all_reduce(algo, DType::BF16, count, &i, &o, 2);
+            let took = t0.elapsed();
+            g.set_desc_override_for_test(None);
+            let after = g.all_reduce(algo, DType::BF16, count, &i, &o, 2);
+            match r {
+                Err(tpar::Error::Mismatch { field: f, .. }) if f == field && after.is_err() => {
+                    println!(
+                        "# mismatch test: {} {world} ranks, rank {} announces another {field}: {} in {:.1} ms; next call: {}",
+                        algo.name(),
+                        world - 1,
+                        r.as_ref().err().map_or(String::new(), |e| e.to_string()),
+                        took.as_secs_f64() * 1e3,
+                        after.as_ref().err().map_or(String::new(), |e| e.to_string())
+                    );
+                }
+                Err(e) => return Err(format!("mismatch test {} ({field}): expected Mismatch on `{field}` then Poisoned, got: {e}; next: {after:?}", algo.name())),
+                Ok(()) => return Err(format!("mismatch test {} ({field}): a mismatched call succeeded silently", algo.name())),
+            }
         }
     }
     Ok(())

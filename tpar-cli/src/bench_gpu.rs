@@ -608,6 +608,8 @@ pub struct CheckOpts {
     /// multi-process path on a one-GPU machine. Calls the plan sends to NCCL fail there
     /// (NCCL refuses two ranks on one GPU), so keep -e below the topology's NCCL threshold.
     pub plan_topology: Option<String>,
+    /// Hidden: the last rank calls with another dtype, then another count, than the others.
+    pub mismatch_test: bool,
 }
 
 /// Counts of the sweep for `d`: the CPU check's small ones, then 1 B to `max_bytes` by
@@ -646,6 +648,9 @@ pub fn check(o: CheckOpts) -> Result<(), String> {
     };
     if let Some(k) = o.kill_rank {
         return fault(world, k, o.seed, o.max_bytes, shared.as_ref());
+    }
+    if o.mismatch_test {
+        return mismatch(world, shared.as_ref());
     }
     if launch_ranks(world, Duration::from_secs(60), shared.is_some())? {
         return Ok(());
@@ -817,6 +822,33 @@ fn fault(world: usize, kill: usize, seed: u64, bytes: usize, shared: Option<&tpa
             return Err(format!("rank {rank}: no error after {calls} calls in {:.0} s", t0.elapsed().as_secs_f64()));
         }
     }
+}
+
+/// Hidden `--mismatch-test`: after an honest call, the last rank calls bf16 where the others
+/// call f16 (same bytes, so only the call descriptors differ); every rank must get an error,
+/// not a sum of mismatched data.
+fn mismatch(world: usize, shared: Option<&tpar::Topology>) -> Result<(), String> {
+    if launch_ranks(world, Duration::from_secs(60), shared.is_some())? {
+        println!("PASS: every rank got an error for a call whose dtype or count differed on rank {}", world - 1);
+        return Ok(());
+    }
+    let mut r = Rank::join(64 << 10, shared)?;
+    let rank = r.comm.rank();
+    let last = rank + 1 == world;
+    let count = 21504;
+    r.input.fill_u32(TIMING_WORD).map_err(err)?;
+    let (i, o) = (r.input.ptr, r.output.ptr);
+    let call = |r: &mut Rank, d: DType, n: usize| {
+        // SAFETY: both buffers hold 64 KiB >= n elements of d; synchronize follows.
+        unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, n, i, o) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err))
+    };
+    call(&mut r, DType::BF16, count).map_err(|e| format!("rank {rank}: the honest call failed: {e}"))?;
+    let d = if last { DType::BF16 } else { DType::F16 };
+    match call(&mut r, d, count) {
+        Ok(()) => return Err(format!("rank {rank}: a call whose dtype differed on rank {} succeeded", world - 1)),
+        Err(e) => say_err(format!("[rank {rank}] mismatch test, dtype: {e}")),
+    }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

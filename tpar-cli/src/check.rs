@@ -34,6 +34,9 @@ pub struct CheckArgs {
     /// CUDA, one-GPU test: all ranks share GPU 0 and plan for this topology (preset or JSON)
     #[arg(long, hide = true)]
     pub plan_topology: Option<String>,
+    /// CUDA: the last rank calls another dtype than the others; every rank must get an error
+    #[arg(long, hide = true)]
+    pub mismatch_test: bool,
     /// Datatypes: float, half, bfloat16 (comma-separated) or all
     #[arg(short = 'd', long = "datatype", default_value = "all")]
     pub dtype: String,
@@ -168,6 +171,7 @@ fn run_cuda(args: CheckArgs) -> Result<(), String> {
         quiet: args.quiet,
         kill_rank: args.kill_rank,
         plan_topology: args.plan_topology,
+        mismatch_test: args.mismatch_test,
     })
 }
 

@@ -16,7 +16,8 @@ use tpar::{DType, Profile, Topology, Transport};
     TPAR_MAX_BYTES=<size>        NCCL above this size\n  \
     TPAR_DISABLE=1               always NCCL\n  \
     TPAR_PROFILE=<file>          tuned profile (same as --profile)\n  \
-    TPAR_BLOCKS=<1..32>|auto     thread blocks per kernel call (for measuring)\n\n\
+    TPAR_BLOCKS=<1..32>|auto     thread blocks per kernel call (for measuring)\n  \
+    TPAR_CHECK_CALLS=0           stop comparing calls across ranks on the GPU\n\n\
 Examples:\n  \
     tpar plan -t rtxpro6000-pcie-switch-8 --world 8 --bytes 42K -d bfloat16\n  \
     tpar plan -t l40s-direct-8 --table --graph\n\n\

@@ -18,6 +18,7 @@ typedef unsigned long long u64;
 
 // Error codes written into TparError::code (0 = no error).
 #define TPAR_ERR_TIMEOUT 1u
+#define TPAR_ERR_MISMATCH 2u  // a peer's call differs (count, dtype or algorithm)
 
 // Phases named in error records (which wait ran out).
 #define TPAR_PHASE_PUSH_POLL 1u
@@ -26,6 +27,10 @@ typedef unsigned long long u64;
 #define TPAR_PHASE_BARRIER0 4u
 #define TPAR_PHASE_BARRIER1 5u
 #define TPAR_PHASE_STAGED 6u
+#define TPAR_PHASE_DESC 7u
+
+// Spins read %globaltimer once every this many polls (see poll_until_not_sentinel).
+#define TPAR_POLLS_PER_CLOCK 16u
 
 // ---------------------------------------------------------------------------------------
 // Plain-data structs shared with the host (twins in abi.rs).
@@ -43,10 +48,12 @@ struct TparArgs {
     u64 timeout_ns;             // every spin gives up this long after the kernel starts
     u32 rank;
     u32 world;
+    u32 desc_code;              // algorithm code << 4 | dtype code (tpar's Rust codes)
+    u32 pad;
 };
 // NVRTC has no offsetof: sizes are asserted here at compile time, offsets at run time by
 // tpar_abi_offsets (below), which the host compares with abi.rs when it loads a module.
-static_assert(sizeof(TparArgs) == 320, "TparArgs size: keep in step with abi.rs");
+static_assert(sizeof(TparArgs) == 328, "TparArgs size: keep in step with abi.rs");
 static_assert(alignof(TparArgs) == 8, "TparArgs alignment");
 
 // Per-rank device-local state. The epoch is the call counter, advanced on the device by
@@ -68,8 +75,10 @@ struct TparError {
     u32 block;
     u32 epoch;
     u64 waited_ns;
+    u64 ours;     // TPAR_ERR_MISMATCH: this rank's call, count << 8 | desc_code
+    u64 theirs;   // TPAR_ERR_MISMATCH: the peer's call, same packing
 };
-static_assert(sizeof(TparError) == 32, "TparError size");
+static_assert(sizeof(TparError) == 48, "TparError size");
 
 // One 16-byte vector: the unit every kernel moves.
 struct __align__(16) V16 {
@@ -83,6 +92,11 @@ __device__ __forceinline__ u64 globaltimer_ns() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
+}
+
+// Yields this warp's issue slots for about `ns` (sm_70+): for a spin off the critical path.
+__device__ __forceinline__ void nanosleep_ns(u32 ns) {
+    asm volatile("nanosleep.u32 %0;" ::"r"(ns));
 }
 
 // Volatile 16-byte load: never served from a stale L1 line, so polling sees peer stores.
@@ -327,7 +341,8 @@ __device__ __forceinline__ void store_output(const TparArgs& a, u64 v, V16 x) {
 //   pull region (no sentinel; guarded by barriers):
 //     pull[par 0..1][2][S]             [0] = exposed input, [1] = two-shot partial result
 //
-// Flag area: flags[phase 0..1][block 0..TPAR_MAX_BLOCKS-1][src 0..N-1] (u32 generations).
+// Flag area: flags[phase 0..1][block 0..TPAR_MAX_BLOCKS-1][src 0..N-1] (u32 generations),
+// then desc[par 0..1][src 0..TPAR_MAX_RANKS-1] (one 16-byte call descriptor each, below).
 //
 // Why parity (epoch & 1) is enough: a rank inside call k has finished call k-1, which needed
 // a contribution from every peer's call k-1, so every peer is inside call k-1, k or k+1;
@@ -348,6 +363,10 @@ __device__ __forceinline__ V16* pull_at(const TparArgs& a, u32 owner, u32 par, u
 __device__ __forceinline__ u32* flag_at(const TparArgs& a, u32 owner, u32 phase, u32 block, u32 src) {
     return (u32*)a.flags[owner] + ((phase * TPAR_MAX_BLOCKS + block) * TPAR_MAX_RANKS + src);
 }
+#define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)
+__device__ __forceinline__ V16* desc_at(const TparArgs& a, u32 owner, u32 par, u32 src) {
+    return (V16*)((char*)a.flags[owner] + TPAR_DESC_OFFSET) + (par * TPAR_MAX_RANKS + src);
+}
 
 // ---------------------------------------------------------------------------------------
 // Call frame: the epoch this call runs under and its deadline.
@@ -357,7 +376,35 @@ struct Frame {
     u64 start_ns;
     u64 deadline_ns;
     bool ok;  // false once this thread has timed out: it stops waiting, results are void
+    u32 desc_pending;  // desc thread: peers whose descriptor had not arrived at frame_mid
 };
+
+// Call descriptors: every rank tells every peer what it is calling (epoch, count, algorithm,
+// dtype), so that ranks that disagree get TPAR_ERR_MISMATCH instead of a sum of mismatched
+// data. One thread does it, the last of block 0: it announces in frame_begin, and in
+// frame_mid — which each kernel calls after its first sends, where the thread would wait for
+// peers' data anyway — loads every peer's descriptor at once and compares; one not there yet
+// is polled in frame_end. (Checking only in frame_end put a dependent load after the
+// thread's last vector: +0.4-2.4 us per call on one H200.) The check word makes a torn or
+// stale descriptor (zeros, a reset's fill, an older epoch) never match.
+// Slot reuse: desc[par][src] of mine is written by src in calls e, e+2, ...; src reaches call
+// e+2 only after my call e+1 contributed, i.e. after this check of call e finished.
+#define TPAR_DESC_SALT 0x9e3779b9u
+__device__ __forceinline__ V16 desc_of(const TparArgs& a, u32 epoch) {
+    V16 d;
+    d.x = epoch;
+    d.y = (u32)a.count;
+    d.z = (u32)(a.count >> 32) | (a.desc_code << 24);
+    d.w = d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT;
+    return d;
+}
+__device__ __forceinline__ bool desc_is_for(V16 d, u32 epoch) {
+    return d.x == epoch && d.w == (d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT);
+}
+// desc_code 0: the host turned the check off (TPAR_CHECK_CALLS=0), on every rank alike.
+__device__ __forceinline__ bool is_desc_thread(const TparArgs& a) {
+    return blockIdx.x == 0 && threadIdx.x == blockDim.x - 1 && a.desc_code != 0u;
+}
 
 __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     __shared__ u32 s_epoch;
@@ -369,14 +416,89 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     f.start_ns = globaltimer_ns();
     f.deadline_ns = f.start_ns + a.timeout_ns;
     f.ok = true;
+    f.desc_pending = 0u;
+    if (is_desc_thread(a)) {
+        const V16 d = desc_of(a, f.epoch);
+        for (u32 i = 1; i < a.world; ++i) st_volatile_v16(desc_at(a, (a.rank + i) % a.world, f.epoch & 1u, a.rank), d);
+    }
     return f;
+}
+
+__device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 epoch, u64 start_ns, u32 peer, u64 ours, u64 theirs) {
+    TparState* st = (TparState*)state;
+    if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
+    TparError* e = (TparError*)err;
+    e->rank = rank;
+    e->peer = peer;
+    e->phase = TPAR_PHASE_DESC;
+    e->block = blockIdx.x;
+    e->epoch = epoch;
+    e->waited_ns = globaltimer_ns() - start_ns;
+    e->ours = ours;
+    e->theirs = theirs;
+    fence_sc_sys();
+    st_volatile_u32(&e->code, TPAR_ERR_MISMATCH);
+    fence_sc_sys();
+}
+
+__device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q, V16 d, V16 mine) {
+    if (d.y != mine.y || d.z != mine.z) {
+        const u64 theirs = ((((u64)(d.z & 0xffffffu) << 32) | d.y) << 8) | (d.z >> 24);
+        const u64 ours = (a.count << 8) | (a.desc_code & 0xffu);
+        record_mismatch(a.err, a.state, a.rank, f.epoch, f.start_ns, q, ours, theirs);
+        f.ok = false;
+    }
+}
+
+// Desc thread, after its first sends: every peer's descriptor loaded at once, compared;
+// those not there yet are left in f.desc_pending for frame_end. Inlined: a non-inlined
+// function taking the kernel argument by reference makes the compiler copy all of it to
+// local memory in every thread; the rare path, record_mismatch, takes values.
+__device__ __forceinline__ void frame_mid(const TparArgs& a, Frame& f) {
+    if (!is_desc_thread(a) || !f.ok) return;
+    const V16 mine = desc_of(a, f.epoch);
+    V16 d[TPAR_MAX_RANKS];
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= a.world) break;
+        if (q != a.rank) d[q] = ld_volatile_v16(desc_at(a, a.rank, f.epoch & 1u, q));
+    }
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= a.world) break;
+        if (q == a.rank) continue;
+        if (!desc_is_for(d[q], f.epoch)) {
+            f.desc_pending |= 1u << q;
+        } else if (f.ok) {
+            desc_compare(a, f, q, d[q], mine);
+        }
+    }
+}
+
+// Desc thread: polls (bounded by the call's deadline) the descriptors frame_mid did not
+// find. A peer that never announces is left to the data waits, which time out naming it.
+__device__ __forceinline__ void desc_finish(const TparArgs& a, Frame& f) {
+    const V16 mine = desc_of(a, f.epoch);
+    for (u32 q = 0; q < a.world && f.ok && f.desc_pending != 0u; ++q) {
+        if (!(f.desc_pending & (1u << q))) continue;
+        const V16* p = desc_at(a, a.rank, f.epoch & 1u, q);
+        V16 d = ld_volatile_v16(p);
+        u32 polls = 0;
+        while (!desc_is_for(d, f.epoch)) {
+            if (++polls % TPAR_POLLS_PER_CLOCK == 0u && globaltimer_ns() > f.deadline_ns) return;
+            nanosleep_ns(32);  // off the critical path: leave the issue slots to the data polls
+            d = ld_volatile_v16(p);
+        }
+        desc_compare(a, f, q, d, mine);
+    }
 }
 
 // The last block to finish advances the epoch. Every block read the epoch in frame_begin
 // before taking its ticket, so no block can read the advanced value within this call. No
 // fence: only this rank's next kernel reads the epoch, and the kernel boundary on this
 // rank's stream orders that; a fence here would wait for every outstanding store.
-__device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f) {
+__device__ __forceinline__ void frame_end(const TparArgs& a, Frame& f) {
+    if (is_desc_thread(a) && f.ok && f.desc_pending != 0u) desc_finish(a, f);
     block_sync();
     if (threadIdx.x == 0) {
         TparState* st = (TparState*)a.state;
@@ -418,7 +540,6 @@ __device__ __forceinline__ void report_timeout(const TparArgs& a, Frame& f, u32 
 // Sentinel verb: spins on this rank's own memory until no lane holds the empty pattern.
 // The clock is read once every TPAR_POLLS_PER_CLOCK polls: reading %globaltimer costs more
 // than a poll, and the reaction time to arriving data is what the poll loop is for.
-#define TPAR_POLLS_PER_CLOCK 16u
 
 template <class D>
 __device__ __forceinline__ V16 poll_until_not_sentinel(const TparArgs& a, Frame& f, const V16* p, u32 peer, u32 phase) {
@@ -550,7 +671,8 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
 
 // Field offsets as this compiler lays them out; the host checks them against abi.rs.
 // out[0..8] = offsets of TparArgs.{flags, state, err, input, count, slot_vecs, timeout_ns, rank},
-// out[8] = TparError.waited_ns, out[9] = TparState.err_claim.
+// out[8] = TparError.waited_ns, out[9] = TparState.err_claim, out[10] = TparArgs.desc_code,
+// out[11] = TparError.theirs.
 extern "C" __global__ void tpar_abi_offsets(u64* out) {
     TparArgs a;
     TparError e;
@@ -566,6 +688,8 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
     out[7] = (u64)((const char*)&a.rank - b);
     out[8] = (u64)((const char*)&e.waited_ns - (const char*)&e);
     out[9] = (u64)((const char*)&s.err_claim - (const char*)&s);
+    out[10] = (u64)((const char*)&a.desc_code - b);
+    out[11] = (u64)((const char*)&e.theirs - (const char*)&e);
 }
 
 // Launch-floor probe: one empty kernel per rank, launched exactly like a collective. What it

@@ -26,6 +26,7 @@ __device__ void oneshot_pull(const TparArgs& a) {
         *pull_at(a, a.rank, par, 0, v) = D::canon(load_input<D>(a, v));
     }
     barrier_block(a, f, 0, gen);
+    frame_mid(a, f);
     for (u64 v = first; v < nvec; v += stride) {
         // Every peer's read in flight at once (see the gathering verbs in common.cuh).
         const V16 own = *pull_at(a, a.rank, par, 0, v);

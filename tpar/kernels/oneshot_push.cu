@@ -30,6 +30,7 @@ __device__ void oneshot_push(const TparArgs& a) {
             st_volatile_v16(inbox_at(a, q, par, a.rank, v), mine);
         }
     }
+    frame_mid(a, f);
     // Poll (all peers at once) and reduce in rank order.
     for (u64 v = first; v < nvec; v += stride) {
         // Own vector loaded before any poll: a volatile poll is a compiler barrier, so a load

@@ -26,6 +26,7 @@ __device__ void staged_push(const TparArgs& a) {
         for (u64 v = first; v < nvec; v += stride) {
             st_volatile_v16(inbox_at(a, dst, par, a.rank, v), D::canon(load_input<D>(a, v)));
         }
+        if (s == 1) frame_mid(a, f);
         for (u64 v = first; v < nvec; v += stride) {
             (void)poll_until_not_sentinel<D>(a, f, inbox_at(a, a.rank, par, src, v), src, TPAR_PHASE_STAGED);
         }

@@ -32,6 +32,7 @@ __device__ void twoshot_pull(const TparArgs& a) {
         }
     }
     barrier_block(a, f, 0, gen);
+    frame_mid(a, f);
     // 2. reduce-scatter by reads.
     {
         const u64 lo = (u64)a.rank * cvec;

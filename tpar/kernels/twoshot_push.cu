@@ -32,6 +32,7 @@ __device__ void twoshot_push(const TparArgs& a) {
             st_volatile_v16(inbox_at(a, q, par, a.rank, v), D::canon(load_input<D>(a, v)));
         }
     }
+    frame_mid(a, f);
     // 2. reduce my chunk (all peers' pieces polled at once), publish it.
     {
         const u64 lo = (u64)a.rank * cvec;

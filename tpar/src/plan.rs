@@ -223,13 +223,19 @@ pub struct Overrides {
     /// instead of the size-based default. For measuring; NCCL calls are not affected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<u32>,
+    /// `TPAR_CHECK_CALLS=0`: tpar's kernels stop comparing every call's count, dtype and
+    /// algorithm across ranks (the check costs a few tenths of a microsecond per call; a
+    /// rank calling something else then produces a wrong sum instead of an error). Part of
+    /// the plan digest: ranks must agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub check_calls: Option<bool>,
 }
 
 /// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
 pub const MAX_KERNEL_BLOCKS: u32 = 32;
 
 /// The variables [`Overrides`] reads.
-pub const OVERRIDE_VARS: [&str; 7] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS"];
+pub const OVERRIDE_VARS: [&str; 8] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS", "TPAR_CHECK_CALLS"];
 
 fn config(var: &'static str, value: &str, reason: impl fmt::Display) -> Error {
     Error::Config { var, value: value.to_string(), reason: reason.to_string() }
@@ -288,6 +294,9 @@ impl Overrides {
                     }
                 }
                 "TPAR_PROFILE" => o.profile = Some(PathBuf::from(v)),
+                "TPAR_CHECK_CALLS" => {
+                    o.check_calls = Some(parse_bool(v).ok_or_else(|| config("TPAR_CHECK_CALLS", raw, "expected 1/0, true/false, yes/no or on/off"))?)
+                }
                 "TPAR_BLOCKS" => {
                     o.blocks = if v.eq_ignore_ascii_case("auto") {
                         None

@@ -22,6 +22,7 @@ fn malformed_values_are_config_errors_naming_the_variable() {
         ("TPAR_BLOCKS", "0"),
         ("TPAR_BLOCKS", "33"),
         ("TPAR_BLOCKS", "many"),
+        ("TPAR_CHECK_CALLS", "sometimes"),
     ] {
         match parse(&[(var, value)]) {
             Err(Error::Config { var: v, value: got, reason }) => {
@@ -54,6 +55,17 @@ fn good_values_parse() {
     assert_eq!(o.profile.as_deref(), Some(std::path::Path::new("/tmp/p.toml")));
     assert_eq!(parse(&[("TPAR_ALGO", "auto"), ("TPAR_TRANSPORT", "")]).unwrap(), Overrides::default());
     assert_eq!(parse(&[("TPAR_BLOCKS", "auto")]).unwrap(), Overrides::default());
+    assert_eq!(parse(&[("TPAR_CHECK_CALLS", "0")]).unwrap().check_calls, Some(false));
+}
+
+/// Ranks that disagree on TPAR_CHECK_CALLS would wait for descriptors that never come: the
+/// setting is part of the plan digest, so init refuses them instead.
+#[test]
+fn check_calls_is_part_of_the_plan_digest() {
+    let t = presets::h200_nvswitch_8();
+    let on = parse(&[]).unwrap();
+    let off = parse(&[("TPAR_CHECK_CALLS", "0")]).unwrap();
+    assert_ne!(plan_fingerprint(&t, None, &on), plan_fingerprint(&t, None, &off));
 }
 
 /// TPAR_BLOCKS sets the block count of kernel plans, says so in the reason, and leaves

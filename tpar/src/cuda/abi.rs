@@ -5,6 +5,7 @@
 //! (per-rank device-local epoch), `TparError` (per-rank host-visible error record), and the
 //! workspace layout arithmetic. Must never change a field without changing the `.cuh` twin.
 
+use crate::{Algorithm, DType};
 use std::mem::{offset_of, size_of};
 
 /// Most ranks a kernel addresses (the length of the peer-pointer arrays).
@@ -19,6 +20,8 @@ pub const VEC_BYTES: usize = 16;
 
 /// Error code: a device-side wait passed its deadline.
 pub const ERR_TIMEOUT: u32 = 1;
+/// Error code: a peer's call differs from this rank's (count, dtype or algorithm).
+pub const ERR_MISMATCH: u32 = 2;
 
 /// Kernel argument, passed by value. Twin of `struct TparArgs` in common.cuh.
 #[repr(C)]
@@ -35,6 +38,53 @@ pub struct TparArgs {
     pub timeout_ns: u64,
     pub rank: u32,
     pub world: u32,
+    /// [`desc_code`] of the call, which every rank tells every peer.
+    pub desc_code: u32,
+    pub pad: u32,
+}
+
+/// What a call's descriptor says besides its count: algorithm code << 4 | dtype code.
+pub fn desc_code(algo: Algorithm, dtype: DType) -> u32 {
+    ((algo.code() as u32) << 4) | dtype.code() as u32
+}
+
+/// Decodes a mismatch record's `count << 8 | desc_code`: "oneshot-push bfloat16 count 21504".
+pub fn describe_call(packed: u64) -> (u64, String) {
+    let code = packed & 0xff;
+    let count = packed >> 8;
+    let algo = Algorithm::from_code(code >> 4).map_or("unknown algorithm", |a| a.name());
+    let dtype = DType::from_code(code & 0xf).map_or("unknown dtype", |d| d.name());
+    (count, format!("{algo} {dtype} count {count}"))
+}
+
+/// The error a rank's device record holds, if any: a timeout naming the peer and phase, or a
+/// mismatch naming the peer and the field that differs. `where_` says which transport.
+pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
+    match rec.code {
+        ERR_TIMEOUT => Some(crate::Error::Timeout {
+            rank: rec.rank as usize,
+            waited_ms: rec.waited_ns / 1_000_000,
+            what: format!("rank {} in {} (block {}, call epoch {}); {where_}", rec.peer, phase_name(rec.phase), rec.block, rec.epoch),
+        }),
+        ERR_MISMATCH => {
+            let ((our_count, ours), (their_count, theirs)) = (describe_call(rec.ours), describe_call(rec.theirs));
+            let field = if our_count != their_count {
+                "count"
+            } else if (rec.ours ^ rec.theirs) & 0xf != 0 {
+                "dtype"
+            } else {
+                "algorithm"
+            };
+            Some(crate::Error::Mismatch {
+                rank: rec.rank as usize,
+                peer: rec.peer as usize,
+                field,
+                ours: format!("{ours} (call epoch {})", rec.epoch),
+                theirs,
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Per-rank device-local state. Twin of `struct TparState`.
@@ -58,18 +108,24 @@ pub struct TparError {
     pub block: u32,
     pub epoch: u32,
     pub waited_ns: u64,
+    /// ERR_MISMATCH: this rank's call, `count << 8 | desc_code`.
+    pub ours: u64,
+    /// ERR_MISMATCH: the peer's call, same packing.
+    pub theirs: u64,
 }
 
 const _: () = {
-    assert!(size_of::<TparArgs>() == 320);
+    assert!(size_of::<TparArgs>() == 328);
+    assert!(offset_of!(TparArgs, desc_code) == 320);
     assert!(offset_of!(TparArgs, flags) == 128);
     assert!(offset_of!(TparArgs, state) == 256);
     assert!(offset_of!(TparArgs, count) == 288);
     assert!(offset_of!(TparArgs, timeout_ns) == 304);
     assert!(offset_of!(TparArgs, rank) == 312);
     assert!(size_of::<TparState>() == 64);
-    assert!(size_of::<TparError>() == 32);
+    assert!(size_of::<TparError>() == 48);
     assert!(offset_of!(TparError, waited_ns) == 24);
+    assert!(offset_of!(TparError, theirs) == 40);
 };
 
 /// Name of the wait that ran out, from an error record's `phase`.
@@ -81,6 +137,7 @@ pub fn phase_name(phase: u32) -> &'static str {
         4 => "barrier 0",
         5 => "barrier 1",
         6 => "staged step",
+        7 => "call-descriptor check",
         _ => "unknown phase",
     }
 }
@@ -101,5 +158,35 @@ pub fn push_region_bytes(world: usize, slot_vecs: usize) -> usize {
     (2 * world + 2) * slot_vecs * VEC_BYTES
 }
 
-/// Bytes of a rank's flag area: `flags[2][MAX_BLOCKS][MAX_RANKS]` u32.
-pub const FLAG_BYTES: usize = 2 * MAX_BLOCKS * MAX_RANKS * 4;
+/// Bytes of a rank's flag area: `flags[2][MAX_BLOCKS][MAX_RANKS]` u32 (barrier
+/// generations), then `desc[2][MAX_RANKS]` 16-byte call descriptors.
+pub const FLAG_BYTES: usize = 2 * MAX_BLOCKS * MAX_RANKS * 4 + 2 * MAX_RANKS * VEC_BYTES;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mismatch(ours: (Algorithm, DType, u64), theirs: (Algorithm, DType, u64)) -> crate::Error {
+        let pack = |(a, d, n): (Algorithm, DType, u64)| (n << 8) | u64::from(desc_code(a, d));
+        let rec = TparError { code: ERR_MISMATCH, rank: 1, peer: 3, phase: 7, epoch: 42, ours: pack(ours), theirs: pack(theirs), ..Default::default() };
+        device_error(&rec, "test").unwrap()
+    }
+
+    #[test]
+    fn mismatch_records_name_the_field_and_both_calls() {
+        let e = mismatch((Algorithm::OneshotPush, DType::BF16, 21504), (Algorithm::OneshotPush, DType::F16, 21504));
+        let crate::Error::Mismatch { rank, peer, field, ours, theirs } = &e else { panic!("{e:?}") };
+        assert_eq!((*rank, *peer, *field), (1, 3, "dtype"));
+        assert_eq!(ours, "oneshot-push bfloat16 count 21504 (call epoch 42)");
+        assert_eq!(theirs, &format!("oneshot-push {} count 21504", DType::F16.name()));
+        let crate::Error::Mismatch { field, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::TwoshotPush, DType::BF16, 100)) else { panic!() };
+        assert_eq!(field, "algorithm");
+        let crate::Error::Mismatch { field, theirs, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::OneshotPush, DType::BF16, 1 << 40)) else { panic!() };
+        assert_eq!(field, "count");
+        assert!(theirs.ends_with(&format!("count {}", 1u64 << 40)), "{theirs}");
+        let ok = TparError::default();
+        assert!(device_error(&ok, "test").is_none());
+        let t = TparError { code: ERR_TIMEOUT, peer: 2, phase: 1, waited_ns: 3_000_000_000, ..Default::default() };
+        assert!(matches!(device_error(&t, "x"), Some(crate::Error::Timeout { waited_ms: 3000, .. })));
+    }
+}

@@ -89,6 +89,8 @@ impl GpuCommunicator {
         let mut ws = IpcWorkspace::new(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;
+        // The setting is in the plan digest, so every rank that got this far has the same.
+        ws.set_check_calls(overrides.check_calls != Some(false));
         let nccl = nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string());
         let after_caller = Event::ordering(ws.device())?;
         let after_calls = Event::ordering(ws.device())?;

@@ -41,11 +41,13 @@ pub struct GroupOptions {
     pub transport: Transport,
     /// Device-side deadline of every wait in a call.
     pub timeout: Duration,
+    /// Compare every call's count, dtype and algorithm across ranks (TPAR_CHECK_CALLS).
+    pub check_calls: bool,
 }
 
 impl Default for GroupOptions {
     fn default() -> Self {
-        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT }
+        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true }
     }
 }
 
@@ -106,6 +108,9 @@ pub struct EmulatedGroup {
     sentinel_word: u32,
     capturing: bool,
     poisoned: Option<String>,
+    /// Test hook: (rank, descriptor code) that rank announces instead of its call's.
+    desc_override: Option<(usize, u32)>,
+    check_calls: bool,
     dev: Device,
 }
 
@@ -172,6 +177,8 @@ impl EmulatedGroup {
             timeout_ns,
             sentinel_word: sentinel_word(DType::BF16),
             capturing: false,
+            desc_override: None,
+            check_calls: opts.check_calls,
             poisoned: None,
             dev,
         };
@@ -222,6 +229,13 @@ impl EmulatedGroup {
         Ok(())
     }
 
+    /// Test hook: rank `rank` announces `desc_code` (see `abi::desc_code`) instead of its
+    /// call's, as a rank calling another dtype or algorithm would, while moving the same data
+    /// as the others; None restores the truth.
+    pub fn set_desc_override_for_test(&mut self, o: Option<(usize, u32)>) {
+        self.desc_override = o;
+    }
+
     /// Test hook: restart every rank's epoch at `epoch` (e.g. near u32::MAX to test wrap-around).
     pub fn set_epoch_for_test(&mut self, epoch: u32) -> Result<()> {
         self.check_usable()?;
@@ -264,7 +278,7 @@ impl EmulatedGroup {
         self.reset_workspaces(w, e)
     }
 
-    fn args_for(&self, r: usize, count: usize, input: u64, output: u64) -> TparArgs {
+    fn args_for(&self, r: usize, count: usize, input: u64, output: u64, desc_code: u32) -> TparArgs {
         let mut a = TparArgs {
             state: self.state[r].ptr,
             err: self.err.dev + (r * std::mem::size_of::<TparError>()) as u64,
@@ -275,8 +289,15 @@ impl EmulatedGroup {
             timeout_ns: self.timeout_ns,
             rank: r as u32,
             world: self.world as u32,
+            desc_code,
             ..Default::default()
         };
+        // The test hook changes what rank r announces, not what it moves.
+        if let Some((rank, code)) = self.desc_override {
+            if rank == r {
+                a.desc_code = code;
+            }
+        }
         for q in 0..self.world {
             a.data[q] = self.data[q].ptr();
             a.flags[q] = self.flags[q].ptr();
@@ -330,7 +351,8 @@ impl EmulatedGroup {
             reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
         })?;
         let entry = src.entry(dtype);
-        self.launch_all(algo, &entry, count, inputs, outputs, blocks, present)
+        let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
+        self.launch_all(algo, &entry, (count, code), inputs, outputs, blocks, present)
     }
 
     /// Measurement hook: launches the empty kernel `tpar_noop` on every rank exactly as a
@@ -342,11 +364,13 @@ impl EmulatedGroup {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
         }
         let all = vec![true; self.world];
-        self.launch_all(Algorithm::OneshotPush, "tpar_noop", 1, inputs, outputs, blocks.clamp(1, MAX_BLOCKS as u32), &all)
+        self.launch_all(Algorithm::OneshotPush, "tpar_noop", (1, 0), inputs, outputs, blocks.clamp(1, MAX_BLOCKS as u32), &all)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn launch_all(&mut self, algo: Algorithm, entry: &str, count: usize, inputs: &[u64], outputs: &[u64], blocks: u32, present: &[bool]) -> Result<()> {
+    /// `(count, desc_code)`: the call as every rank announces it (see `abi::desc_code`).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_all(&mut self, algo: Algorithm, entry: &str, (count, desc_code): (usize, u32), inputs: &[u64], outputs: &[u64], blocks: u32, present: &[bool]) -> Result<()> {
         let f = self
             .modules
             .get_mut(&algo)
@@ -364,7 +388,7 @@ impl EmulatedGroup {
             if !present[r] {
                 continue;
             }
-            let a = self.args_for(r, count, inputs[r], outputs[r]);
+            let a = self.args_for(r, count, inputs[r], outputs[r], desc_code);
             if eager {
                 self.streams[r].wait(&self.fork)?;
             }
@@ -401,16 +425,7 @@ impl EmulatedGroup {
     fn take_device_error(&mut self) -> Option<Error> {
         for r in 0..self.world {
             let rec: TparError = self.err.read(r * std::mem::size_of::<TparError>())?;
-            if rec.code == abi::ERR_TIMEOUT {
-                let what = format!(
-                    "rank {} in {} (block {}, call epoch {}); emulated ranks on {}",
-                    rec.peer,
-                    abi::phase_name(rec.phase),
-                    rec.block,
-                    rec.epoch,
-                    self.dev.name
-                );
-                let e = Error::Timeout { rank: rec.rank as usize, waited_ms: rec.waited_ns / 1_000_000, what };
+            if let Some(e) = abi::device_error(&rec, &format!("emulated ranks on {}", self.dev.name)) {
                 self.poisoned = Some(e.to_string());
                 return Some(e);
             }
@@ -485,13 +500,13 @@ pub(crate) fn load_modules(dev: &Device, arch: &str) -> Result<HashMap<Algorithm
 /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
 pub(crate) fn check_abi(dev: &Device, modules: &mut HashMap<Algorithm, Module>, stream: &Stream) -> Result<()> {
     use std::mem::offset_of;
-    let out = DeviceBuffer::new(dev, 10 * 8)?;
+    let out = DeviceBuffer::new(dev, 12 * 8)?;
     let m = modules.get_mut(&Algorithm::OneshotPush).ok_or_else(|| Error::invalid("modules", "missing"))?;
     let f = m.function("tpar_abi_offsets")?;
-    // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds 10 u64 and outlives the sync below.
+    // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds 12 u64 and outlives the sync below.
     unsafe { launch_with_struct(f, 1, 1, stream, &out.ptr)? };
     stream.synchronize()?;
-    let mut got = [0u64; 10];
+    let mut got = [0u64; 12];
     out.download(&mut got)?;
     let want = [
         offset_of!(TparArgs, flags),
@@ -504,6 +519,8 @@ pub(crate) fn check_abi(dev: &Device, modules: &mut HashMap<Algorithm, Module>, 
         offset_of!(TparArgs, rank),
         offset_of!(TparError, waited_ns),
         offset_of!(TparState, err_claim),
+        offset_of!(TparArgs, desc_code),
+        offset_of!(TparError, theirs),
     ]
     .map(|x| x as u64);
     if got != want {

@@ -41,6 +41,7 @@ pub struct IpcWorkspace {
     sentinel_word: u32,
     connected: bool,
     poisoned: Option<String>,
+    check_calls: bool,
     dev: Device,
 }
 
@@ -100,6 +101,7 @@ impl IpcWorkspace {
             sentinel_word: word,
             connected: false,
             poisoned: None,
+            check_calls: true,
             dev,
         })
     }
@@ -197,11 +199,19 @@ impl IpcWorkspace {
             timeout_ns: self.timeout_ns,
             rank: self.rank as u32,
             world: self.world as u32,
+            desc_code: if self.check_calls { abi::desc_code(algo, dtype) } else { 0 },
+            pad: 0,
         };
         // SAFETY: f takes one TparArgs by value; every pointer in `a` is this rank's live
         // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
         // of >= count elements; the kernel stays inside the layout of common.cuh.
         unsafe { launch_with_struct(f, blocks, THREADS, &self.stream, &a) }
+    }
+
+    /// Whether every call's count, dtype and algorithm are compared across ranks (default
+    /// on). Every rank must set the same: a rank that checks waits for peers' descriptors.
+    pub fn set_check_calls(&mut self, on: bool) {
+        self.check_calls = on;
     }
 
     /// `Error::Poisoned` once an earlier call failed.
@@ -222,12 +232,7 @@ impl IpcWorkspace {
     pub fn synchronize(&mut self) -> Result<()> {
         let sync = self.stream.synchronize();
         if let Some(rec) = self.err.read::<TparError>(0) {
-            if rec.code == abi::ERR_TIMEOUT {
-                let e = Error::Timeout {
-                    rank: rec.rank as usize,
-                    waited_ms: rec.waited_ns / 1_000_000,
-                    what: format!("rank {} in {} (block {}, call epoch {}); CUDA IPC", rec.peer, abi::phase_name(rec.phase), rec.block, rec.epoch),
-                };
+            if let Some(e) = abi::device_error(&rec, "CUDA IPC") {
                 self.poisoned = Some(e.to_string());
                 return Err(e);
             }

@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn header_mentions_the_abi_sizes_it_asserts() {
-        assert!(COMMON_CUH.contains("sizeof(TparArgs) == 320"));
+        assert!(COMMON_CUH.contains("sizeof(TparArgs) == 328"));
         assert!(COMMON_CUH.contains("#define TPAR_MAX_RANKS 16"));
         assert!(COMMON_CUH.contains("#define TPAR_MAX_BLOCKS 32"));
         assert!(COMMON_CUH.contains("#define TPAR_THREADS 512"));
