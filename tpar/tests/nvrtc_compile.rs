@@ -36,6 +36,12 @@ fn every_kernel_variant_compiles_with_nvrtc() {
                 assert!(ptx.contains(&entry), "{} for {arch}: no `{entry}` in the PTX", src.file);
             }
             assert!(ptx.contains(&format!(".target {arch}")), "{} not compiled for {arch}", src.file);
+            // No stack frame: a kernel argument or frame whose address escapes is copied to
+            // local memory in every thread (it once doubled a 1 KiB call on an H200).
+            if let Ok(dir) = std::env::var("TPAR_DUMP_PTX") {
+                let _ = std::fs::write(format!("{dir}/{}-{arch}.ptx", src.file), &ptx);
+            }
+            assert!(!ptx.contains("__local_depot"), "{} for {arch} uses local memory (a stack frame)", src.file);
             compiled += 1;
         }
     }
