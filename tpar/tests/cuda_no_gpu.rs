@@ -45,7 +45,10 @@ fn layout_sizes_cover_every_region() {
     // push region (2N+2)·S plus pull region 4·S.
     assert_eq!(abi::data_bytes(8, s), (2 * 8 + 2 + 4) * s * 16);
     assert_eq!(abi::push_region_bytes(8, s), (2 * 8 + 2) * s * 16);
-    assert_eq!(abi::FLAG_BYTES, 2 * 32 * 16 * 4);
+    // barrier flags [2][32 blocks][16 ranks] u32, then call descriptors [2][16 ranks] x 16 B
+    // (the kernels put the descriptors at byte 2*32*16*4: TPAR_DESC_OFFSET in common.cuh).
+    assert_eq!(abi::FLAG_BYTES, 2 * 32 * 16 * 4 + 2 * 16 * 16);
+    assert!(tpar::cuda::kernels::COMMON_CUH.contains("#define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)"));
 }
 
 #[test]
