@@ -58,21 +58,9 @@ impl Row {
     }
 }
 
-fn gpu(i: usize, name: &str, gen: u32, socket: u32, switch: Option<usize>) -> Gpu {
-    Gpu {
-        index: i as u32,
-        uuid: format!("GPU-calib-{name}-{i}"),
-        name: name.into(),
-        pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + 0x10 * i),
-        numa_node: Some(socket),
-        socket,
-        switch,
-        pcie_gen: gen,
-        pcie_width: 16,
-        pcie_gbps: pcie_gbps(gen, 16),
-        nvlink_gbps: 0.0,
-        memory_bytes: 0,
-    }
+/// `n` GPUs of one kind on socket 0, all on `switch` (or root ports), as presets build them.
+fn gpus(machine: &str, n: usize, name: &str, gen: u32, switch: Option<usize>) -> Vec<Gpu> {
+    presets::gpus(machine, name, 0, gen, &vec![0; n], &vec![switch; n], 0.0)
 }
 
 fn build(name: &str, gpus: Vec<Gpu>, switches: Vec<PcieSwitch>, class: impl Fn(usize, usize) -> LinkClass) -> Topology {
@@ -115,14 +103,14 @@ fn build(name: &str, gpus: Vec<Gpu>, switches: Vec<PcieSwitch>, class: impl Fn(u
 
 /// `n` Gen5 RTX PRO 6000 on CPU root ports of one socket (rtx6kpro's one-socket boxes).
 pub fn rtxpro6000_root_ports(n: usize) -> Topology {
-    let g = (0..n).map(|i| gpu(i, "RTX PRO 6000", 5, 0, None)).collect();
-    build(&format!("rtxpro6000-1socket-{n}"), g, Vec::new(), |_, _| LinkClass::Node)
+    let machine = format!("rtxpro6000-1socket-{n}");
+    build(&machine, gpus(&machine, n, "RTX PRO 6000", 5, None), Vec::new(), |_, _| LinkClass::Node)
 }
 
 /// 8 Gen4 consumer GPUs on CPU root ports of one socket, P2P off (stock driver).
 pub fn consumer_nop2p_8(name: &str) -> Topology {
-    let g = (0..8).map(|i| gpu(i, name, 4, 0, None)).collect();
-    let mut t = build(&format!("{name}-nop2p-8"), g, Vec::new(), |_, _| LinkClass::Node);
+    let machine = format!("{name}-nop2p-8");
+    let mut t = build(&machine, gpus(&machine, 8, name, 4, None), Vec::new(), |_, _| LinkClass::Node);
     for (i, row) in t.links.iter_mut().enumerate() {
         for (j, l) in row.iter_mut().enumerate() {
             if i != j {
@@ -136,7 +124,7 @@ pub fn consumer_nop2p_8(name: &str) -> Topology {
 
 /// 4 Gen3 V100 behind one PCIe switch (the sglang-V100 fork's box).
 pub fn v100_switch_4() -> Topology {
-    let g = (0..4).map(|i| gpu(i, "V100 PCIe", 3, 0, Some(0))).collect();
+    let g = gpus("v100-switch-4", 4, "V100 PCIe", 3, Some(0));
     let sw = PcieSwitch {
         id: 0,
         name: "PEX".into(),

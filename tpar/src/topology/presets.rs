@@ -45,8 +45,9 @@ const NVLINK4_LINKS: u32 = 18;
 /// (REFERENCE.md, rtx6kpro pcie-bandwidth.md).
 const GEN5_CROSS_SOCKET_GBPS: f64 = 45.0;
 
-/// Builds GPUs for a preset: `sockets[i]`, `switches[i]` per GPU.
-fn gpus(preset: &str, name: &str, memory_bytes: u64, gen: u32, sockets: &[u32], switches: &[Option<usize>], nvlink_gbps: f64) -> Vec<Gpu> {
+/// Builds GPUs for a preset (or another described machine, e.g. the simulator's calibration
+/// boxes): `sockets[i]`, `switches[i]` per GPU.
+pub(crate) fn gpus(preset: &str, name: &str, memory_bytes: u64, gen: u32, sockets: &[u32], switches: &[Option<usize>], nvlink_gbps: f64) -> Vec<Gpu> {
     let tag = super::fnv1a64(preset.as_bytes()) as u32;
     sockets
         .iter()
