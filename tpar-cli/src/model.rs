@@ -340,20 +340,7 @@ mod tests {
     use super::*;
 
     fn row(mode: Option<&str>, us: f64) -> serde_json::Value {
-        let r = Record {
-            algorithm: Algorithm::OneshotPush,
-            backend: "cuda".into(),
-            dtype: tpar::DType::BF16,
-            world: 4,
-            bytes: 43008,
-            count: 21504,
-            time_us: us,
-            p10_us: us,
-            p90_us: us,
-            algbw: 0.0,
-            busbw: 0.0,
-            wrong: 0,
-        };
+        let r = Record::measured(Algorithm::OneshotPush, "cuda", tpar::DType::BF16, 4, 21504, (us, us, us), 0);
         let mut v = serde_json::to_value(r).unwrap();
         if let Some(m) = mode {
             v["mode"] = serde_json::Value::String(m.into());

@@ -525,20 +525,7 @@ mod tests {
     }
 
     fn rec(a: Algorithm, bytes: usize, us: f64, wrong: i64) -> Record {
-        Record {
-            algorithm: a,
-            backend: "cuda".into(),
-            dtype: DType::BF16,
-            world: 8,
-            bytes,
-            count: bytes / 2,
-            time_us: us,
-            p10_us: us,
-            p90_us: us,
-            algbw: 0.0,
-            busbw: 0.0,
-            wrong,
-        }
+        Record::measured(a, "cuda", DType::BF16, 8, bytes / 2, (us, us, us), wrong)
     }
 
     #[test]

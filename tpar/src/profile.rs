@@ -231,20 +231,7 @@ mod tests {
     use crate::Transport;
 
     fn rec(a: Algorithm, bytes: usize, t: f64, wrong: i64) -> Record {
-        Record {
-            algorithm: a,
-            backend: "cuda".into(),
-            dtype: DType::BF16,
-            world: 8,
-            bytes,
-            count: bytes / 2,
-            time_us: t,
-            p10_us: t,
-            p90_us: t,
-            algbw: 0.0,
-            busbw: 0.0,
-            wrong,
-        }
+        Record::measured(a, "cuda", DType::BF16, 8, bytes / 2, (t, t, t), wrong)
     }
 
     fn fp(t: &Topology) -> ProfileFingerprint {
