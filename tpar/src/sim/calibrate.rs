@@ -15,7 +15,7 @@ use super::flows;
 use super::params::{Launch, Params};
 use super::Simulator;
 use crate::error::Result;
-use crate::topology::{pcie_gbps, presets, CpuInfo, Gpu, Link, LinkClass, PcieSwitch, Topology, SCHEMA_VERSION};
+use crate::topology::{pcie_gbps, presets, CpuInfo, Gpu, Link, LinkClass, PcieSwitch, Topology};
 use crate::Algorithm;
 
 /// What a figure measures.
@@ -64,41 +64,9 @@ fn gpus(machine: &str, n: usize, name: &str, gen: u32, switch: Option<usize>) ->
 }
 
 fn build(name: &str, gpus: Vec<Gpu>, switches: Vec<PcieSwitch>, class: impl Fn(usize, usize) -> LinkClass) -> Topology {
-    let n = gpus.len();
-    let links: Vec<Vec<Link>> = (0..n)
-        .map(|i| {
-            (0..n)
-                .map(|j| {
-                    if i == j {
-                        Link::SELF
-                    } else {
-                        Link {
-                            class: class(i, j),
-                            p2p_read: true,
-                            p2p_write: true,
-                            p2p_atomics: false,
-                        }
-                    }
-                })
-                .collect()
-        })
-        .collect();
-    let islands = Topology::compute_islands(&gpus, &links);
-    Topology {
-        schema: SCHEMA_VERSION,
-        name: name.into(),
-        gpus,
-        links,
-        switches,
-        islands,
-        cpu: CpuInfo {
-            cores: 64,
-            numa_nodes: 1,
-            sockets: 1,
-            inter_socket_gbps: None,
-        },
-        notes: vec!["calibration machine (sim::calibrate), not a preset".into()],
-    }
+    let links = presets::matrix(gpus.len(), |i, j| Link { class: class(i, j), p2p_read: true, p2p_write: true, p2p_atomics: false });
+    let cpu = CpuInfo { cores: 64, numa_nodes: 1, sockets: 1, inter_socket_gbps: None };
+    presets::finish(name, gpus, links, switches, cpu, &["calibration machine (sim::calibrate), not a preset"])
 }
 
 /// `n` Gen5 RTX PRO 6000 on CPU root ports of one socket (rtx6kpro's one-socket boxes).

@@ -72,7 +72,7 @@ pub(crate) fn gpus(preset: &str, name: &str, memory_bytes: u64, gen: u32, socket
 }
 
 /// Link matrix from a function of (i, j) for i != j.
-fn matrix(n: usize, f: impl Fn(usize, usize) -> Link) -> Vec<Vec<Link>> {
+pub(crate) fn matrix(n: usize, f: impl Fn(usize, usize) -> Link) -> Vec<Vec<Link>> {
     (0..n).map(|i| (0..n).map(|j| if i == j { Link::SELF } else { f(i, j) }).collect()).collect()
 }
 
@@ -86,7 +86,7 @@ fn switch(id: usize, name: &str, chip: usize, socket: u32, gen: u32) -> PcieSwit
     PcieSwitch { id, name: name.into(), chip, socket, uplink_gbps: pcie_gbps(gen, 16), acs_redirect: false }
 }
 
-fn finish(name: &str, gpus: Vec<Gpu>, links: Vec<Vec<Link>>, switches: Vec<PcieSwitch>, cpu: CpuInfo, notes: &[&str]) -> Topology {
+pub(crate) fn finish(name: &str, gpus: Vec<Gpu>, links: Vec<Vec<Link>>, switches: Vec<PcieSwitch>, cpu: CpuInfo, notes: &[&str]) -> Topology {
     let islands = Topology::compute_islands(&gpus, &links);
     Topology {
         schema: SCHEMA_VERSION,
