@@ -793,7 +793,7 @@ fn nccl_rdzv_test(args: &BenchCudaArgs) -> Result<(), String> {
         return Ok(());
     };
     // One GPU per rank when the machine has several; otherwise both share --device.
-    let gpus = tpar::Topology::discover().gpu_count();
+    let gpus = crate::util::gpu_count();
     let ordinal = if gpus >= comm.world() { comm.rank() } else { args.device };
     let dev = tpar::cuda::driver::Device::open(ordinal).map_err(e)?;
     let t0 = Instant::now();

@@ -70,7 +70,7 @@ pub fn ranks_or_gpus(ranks: Option<usize>) -> Result<usize, String> {
     if let Some(r) = ranks {
         return Ok(r);
     }
-    let gpus = tpar::Topology::discover().gpu_count();
+    let gpus = crate::util::gpu_count();
     if gpus < 2 {
         return Err(format!(
             "--backend cuda across GPUs needs 2 or more GPUs; NVML sees {gpus}. \
@@ -87,7 +87,7 @@ fn launch_ranks(world: usize, grace: Duration, shared: bool) -> Result<bool, Str
     if launch::is_rank() {
         return Ok(false);
     }
-    let gpus = tpar::Topology::discover().gpu_count();
+    let gpus = crate::util::gpu_count();
     if world > gpus && !shared {
         return Err(format!("--ranks {world}: this machine has {gpus} GPU(s); tpar runs one rank process per GPU"));
     }

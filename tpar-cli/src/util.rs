@@ -45,6 +45,13 @@ pub fn size_steps(min: usize, max: usize, factor: usize) -> Result<Vec<usize>, S
     Ok(v)
 }
 
+/// GPUs NVML sees, discovered once per process (the launcher's backend choice, rank count
+/// and GPU check would otherwise each initialise NVML).
+pub fn gpu_count() -> usize {
+    static GPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *GPUS.get_or_init(|| tpar::Topology::discover().gpu_count())
+}
+
 /// `--backend`: `cpu`, `cuda`, or `auto` (the default): GPUs when the CLI has the CUDA backend
 /// and NVML sees two or more of them (or `--emulate-ranks` asks for one GPU), else CPU ranks.
 pub fn resolve_backend(backend: &str, emulate: bool) -> Result<&'static str, String> {
@@ -56,7 +63,7 @@ pub fn resolve_backend(backend: &str, emulate: bool) -> Result<&'static str, Str
             if !cfg!(feature = "cuda") {
                 return Ok("cpu");
             }
-            let gpus = tpar::Topology::discover().gpu_count();
+            let gpus = gpu_count();
             if gpus == 1 && !crate::launch::is_rank() {
                 eprintln!("tpar: one GPU here: running CPU ranks (GPU paths need 2+ GPUs; --backend cuda --emulate-ranks N runs N ranks on this one)");
             }
