@@ -227,7 +227,7 @@ fn run_cuda(_args: BenchArgs) -> Result<(), String> {
 
 pub fn parse_algos(s: &str) -> Result<Vec<Algorithm>, String> {
     if s.trim() == "all" {
-        return Ok(Algorithm::CPU.to_vec());
+        return Ok(tpar::algorithms::registry::algorithms_on(tpar::Backend::Cpu));
     }
     s.split(',').map(|a| a.parse::<Algorithm>().map_err(|e| e.to_string())).collect()
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::emulated::{default_blocks, DEFAULT_MAX_BLOCKS};
-use tpar::cuda::kernels::KERNEL_ALGORITHMS;
+use tpar::cuda::kernels::kernel_algorithms;
 use tpar::cuda::{EmulatedGroup, GroupOptions};
 use crate::util::parse_size;
 use tpar::report::{bandwidths, Record};
@@ -383,7 +383,7 @@ fn header(algo: &str, world: usize, d: DType, transport: Transport, mode: &str, 
 pub fn run(args: BenchCudaArgs) -> Result<(), String> {
     let worlds: Vec<usize> = parse_list(&args.emulate_ranks, &[], |x| x.parse::<usize>().map_err(|e| format!("--emulate-ranks {x:?}: {e}")))?;
     let dtypes: Vec<DType> = parse_list(&args.datatype, &DType::ALL, |x| x.parse::<DType>().map_err(|e| e.to_string()))?;
-    let mut all_algos: Vec<Algorithm> = KERNEL_ALGORITHMS.to_vec();
+    let mut all_algos: Vec<Algorithm> = kernel_algorithms();
     all_algos.push(Algorithm::Nccl);
     let algos: Vec<Algorithm> = parse_list(&args.algo, &all_algos, |x| x.parse::<Algorithm>().map_err(|e| e.to_string()))?;
     let transport: Transport = args.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
@@ -583,7 +583,7 @@ fn stress(c: &mut Ctx, args: &BenchCudaArgs, n: usize, dtypes: &[DType], algos: 
 fn graph_test(c: &mut Ctx, args: &BenchCudaArgs, replays: usize, (calls, bytes): (usize, usize), dtypes: &[DType]) -> Result<(), String> {
     let e = |x: tpar::Error| x.to_string();
     let world = c.g.world();
-    let algos: Vec<Algorithm> = KERNEL_ALGORITHMS.to_vec();
+    let algos: Vec<Algorithm> = kernel_algorithms();
     for &d in dtypes {
         for algo in &algos {
             let count = (bytes / d.size()).max(1);
@@ -644,7 +644,7 @@ fn graph_test(c: &mut Ctx, args: &BenchCudaArgs, replays: usize, (calls, bytes):
 fn timeout_test(args: &BenchCudaArgs, world: usize, transport: Transport) -> Result<(), String> {
     let timeout = Duration::from_millis(args.timeout_ms);
     let check_calls = check_calls_from_env()?;
-    for algo in KERNEL_ALGORITHMS {
+    for algo in kernel_algorithms() {
         let mut g = EmulatedGroup::new(args.device, world, 64 << 10, GroupOptions { transport, timeout, check_calls }).map_err(|e| e.to_string())?;
         let bufs = alloc_bufs(&g, 64 << 10)?;
         let (i, o) = ptrs(&bufs);
@@ -689,7 +689,7 @@ fn mismatch_test(args: &BenchCudaArgs, world: usize, transport: Transport) -> Re
     let timeout = Duration::from_millis(args.timeout_ms);
     let check_calls = check_calls_from_env()?;
     let count = 21504; // 42 KiB of bf16
-    for algo in KERNEL_ALGORITHMS {
+    for algo in kernel_algorithms() {
         let other = if algo == Algorithm::OneshotPush { Algorithm::TwoshotPush } else { Algorithm::OneshotPush };
         let lies = [("dtype", desc_code(algo, DType::F16)), ("algorithm", desc_code(other, DType::BF16))];
         for (field, code) in lies {

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event, Graph, Stream};
-use tpar::cuda::kernels::KERNEL_ALGORITHMS;
+use tpar::cuda::kernels::kernel_algorithms;
 use tpar::cuda::{GpuCommunicator, GpuOptions};
 use tpar::plan::{Backend, CaptureMode};
 use tpar::profile::{Profile, ProfileFingerprint};
@@ -39,7 +39,7 @@ fn err(x: tpar::Error) -> String {
 
 /// The algorithms with a CUDA path in a multi-process group, NCCL last.
 pub fn cuda_algorithms() -> Vec<Algorithm> {
-    let mut v = KERNEL_ALGORITHMS.to_vec();
+    let mut v = kernel_algorithms();
     v.push(Algorithm::Nccl);
     v
 }

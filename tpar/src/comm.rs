@@ -59,15 +59,6 @@ pub struct Config {
     pub overrides: Overrides,
 }
 
-/// FNV-1a, for stable job ids derived from a path.
-pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
 
 fn env_var(name: &'static str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
@@ -91,7 +82,7 @@ impl Config {
         Config {
             rank,
             world,
-            job_id: fnv1a(rendezvous.as_os_str().as_encoded_bytes()),
+            job_id: crate::units::fnv1a64(rendezvous.as_os_str().as_encoded_bytes()),
             rendezvous,
             timeout: DEFAULT_TIMEOUT,
             shm_budget: DEFAULT_SHM_BYTES,

@@ -29,15 +29,17 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]
 
 pub mod algorithms;
+
 pub mod comm;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;
 pub mod error;
+pub mod kinds;
 pub mod model;
 pub mod plot;
 pub mod plan;
-pub mod profile;
+pub use plan::profile;
 pub mod protocol;
 pub mod rendezvous;
 pub mod report;
@@ -45,6 +47,7 @@ pub mod sim;
 pub mod testing;
 pub mod topology;
 pub mod transport;
+pub mod units;
 pub mod workspace;
 
 pub use algorithms::{Algorithm, Transport};

@@ -34,17 +34,12 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// Human size for axis labels: 256 B, 4 KiB, 1 MiB.
+/// Human size for axis labels: 256 B, 4 KiB, 1 MiB (the crate's one byte formatter).
 pub fn fmt_bytes(b: f64) -> String {
-    if b >= 1024.0 * 1024.0 {
-        format!("{} MiB", trim(b / (1024.0 * 1024.0)))
-    } else if b >= 1024.0 {
-        format!("{} KiB", trim(b / 1024.0))
-    } else {
-        format!("{} B", trim(b))
-    }
+    crate::units::human_bytes(b.max(0.0).round() as u64)
 }
 
+/// An axis number: no decimals when whole, else one.
 fn trim(v: f64) -> String {
     if (v - v.round()).abs() < 0.05 {
         format!("{:.0}", v)

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tpar::testing::{all_inputs, bit_diffs, count_wrong, digest, expected, poison};
-use tpar::{bf16, f16, Algorithm, Element};
+use tpar::{bf16, f16, Element};
 
 /// (count, every rank's input, the exact expected output)
 type Case<T> = (usize, Vec<Vec<T>>, Vec<T>);
@@ -30,7 +30,7 @@ fn sweep<T: Element>(world: usize, seed: u64) {
     let c2 = cases.clone();
     let results = run_group(world, |_| {}, move |comm| {
         let mut digests = vec![];
-        for algo in Algorithm::CPU {
+        for algo in tpar::algorithms::registry::algorithms_on(tpar::Backend::Cpu) {
             for (n, inputs, exp) in c2.iter() {
                 let mut out = vec![T::from_f32(0.0); *n];
                 poison(&mut out);
@@ -83,7 +83,7 @@ fn special_values_travel_exactly() {
         let ones = f32::from_bits(u32::MAX);
         let input = [-0.0f32, 1.0, f32::INFINITY, ones, if r == 0 { f32::MAX } else { -0.0 }];
         let mut outs = vec![];
-        for algo in Algorithm::CPU {
+        for algo in tpar::algorithms::registry::algorithms_on(tpar::Backend::Cpu) {
             let mut out = [0f32; 5];
             comm.all_reduce_with(algo, &input, &mut out).unwrap();
             outs.push(out);
@@ -106,7 +106,7 @@ fn every_world_size_up_to_sixteen() {
     for world in [6, 7, 16] {
         let results = run_group(world, |_| {}, move |comm| {
             let mut digests = vec![];
-            for algo in Algorithm::CPU {
+            for algo in tpar::algorithms::registry::algorithms_on(tpar::Backend::Cpu) {
                 for (k, n) in [0usize, 1, 7, 1000, 4099].into_iter().enumerate() {
                     let ins = all_inputs::<bf16>(21, k as u64, comm.world(), n);
                     let mut out = vec![bf16::ZERO; n];

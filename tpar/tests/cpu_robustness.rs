@@ -20,7 +20,8 @@ fn ten_thousand_calls_of_changing_sizes_cross_epoch_wrap() {
         let mut checked = 0usize;
         for call in 0..10_000u64 {
             let n = g.below(600) as usize;
-            let algo = Algorithm::CPU[g.below(Algorithm::CPU.len() as u64) as usize];
+            let cpu = tpar::algorithms::registry::algorithms_on(tpar::Backend::Cpu);
+            let algo = cpu[g.below(cpu.len() as u64) as usize];
             match g.below(3) {
                 0 => {
                     let ins = all_inputs::<f32>(5, call, world, n);

@@ -2,7 +2,7 @@
 //! error that says what to install, and the pure parts (layout, cache key) hold.
 #![cfg(feature = "cuda")]
 
-use tpar::cuda::kernels::SOURCES;
+use tpar::cuda::kernels::sources;
 use tpar::cuda::{abi, nccl, nvrtc, EmulatedGroup, GroupOptions};
 use tpar::Error;
 
@@ -54,10 +54,10 @@ fn layout_sizes_cover_every_region() {
 #[test]
 fn cache_key_names_source_arch_and_nvrtc_version() {
     let v = nvrtc::NvrtcVersion { major: 13, minor: 0 };
-    let k90 = nvrtc::cache_key(&SOURCES[0], "sm_90", v);
-    let k80 = nvrtc::cache_key(&SOURCES[0], "sm_80", v);
-    let k_other = nvrtc::cache_key(&SOURCES[1], "sm_90", v);
-    let k_newer = nvrtc::cache_key(&SOURCES[0], "sm_90", nvrtc::NvrtcVersion { major: 13, minor: 1 });
+    let k90 = nvrtc::cache_key(&sources().next().unwrap(), "sm_90", v);
+    let k80 = nvrtc::cache_key(&sources().next().unwrap(), "sm_80", v);
+    let k_other = nvrtc::cache_key(&sources().nth(1).unwrap(), "sm_90", v);
+    let k_newer = nvrtc::cache_key(&sources().next().unwrap(), "sm_90", nvrtc::NvrtcVersion { major: 13, minor: 1 });
     assert!(k90.contains("sm_90") && k90.contains("nvrtc13.0"));
     assert_ne!(k90, k80);
     assert_ne!(k90, k_other);

@@ -1,12 +1,16 @@
 //! The plan is total and never picks something the fabric cannot do.
 //!
-//! `preconditions_hold` is written from DESIGN.md's rules and the topology data alone — it
+//! `preconditions_hold` is written from the fabric rules and the topology data alone — it
 //! shares no code with `tpar::plan` — so a planner bug cannot hide behind its own checker.
+//! On top of it, every plan must be runnable by its backend as users run it (one process
+//! per GPU): the registry's gate, which the CPU and GPU dispatch themselves call, must
+//! accept it — no `Unsupported` after a plan.
 
 use proptest::prelude::*;
 use tpar::plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
 use tpar::profile::{Bucket, Profile, ProfileFingerprint, Table};
 use tpar::topology::{presets, Topology};
+use tpar::algorithms::registry;
 use tpar::{Algorithm, DType, Transport};
 
 const GIB: u64 = 1 << 30;
@@ -24,6 +28,9 @@ fn preconditions_hold(p: &Plan, t: &Topology, world: usize, backend: Backend) ->
         return Err("empty reason".into());
     }
     let world = world.max(1);
+    if world >= 2 {
+        registry::runnable(p.algorithm, backend, p.transport).map_err(|why| format!("planned but not runnable: {why}"))?;
+    }
     match backend {
         Backend::Cpu => {
             if p.transport != Transport::Shm {
@@ -218,13 +225,61 @@ fn checker_refuses_wrong_plans() {
     assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::P2p, 1), &np, 4, Backend::Cuda).is_err());
     assert!(preconditions_hold(&bad(Algorithm::OneshotPull, Transport::Host, 1), &np, 4, Backend::Cuda).is_err());
     assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 5, Backend::Cuda).is_err());
-    assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 4, Backend::Cuda).is_ok());
+    // Correct on the fabric, but one process per GPU cannot run the host transport yet.
+    assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 4, Backend::Cuda).is_err());
     let sw = presets::rtxpro6000_pcie_switch_8();
     assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &sw, 8, Backend::Cuda).is_err());
     let ds = presets::rtxpro6000_dualsocket_8();
     assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 4, Backend::Cuda).is_err());
-    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 5, Backend::Cuda).is_ok());
+    // Two islands, but no hierarchical kernel yet: not runnable.
+    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 5, Backend::Cuda).is_err());
+    assert!(preconditions_hold(&bad(Algorithm::StagedPush, Transport::P2p, 1), &ds, 5, Backend::Cuda).is_ok());
     assert!(preconditions_hold(&bad(Algorithm::Nccl, Transport::P2p, 0), &ds, 5, Backend::Cuda).is_err());
     assert!(preconditions_hold(&bad(Algorithm::StagedPush, Transport::Shm, 1), &Topology::cpu(), 4, Backend::Cpu).is_err());
     assert!(preconditions_hold(&bad(Algorithm::Nccl, Transport::Nccl, 0), &Topology::cpu(), 4, Backend::Cpu).is_err());
+}
+
+/// Every forced algorithm, on every preset, world and backend, is either refused at init
+/// (`Overrides::validate`, with a reason naming the setting) or planned and runnable.
+#[test]
+fn forced_algorithms_are_runnable_or_refused_at_init() {
+    let mut refused = 0usize;
+    let mut obeyed = 0usize;
+    for t in topologies() {
+        for world in 2..=16 {
+            for backend in Backend::ALL {
+                for a in Algorithm::ALL {
+                    let o = Overrides { algorithm: Some(a), ..Overrides::default() };
+                    match o.validate(&t, world, backend) {
+                        Err(e) => {
+                            let msg = e.to_string();
+                            assert!(msg.contains("TPAR_ALGO"), "{}: refusal must name the setting: {msg}", t.name);
+                            refused += 1;
+                        }
+                        Ok(()) => {
+                            for bytes in [8u64, 43008, 1 << 20] {
+                                let p = plan(&PlanInput {
+                                    topology: &t,
+                                    world,
+                                    bytes,
+                                    dtype: DType::BF16,
+                                    capture: CaptureMode::Graph,
+                                    backend,
+                                    profile: None,
+                                    overrides: &o,
+                                });
+                                if let Err(why) = preconditions_hold(&p, &t, world, backend) {
+                                    panic!("{}: TPAR_ALGO={a} validated, world {world}, {backend}: {p}: {why}", t.name);
+                                }
+                                if p.algorithm == a {
+                                    obeyed += 1;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(refused > 0 && obeyed > 0, "refused {refused}, obeyed {obeyed}");
 }

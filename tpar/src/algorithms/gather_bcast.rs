@@ -9,8 +9,7 @@ use super::{expose_and_meet, copy_word, per_peer, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{gpu, step, unsupported, Flow, Step, Sync};
+use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step, unsupported};
 use crate::{Algorithm, Transport};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
@@ -37,7 +36,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
 
 /// The communication schedule the simulator replays: rank 0 reads every rank, every rank
 /// reads rank 0. Needs P2P reads.
-pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     if !fabric.all_p2p_read() {
         return Err(unsupported(Algorithm::GatherBcast, "it reads peer memory and this fabric has no P2P reads"));
     }

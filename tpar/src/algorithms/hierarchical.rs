@@ -7,13 +7,12 @@
 //! simulator.
 
 use crate::error::{Error, Result};
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{gpu, step, unsupported, Flow, Step, Sync};
+use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step, unsupported};
 use crate::{Algorithm, Transport};
 
 /// The communication schedule the simulator replays: all-to-all inside each island, then
 /// each rank receives every other island's sum from its counterpart there.
-pub(crate) fn schedule(s: f64, fabric: &Fabric, islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     if !fabric.all_p2p_write() {
         return Err(unsupported(Algorithm::Hierarchical, "it pushes peer to peer and this fabric has no P2P writes"));
     }

@@ -3,22 +3,18 @@
 //! schedule the simulator replays for it.
 
 use crate::error::Result;
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{gpu, step, Flow, Step, Sync};
+use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step};
 use crate::Transport;
 
 /// NCCL's ring all-reduce as the simulator models it: 2(n-1) steps of one chunk to the next
 /// rank, LL protocol (wire bytes inflated by the protocol's flag words).
-pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     let n = fabric.world();
-    let wire = s / n as f64 * fabric.params().nccl_ll_wire_factor;
+    let wire = s / n as f64 * fabric.nccl_wire_factor();
     let hops: Vec<Flow> = (0..n)
         .map(|i| {
             let j = (i + 1) % n;
-            // NCCL takes P2P over NVLink always, over PCIe only within a socket unless
-            // NCCL_P2P_LEVEL=SYS; otherwise the hop goes through host memory (SHM).
-            let p2p = fabric.p2p_write(i, j)
-                && (fabric.class(i, j).is_nvlink() || fabric.params().nccl_p2p_across_sockets || fabric.socket(i) == fabric.socket(j));
+            let p2p = fabric.nccl_direct(i, j);
             Flow {
                 src: gpu(i),
                 dst: gpu(j),

@@ -10,8 +10,7 @@ use super::{expose_and_meet, per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{all_pairs, step, unsupported, Step, Sync};
+use super::schedule::{FabricView, Op, Step, Sync, all_pairs, step, unsupported};
 use crate::{Algorithm, Transport};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
@@ -31,7 +30,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
 
 /// The communication schedule the simulator replays: barrier, every rank reads every peer,
 /// barrier. Needs P2P reads.
-pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     if !fabric.all_p2p_read() {
         return Err(unsupported(Algorithm::OneshotPull, "it reads peer memory and this fabric has no P2P reads"));
     }

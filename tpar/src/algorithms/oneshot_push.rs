@@ -9,8 +9,7 @@ use super::{per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element, EMPTY};
 use crate::error::Result;
 use crate::protocol::{poll_until_not_empty, take_descriptor, Phase, Wait, Word};
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{all_pairs, host_reads, host_write, step, Step, Sync};
+use super::schedule::{FabricView, Op, Step, Sync, all_pairs, host_reads, host_write, step};
 use crate::Transport;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
@@ -50,7 +49,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
 
 /// The communication schedule the simulator replays: one step of all-to-all writes; without
 /// P2P, through host memory.
-pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     let n = fabric.world();
     Ok(if fabric.all_p2p_write() {
         (Transport::P2p, vec![step("push to all", all_pairs(n, s, Op::Write), Sync::Poll)])

@@ -6,12 +6,11 @@
 //! holds its schedule for the simulator.
 
 use crate::error::Result;
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{gpu, step, unsupported, Flow, Step, Sync};
+use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step, unsupported};
 use crate::{Algorithm, Transport};
 
 /// The communication schedule the simulator replays: N-1 steps of one shifted push each.
-pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     if !fabric.all_p2p_write() {
         return Err(unsupported(Algorithm::StagedPush, "it pushes peer to peer and this fabric has no P2P writes"));
     }

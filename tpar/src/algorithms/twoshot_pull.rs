@@ -10,8 +10,7 @@ use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
 use crate::workspace::piece_range;
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{all_pairs, step, unsupported, Step, Sync};
+use super::schedule::{FabricView, Op, Step, Sync, all_pairs, step, unsupported};
 use crate::{Algorithm, Transport};
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
@@ -42,7 +41,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
 
 /// The communication schedule the simulator replays (the GPU kernel's three barriers). Needs
 /// P2P reads.
-pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     if !fabric.all_p2p_read() {
         return Err(unsupported(Algorithm::TwoshotPull, "it reads peer memory and this fabric has no P2P reads"));
     }

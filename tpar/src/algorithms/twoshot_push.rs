@@ -13,8 +13,7 @@ use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{clear, poll_until_not_empty, take_descriptor, Phase, Wait, Word};
 use crate::workspace::piece_range;
-use crate::sim::fabric::{Fabric, Op};
-use crate::sim::schedule::{all_pairs, host_reads, host_write, step, Step, Sync};
+use super::schedule::{FabricView, Op, Step, Sync, all_pairs, host_reads, host_write, step};
 use crate::Transport;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
@@ -65,7 +64,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, pack
 
 /// The communication schedule the simulator replays: reduce-scatter then all-gather, each an
 /// all-to-all of one chunk; without P2P, both halves through host memory.
-pub(crate) fn schedule(s: f64, fabric: &Fabric) -> Result<(Transport, Vec<Step>)> {
+pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     let n = fabric.world();
     let chunk = s / n as f64;
     Ok(if fabric.all_p2p_write() {

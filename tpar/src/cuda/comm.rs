@@ -15,6 +15,7 @@ use super::abi::MAX_BLOCKS;
 use super::driver::{Event, Stream};
 use super::ipc::IpcWorkspace;
 use super::nccl::{self, NcclComm};
+use crate::algorithms::registry;
 use crate::comm::{Communicator, Config};
 use crate::error::{Error, Result};
 use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides, Plan, PlanInput};
@@ -240,21 +241,19 @@ impl GpuCommunicator {
             | Algorithm::OneshotPull
             | Algorithm::TwoshotPush
             | Algorithm::TwoshotPull
-            | Algorithm::StagedPush => {
-                if p.transport != Transport::P2p {
-                    return Err(Error::Unsupported {
-                        what: format!("{} over {} in a multi-process group", p.algorithm, p.transport),
-                        reason: "the IPC workspace lives in device memory; the host transport runs in emulated groups only so far".into(),
-                    });
-                }
+            | Algorithm::StagedPush
+            | Algorithm::Hierarchical
+            | Algorithm::GatherBcast => {
+                // The registry is the gate: the plan only picks what it accepts, and a forced
+                // algorithm it refuses is an error naming why, never a launch of nothing.
+                registry::runnable(p.algorithm, Backend::Cuda, p.transport).map_err(|reason| Error::Unsupported {
+                    what: format!("{} over {} ({})", p.algorithm, p.transport, p.reason),
+                    reason,
+                })?;
                 let blocks = p.blocks.clamp(1, MAX_BLOCKS as u32);
                 self.ws.enqueue(p.algorithm, dtype, count, input, output, blocks)?;
                 Ok(p.algorithm)
             }
-            Algorithm::Hierarchical | Algorithm::GatherBcast => Err(Error::Unsupported {
-                what: format!("{} on the CUDA backend ({})", p.algorithm, p.reason),
-                reason: "no kernel for it yet; set TPAR_ALGO to oneshot-push, twoshot-push, staged-push or nccl".into(),
-            }),
         }
     }
 

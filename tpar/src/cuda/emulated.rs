@@ -12,7 +12,7 @@
 
 use super::abi::{self, TparArgs, TparError, TparState, MAX_BLOCKS, MAX_RANKS, THREADS, VEC_BYTES};
 use super::driver::{launch_with_struct, Device, DeviceBuffer, Event, Graph, HostMapped, Module, Stream};
-use super::kernels::{self, KERNEL_ALGORITHMS};
+use super::kernels::{self, kernel_algorithms};
 use super::nvrtc;
 use crate::error::{Error, Result};
 use crate::{Algorithm, DType, Transport};
@@ -486,12 +486,12 @@ impl EmulatedGroup {
 /// Compiles (or loads from the cache) every kernel file for `arch` and loads it.
 pub(crate) fn load_modules(dev: &Device, arch: &str) -> Result<HashMap<Algorithm, Module>> {
     let mut modules = HashMap::new();
-    for a in KERNEL_ALGORITHMS {
+    for a in kernel_algorithms() {
         let src = kernels::source_for(a).ok_or_else(|| Error::Unsupported {
             what: a.to_string(),
             reason: "no kernel source".into(),
         })?;
-        let (ptx, _) = nvrtc::compile_cached(src, arch)?;
+        let (ptx, _) = nvrtc::compile_cached(&src, arch)?;
         modules.insert(a, Module::load_ptx(dev, &ptx)?);
     }
     Ok(modules)

@@ -4,6 +4,7 @@
 //! (algorithm, dtype), and the source hash used as the compile-cache key. Must never
 //! compile anything (that is `nvrtc`) nor launch anything.
 
+use crate::algorithms::registry;
 use crate::{Algorithm, DType};
 
 /// The common header, spliced in where a kernel says `#include "common.cuh"` so that NVRTC
@@ -19,23 +20,15 @@ pub struct KernelSource {
     pub text: &'static str,
 }
 
-/// Every kernel file, one per algorithm that has a CUDA kernel.
-pub const SOURCES: [KernelSource; 5] = [
-    KernelSource { algorithm: Algorithm::OneshotPush, file: "oneshot_push.cu", text: include_str!("../../kernels/oneshot_push.cu") },
-    KernelSource { algorithm: Algorithm::OneshotPull, file: "oneshot_pull.cu", text: include_str!("../../kernels/oneshot_pull.cu") },
-    KernelSource { algorithm: Algorithm::TwoshotPush, file: "twoshot_push.cu", text: include_str!("../../kernels/twoshot_push.cu") },
-    KernelSource { algorithm: Algorithm::TwoshotPull, file: "twoshot_pull.cu", text: include_str!("../../kernels/twoshot_pull.cu") },
-    KernelSource { algorithm: Algorithm::StagedPush, file: "staged_push.cu", text: include_str!("../../kernels/staged_push.cu") },
-];
+/// Every kernel file, one per algorithm that has a CUDA kernel, from the registry.
+pub fn sources() -> impl Iterator<Item = KernelSource> {
+    registry::kernels().map(|(algorithm, k)| KernelSource { algorithm, file: k.file, text: k.text })
+}
 
-/// Algorithms that have a CUDA kernel, in a stable order.
-pub const KERNEL_ALGORITHMS: [Algorithm; 5] = [
-    Algorithm::OneshotPush,
-    Algorithm::OneshotPull,
-    Algorithm::TwoshotPush,
-    Algorithm::TwoshotPull,
-    Algorithm::StagedPush,
-];
+/// Algorithms that have a CUDA kernel, in the registry's order.
+pub fn kernel_algorithms() -> Vec<Algorithm> {
+    registry::kernels().map(|(a, _)| a).collect()
+}
 
 impl KernelSource {
     /// The stem, e.g. `oneshot_push`.
@@ -55,8 +48,8 @@ impl KernelSource {
 }
 
 /// The kernel source of `algorithm`, if it has one.
-pub fn source_for(algorithm: Algorithm) -> Option<&'static KernelSource> {
-    SOURCES.iter().find(|s| s.algorithm == algorithm)
+pub fn source_for(algorithm: Algorithm) -> Option<KernelSource> {
+    sources().find(|s| s.algorithm == algorithm)
 }
 
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
@@ -68,14 +61,9 @@ pub fn dtype_suffix(dtype: DType) -> &'static str {
     }
 }
 
-/// FNV-1a 64 over a string: stable across builds and platforms (std's hasher is not).
+/// FNV-1a 64 over a string (the crate's one stable hash, `units::fnv1a64`).
 pub fn fnv1a64(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    crate::units::fnv1a64(text.as_bytes())
 }
 
 #[cfg(test)]
@@ -84,7 +72,7 @@ mod tests {
 
     #[test]
     fn every_kernel_algorithm_has_one_source_and_three_entries() {
-        for a in KERNEL_ALGORITHMS {
+        for a in kernel_algorithms() {
             let s = source_for(a).unwrap();
             let tu = s.translation_unit();
             assert!(!tu.contains("#include"), "{} still includes something", s.file);

@@ -21,29 +21,11 @@
 //! by its window over that round trip, and holds a slot in every read tracker it crosses.
 
 use super::flows::FlowSpec;
+pub use crate::algorithms::schedule::{Endpoint, Op};
+use crate::algorithms::schedule::FabricView;
 use super::params::Params;
 use crate::error::{Error, Result};
 use crate::topology::{LinkClass, Topology};
-
-/// Where a flow begins or ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Endpoint {
-    /// A GPU, by rank (= CUDA ordinal).
-    Gpu(usize),
-    /// Pinned host memory on a socket.
-    Host(usize),
-}
-
-/// How bytes move.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// Posted write issued by `src`.
-    Write,
-    /// Non-posted read issued by `dst` (data flows src -> dst).
-    Read,
-    /// NCCL's SHM path: `src` copies into host memory, `dst` copies out (P2P off).
-    ViaHost,
-}
 
 /// One resource: a name for reports and a capacity.
 #[derive(Clone, Debug, PartialEq)]
@@ -423,6 +405,33 @@ impl Fabric {
     /// The parameters the fabric was built with.
     pub fn params(&self) -> &Params {
         &self.params
+    }
+}
+
+/// The view an algorithm's schedule has of this fabric.
+impl FabricView for Fabric {
+    fn world(&self) -> usize {
+        Fabric::world(self)
+    }
+    fn socket(&self, a: usize) -> usize {
+        Fabric::socket(self, a)
+    }
+    fn p2p_write(&self, a: usize, b: usize) -> bool {
+        Fabric::p2p_write(self, a, b)
+    }
+    fn all_p2p_write(&self) -> bool {
+        Fabric::all_p2p_write(self)
+    }
+    fn all_p2p_read(&self) -> bool {
+        Fabric::all_p2p_read(self)
+    }
+    fn nccl_direct(&self, a: usize, b: usize) -> bool {
+        // NCCL takes P2P over NVLink always, over PCIe only within a socket unless
+        // NCCL_P2P_LEVEL=SYS; otherwise the hop goes through host memory (SHM).
+        self.p2p_write(a, b) && (self.class(a, b).is_nvlink() || self.params().nccl_p2p_across_sockets || self.socket(a) == self.socket(b))
+    }
+    fn nccl_wire_factor(&self) -> f64 {
+        self.params().nccl_ll_wire_factor
     }
 }
 

@@ -8,7 +8,6 @@
 //! | [`flows`] | max-min fair sharing of capacitated resources, event-driven progressive filling |
 //! | [`params`] | every number not in the topology, with where it came from (spec / measured / fitted) |
 //! | [`fabric`] | resources (links per direction, switch uplinks, root complexes, socket link, read trackers, host memory) and routes |
-//! | [`schedule`] | per-algorithm communication schedules: steps of flows plus their sync |
 //! | [`calibrate`] | REFERENCE.md figures, the prediction for each, and the error |
 //!
 //! Contention is not typed in: when 8 GPUs write all peers at once, their flows meet on the
@@ -23,14 +22,14 @@ pub mod calibrate;
 pub mod fabric;
 pub mod flows;
 pub mod params;
-pub mod schedule;
 
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::{Algorithm, Transport};
 use fabric::Fabric;
 pub use params::{Launch, Params};
-use schedule::Sync;
+use crate::algorithms::registry;
+use crate::algorithms::schedule::{Schedule, Sync};
 use serde::{Deserialize, Serialize};
 
 /// One prediction, as `tpar sim --json` writes it.
@@ -108,7 +107,8 @@ impl Simulator {
         if bytes == 0 {
             return Err(Error::invalid("bytes", "an all-reduce of 0 bytes"));
         }
-        let sched = schedule::schedule(algorithm, bytes, &self.fabric, &self.islands)?;
+        let (transport, steps) = (registry::spec(algorithm).schedule)(bytes as f64, &self.fabric, &self.islands)?;
+        let sched = Schedule { algorithm, transport, steps };
         let p = self.fabric.params();
         let n = self.world();
         let caps = self.fabric.capacities();

@@ -1,16 +1,55 @@
-//! Communication schedules: what each algorithm sends, step by step.
+//! The schedule vocabulary: what an algorithm sends, step by step, in words the simulator
+//! replays. Owned by the algorithms' side; the simulator implements [`FabricView`] and
+//! times the steps, so the simulator imports the algorithms and never the other way round.
 //!
-//! Owns: one function per algorithm, (world, bytes, fabric) -> [`Schedule`], each step a set
-//! of flows {src, dst, bytes, write | read | via host} and the synchronisation that ends it.
-//! Must never: time anything (that is `flows`) or know link rates (that is `fabric`).
-//!
-//! Each algorithm's schedule lives in its own file under `algorithms/` (DESIGN.md: one file
-//! per algorithm holds its CPU execution and the schedule the simulator replays); this file
-//! holds the types, the builders they share and the dispatch.
+//! Owns: endpoints, operations, flows, steps, their synchronisation, the builders every
+//! algorithm's `schedule` shares, and the read-only view of a fabric those functions need.
+//! Must never: time anything or know link rates (that is `sim`).
 
-use super::fabric::{Endpoint, Fabric, Op};
 use crate::error::{Error, Result};
-use crate::{Algorithm, Transport};
+use crate::kinds::{Algorithm, Transport};
+
+/// Where bytes start or land.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// A GPU, by rank (= CUDA ordinal).
+    Gpu(usize),
+    /// Pinned host memory on a socket.
+    Host(usize),
+}
+
+/// How bytes move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Posted write issued by `src`.
+    Write,
+    /// Non-posted read issued by `dst` (data flows src -> dst).
+    Read,
+    /// NCCL's SHM path: `src` copies into host memory, `dst` copies out (P2P off).
+    ViaHost,
+}
+
+/// What a schedule needs to know of the fabric its ranks sit on (the simulator's fabric
+/// implements it).
+pub trait FabricView {
+    /// Ranks.
+    fn world(&self) -> usize;
+    /// Socket of rank `a`.
+    fn socket(&self, a: usize) -> usize;
+    /// Whether P2P writes from `a` to `b` are allowed.
+    fn p2p_write(&self, a: usize, b: usize) -> bool;
+    /// Every ordered pair of distinct ranks allows P2P writes.
+    fn all_p2p_write(&self) -> bool;
+    /// Every ordered pair of distinct ranks allows P2P reads.
+    fn all_p2p_read(&self) -> bool;
+    /// Whether NCCL moves data from `a` to `b` peer-to-peer (else through host memory).
+    fn nccl_direct(&self, a: usize, b: usize) -> bool;
+    /// Wire bytes per payload byte of NCCL's LL protocol.
+    fn nccl_wire_factor(&self) -> f64;
+}
+
+/// The signature of every algorithm's schedule: (bytes per rank, fabric, islands).
+pub type ScheduleFn = fn(f64, &dyn FabricView, &[Vec<u32>]) -> Result<(Transport, Vec<Step>)>;
 
 /// What ends a step, besides its flows landing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -84,30 +123,7 @@ pub(crate) fn unsupported(a: Algorithm, reason: &str) -> Error {
     }
 }
 
-/// The schedule of `algorithm` for `bytes` on `fabric`'s ranks. Errors when the algorithm
-/// cannot run on this fabric (e.g. a pull without P2P reads).
-pub fn schedule(algorithm: Algorithm, bytes: usize, fabric: &Fabric, islands: &[Vec<u32>]) -> Result<Schedule> {
-    use crate::algorithms as alg;
-    let s = bytes as f64;
-    // Each algorithm's schedule lives in its own file, beside its CPU execution.
-    let (transport, steps) = match algorithm {
-        Algorithm::OneshotPush => alg::oneshot_push::schedule(s, fabric)?,
-        Algorithm::OneshotPull => alg::oneshot_pull::schedule(s, fabric)?,
-        Algorithm::TwoshotPush => alg::twoshot_push::schedule(s, fabric)?,
-        Algorithm::TwoshotPull => alg::twoshot_pull::schedule(s, fabric)?,
-        Algorithm::GatherBcast => alg::gather_bcast::schedule(s, fabric)?,
-        Algorithm::StagedPush => alg::staged_push::schedule(s, fabric)?,
-        Algorithm::Hierarchical => alg::hierarchical::schedule(s, fabric, islands)?,
-        Algorithm::Nccl => alg::nccl::schedule(s, fabric)?,
-    };
-    Ok(Schedule {
-        algorithm,
-        transport,
-        steps,
-    })
-}
-
-pub(crate) fn host_write(fabric: &Fabric, i: usize, bytes: f64) -> Flow {
+pub(crate) fn host_write(fabric: &dyn FabricView, i: usize, bytes: f64) -> Flow {
     Flow {
         src: gpu(i),
         dst: Endpoint::Host(fabric.socket(i)),
@@ -117,7 +133,7 @@ pub(crate) fn host_write(fabric: &Fabric, i: usize, bytes: f64) -> Flow {
 }
 
 /// Every rank reads every peer's host-staged buffer.
-pub(crate) fn host_reads(fabric: &Fabric, n: usize, bytes: f64) -> Vec<Flow> {
+pub(crate) fn host_reads(fabric: &dyn FabricView, n: usize, bytes: f64) -> Vec<Flow> {
     let mut v = Vec::new();
     for i in 0..n {
         for j in 0..n {

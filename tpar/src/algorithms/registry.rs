@@ -1,0 +1,287 @@
+//! The algorithm registry: one entry per algorithm saying what it is and where it runs.
+//!
+//! Every "which algorithm runs where" question is answered here and nowhere else: the plan's
+//! feasibility check, the CPU and GPU dispatch gates, the kernel compile list, the CLI's
+//! algorithm lists and help text, and the table in docs/architecture.md (regenerated from
+//! [`markdown_table`] and pinned by a test) all read this table. Adding an algorithm touches
+//! its own files (`algorithms/<name>.rs`, `kernels/<name>.cu`) and one entry below.
+//!
+//! Must never: describe a backend or transport that the dispatch code does not run. The
+//! property test `tests/plan_props.rs` plans every preset x world x size x dtype x mode x
+//! backend and checks the answer against [`runnable`]; the CPU and GPU dispatch refuse
+//! exactly what [`runnable`] refuses.
+
+use super::schedule::ScheduleFn;
+use super::{gather_bcast, hierarchical, nccl, oneshot_pull, oneshot_push, staged_push, twoshot_pull, twoshot_push};
+use crate::kinds::{Algorithm, Backend, Transport};
+
+/// What the plan may do with an algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// One of tpar's own: the plan picks it where it is fastest.
+    Candidate,
+    /// Runs and is measured, for comparison only: the plan never picks it by itself.
+    Baseline,
+    /// NCCL: the fallback for sizes and fabrics where tpar's kernels do not win.
+    Fallback,
+}
+
+/// One CUDA kernel source file (under `tpar/kernels/`), embedded at build time.
+#[derive(Clone, Copy, Debug)]
+pub struct KernelFile {
+    /// File name, also the entry-name stem without `.cu`.
+    pub file: &'static str,
+    pub text: &'static str,
+}
+
+/// One algorithm: what it is and where it runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    pub algorithm: Algorithm,
+    /// One line for `--help`, error messages and the docs' table.
+    pub summary: &'static str,
+    pub role: Role,
+    /// The CPU shared-memory backend runs it (`algorithms/<name>.rs`, `run`).
+    pub cpu: bool,
+    /// Its CUDA kernel, if it has one.
+    pub kernel: Option<KernelFile>,
+    /// Transports it runs over with one process per GPU (`GpuCommunicator`), as users run it.
+    pub gpu_transports: &'static [Transport],
+    /// Transports it runs over in an emulated group (all ranks as streams of one GPU).
+    pub emulated_transports: &'static [Transport],
+    /// Reads peer memory (needs P2P reads between every pair).
+    pub reads_remote: bool,
+    /// Needs the ranks to form two or more islands (sockets, switches).
+    pub needs_islands: bool,
+    /// Its communication schedule, replayed by the simulator.
+    pub schedule: ScheduleFn,
+}
+
+macro_rules! kernel {
+    ($file:literal) => {
+        Some(KernelFile { file: $file, text: include_str!(concat!("../../kernels/", $file)) })
+    };
+}
+
+const P2P: &[Transport] = &[Transport::P2p];
+const P2P_HOST: &[Transport] = &[Transport::P2p, Transport::Host];
+const NONE: &[Transport] = &[];
+
+/// Every algorithm, in [`Algorithm::ALL`]'s order.
+pub static REGISTRY: [Spec; 8] = [
+    Spec {
+        algorithm: Algorithm::OneshotPush,
+        summary: "write my input into every peer's inbox, poll my own, reduce: one hop (sentinel in the data)",
+        role: Role::Candidate,
+        cpu: true,
+        kernel: kernel!("oneshot_push.cu"),
+        gpu_transports: P2P,
+        emulated_transports: P2P_HOST,
+        reads_remote: false,
+        needs_islands: false,
+        schedule: oneshot_push::schedule,
+    },
+    Spec {
+        algorithm: Algorithm::OneshotPull,
+        summary: "barrier, read every peer's exposed input, reduce, barrier (reads: for fabrics whose peer writes are slow)",
+        role: Role::Candidate,
+        cpu: true,
+        kernel: kernel!("oneshot_pull.cu"),
+        gpu_transports: P2P,
+        emulated_transports: P2P,
+        reads_remote: true,
+        needs_islands: false,
+        schedule: oneshot_pull::schedule,
+    },
+    Spec {
+        algorithm: Algorithm::TwoshotPush,
+        summary: "reduce-scatter by writes, then all-gather by writes: 2(n-1)/n of the bytes per rank",
+        role: Role::Candidate,
+        cpu: true,
+        kernel: kernel!("twoshot_push.cu"),
+        gpu_transports: P2P,
+        emulated_transports: P2P_HOST,
+        reads_remote: false,
+        needs_islands: false,
+        schedule: twoshot_push::schedule,
+    },
+    Spec {
+        algorithm: Algorithm::TwoshotPull,
+        summary: "reduce-scatter by reads, then all-gather by reads (barrier protocol)",
+        role: Role::Candidate,
+        cpu: true,
+        kernel: kernel!("twoshot_pull.cu"),
+        gpu_transports: P2P,
+        emulated_transports: P2P,
+        reads_remote: true,
+        needs_islands: false,
+        schedule: twoshot_pull::schedule,
+    },
+    Spec {
+        algorithm: Algorithm::StagedPush,
+        summary: "one-shot push in n-1 steps, one outbound and one inbound flow per rank per step (PCIe)",
+        role: Role::Candidate,
+        cpu: false,
+        kernel: kernel!("staged_push.cu"),
+        gpu_transports: P2P,
+        emulated_transports: P2P,
+        reads_remote: false,
+        needs_islands: false,
+        schedule: staged_push::schedule,
+    },
+    Spec {
+        algorithm: Algorithm::Hierarchical,
+        summary: "reduce inside each island, exchange once across islands, broadcast inside (two sockets); no kernel yet",
+        role: Role::Candidate,
+        cpu: false,
+        kernel: None,
+        gpu_transports: NONE,
+        emulated_transports: NONE,
+        reads_remote: false,
+        needs_islands: true,
+        schedule: hierarchical::schedule,
+    },
+    Spec {
+        algorithm: Algorithm::GatherBcast,
+        summary: "baseline: rank 0 gathers, reduces and broadcasts; measured for comparison, never picked",
+        role: Role::Baseline,
+        cpu: true,
+        kernel: None,
+        gpu_transports: NONE,
+        emulated_transports: NONE,
+        reads_remote: true,
+        needs_islands: false,
+        schedule: gather_bcast::schedule,
+    },
+    Spec {
+        algorithm: Algorithm::Nccl,
+        summary: "NCCL's all-reduce (loaded at run time): the fallback where tpar's kernels do not win",
+        role: Role::Fallback,
+        cpu: false,
+        kernel: None,
+        gpu_transports: &[Transport::Nccl],
+        emulated_transports: NONE,
+        reads_remote: false,
+        needs_islands: false,
+        schedule: nccl::schedule,
+    },
+];
+
+/// The entry of `a`.
+pub fn spec(a: Algorithm) -> &'static Spec {
+    // REGISTRY is in Algorithm::ALL's order (pinned by a test), so this is an index.
+    let i = Algorithm::ALL.iter().position(|x| *x == a).unwrap_or(0);
+    &REGISTRY[i]
+}
+
+impl Spec {
+    /// The transports this algorithm runs over on `backend`.
+    pub fn transports(&self, backend: Backend) -> &'static [Transport] {
+        match backend {
+            Backend::Cpu if self.cpu => &[Transport::Shm],
+            Backend::Cpu => NONE,
+            Backend::Cuda => self.gpu_transports,
+        }
+    }
+}
+
+/// Whether `a` over `t` has code that runs it on `backend` (the fabric's own conditions —
+/// P2P, islands — are the plan's to check). `Err` says why not and what runs instead.
+pub fn runnable(a: Algorithm, backend: Backend, t: Transport) -> Result<(), String> {
+    let s = spec(a);
+    if s.transports(backend).contains(&t) {
+        return Ok(());
+    }
+    let names = |v: Vec<Algorithm>| v.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
+    Err(match backend {
+        Backend::Cpu => format!("the CPU backend runs {} over shm, not {a} over {t}", names(algorithms_on(Backend::Cpu))),
+        Backend::Cuda if s.gpu_transports.is_empty() => {
+            format!("{a} has no GPU implementation yet; GPU ranks run {}", names(algorithms_on(Backend::Cuda)))
+        }
+        Backend::Cuda => {
+            let ts: Vec<&str> = s.gpu_transports.iter().map(|t| t.name()).collect();
+            format!("{a} runs over {} with one process per GPU, not over {t}", ts.join(" or "))
+        }
+    })
+}
+
+/// Algorithms that run on `backend` over some transport, in [`Algorithm::ALL`]'s order.
+pub fn algorithms_on(backend: Backend) -> Vec<Algorithm> {
+    REGISTRY.iter().filter(|s| !s.transports(backend).is_empty()).map(|s| s.algorithm).collect()
+}
+
+/// Algorithms an emulated group (ranks as streams of one GPU) runs over `t`.
+pub fn algorithms_emulated(t: Transport) -> Vec<Algorithm> {
+    REGISTRY.iter().filter(|s| s.emulated_transports.contains(&t)).map(|s| s.algorithm).collect()
+}
+
+/// Algorithms with a CUDA kernel, and the kernels, in a stable order.
+pub fn kernels() -> impl Iterator<Item = (Algorithm, KernelFile)> {
+    REGISTRY.iter().filter_map(|s| s.kernel.map(|k| (s.algorithm, k)))
+}
+
+/// The registry as the markdown table of docs/architecture.md.
+pub fn markdown_table() -> String {
+    let ts = |v: &[Transport]| if v.is_empty() { "—".to_string() } else { v.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ") };
+    let mut out = String::from(
+        "| algorithm | role | CPU ranks | kernel | one process per GPU | emulated ranks | reads peers | what it does |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for s in &REGISTRY {
+        let role = match s.role {
+            Role::Candidate => "candidate",
+            Role::Baseline => "baseline",
+            Role::Fallback => "fallback",
+        };
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            s.algorithm,
+            role,
+            if s.cpu { "shm" } else { "—" },
+            s.kernel.map_or("—".to_string(), |k| format!("`{}`", k.file)),
+            ts(s.gpu_transports),
+            ts(s.emulated_transports),
+            if s.reads_remote { "yes" } else { "no" },
+            s.summary
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_is_in_enum_order_and_complete() {
+        assert_eq!(REGISTRY.len(), Algorithm::ALL.len());
+        for (s, a) in REGISTRY.iter().zip(Algorithm::ALL) {
+            assert_eq!(s.algorithm, a);
+            assert!(std::ptr::eq(spec(a), s));
+        }
+    }
+
+    #[test]
+    fn gates_follow_the_table() {
+        assert!(runnable(Algorithm::OneshotPush, Backend::Cpu, Transport::Shm).is_ok());
+        assert!(runnable(Algorithm::StagedPush, Backend::Cpu, Transport::Shm).is_err());
+        assert!(runnable(Algorithm::Hierarchical, Backend::Cuda, Transport::P2p).unwrap_err().contains("no GPU implementation"));
+        assert!(runnable(Algorithm::OneshotPush, Backend::Cuda, Transport::Host).unwrap_err().contains("one process per GPU"));
+        assert!(runnable(Algorithm::Nccl, Backend::Cuda, Transport::Nccl).is_ok());
+        assert_eq!(algorithms_on(Backend::Cpu).len(), REGISTRY.iter().filter(|s| s.cpu).count());
+        // Every kernel file is distinct and named after its algorithm.
+        for (a, k) in kernels() {
+            assert_eq!(k.file.trim_end_matches(".cu").replace('_', "-"), a.name());
+            assert!(!k.text.is_empty());
+        }
+    }
+
+    #[test]
+    fn docs_table_is_generated_from_the_registry() {
+        let docs = include_str!("../../../docs/architecture.md");
+        assert!(
+            docs.contains(&markdown_table()),
+            "docs/architecture.md's registry table is stale; paste this in:\n{}",
+            markdown_table()
+        );
+    }
+}

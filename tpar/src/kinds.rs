@@ -1,0 +1,210 @@
+//! The shared kinds every layer names: [`Algorithm`], [`Transport`], [`Backend`],
+//! [`CaptureMode`]. Identity only (names, wire codes, parsing): what an algorithm *is* and
+//! where it *runs* lives in the registry (`algorithms::registry`).
+//!
+//! Owns: the names on the command line, in JSON and on the wire. Must never depend on any
+//! other module of the crate but `error`.
+
+use crate::error::{Error, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// An all-reduce algorithm. Names are kebab-case on the command line and in JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    /// Write my input into every peer's inbox (sentinel protocol), poll locally, reduce.
+    OneshotPush,
+    /// Barrier, read every peer's exposed input, reduce, barrier.
+    OneshotPull,
+    /// Reduce-scatter by writes, then all-gather by writes (sentinel protocol).
+    TwoshotPush,
+    /// Reduce-scatter by reads, then all-gather by reads (barrier protocol).
+    TwoshotPull,
+    /// One outbound and one inbound flow per rank per step (PCIe fabrics).
+    StagedPush,
+    /// Reduce inside each island, exchange across islands.
+    Hierarchical,
+    /// Baseline: rank 0 gathers, reduces and broadcasts. For comparison only.
+    GatherBcast,
+    /// NCCL's all-reduce.
+    Nccl,
+}
+
+impl Algorithm {
+    /// Every algorithm, in a stable order.
+    pub const ALL: [Algorithm; 8] = [
+        Algorithm::OneshotPush,
+        Algorithm::OneshotPull,
+        Algorithm::TwoshotPush,
+        Algorithm::TwoshotPull,
+        Algorithm::StagedPush,
+        Algorithm::Hierarchical,
+        Algorithm::GatherBcast,
+        Algorithm::Nccl,
+    ];
+
+    /// kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::OneshotPush => "oneshot-push",
+            Algorithm::OneshotPull => "oneshot-pull",
+            Algorithm::TwoshotPush => "twoshot-push",
+            Algorithm::TwoshotPull => "twoshot-pull",
+            Algorithm::StagedPush => "staged-push",
+            Algorithm::Hierarchical => "hierarchical",
+            Algorithm::GatherBcast => "gather-bcast",
+            Algorithm::Nccl => "nccl",
+        }
+    }
+
+    /// Small integer for on-the-wire descriptors (never 0).
+    pub fn code(self) -> u64 {
+        match self {
+            Algorithm::OneshotPush => 1,
+            Algorithm::OneshotPull => 2,
+            Algorithm::TwoshotPush => 3,
+            Algorithm::TwoshotPull => 4,
+            Algorithm::StagedPush => 5,
+            Algorithm::Hierarchical => 6,
+            Algorithm::GatherBcast => 7,
+            Algorithm::Nccl => 8,
+        }
+    }
+
+    /// Inverse of [`Algorithm::code`].
+    pub fn from_code(c: u64) -> Option<Algorithm> {
+        Algorithm::ALL.into_iter().find(|a| a.code() == c)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim().to_ascii_lowercase().replace('_', "-");
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
+                Error::invalid("algorithm", format!("unknown algorithm {s:?}; expected one of {}", names.join(", ")))
+            })
+    }
+}
+
+/// Where bytes travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// CUDA IPC-mapped peer device memory.
+    P2p,
+    /// Pinned shared host memory mapped into every GPU.
+    Host,
+    /// POSIX shared memory between CPU rank processes.
+    Shm,
+    /// NCCL.
+    Nccl,
+}
+
+impl Transport {
+    /// Every transport.
+    pub const ALL: [Transport; 4] = [Transport::P2p, Transport::Host, Transport::Shm, Transport::Nccl];
+
+    /// kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::P2p => "p2p",
+            Transport::Host => "host",
+            Transport::Shm => "shm",
+            Transport::Nccl => "nccl",
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Transport {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        Transport::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| Error::invalid("transport", format!("unknown transport {s:?}; expected p2p, host, shm or nccl")))
+    }
+}
+
+
+/// Whether the call is being captured into a CUDA graph. A profile applies only to the mode
+/// it was measured in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum CaptureMode {
+    Eager,
+    Graph,
+}
+
+impl CaptureMode {
+    pub const ALL: [CaptureMode; 2] = [CaptureMode::Eager, CaptureMode::Graph];
+    pub fn name(self) -> &'static str {
+        match self {
+            CaptureMode::Eager => "eager",
+            CaptureMode::Graph => "graph",
+        }
+    }
+}
+
+impl fmt::Display for CaptureMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which backend executes the ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// CPU rank processes over POSIX shared memory.
+    Cpu,
+    /// One GPU per rank.
+    Cuda,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Cpu, Backend::Cuda];
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Cpu => "cpu",
+            Backend::Cuda => "cuda",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Backend {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cpu" => Ok(Backend::Cpu),
+            "cuda" | "gpu" => Ok(Backend::Cuda),
+            other => Err(Error::invalid("backend", format!("unknown backend {other:?}; expected cpu or cuda"))),
+        }
+    }
+}
+

@@ -1,0 +1,134 @@
+//! Floor arithmetic: lower bounds from link rates and hop latencies, used to place the
+//! default crossovers where no measurement (profile) exists, and the thresholds derived from
+//! measurements in bench/results/.
+
+use super::overrides::MAX_KERNEL_BLOCKS;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// CPU ranks: one-shot push up to this size, two-shot push above. Measured
+/// (bench/results/h200-host.md, cpu-bench-{2,4,8}.json, 16-core host; cpu-2core-dev.md): with
+/// 4 and 8 ranks two-shot push is faster from 512 B (8 ranks, 512 B: 4.2 vs 7.5 us); with 2
+/// ranks the two tie to within a few percent up to 32 KiB.
+pub const CPU_ONESHOT_MAX_BYTES: u64 = 256;
+
+/// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
+/// (NV18 each pair), one process per GPU, bf16 in CUDA graphs, with one block per 8 KiB
+/// (bench/results/h200-x4.md, blocks sweep): one-shot stays ahead to 1 MiB (9.05 vs 10.67
+/// us). (The 64 KiB measured on 2 H200s earlier was an artefact of 32 KiB per block.)
+pub const NVLINK_ONESHOT_MAX_BYTES_2: u64 = MIB;
+/// NVLink, 3 or 4 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
+/// (bench/results/h200-x4.md, blocks sweep, 4 ranks): one-shot 8.99 vs two-shot 9.71 us at
+/// 256 KiB, 13.39 vs 10.57 us at 512 KiB. vLLM's dispatch uses 512 KB.
+pub const NVLINK_ONESHOT_MAX_BYTES_4: u64 = 256 * KIB;
+/// NVLink, more than 4 ranks: one-shot push up to this size, two-shot above (not measured:
+/// no 8-GPU machine yet). After: vLLM custom_all_reduce dispatch (1-stage below 256 KB at
+/// <= 8 ranks). Floor (REFERENCE.md): 7 x 256 KiB at 370 GB/s is 5.0 us, where two-shot's
+/// 2(n-1)/n S starts to pay.
+pub const NVLINK_ONESHOT_MAX_BYTES_8: u64 = 256 * KIB;
+/// NVLink: tpar's kernels up to this size, NCCL above (bandwidth-bound; NCCL's rings are
+/// tuned for it). Measured on H200s, 2, 3 and 4 ranks (bench/results/h200-x4.md): two-shot
+/// leads NCCL to 2 MiB and NCCL leads from 4 MiB (4 ranks, 4 MiB: 39.8 vs 43.7 us).
+/// vLLM's custom all-reduce defaults to 8 MiB.
+pub const NVLINK_CUSTOM_MAX_BYTES: u64 = 2 * MIB;
+
+/// PCIe with P2P: tpar's kernels up to this size, NCCL above. REFERENCE.md, 4x RTX PRO 6000:
+/// custom one-shot 104 us vs NCCL 109 us at 1 MB — the latency advantage is gone by 1 MiB.
+pub const PCIE_CUSTOM_MAX_BYTES: u64 = MIB;
+
+/// P2P write bandwidth as a fraction of the link's spec bandwidth: 53 / 63 GB/s
+/// (REFERENCE.md: 53-56.6 GB/s measured P2P writes on Gen5 x16, 63 GB/s spec).
+pub const P2P_WRITE_EFFICIENCY: f64 = 53.0 / 63.0;
+/// Fraction of isolated bandwidth each GPU keeps when 8 GPUs all write all peers
+/// (REFERENCE.md: 0.38-0.44 on 8 GPUs, one CPU). See [`all_to_all_efficiency`] for other
+/// world sizes.
+pub const PCIE_ALL_TO_ALL_EFFICIENCY: f64 = 0.4;
+/// World size at which [`PCIE_ALL_TO_ALL_EFFICIENCY`] was measured.
+pub const PCIE_ALL_TO_ALL_MEASURED_WORLD: usize = 8;
+/// One-way latency of a P2P write, us (REFERENCE.md: 0.36-0.52 us measured on Gen5, upper end).
+pub const PCIE_HOP_US: f64 = 0.52;
+/// Cost of one synchronised step of staged push or one phase of hierarchical, us: a P2P
+/// write plus the reader observing it. Placeholder until measured: twice [`PCIE_HOP_US`].
+pub const PCIE_STEP_US: f64 = 2.0 * PCIE_HOP_US;
+/// Latency of a copy through host memory when GPUs have no P2P, us
+/// (REFERENCE.md: about 14 us, rtx6kpro pcie-bandwidth.md).
+pub const HOST_COPY_LATENCY_US: f64 = 14.0;
+/// NCCL's small-message floor on 8 PCIe GPUs, us (REFERENCE.md: 8x RTX 4090 about 42 us at
+/// 8 B, nccl #1530; 8x RTX 3090 about 54 us). The lower figure, to favour NCCL when unsure.
+pub const NCCL_PCIE_FLOOR_US: f64 = 42.0;
+
+/// Most blocks a PCIe kernel uses (DESIGN.md: PCIe fabrics collapse when every SM writes).
+/// Placeholder until measured.
+pub const PCIE_MAX_BLOCKS: u32 = 4;
+/// Bytes per block on PCIe before another block is added. Placeholder until measured.
+pub const PCIE_BYTES_PER_BLOCK: u64 = 64 * KIB;
+/// Most blocks an NVLink kernel uses: the kernels' cap. Measured on 4 H200s (blocks sweep,
+/// bench/results/h200-x4.md): at 1 MiB, 32 blocks beat 16 (one-shot, 4 ranks: 18.75 vs 25.66 us).
+pub const NVLINK_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
+/// Bytes per block on NVLink before another block is added: one 16-byte vector per thread.
+/// Measured on 4 H200s (blocks sweep): a block moves about 8 KiB per 1.5 us to its peers,
+/// so one-shot at 32 KiB, 4 ranks, took 11.62 us on one block and 5.53 us on four.
+pub const NVLINK_BYTES_PER_BLOCK: u64 = 8 * KIB;
+
+
+/// Transfer time of `bytes` at `gbps`, us.
+pub(crate) fn xfer_us(bytes: f64, gbps: f64) -> f64 {
+    if gbps <= 0.0 {
+        f64::INFINITY
+    } else {
+        bytes / (gbps * 1e3)
+    }
+}
+
+/// Fraction of isolated P2P bandwidth left when `world` GPUs all write all peers. Known
+/// points: 2 ranks have one flow each way (1.0); 8 ranks measured 0.4 (REFERENCE.md).
+/// Between them: linear, an assumption until measured. Beyond 8: held at 0.4 (no data).
+pub fn all_to_all_efficiency(world: usize) -> f64 {
+    let m = PCIE_ALL_TO_ALL_MEASURED_WORLD;
+    if world <= 2 {
+        1.0
+    } else if world >= m {
+        PCIE_ALL_TO_ALL_EFFICIENCY
+    } else {
+        let t = (world - 2) as f64 / (m - 2) as f64;
+        1.0 - t * (1.0 - PCIE_ALL_TO_ALL_EFFICIENCY)
+    }
+}
+
+/// One-shot push: each rank writes (n-1)·S out of its own link, all links busy at once.
+pub(crate) fn oneshot_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
+    PCIE_HOP_US + xfer_us((n as f64 - 1.0) * s as f64, gbps * all_to_all_efficiency(n))
+}
+
+/// Staged push: one-shot push in n-1 synchronised steps (step k: rank i writes S to rank
+/// i+k), so each link carries one flow at a time, at full speed. The schedule the CUDA
+/// kernel (`kernels/staged_push.cu`) and the simulator use.
+pub(crate) fn staged_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
+    (n as f64 - 1.0) * (PCIE_STEP_US + xfer_us(s as f64, gbps))
+}
+
+/// Hierarchical: one-shot inside the largest island (k ranks), then exchange island sums
+/// with the other m-1 islands, one flow each: two phases.
+pub(crate) fn hierarchical_floor_us(k: usize, m: usize, s: u64, gbps: f64) -> f64 {
+    2.0 * PCIE_STEP_US
+        + xfer_us((k as f64 - 1.0) * s as f64, gbps * all_to_all_efficiency(k))
+        + xfer_us((m as f64 - 1.0) * s as f64, gbps)
+}
+
+/// One-shot through host memory: write S once, read the other n-1 inputs, through one link.
+pub(crate) fn host_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
+    HOST_COPY_LATENCY_US + xfer_us(n as f64 * s as f64, gbps)
+}
+
+/// NCCL: its small-message floor plus a ring's 2(n-1)/n·S.
+pub(crate) fn nccl_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
+    let n_f = n as f64;
+    NCCL_PCIE_FLOOR_US + xfer_us(2.0 * (n_f - 1.0) / n_f * s as f64, gbps)
+}
+
+pub(crate) fn blocks_for(bytes: u64, per_block: u64, max: u32) -> u32 {
+    let want = bytes.div_ceil(per_block.max(1)).max(1);
+    u32::try_from(want).unwrap_or(u32::MAX).min(max)
+}
+
