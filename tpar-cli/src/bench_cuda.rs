@@ -774,16 +774,16 @@ fn nccl_one_rank(c: &Ctx, args: &BenchCudaArgs, d: DType, records: &mut Vec<Reco
 /// For the two-process tests: outside a launcher, starts 2 rank processes of this command,
 /// waits for them and returns `None`; as a rank, joins tpar's rendezvous for its control
 /// plane only (the CPU workspace kept small) and returns the communicator.
-fn two_rank_control(test: &str) -> Result<Option<tpar::Communicator>, String> {
+fn two_rank_control(test: &str) -> Result<Option<tpar::control::ControlPlane>, String> {
     let e = |x: tpar::Error| x.to_string();
     if !crate::launch::is_rank() {
         crate::launch::launch(2, Duration::from_secs(40))?;
         println!("# {test}: both ranks exited cleanly");
         return Ok(None);
     }
-    let mut cfg = tpar::Config::from_env().map_err(e)?;
-    cfg.shm_budget = 1 << 20;
-    tpar::Communicator::init(&cfg).map(Some).map_err(e)
+    let cfg = tpar::Config::from_env().map_err(e)?;
+    cfg.validate().map_err(e)?;
+    tpar::control::ControlPlane::join::<tpar::control::NoDataPlane>(&cfg.join_spec()).map(|(c, _)| Some(c)).map_err(e)
 }
 
 /// `--nccl-rdzv-test`: two rank processes join one NCCL communicator over tpar's rendezvous.

@@ -14,7 +14,9 @@ use std::collections::HashMap;
 use crate::dtype::{pack, words_for, Element};
 use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
-use crate::rendezvous::{join, Control, JoinSpec};
+use crate::control::ControlPlane;
+use crate::rendezvous::JoinSpec;
+use crate::transport::shm_workspace::ShmWorkspace;
 use crate::transport::shm::ShmSegment;
 use crate::workspace::{hdr, st, Layout, Workspace, MAX_WORLD};
 use std::path::PathBuf;
@@ -60,6 +62,17 @@ pub struct Config {
 }
 
 
+/// The job id when none is given: the rendezvous path and this process's parent. Ranks of
+/// one job share a launcher (torchrun, mpirun, `tpar`, a shell script), so they agree; a
+/// second job on the same path from another launcher gets another id and is refused by
+/// rank 0 instead of pairing with the first. Launchers that start ranks from different
+/// parents set `TPAR_JOB_ID` (as `tpar` itself does, with a random id).
+pub fn default_job_id(rendezvous: &std::path::Path) -> u64 {
+    let mut key = rendezvous.as_os_str().as_encoded_bytes().to_vec();
+    key.extend_from_slice(&std::os::unix::process::parent_id().to_le_bytes());
+    crate::units::fnv1a64(&key)
+}
+
 fn env_var(name: &'static str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
@@ -82,7 +95,7 @@ impl Config {
         Config {
             rank,
             world,
-            job_id: crate::units::fnv1a64(rendezvous.as_os_str().as_encoded_bytes()),
+            job_id: default_job_id(&rendezvous),
             rendezvous,
             timeout: DEFAULT_TIMEOUT,
             shm_budget: DEFAULT_SHM_BYTES,
@@ -142,6 +155,20 @@ impl Config {
         Ok(c)
     }
 
+    /// What this rank brings to the rendezvous (for joining a bare [`ControlPlane`]).
+    pub fn join_spec(&self) -> JoinSpec {
+        JoinSpec {
+            rank: self.rank,
+            world: self.world,
+            path: self.rendezvous.clone(),
+            job_id: self.job_id,
+            fingerprint: self.fingerprint,
+            timeout: self.timeout,
+            shm_budget: self.shm_budget,
+            first_epoch: self.first_epoch,
+        }
+    }
+
     /// Checks what can be checked before meeting any peer.
     pub fn validate(&self) -> Result<()> {
         if !(2..=MAX_WORLD).contains(&self.world) {
@@ -161,7 +188,7 @@ impl Config {
 struct Spinner<'a> {
     rank: usize,
     ws: &'a Workspace<'a, AtomicU64>,
-    shm: &'a ShmSegment,
+    control: &'a ControlPlane,
     desc: Desc,
     start: Instant,
     timeout: Duration,
@@ -220,7 +247,7 @@ impl Wait for Spinner<'_> {
             Some(t) if now < t => {}
             _ => {
                 self.next_liveness = Some(now + LIVENESS_PERIOD);
-                if !self.shm.is_alive(peer) {
+                if !self.control.is_alive(peer) {
                     self.suspect = Some(peer);
                 }
             }
@@ -254,7 +281,7 @@ pub struct Communicator {
     world: usize,
     layout: Layout,
     shm: ShmSegment,
-    control: Control,
+    control: ControlPlane,
     epoch: u32,
     timeout: Duration,
     poisoned: Option<String>,
@@ -291,7 +318,7 @@ impl Communicator {
             None => None,
         };
         let digest = plan_fingerprint(&topology, profile.as_ref(), &cfg.overrides);
-        let joined = join(&JoinSpec {
+        let (control, joined) = ControlPlane::join::<ShmWorkspace>(&JoinSpec {
             rank: cfg.rank,
             world: cfg.world,
             path: cfg.rendezvous.clone(),
@@ -315,7 +342,7 @@ impl Communicator {
             layout: joined.layout,
             scratch: vec![0; joined.layout.cap],
             shm: joined.shm,
-            control: joined.control,
+            control,
             epoch: joined.first_epoch,
             timeout: cfg.timeout,
             poisoned: None,
@@ -399,7 +426,7 @@ impl Communicator {
     /// any. Cheap (one `fcntl` per peer); for callers that wait on something else, such as
     /// a GPU stream.
     pub fn dead_peer(&self) -> Option<usize> {
-        (0..self.world()).find(|&p| p != self.rank() && !self.shm.is_alive(p))
+        self.control.dead_peer()
     }
 
     pub fn barrier(&mut self) -> Result<()> {
@@ -409,20 +436,20 @@ impl Communicator {
     /// Control plane: rank 0 receives every rank's bytes (in rank order); others get `None`.
     pub fn gather_bytes(&mut self, payload: &[u8]) -> Result<Option<Vec<Vec<u8>>>> {
         self.usable()?;
-        self.control.gather(payload, self.timeout)
+        self.control.gather_bytes(payload)
     }
 
     /// Control plane: every rank receives every rank's bytes, in rank order (e.g. CUDA IPC
     /// handles, an NCCL unique id's acknowledgements).
     pub fn all_gather_bytes(&mut self, payload: &[u8]) -> Result<Vec<Vec<u8>>> {
         self.usable()?;
-        self.control.all_gather(payload, self.world, self.timeout)
+        self.control.all_gather_bytes(payload)
     }
 
     /// Control plane: every rank receives rank 0's bytes.
     pub fn broadcast_bytes(&mut self, payload: &[u8]) -> Result<Vec<u8>> {
         self.usable()?;
-        self.control.broadcast(payload, self.timeout)
+        self.control.broadcast_bytes(payload)
     }
 
     fn usable(&self) -> Result<()> {
@@ -458,12 +485,8 @@ impl Communicator {
         if n as u64 > MAX_COUNT {
             return Err(Error::invalid("count", format!("{n} elements exceeds {MAX_COUNT}")));
         }
-        if matches!(algo, Algorithm::StagedPush | Algorithm::Hierarchical | Algorithm::Nccl) {
-            return Err(Error::Unsupported {
-                what: format!("{algo} on the CPU shared-memory backend"),
-                reason: "it is a GPU-fabric algorithm; CPU ranks run oneshot-push, oneshot-pull, twoshot-push, twoshot-pull or gather-bcast".into(),
-            });
-        }
+        crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::Transport::Shm)
+            .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
         let ws = Workspace::new(self.layout, self.shm.words())?;
         let chunk = self.layout.cap * T::LANES;
         let chunks = n.div_ceil(chunk).max(1);
@@ -492,7 +515,7 @@ impl Communicator {
             let mut spinner = Spinner {
                 rank: self.rank,
                 ws: &ws,
-                shm: &self.shm,
+                control: &self.control,
                 desc,
                 start: Instant::now(),
                 timeout: self.timeout,

@@ -31,6 +31,7 @@
 pub mod algorithms;
 
 pub mod comm;
+pub mod control;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod dtype;

@@ -3,25 +3,27 @@
 //! Rank 0 listens; every other rank connects and says who it is. Every message is framed
 //! (magic, version, kind, length) and every field is validated; a bad one is refused with a
 //! message naming the field, both to the sender and in rank 0's error if the job cannot
-//! form. Then rank 0 creates the shared workspace (0600), every rank maps it and takes its
-//! liveness lock, rank 0 unlinks the name, and says go.
+//! form. Then rank 0 creates the liveness segment (0600) and the backend's data plane
+//! ([`DataPlane`]: the CPU backend's shared workspace, or nothing), every rank maps the
+//! liveness segment, takes its lock and attaches the data plane, rank 0 unlinks the names,
+//! and says go.
 //!
 //! ```text
 //! rank r                          rank 0
 //!   Hello{job, world, rank, pid, fingerprint} ->
-//!                                 <- Welcome{shm name, size, cap, first epoch} | Reject{field}
+//!                                 <- Welcome{liveness name, data-plane bytes} | Reject{field}
 //!   Attached                   ->
-//!                                 (all attached: shm_unlink, socket unlinked earlier)
+//!                                 (all attached: names unlinked, socket unlinked earlier)
 //!                                 <- Go
 //! ```
 //!
-//! Owns: the socket, message framing and validation, workspace creation. Must never block
-//! without a deadline, trust a length it has not bounded, or leave the socket file behind.
+//! Owns: the socket, message framing and validation. Must never block without a deadline,
+//! trust a length it has not bounded, leave the socket file behind, or know what a data
+//! plane holds.
 
 use crate::error::{Error, Result};
+use crate::control::DataPlane;
 use crate::transport::shm::ShmSegment;
-use crate::workspace::{hdr, Layout, Workspace, MAGIC};
-use crate::protocol::Word;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -166,10 +168,13 @@ pub struct JoinSpec {
     pub job_id: u64,
     pub fingerprint: u64,
     pub timeout: Duration,
-    /// Used by rank 0 only: the workspace size budget and the first epoch.
+    /// For the data plane, rank 0 only: the workspace size budget and the first epoch.
     pub shm_budget: usize,
     pub first_epoch: u32,
 }
+
+/// Bytes of the liveness segment: one lock byte per rank, a page in all.
+const LIVENESS_BYTES: usize = 4096;
 
 /// The control plane: rank 0 holds a stream to every rank, the others one to rank 0.
 pub struct Control {
@@ -178,15 +183,15 @@ pub struct Control {
 }
 
 /// What a successful rendezvous yields.
-pub struct Joined {
+pub struct Joined<D> {
     pub control: Control,
-    pub shm: ShmSegment,
-    pub layout: Layout,
-    pub first_epoch: u32,
+    /// Every rank's liveness lock lives here; this rank holds its own.
+    pub liveness: ShmSegment,
+    pub data: D,
 }
 
-/// Joins the job described by `spec` (rank 0 hosts it).
-pub fn join(spec: &JoinSpec) -> Result<Joined> {
+/// Joins the job described by `spec` (rank 0 hosts it) and sets up the data plane `D`.
+pub fn join<D: DataPlane>(spec: &JoinSpec) -> Result<Joined<D>> {
     if spec.rank == 0 {
         host(spec)
     } else {
@@ -254,7 +259,7 @@ fn reject_payload(field: &str, expected: &str, got: &str) -> Vec<u8> {
     format!("{field}\0{expected}\0{got}").into_bytes()
 }
 
-fn host(spec: &JoinSpec) -> Result<Joined> {
+fn host<D: DataPlane>(spec: &JoinSpec) -> Result<Joined<D>> {
     let deadline = Instant::now() + spec.timeout;
     let listener = bind(spec)?;
     let _socket_file = SocketFile(&spec.path);
@@ -322,17 +327,15 @@ fn host(spec: &JoinSpec) -> Result<Joined> {
     drop(listener);
     drop(_socket_file);
 
-    let layout = Layout::for_budget(spec.world, spec.shm_budget)?;
-    let name = format!("/tpar-{:016x}-{}-{:08x}", spec.job_id, std::process::id(), rand::random::<u32>());
-    let mut shm = ShmSegment::create(&name, layout.bytes(), 0)?;
-    Workspace::new(layout, shm.words())?.init(spec.job_id, spec.first_epoch);
-    shm.hold_liveness(0)?;
+    let name = format!("/tpar-{:016x}-{}-{:08x}-live", spec.job_id, std::process::id(), rand::random::<u32>());
+    let mut liveness = ShmSegment::create(&name, LIVENESS_BYTES, 0)?;
+    liveness.hold_liveness(0)?;
+    let (mut data, payload) = D::create(spec)?;
 
     let mut welcome = Vec::new();
-    welcome.extend_from_slice(&(layout.bytes() as u64).to_le_bytes());
-    welcome.extend_from_slice(&(layout.cap as u64).to_le_bytes());
-    welcome.extend_from_slice(&spec.first_epoch.to_le_bytes());
+    welcome.extend_from_slice(&(name.len() as u16).to_le_bytes());
     welcome.extend_from_slice(name.as_bytes());
+    welcome.extend_from_slice(&payload);
     for (r, s) in streams.iter_mut().enumerate().skip(1) {
         if let Some(s) = s {
             write_frame(s, Kind::Welcome, &welcome, 0).map_err(|e| with_peer(e, r))?;
@@ -348,18 +351,14 @@ fn host(spec: &JoinSpec) -> Result<Joined> {
             }
         }
     }
-    shm.unlink()?;
+    liveness.unlink()?;
+    data.all_attached()?;
     for (r, s) in streams.iter_mut().enumerate().skip(1) {
         if let Some(s) = s {
             write_frame(s, Kind::Go, &[], 0).map_err(|e| with_peer(e, r))?;
         }
     }
-    Ok(Joined {
-        control: Control { rank: 0, streams },
-        shm,
-        layout,
-        first_epoch: spec.first_epoch,
-    })
+    Ok(Joined { control: Control { rank: 0, streams }, liveness, data })
 }
 
 fn with_peer(e: Error, peer: usize) -> Error {
@@ -378,7 +377,7 @@ fn with_peer(e: Error, peer: usize) -> Error {
     }
 }
 
-fn guest(spec: &JoinSpec) -> Result<Joined> {
+fn guest<D: DataPlane>(spec: &JoinSpec) -> Result<Joined<D>> {
     let deadline = Instant::now() + spec.timeout;
     let rank = spec.rank;
     let mut s = loop {
@@ -424,39 +423,20 @@ fn guest(spec: &JoinSpec) -> Result<Joined> {
         }
         k => return Err(rdzv_err(rank, "kind", "Welcome or Reject", format!("{k:?}"))),
     }
-    if p.len() < 20 {
-        return Err(rdzv_err(rank, "welcome length", ">= 20", p.len()));
+    if p.len() < 2 {
+        return Err(rdzv_err(rank, "welcome length", ">= 2", p.len()));
     }
-    let u64_at = |i: usize| u64::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3], p[i + 4], p[i + 5], p[i + 6], p[i + 7]]);
-    let bytes = u64_at(0) as usize;
-    let cap = u64_at(8) as usize;
-    let first_epoch = u32::from_le_bytes([p[16], p[17], p[18], p[19]]);
-    let name = String::from_utf8(p[20..].to_vec()).map_err(|_| rdzv_err(rank, "shm name", "UTF-8", "invalid bytes"))?;
-    if !name.starts_with("/tpar-") || name.len() > 200 {
-        return Err(rdzv_err(rank, "shm name", "/tpar-…", name));
+    let n = u16::from_le_bytes([p[0], p[1]]) as usize;
+    if p.len() < 2 + n {
+        return Err(rdzv_err(rank, "welcome length", format!(">= {}", 2 + n), p.len()));
     }
-    let layout = Layout::new(spec.world, cap)?;
-    if layout.bytes() != bytes {
-        return Err(rdzv_err(rank, "shm size", layout.bytes(), bytes));
+    let name = String::from_utf8(p[2..2 + n].to_vec()).map_err(|_| rdzv_err(rank, "shm name", "UTF-8", "invalid bytes"))?;
+    if !name.starts_with("/tpar-") || !name.ends_with("-live") || name.len() > 200 {
+        return Err(rdzv_err(rank, "shm name", "/tpar-…-live", name));
     }
-    let shm = ShmSegment::open(&name, bytes, rank)?;
-    {
-        let h = Workspace::new(layout, shm.words())?;
-        let h = h.header();
-        let magic = h[hdr::MAGIC].load_acquire();
-        if magic != MAGIC {
-            return Err(rdzv_err(rank, "shm magic", format!("{MAGIC:#x}"), format!("{magic:#x}")));
-        }
-        let job = h[hdr::JOB].load_acquire();
-        if job != spec.job_id {
-            return Err(rdzv_err(rank, "shm job_id", format!("{:#x}", spec.job_id), format!("{job:#x}")));
-        }
-        let world = h[hdr::WORLD].load_acquire();
-        if world != spec.world as u64 {
-            return Err(rdzv_err(rank, "shm world", spec.world, world));
-        }
-    }
-    shm.hold_liveness(rank)?;
+    let liveness = ShmSegment::open(&name, LIVENESS_BYTES, rank)?;
+    liveness.hold_liveness(rank)?;
+    let data = D::attach(spec, &p[2 + n..])?;
     write_frame(&mut s, Kind::Attached, &[], rank)?;
     match read_frame(&mut s, rank)? {
         (Kind::Go, _) => {}
@@ -464,17 +444,15 @@ fn guest(spec: &JoinSpec) -> Result<Joined> {
     }
     let mut streams: Vec<Option<UnixStream>> = (0..spec.world).map(|_| None).collect();
     streams[0] = Some(s);
-    Ok(Joined {
-        control: Control { rank, streams },
-        shm,
-        layout,
-        first_epoch,
-    })
+    Ok(Joined { control: Control { rank, streams }, liveness, data })
 }
 
 /// Maps a field name from a Reject message onto the static names this module uses.
 fn static_field(f: &str) -> &'static str {
-    const KNOWN: [&str; 12] = [
+    const KNOWN: [&str; 15] = [
+        "shm magic",
+        "shm job_id",
+        "shm world",
         "job_id",
         "world",
         "rank",

@@ -16,7 +16,9 @@ use super::driver::{Event, Stream};
 use super::ipc::IpcWorkspace;
 use super::nccl::{self, NcclComm};
 use crate::algorithms::registry;
-use crate::comm::{Communicator, Config};
+use crate::comm::Config;
+use crate::control::{ControlPlane, NoDataPlane};
+use crate::rendezvous::JoinSpec;
 use crate::error::{Error, Result};
 use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides, Plan, PlanInput};
 use crate::profile::Profile;
@@ -46,7 +48,7 @@ pub struct GpuOptions {
 
 /// One rank of a multi-process GPU group.
 pub struct GpuCommunicator {
-    control: Communicator,
+    control: ControlPlane,
     ws: IpcWorkspace,
     nccl: std::result::Result<NcclComm, String>,
     topology: Topology,
@@ -81,11 +83,17 @@ impl GpuCommunicator {
             Some(p) => Some(Profile::load(p)?),
             None => None,
         };
-        let mut control_cfg = cfg.clone();
-        control_cfg.overrides = Overrides::default();
-        control_cfg.fingerprint ^= plan_fingerprint(&topology, profile.as_ref(), &overrides);
-        control_cfg.shm_budget = 1 << 20;
-        let mut control = Communicator::init(&control_cfg)?;
+        // The control plane alone (no CPU workspace): rendezvous, gather/broadcast, liveness.
+        let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec {
+            rank: cfg.rank,
+            world: cfg.world,
+            path: cfg.rendezvous.clone(),
+            job_id: cfg.job_id,
+            fingerprint: cfg.fingerprint ^ plan_fingerprint(&topology, profile.as_ref(), &overrides),
+            timeout: cfg.timeout,
+            shm_budget: 0,
+            first_epoch: 0,
+        })?;
         let device = opts.device.unwrap_or(cfg.rank % topology.gpu_count().max(1));
         let mut ws = IpcWorkspace::new(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
@@ -321,6 +329,7 @@ impl GpuCommunicator {
 
     /// Host-side barrier over the control plane (ranks agree before freeing buffers).
     pub fn barrier(&mut self) -> Result<()> {
+        self.ws.check_poisoned()?;
         self.control.barrier()
     }
 }

@@ -154,7 +154,7 @@ pub fn unique_id() -> Result<[u8; 128]> {
 /// first says whether NCCL loads here (so no rank enters NCCL's collective init while a peer
 /// never will), rank 0 makes the unique id, the control plane carries it (or rank 0's
 /// error) to every rank, and every rank joins on `dev`.
-pub fn init_over_rendezvous(comm: &mut crate::Communicator, dev: &Device) -> Result<NcclComm> {
+pub fn init_over_rendezvous(comm: &mut crate::control::ControlPlane, dev: &Device) -> Result<NcclComm> {
     let mine = match load() {
         Ok(_) => String::new(),
         Err(e) => e.to_string(),

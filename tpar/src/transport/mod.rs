@@ -2,3 +2,4 @@
 //! peer device memory, shared host memory and NCCL.
 
 pub mod shm;
+pub mod shm_workspace;

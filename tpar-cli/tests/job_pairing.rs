@@ -1,0 +1,36 @@
+//! Two jobs on one rendezvous path never pair up, even with the default job id: a rank of a
+//! second job (started by another launcher) is refused by the first job's rank 0, and the
+//! first job still forms with its own ranks.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[test]
+fn a_second_job_on_the_same_path_is_refused_not_paired() {
+    let dir = std::env::temp_dir().join(format!("tpar-test-pairing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("rdzv.sock");
+    let exe = env!("CARGO_BIN_EXE_tpar");
+    let rank = |r: usize| {
+        format!("TPAR_RANK={r} TPAR_WORLD_SIZE=2 TPAR_RDZV=unix:{} TPAR_TIMEOUT_MS=8000 {exe} bench --backend cpu -b 64 -e 64 -n 5 -w 1", sock.display())
+    };
+    // Job A: one launcher (this shell) starts rank 0, and rank 1 only after 1.5 s.
+    let job_a = Command::new("sh")
+        .arg("-c")
+        .arg(format!("env -u TPAR_JOB_ID {} & sleep 1.5; env -u TPAR_JOB_ID {} >/dev/null; a=$?; wait %1; b=$?; exit $((a + b))", rank(0), rank(1)))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Job B, another launcher: its rank 1 arrives while job A's rank 1 is still missing.
+    std::thread::sleep(Duration::from_millis(500));
+    let job_b = Command::new("sh").arg("-c").arg(format!("env -u TPAR_JOB_ID {}; exit $?", rank(1))).output().unwrap();
+    let a = job_a.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let b_err = String::from_utf8_lossy(&job_b.stderr);
+    assert!(!job_b.status.success(), "job B's rank must be refused, not join job A:\n{b_err}");
+    assert!(b_err.contains("job_id"), "the refusal names the field: {b_err}");
+    let a_out = String::from_utf8_lossy(&a.stdout);
+    assert!(a.status.success(), "job A still forms with its own rank 1:\nstdout:\n{a_out}\nstderr:\n{}", String::from_utf8_lossy(&a.stderr));
+    assert!(a_out.contains("#wrong"), "job A ran its bench:\n{a_out}");
+}
