@@ -9,7 +9,7 @@ use tpar::sim::{Launch, Params, Simulator};
 use tpar::topology::Topology;
 use tpar::{Algorithm, DType};
 
-/// Topology simulated when no latency source is given: the REFERENCE.md serving case.
+/// Topology simulated when no latency source is given: the docs/references.md serving case.
 const DEFAULT_SIM_TOPOLOGY: &str = "rtxpro6000-dualsocket-8";
 
 #[derive(clap::Args, Debug)]
@@ -17,7 +17,7 @@ const DEFAULT_SIM_TOPOLOGY: &str = "rtxpro6000-dualsocket-8";
     after_help = "All-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (given), \
 --profile (tpar only), --bench (a `tpar bench --json` file, interpolated log-log), or --sim (the simulator on a topology; \
 default rtxpro6000-dualsocket-8). \"plan\" is the fastest non-NCCL algorithm the source offers.\n\n\
-Examples:\n  tpar model                                  # Kimi-K2 class, TP 8, the REFERENCE.md case\n  \
+Examples:\n  tpar model                                  # Kimi-K2 class, TP 8, the docs/references.md case\n  \
 tpar model --bench results.json --acceptance 3.0\n  \
 tpar model --measure --tp 4 --graph --baseline-tok-s 60   # on 2+ GPUs: measure their all-reduces first\n  tpar model --compute-ms 2.5 --nccl-us 14K=71,42K=225 --plan-us 20 --acceptance 1.8\n\n\
 The worked case is in docs/model.md."
@@ -42,7 +42,7 @@ pub struct ModelArgs {
     #[arg(long, conflicts_with = "baseline_tok_s")]
     compute_ms: Option<f64>,
     /// Measured plain-decode throughput with NCCL, tok/s; compute is backed out of it
-    /// (default 89.5, the REFERENCE.md case, when --compute-ms is not given).
+    /// (default 89.5, the docs/references.md case, when --compute-ms is not given).
     #[arg(long)]
     baseline_tok_s: Option<f64>,
     /// Tokens per verify step (rows in each verify all-reduce).
@@ -52,12 +52,12 @@ pub struct ModelArgs {
     /// reading weights, an assumption).
     #[arg(long, default_value_t = ModelInput::default().verify_compute_factor)]
     verify_compute_factor: f64,
-    /// Drafting cost per verify step, ms (the default is a guess: REFERENCE.md gives none;
-    /// docs/model.md finds ~3 ms consistent with the REFERENCE.md case).
+    /// Drafting cost per verify step, ms (the default is a guess: docs/references.md gives none;
+    /// docs/model.md finds ~3 ms consistent with the docs/references.md case).
     #[arg(long, default_value_t = ModelInput::default().draft_ms)]
     draft_ms: f64,
     /// Tokens yielded per verify step (accepted drafts + bonus token; default: the middle
-    /// of EAGLE-3's 2.3-3.2 for Kimi-class drafts, REFERENCE.md).
+    /// of EAGLE-3's 2.3-3.2 for Kimi-class drafts, docs/references.md).
     #[arg(long, default_value_t = ModelInput::default().acceptance)]
     acceptance: f64,
     /// NCCL all-reduce latency, us: one figure for every size, or SIZE=US points

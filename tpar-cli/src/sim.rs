@@ -20,7 +20,7 @@ pub struct SimArgs {
     /// l40s-direct-8, rtx4090-nop2p-4, pcie-2) or a topology JSON file.
     #[arg(long, short = 't', required_unless_present = "calibration")]
     topology: Option<String>,
-    /// Print the calibration table instead (each REFERENCE.md figure, the prediction, the
+    /// Print the calibration table instead (each docs/references.md figure, the prediction, the
     /// error and its bound) as Markdown, as docs/sim.md shows it.
     #[arg(long)]
     calibration: bool,

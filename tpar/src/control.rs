@@ -17,20 +17,11 @@
 //! block without a deadline, or map any memory but the liveness segment.
 
 use crate::error::Result;
+pub use crate::rendezvous::DataPlane;
 use crate::rendezvous::{self, Control, JoinSpec};
 use crate::transport::shm::ShmSegment;
 use std::time::Duration;
 
-/// Shared memory a backend sets up during the rendezvous (see the module docs).
-pub trait DataPlane: Sized {
-    /// Rank 0, once every rank has said hello: create what the ranks share. The bytes go to
-    /// every other rank in the welcome.
-    fn create(spec: &JoinSpec) -> Result<(Self, Vec<u8>)>;
-    /// Every other rank: attach to what rank 0 created, checking every field of `welcome`.
-    fn attach(spec: &JoinSpec, welcome: &[u8]) -> Result<Self>;
-    /// Rank 0, once every rank has attached (for example: unlink the segment's name).
-    fn all_attached(&mut self) -> Result<()>;
-}
 
 /// No shared data plane: the control plane alone (the GPU communicator's case).
 #[derive(Debug, Default)]

@@ -4,7 +4,7 @@
 //! canonicalisation. Must never allocate or panic on the hot path.
 //!
 //! The sentinel is one word for every dtype: [`EMPTY`] = all ones, a NaN in every lane width.
-//! DESIGN.md started from -0.0 (TensorRT-LLM's Lamport buffers), but tpar's buffers serve calls
+//! docs/architecture.md started from -0.0 (TensorRT-LLM's Lamport buffers), but tpar's buffers serve calls
 //! of different dtypes one after another, and -0.0 has a different bit pattern per lane width:
 //! a bf16 reader would take a word cleared with f32's -0.0 (0x80000000) as data. All-ones is
 //! empty in every width. A writer replaces an all-ones lane by the canonical quiet NaN of its

@@ -23,7 +23,7 @@
 //! | [`error`] | the one error enum |
 //! | `cuda` | (feature `cuda`) NVRTC-compiled kernels, emulated ranks on one GPU, host transport, NCCL |
 //!
-//! See `docs/` and the repository's DESIGN notes for the architecture.
+//! See docs/architecture.md for the layers, the registry and the life of one call.
 
 #![deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used, clippy::panic))]

@@ -15,15 +15,15 @@ use crate::profile::Profile;
 use crate::report::Record;
 use crate::{Algorithm, DType};
 
-/// Kimi-K2 / DeepSeek-V3 layer count (REFERENCE.md, "Model shapes").
+/// Kimi-K2 / DeepSeek-V3 layer count (docs/references.md, "Model shapes").
 pub const KIMI_LAYERS: usize = 61;
-/// Kimi-K2 / DeepSeek-V3 hidden size (REFERENCE.md).
+/// Kimi-K2 / DeepSeek-V3 hidden size (docs/references.md).
 pub const KIMI_HIDDEN: usize = 7168;
-/// Two all-reduces per layer: after attention and after the MLP (REFERENCE.md).
+/// Two all-reduces per layer: after attention and after the MLP (docs/references.md).
 pub const KIMI_AR_PER_LAYER: usize = 2;
-/// Tensor-parallel size of the REFERENCE.md case.
+/// Tensor-parallel size of the docs/references.md case.
 pub const KIMI_TP: usize = 8;
-/// Plain-decode throughput with NCCL in the REFERENCE.md case (8x RTX PRO 6000), tok/s.
+/// Plain-decode throughput with NCCL in the docs/references.md case (8x RTX PRO 6000), tok/s.
 pub const REFERENCE_BASELINE_TOK_S: f64 = 89.5;
 
 /// A source of all-reduce latency for a message size.
@@ -260,9 +260,9 @@ pub struct ModelInput {
 }
 
 impl Default for ModelInput {
-    /// Kimi-K2 class at TP 8 with the REFERENCE.md serving case: 89.5 tok/s plain,
+    /// Kimi-K2 class at TP 8 with the docs/references.md serving case: 89.5 tok/s plain,
     /// 3-token verify, 2.75 accepted (middle of EAGLE-3's 2.3-3.2), draft cost 3 ms (a guess:
-    /// REFERENCE.md gives none; see docs/model.md).
+    /// docs/references.md gives none; see docs/model.md).
     fn default() -> Self {
         ModelInput {
             layers: KIMI_LAYERS,

@@ -22,7 +22,6 @@
 //! plane holds.
 
 use crate::error::{Error, Result};
-use crate::control::DataPlane;
 use crate::transport::shm::ShmSegment;
 use std::io::{ErrorKind, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -157,6 +156,17 @@ impl Hello {
             fingerprint: u64_at(24),
         })
     }
+}
+
+/// Shared memory a backend sets up during the rendezvous (see `control`).
+pub trait DataPlane: Sized {
+    /// Rank 0, once every rank has said hello: create what the ranks share. The bytes go to
+    /// every other rank in the welcome.
+    fn create(spec: &JoinSpec) -> Result<(Self, Vec<u8>)>;
+    /// Every other rank: attach to what rank 0 created, checking every field of `welcome`.
+    fn attach(spec: &JoinSpec, welcome: &[u8]) -> Result<Self>;
+    /// Rank 0, once every rank has attached (for example: unlink the segment's name).
+    fn all_attached(&mut self) -> Result<()>;
 }
 
 /// Settings every rank brings to the rendezvous.

@@ -21,7 +21,7 @@
 
 use crate::dtype::EMPTY;
 use crate::error::{Error, Result};
-use crate::protocol::{barrier_init, Word};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Words in the header.
 pub const HEADER_WORDS: usize = 16;
@@ -156,6 +156,29 @@ pub struct Workspace<'a, W> {
     words: &'a [W],
 }
 
+/// A shared 64-bit cell. Implemented for `std` atomics (shared memory) and, in tests, for
+/// loom's atomics.
+pub trait Word: Sync {
+    fn load_acquire(&self) -> u64;
+    fn store_release(&self, v: u64);
+    fn store_relaxed(&self, v: u64);
+}
+
+impl Word for AtomicU64 {
+    #[inline(always)]
+    fn load_acquire(&self) -> u64 {
+        self.load(Ordering::Acquire)
+    }
+    #[inline(always)]
+    fn store_release(&self, v: u64) {
+        self.store(v, Ordering::Release)
+    }
+    #[inline(always)]
+    fn store_relaxed(&self, v: u64) {
+        self.store(v, Ordering::Relaxed)
+    }
+}
+
 impl<'a, W: Word> Workspace<'a, W> {
     /// Wraps `words`, which must hold exactly `layout.total` words.
     pub fn new(layout: Layout, words: &'a [W]) -> Result<Self> {
@@ -171,7 +194,9 @@ impl<'a, W: Word> Workspace<'a, W> {
     /// Writes the initial state: header, every slot empty, barrier slots one generation
     /// before `first_epoch`'s first barrier. Only the creator calls this, before any peer
     /// can see the workspace.
-    pub fn init(&self, job_id: u64, first_epoch: u32) {
+    /// `barrier_initial` is the protocol's value of an untouched barrier slot for this
+    /// first epoch (`protocol::barrier_init`).
+    pub fn init(&self, job_id: u64, first_epoch: u32, barrier_initial: u64) {
         let l = &self.layout;
         for w in self.words {
             w.store_relaxed(EMPTY);
@@ -191,7 +216,7 @@ impl<'a, W: Word> Workspace<'a, W> {
                 w.store_relaxed(0);
             }
             for w in self.barrier_slots(r) {
-                w.store_relaxed(barrier_init(first_epoch));
+                w.store_relaxed(barrier_initial);
             }
         }
         // Magic last, with release: a mapping that shows the magic is initialised.

@@ -5,7 +5,7 @@
 //! Buffers: `exposed`, rank 0's `result`, barrier slots; the same no-third-barrier argument
 //! as two-shot pull.
 
-use super::{expose_and_meet, copy_word, per_peer, Call};
+use super::call::{expose_and_meet, copy_word, per_peer, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};

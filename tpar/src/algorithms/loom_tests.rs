@@ -48,7 +48,7 @@ fn check(algos: &'static [Algorithm], n: usize, first_epoch: u32, bound: usize) 
         };
         let words: Arc<Vec<AtomicU64>> = Arc::new((0..layout.total).map(|_| AtomicU64::new(0)).collect());
         if let Ok(ws) = Workspace::new(layout, &words[..]) {
-            ws.init(1, first_epoch);
+            ws.init(1, first_epoch, crate::protocol::barrier_init(first_epoch));
         }
         let rank_fn = move |rank: usize, words: Arc<Vec<AtomicU64>>| {
             let ws = Workspace::new(layout, &words[..]).expect("layout");

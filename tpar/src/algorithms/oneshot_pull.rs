@@ -6,7 +6,7 @@
 //! Buffers: `exposed` (written by its owner only at call start, read by peers only between
 //! the two barriers) and the barrier slots. Must never write a peer's data region.
 
-use super::{expose_and_meet, per_peer, write_word, Call};
+use super::call::{expose_and_meet, per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};

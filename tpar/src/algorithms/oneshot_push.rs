@@ -5,7 +5,7 @@
 //! Buffers: `push_desc` / `push_data`, parity `epoch & 1`. The reuse argument is at
 //! `protocol::clear`. Must never read a peer's block.
 
-use super::{per_peer, write_word, Call};
+use super::call::{per_peer, write_word, Call};
 use crate::dtype::{unpack_add, Element, EMPTY};
 use crate::error::Result;
 use crate::protocol::{poll_until_not_empty, take_descriptor, Phase, Wait, Word};

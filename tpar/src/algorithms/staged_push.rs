@@ -1,6 +1,6 @@
 //! Staged push: in step k, rank i writes its input to rank i+k, so every rank has one flow
 //! out and one in per step — for PCIe fabrics whose all-to-all bandwidth collapses when every
-//! GPU writes every peer at once (REFERENCE.md: 0.38-0.44 of isolated pairs at 8 GPUs).
+//! GPU writes every peer at once (docs/references.md: 0.38-0.44 of isolated pairs at 8 GPUs).
 //!
 //! GPU-only: the kernel is `kernels/staged_push.cu`; the CPU backend refuses it. This file
 //! holds its schedule for the simulator.

@@ -5,7 +5,7 @@
 //! before its next call can overwrite it; `result` is overwritten only after barrier 0 of a
 //! later call, which no rank passes before every rank has finished this one.
 
-use super::{expose_and_meet, copy_word, per_peer, write_word, Call};
+use super::call::{expose_and_meet, copy_word, per_peer, write_word, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};

@@ -8,7 +8,7 @@
 //! owner, and each owner's reduction needed every rank's piece, so the all-to-all dependency
 //! per call holds). Must never read a peer's block.
 
-use super::{copy_word, per_peer, Call};
+use super::call::{copy_word, per_peer, Call};
 use crate::dtype::{pack_acc, unpack_add, Element};
 use crate::error::Result;
 use crate::protocol::{clear, poll_until_not_empty, take_descriptor, Phase, Wait, Word};

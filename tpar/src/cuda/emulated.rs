@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 /// Default upper bound on blocks per rank per call. Few blocks on purpose: PCIe fabrics
-/// collapse when every SM writes (DESIGN.md, Kernels); the plan may choose more.
+/// collapse when every SM writes (docs/architecture.md, Kernels); the plan may choose more.
 pub const DEFAULT_MAX_BLOCKS: u32 = 8;
 
 /// Default device-side deadline per call (`TPAR_TIMEOUT_MS` overrides it in the CLI).

@@ -2,7 +2,8 @@
 //! default crossovers where no measurement (profile) exists, and the thresholds derived from
 //! measurements in bench/results/.
 
-use super::overrides::MAX_KERNEL_BLOCKS;
+/// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
+pub const MAX_KERNEL_BLOCKS: u32 = 32;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -24,7 +25,7 @@ pub const NVLINK_ONESHOT_MAX_BYTES_2: u64 = MIB;
 pub const NVLINK_ONESHOT_MAX_BYTES_4: u64 = 256 * KIB;
 /// NVLink, more than 4 ranks: one-shot push up to this size, two-shot above (not measured:
 /// no 8-GPU machine yet). After: vLLM custom_all_reduce dispatch (1-stage below 256 KB at
-/// <= 8 ranks). Floor (REFERENCE.md): 7 x 256 KiB at 370 GB/s is 5.0 us, where two-shot's
+/// <= 8 ranks). Floor (docs/references.md): 7 x 256 KiB at 370 GB/s is 5.0 us, where two-shot's
 /// 2(n-1)/n S starts to pay.
 pub const NVLINK_ONESHOT_MAX_BYTES_8: u64 = 256 * KIB;
 /// NVLink: tpar's kernels up to this size, NCCL above (bandwidth-bound; NCCL's rings are
@@ -33,32 +34,32 @@ pub const NVLINK_ONESHOT_MAX_BYTES_8: u64 = 256 * KIB;
 /// vLLM's custom all-reduce defaults to 8 MiB.
 pub const NVLINK_CUSTOM_MAX_BYTES: u64 = 2 * MIB;
 
-/// PCIe with P2P: tpar's kernels up to this size, NCCL above. REFERENCE.md, 4x RTX PRO 6000:
+/// PCIe with P2P: tpar's kernels up to this size, NCCL above. docs/references.md, 4x RTX PRO 6000:
 /// custom one-shot 104 us vs NCCL 109 us at 1 MB — the latency advantage is gone by 1 MiB.
 pub const PCIE_CUSTOM_MAX_BYTES: u64 = MIB;
 
 /// P2P write bandwidth as a fraction of the link's spec bandwidth: 53 / 63 GB/s
-/// (REFERENCE.md: 53-56.6 GB/s measured P2P writes on Gen5 x16, 63 GB/s spec).
+/// (docs/references.md: 53-56.6 GB/s measured P2P writes on Gen5 x16, 63 GB/s spec).
 pub const P2P_WRITE_EFFICIENCY: f64 = 53.0 / 63.0;
 /// Fraction of isolated bandwidth each GPU keeps when 8 GPUs all write all peers
-/// (REFERENCE.md: 0.38-0.44 on 8 GPUs, one CPU). See [`all_to_all_efficiency`] for other
+/// (docs/references.md: 0.38-0.44 on 8 GPUs, one CPU). See [`all_to_all_efficiency`] for other
 /// world sizes.
 pub const PCIE_ALL_TO_ALL_EFFICIENCY: f64 = 0.4;
 /// World size at which [`PCIE_ALL_TO_ALL_EFFICIENCY`] was measured.
 pub const PCIE_ALL_TO_ALL_MEASURED_WORLD: usize = 8;
-/// One-way latency of a P2P write, us (REFERENCE.md: 0.36-0.52 us measured on Gen5, upper end).
+/// One-way latency of a P2P write, us (docs/references.md: 0.36-0.52 us measured on Gen5, upper end).
 pub const PCIE_HOP_US: f64 = 0.52;
 /// Cost of one synchronised step of staged push or one phase of hierarchical, us: a P2P
 /// write plus the reader observing it. Placeholder until measured: twice [`PCIE_HOP_US`].
 pub const PCIE_STEP_US: f64 = 2.0 * PCIE_HOP_US;
 /// Latency of a copy through host memory when GPUs have no P2P, us
-/// (REFERENCE.md: about 14 us, rtx6kpro pcie-bandwidth.md).
+/// (docs/references.md: about 14 us, rtx6kpro pcie-bandwidth.md).
 pub const HOST_COPY_LATENCY_US: f64 = 14.0;
-/// NCCL's small-message floor on 8 PCIe GPUs, us (REFERENCE.md: 8x RTX 4090 about 42 us at
+/// NCCL's small-message floor on 8 PCIe GPUs, us (docs/references.md: 8x RTX 4090 about 42 us at
 /// 8 B, nccl #1530; 8x RTX 3090 about 54 us). The lower figure, to favour NCCL when unsure.
 pub const NCCL_PCIE_FLOOR_US: f64 = 42.0;
 
-/// Most blocks a PCIe kernel uses (DESIGN.md: PCIe fabrics collapse when every SM writes).
+/// Most blocks a PCIe kernel uses (docs/architecture.md: PCIe fabrics collapse when every SM writes).
 /// Placeholder until measured.
 pub const PCIE_MAX_BLOCKS: u32 = 4;
 /// Bytes per block on PCIe before another block is added. Placeholder until measured.
@@ -82,7 +83,7 @@ pub(crate) fn xfer_us(bytes: f64, gbps: f64) -> f64 {
 }
 
 /// Fraction of isolated P2P bandwidth left when `world` GPUs all write all peers. Known
-/// points: 2 ranks have one flow each way (1.0); 8 ranks measured 0.4 (REFERENCE.md).
+/// points: 2 ranks have one flow each way (1.0); 8 ranks measured 0.4 (docs/references.md).
 /// Between them: linear, an assumption until measured. Beyond 8: held at 0.4 (no data).
 pub fn all_to_all_efficiency(world: usize) -> f64 {
     let m = PCIE_ALL_TO_ALL_MEASURED_WORLD;

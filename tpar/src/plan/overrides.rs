@@ -3,6 +3,7 @@
 //! Owns: every variable's grammar and its error message. Must never: be silently ignored —
 //! [`Overrides::validate`] refuses at init what the plan would have to ignore.
 
+pub use super::floors::MAX_KERNEL_BLOCKS;
 use super::feasibility::{check, natural_transport, transport_usable, Fabric};
 use crate::error::{Error, Result};
 use crate::kinds::{Algorithm, Backend, Transport};
@@ -43,8 +44,6 @@ pub struct Overrides {
     pub check_calls: Option<bool>,
 }
 
-/// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
-pub const MAX_KERNEL_BLOCKS: u32 = 32;
 
 /// The variables [`Overrides`] reads.
 pub const OVERRIDE_VARS: [&str; 8] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS", "TPAR_CHECK_CALLS"];

@@ -17,30 +17,9 @@ use crate::algorithms::Algorithm;
 use crate::dtype::{DType, EMPTY};
 use crate::error::{Error, Result};
 use crate::workspace::Workspace;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A shared 64-bit cell. Implemented for `std` atomics (shared memory) and, in tests, for
-/// loom's atomics.
-pub trait Word: Sync {
-    fn load_acquire(&self) -> u64;
-    fn store_release(&self, v: u64);
-    fn store_relaxed(&self, v: u64);
-}
+pub use crate::workspace::Word;
 
-impl Word for AtomicU64 {
-    #[inline(always)]
-    fn load_acquire(&self) -> u64 {
-        self.load(Ordering::Acquire)
-    }
-    #[inline(always)]
-    fn store_release(&self, v: u64) {
-        self.store(v, Ordering::Release)
-    }
-    #[inline(always)]
-    fn store_relaxed(&self, v: u64) {
-        self.store(v, Ordering::Relaxed)
-    }
-}
 
 /// What a rank is waiting for, for error messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,13 +1,13 @@
-//! The calibration table: REFERENCE.md figures, the simulator's prediction for each, and
+//! The calibration table: docs/references.md figures, the simulator's prediction for each, and
 //! the error, so that docs/sim.md and the tests read the same numbers.
 //!
-//! Owns: the figures (copied from REFERENCE.md with their source), the machines they were
+//! Owns: the figures (copied from docs/references.md with their source), the machines they were
 //! measured on (presets, or small topologies built here for machines no preset describes),
 //! and the error bound each figure is held to. Must never: change a [`Params`] default (that
 //! is `params`, where each fitted value says which figure it was fitted to).
 //!
-//! Error = (predicted - measured) / measured. A range in REFERENCE.md is compared against
-//! its midpoint. "D" marks a figure derived by arithmetic from REFERENCE.md (docs/model.md
+//! Error = (predicted - measured) / measured. A range in docs/references.md is compared against
+//! its midpoint. "D" marks a figure derived by arithmetic from docs/references.md (docs/model.md
 //! shows the arithmetic).
 
 use super::fabric::{Endpoint, Fabric, Op};
@@ -43,7 +43,7 @@ pub struct Row {
     pub world: usize,
     pub launch: Launch,
     pub quantity: Quantity,
-    /// REFERENCE.md value (midpoint of a range).
+    /// docs/references.md value (midpoint of a range).
     pub measured: f64,
     pub predicted: f64,
     /// Bound the test holds |error| to; `None`: shown, not bounded (a known miss).
@@ -280,7 +280,7 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
         },
         Series {
             figure: "H. serving case: NCCL in the verify step, 42 KiB (200-250 us)",
-            source: "REFERENCE.md, the case that started the project",
+            source: "docs/references.md, the case that started the project",
             topo: dual.clone(),
             world: 8,
             launch: Launch::Eager,
@@ -412,7 +412,7 @@ fn fabric_rows(params: &Params) -> Result<Vec<Row>> {
     let single = rate(&fab, &[(0, 1)])?[0];
     let prs = pairs(8);
     let r = rate(&fab, &prs)?;
-    // REFERENCE.md's "9.7 GB/s across sockets with all flows active" is read as what one
+    // docs/references.md's "9.7 GB/s across sockets with all flows active" is read as what one
     // GPU sends across the socket link in total (its four cross flows together).
     let cross: f64 = prs
         .iter()

@@ -8,7 +8,7 @@
 //! | [`flows`] | max-min fair sharing of capacitated resources, event-driven progressive filling |
 //! | [`params`] | every number not in the topology, with where it came from (spec / measured / fitted) |
 //! | [`fabric`] | resources (links per direction, switch uplinks, root complexes, socket link, read trackers, host memory) and routes |
-//! | [`calibrate`] | REFERENCE.md figures, the prediction for each, and the error |
+//! | [`calibrate`] | docs/references.md figures, the prediction for each, and the error |
 //!
 //! Contention is not typed in: when 8 GPUs write all peers at once, their flows meet on the
 //! same GPU links, root complexes and socket link, and max-min sharing decides what each
@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn pull_collapses_across_sockets_but_not_on_one_switch() {
-        // REFERENCE.md: forced to its pull kernel on the dual-socket RTX PRO box, SGLang ran
+        // docs/references.md: forced to its pull kernel on the dual-socket RTX PRO box, SGLang ran
         // slower than NCCL. The simulator must get that ordering from the fabric.
         let p = Params::default();
         let dual = Simulator::new(&presets::rtxpro6000_dualsocket_8(), 8, &p).unwrap();

@@ -1,8 +1,8 @@
 //! Every number the simulator uses that is not in the [`Topology`](crate::topology::Topology).
 //!
 //! Owns: [`Params`] and its defaults, each with where it came from: **spec** (a standard or
-//! data sheet), **measured** (a figure in REFERENCE.md, used as is), or **fitted** (chosen so
-//! that the predictions in `calibrate` match REFERENCE.md figures; docs/sim.md lists which).
+//! data sheet), **measured** (a figure in docs/references.md, used as is), or **fitted** (chosen so
+//! that the predictions in `calibrate` match docs/references.md figures; docs/sim.md lists which).
 //! Must never: read files or the environment; tune itself.
 
 /// How the all-reduce kernel is launched.
@@ -18,30 +18,30 @@ pub enum Launch {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Params {
     pub launch: Launch,
-    /// Host-side cost of one eager kernel launch. Measured: REFERENCE.md "eager launches ~4 us".
+    /// Host-side cost of one eager kernel launch. Measured: docs/references.md "eager launches ~4 us".
     pub launch_eager_us: f64,
-    /// Cost of one kernel boundary inside a graph. Measured: REFERENCE.md, ~0.5 us on H200.
+    /// Cost of one kernel boundary inside a graph. Measured: docs/references.md, ~0.5 us on H200.
     pub launch_graph_us: f64,
     /// Fraction of a PCIe link's spec rate that a P2P copy reaches. Measured: 53-56.6 of
-    /// 63 GB/s Gen5 same-socket writes (REFERENCE.md) -> 0.87.
+    /// 63 GB/s Gen5 same-socket writes (docs/references.md) -> 0.87.
     pub pcie_efficiency: f64,
     /// Fraction of NVLink's spec rate P2P writes reach. Measured: 371-377 of 450 GB/s -> 0.83.
     pub nvlink_efficiency: f64,
     /// Fraction of its link's (efficient) rate that a few-block all-reduce kernel injects
     /// over PCIe. Fitted: custom one-shot on 4x RTX PRO 6000 moves ~31 GB/s per GPU at
-    /// 256 KiB-1 MiB, V100 ~10 of 13.7 (REFERENCE.md tables).
+    /// 256 KiB-1 MiB, V100 ~10 of 13.7 (docs/references.md tables).
     pub pcie_kernel_fraction: f64,
     /// The same over NVLink. Fitted: MSCCL++ all-pair on H200 adds ~0.8 us per 16 KiB x 7.
     pub nvlink_kernel_fraction: f64,
     /// One-way latency of a posted P2P write over PCIe, same socket. Measured:
-    /// p2pBandwidthLatencyTest 0.36-0.52 us (REFERENCE.md) -> 0.45.
+    /// p2pBandwidthLatencyTest 0.36-0.52 us (docs/references.md) -> 0.45.
     pub pcie_write_us: f64,
-    /// Extra one-way latency for crossing the socket link. Assumed (not in REFERENCE.md).
+    /// Extra one-way latency for crossing the socket link. Assumed (not in docs/references.md).
     pub socket_hop_us: f64,
     /// One-way latency of an NVLink write through NVSwitch. Fitted (H200 NCCL, 14 ring hops).
     pub nvlink_write_us: f64,
     /// Round trip of a non-posted P2P read over PCIe, idle. Measured: 4.1 us for 128 B
-    /// (p2pmark, REFERENCE.md).
+    /// (p2pmark, docs/references.md).
     pub pcie_read_rtt_us: f64,
     /// Round trip of an NVLink read. Assumed: a few write latencies.
     pub nvlink_read_rtt_us: f64,
@@ -50,15 +50,15 @@ pub struct Params {
     pub read_window_bytes: f64,
     /// Bytes of non-posted reads a root complex keeps outstanding for peer traffic, all GPUs
     /// together; with the round trip this is a capacity (Little's law). Fitted to the
-    /// derived pull one-shot time of REFERENCE.md's 38 tok/s (docs/sim.md).
+    /// derived pull one-shot time of docs/references.md's 38 tok/s (docs/sim.md).
     pub rc_read_outstanding_bytes: f64,
     /// The same for reads that cross the socket link. Fitted, as above.
     pub socket_read_outstanding_bytes: f64,
     /// Peer traffic a root complex forwards, in multiples of one GPU link. Fitted: 8 GPUs
-    /// writing all peers get 0.38-0.44 of their isolated rate on one CPU (REFERENCE.md).
+    /// writing all peers get 0.38-0.44 of their isolated rate on one CPU (docs/references.md).
     pub rc_forward_links: f64,
     /// Socket-link rate for peer traffic when the topology does not give one. Measured:
-    /// Gen5 across sockets 39-51 GB/s (REFERENCE.md) -> 45.
+    /// Gen5 across sockets 39-51 GB/s (docs/references.md) -> 45.
     pub socket_link_gbps: f64,
     /// Host DRAM rate for staged copies, per socket. Spec-level guess (DDR5, 8+ channels).
     pub host_memory_gbps: f64,
@@ -70,11 +70,11 @@ pub struct Params {
     /// as the idle read round trip (4.1 us).
     pub host_poll_us: f64,
     /// Latency of one NCCL ring hop through host memory (SHM transport, P2P off for the
-    /// pair). Fitted: REFERENCE.md's AMD figure, 48.2 us untuned vs 26.2 us with P2P at SYS,
+    /// pair). Fitted: docs/references.md's AMD figure, 48.2 us untuned vs 26.2 us with P2P at SYS,
     /// 32 KB on 8 GPUs. (A cudaMemcpy through host takes ~14 us; NCCL's LL hand-off through
     /// host memory is a flag poll, far cheaper.)
     pub nccl_shm_hop_us: f64,
-    /// NCCL's fixed cost per call, launch included, eager or in a graph alike: REFERENCE.md
+    /// NCCL's fixed cost per call, launch included, eager or in a graph alike: docs/references.md
     /// shows NCCL floors of 15-20 us both eager (4x RTX PRO 6000) and in graphs (4x V100,
     /// H200 pynccl), so its floor is not the launch. Fitted to those floors.
     pub nccl_fixed_us: f64,
@@ -84,7 +84,7 @@ pub struct Params {
     /// spec of the protocol) -> 2.
     pub nccl_ll_wire_factor: f64,
     /// Whether NCCL uses P2P across the socket link (NCCL_P2P_LEVEL=SYS). Off by default,
-    /// as REFERENCE.md's AMD tuning figure implies (48.2 us untuned vs 26.2 us at SYS).
+    /// as docs/references.md's AMD tuning figure implies (48.2 us untuned vs 26.2 us at SYS).
     pub nccl_p2p_across_sockets: bool,
 }
 

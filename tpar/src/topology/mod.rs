@@ -23,7 +23,7 @@ pub mod presets;
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// PCIe bandwidth per direction of an x16 link, GB/s, by generation.
-/// Source: REFERENCE.md "PCIe physics" (Gen5 63 GB/s, Gen4 31.5 GB/s, PCIe 4.0/5.0 specs);
+/// Source: docs/references.md "PCIe physics" (Gen5 63 GB/s, Gen4 31.5 GB/s, PCIe 4.0/5.0 specs);
 /// Gen3 is half of Gen4 (8 GT/s, 128b/130b), Gen6 twice Gen5 (spec, before FLIT overhead).
 pub fn pcie_x16_gbps(generation: u32) -> f64 {
     match generation {
@@ -111,7 +111,7 @@ pub struct PcieSwitch {
     /// Per-direction bandwidth of the uplink to the CPU, GB/s.
     pub uplink_gbps: f64,
     /// ACS redirect on: peer traffic between two ports detours through the root complex
-    /// (REFERENCE.md: 50 vs 103 GB/s bidirectional on vs off).
+    /// (docs/references.md: 50 vs 103 GB/s bidirectional on vs off).
     pub acs_redirect: bool,
 }
 

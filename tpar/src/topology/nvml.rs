@@ -14,7 +14,7 @@ use nvml_wrapper::{Device, Nvml};
 /// NVLink links a device can have (NVML_NVLINK_MAX_LINKS in nvml.h, NVML 12).
 const NVLINK_MAX_LINKS: u32 = 18;
 /// Per-link NVLink bandwidth per direction, GB/s (NVLink 4: 450 GB/s over 18 links,
-/// REFERENCE.md). Used only to fill `nvlink_gbps`; older generations are over-estimated.
+/// docs/references.md). Used only to fill `nvlink_gbps`; older generations are over-estimated.
 const NVLINK_LINK_GBPS: f64 = 25.0;
 
 fn lib_err(what: &str, e: impl std::fmt::Display) -> Error {

@@ -1,6 +1,6 @@
 //! Bundled topologies of machines we may not have, by name.
 //!
-//! Owns: the preset table and the numbers in it, each with where it came from (REFERENCE.md
+//! Owns: the preset table and the numbers in it, each with where it came from (docs/references.md
 //! or a spec sheet). Must never: probe the machine, or change a preset's numbers without
 //! saying why (the fingerprint of every profile tuned on a preset changes with them).
 
@@ -36,13 +36,13 @@ pub fn all() -> Vec<Topology> {
 
 const GIB: u64 = 1 << 30;
 
-/// NVLink 4 bandwidth per direction per GPU, GB/s. Source: REFERENCE.md "All-reduce
+/// NVLink 4 bandwidth per direction per GPU, GB/s. Source: docs/references.md "All-reduce
 /// latencies, NVLink" (450 GB/s per direction; 371-377 GB/s measured P2P writes, nccl #1264).
 const NVLINK4_GBPS: f64 = 450.0;
 /// NVLink links per H100/H200 (NVLink 4, 18 links x 25 GB/s per direction = 450 GB/s).
 const NVLINK4_LINKS: u32 = 18;
 /// Cross-socket bandwidth for Gen5 P2P: midpoint of 39-51 GB/s measured across sockets
-/// (REFERENCE.md, rtx6kpro pcie-bandwidth.md).
+/// (docs/references.md, rtx6kpro pcie-bandwidth.md).
 const GEN5_CROSS_SOCKET_GBPS: f64 = 45.0;
 
 /// Builds GPUs for a preset (or another described machine, e.g. the simulator's calibration
@@ -76,7 +76,7 @@ pub(crate) fn matrix(n: usize, f: impl Fn(usize, usize) -> Link) -> Vec<Vec<Link
     (0..n).map(|i| (0..n).map(|j| if i == j { Link::SELF } else { f(i, j) }).collect()).collect()
 }
 
-/// PCIe peer link: read and write, no atomics (DESIGN.md: many PCIe parts have no remote
+/// PCIe peer link: read and write, no atomics (docs/architecture.md: many PCIe parts have no remote
 /// atomics; tpar's protocols never need them, so a preset claims none).
 fn pcie_p2p(class: LinkClass) -> Link {
     Link { class, p2p_read: true, p2p_write: true, p2p_atomics: false }
@@ -109,7 +109,7 @@ pub fn h200_nvswitch_8() -> Topology {
     // Two 56-core sockets with 2 threads per core (Xeon 8480+, a typical HGX host);
     // placeholder, not used by the plan.
     let cpu = CpuInfo { cores: 224, numa_nodes: 2, sockets: 2, inter_socket_gbps: None };
-    finish(name, g, links, Vec::new(), cpu, &["preset: HGX H200, NVLink 4 through NVSwitch (REFERENCE.md)"])
+    finish(name, g, links, Vec::new(), cpu, &["preset: HGX H200, NVLink 4 through NVSwitch (docs/references.md)"])
 }
 
 /// 8x RTX PRO 6000 Blackwell, Gen5, behind two PCIe switches (4 GPUs each) on one CPU.
@@ -127,7 +127,7 @@ pub fn rtxpro6000_pcie_switch_8() -> Topology {
 
 /// 8x RTX PRO 6000 Blackwell, Gen5, two sockets; each socket has one Broadcom switch split
 /// into two logical switches, each with two GPUs and its own x16 uplink
-/// (REFERENCE.md: rtx6kpro asus-esc8000a-e13p-broadcom-switches.md).
+/// (docs/references.md: rtx6kpro asus-esc8000a-e13p-broadcom-switches.md).
 pub fn rtxpro6000_dualsocket_8() -> Topology {
     let name = "rtxpro6000-dualsocket-8";
     let sockets = [0, 0, 0, 0, 1, 1, 1, 1];
@@ -155,11 +155,11 @@ pub fn rtxpro6000_dualsocket_8() -> Topology {
         links,
         switches,
         cpu,
-        &["preset: ACS redirect off (with it on, a switch pair drops from 103 to 50 GB/s bidirectional, REFERENCE.md)"],
+        &["preset: ACS redirect off (with it on, a switch pair drops from 103 to 50 GB/s bidirectional, docs/references.md)"],
     )
 }
 
-/// 8x L40S, Gen4, every GPU on its own CPU root port, four per socket (REFERENCE.md:
+/// 8x L40S, Gen4, every GPU on its own CPU root port, four per socket (docs/references.md:
 /// flashinfer PR #4870: 26 GB/s single hop, 9.7 GB/s per flow across sockets, all flows on).
 pub fn l40s_direct_8() -> Topology {
     let name = "l40s-direct-8";
@@ -174,12 +174,12 @@ pub fn l40s_direct_8() -> Topology {
         links,
         Vec::new(),
         cpu,
-        &["preset: cross-socket bandwidth not measured in isolation; 9.7 GB/s per flow with all flows active (REFERENCE.md)"],
+        &["preset: cross-socket bandwidth not measured in isolation; 9.7 GB/s per flow with all flows active (docs/references.md)"],
     )
 }
 
 /// 4x RTX 4090, Gen4, on CPU root ports of one socket, no P2P (the stock driver disables it;
-/// REFERENCE.md's 24.4 GB/s P2P figure needs a patched kernel module).
+/// docs/references.md's 24.4 GB/s P2P figure needs a patched kernel module).
 pub fn rtx4090_nop2p_4() -> Topology {
     let name = "rtx4090-nop2p-4";
     // 24 GB GDDR6X (RTX 4090 spec sheet).

@@ -28,7 +28,7 @@ impl DataPlane for ShmWorkspace {
         let layout = Layout::for_budget(spec.world, spec.shm_budget)?;
         let name = format!("/tpar-{:016x}-{}-{:08x}", spec.job_id, std::process::id(), rand::random::<u32>());
         let shm = ShmSegment::create(&name, layout.bytes(), 0)?;
-        Workspace::new(layout, shm.words())?.init(spec.job_id, spec.first_epoch);
+        Workspace::new(layout, shm.words())?.init(spec.job_id, spec.first_epoch, crate::protocol::barrier_init(spec.first_epoch));
         let mut welcome = Vec::new();
         welcome.extend_from_slice(&(layout.bytes() as u64).to_le_bytes());
         welcome.extend_from_slice(&(layout.cap as u64).to_le_bytes());
