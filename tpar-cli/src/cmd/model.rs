@@ -184,6 +184,14 @@ fn parse_latency(s: &str, algorithm: Algorithm) -> Result<Box<dyn ArLatency>, St
 
 pub fn run(args: ModelArgs) -> Result<(), String> {
     let dtype: DType = args.dtype.parse().map_err(|e: tpar::Error| e.to_string())?;
+    // A verify step yields at least its bonus token and at most one per row it verifies.
+    let most = args.verify_width as f64;
+    if !(1.0..=most).contains(&args.acceptance) {
+        return Err(format!(
+            "--acceptance {}: tokens per verify step lie in 1..={} (--verify-width {}: the accepted drafts plus the bonus token)",
+            args.acceptance, args.verify_width, args.verify_width
+        ));
+    }
     let compute = match (args.compute_ms, args.baseline_tok_s) {
         (Some(ms), _) => Compute::StepMs(ms),
         (None, Some(t)) => Compute::BaselineTokS(t),

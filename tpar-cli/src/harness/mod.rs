@@ -96,6 +96,10 @@ impl Target {
     }
 }
 
+/// Whether this command runs emulated ranks (set by [`RankArgs::target`]), so that no
+/// message suggests `--emulate-ranks` to a command that refuses it.
+static EMULATE_OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
 /// GPUs NVML sees, discovered once per process.
 pub fn gpu_count() -> usize {
     static GPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -121,6 +125,7 @@ impl RankArgs {
     /// Resolves `--backend` and `--emulate-ranks`. `emulate_ok`: whether the command runs
     /// emulated ranks at all (so messages never suggest a flag it refuses).
     pub fn target(&self, cmd: &str, emulate_ok: bool) -> Result<Target, String> {
+        let _ = EMULATE_OK.set(emulate_ok);
         if let Some(list) = &self.emulate_ranks {
             if !emulate_ok {
                 return Err(format!("tpar {cmd} does not run emulated ranks: they share one GPU, so they measure no fabric"));
@@ -178,8 +183,11 @@ impl RankArgs {
             Target::Gpu => {
                 let gpus = gpu_count();
                 if gpus < 2 {
-                    return Err(format!("--backend cuda runs one rank process per GPU and needs 2 or more GPUs; NVML sees {gpus}{}",
-                        if gpus == 1 { ". On one GPU, --emulate-ranks N runs N ranks as streams of it" } else { "" }));
+                    let how = gpus == 1 && EMULATE_OK.get() == Some(&true);
+                    return Err(format!(
+                        "--backend cuda runs one rank process per GPU and needs 2 or more GPUs; NVML sees {gpus}{}",
+                        if how { ". On one GPU, --emulate-ranks N runs N ranks as streams of it" } else { "" }
+                    ));
                 }
                 Ok(gpus)
             }
