@@ -92,7 +92,8 @@ fn output_paths_are_checked_before_any_rank_starts() {
 }
 
 /// Starts a long bench with TMPDIR=`tmp`, waits until all `world` ranks run, and returns
-/// the launcher, its ranks and their job id.
+/// the launcher, its ranks and their job id. The caller waits for the launcher.
+#[allow(clippy::zombie_processes)]
 fn long_bench(tmp: &Tmp, world: usize) -> (std::process::Child, Vec<u32>, String) {
     let launcher = tpar()
         .args(["bench", "--backend", "cpu", "--world", &world.to_string(), "-b", "1K", "-e", "1K", "-n", "100000000", "--algo", "oneshot-push"])

@@ -9,7 +9,7 @@ use tpar::plan::{Backend, CaptureMode};
 use tpar::profile::ProfileFingerprint;
 use tpar::testing::{all_inputs, fill_input, is_exact, poison, special_inputs, Special};
 use tpar::units::Spread;
-use tpar::{bf16, f16, Algorithm, Communicator, DType, Element, Topology, Transport};
+use tpar::{Algorithm, Communicator, DType, Element, Topology, Transport};
 
 pub struct CpuGroup {
     comm: Communicator,
@@ -22,6 +22,15 @@ fn err(e: tpar::Error) -> String {
 impl CpuGroup {
     pub fn join() -> Result<CpuGroup, String> {
         Ok(CpuGroup { comm: Communicator::from_env().map_err(err)? })
+    }
+
+    /// A control-plane error, named by its cause when a peer has died (its liveness lock is
+    /// gone): the socket only says that the connection closed.
+    fn ctl(&self, e: tpar::Error) -> String {
+        match self.comm.dead_peer() {
+            Some(p) => format!("rank {}: peer rank {p} died ({e})", self.comm.rank()),
+            None => e.to_string(),
+        }
     }
 
     fn checked_t<T: Element>(&mut self, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
@@ -44,7 +53,7 @@ impl CpuGroup {
             out
         };
         let mine = judge(&out, &inputs, used);
-        let all = self.comm.all_gather_bytes(&mine.encode()).map_err(err)?;
+        let all = self.comm.all_gather_bytes(&mine.encode()).map_err(|e| self.ctl(e))?;
         let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
         Ok(Verdict::of(&outcomes, count))
     }
@@ -58,7 +67,7 @@ impl CpuGroup {
             self.comm.all_reduce_with(algo, &inputs[self.comm.rank()], &mut out).map_err(err)?;
             ok &= is_exact(&out, &inputs);
         }
-        let all = self.comm.all_gather_bytes(&[u8::from(ok)]).map_err(err)?;
+        let all = self.comm.all_gather_bytes(&[u8::from(ok)]).map_err(|e| self.ctl(e))?;
         Ok(all.iter().all(|b| b.first() == Some(&1)))
     }
 
@@ -79,14 +88,13 @@ impl CpuGroup {
             }
             times.push(t0.elapsed().as_secs_f64() * 1e6 / inner as f64);
         }
-        slowest(&mut self.comm, &times)
+        match self.comm.gather_bytes(&super::encode_times(&times)) {
+            Ok(all) => Ok(all.map(|all| super::slowest(&times, &all))),
+            Err(e) => Err(self.ctl(e)),
+        }
     }
 }
 
-/// Rank 0 gets, per iteration, the slowest rank's time as a spread; the others None.
-fn slowest(comm: &mut Communicator, times: &[f64]) -> Result<Option<Spread>, String> {
-    Ok(comm.gather_bytes(&super::encode_times(times)).map_err(err)?.map(|all| super::slowest(times, &all)))
-}
 
 impl Group for CpuGroup {
     fn world(&self) -> usize {
@@ -115,25 +123,13 @@ impl Group for CpuGroup {
         Some(self.comm.planned(d, bytes))
     }
     fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
-        match d {
-            DType::F32 => self.checked_t::<f32>(algo, seed, call, count, io),
-            DType::F16 => self.checked_t::<f16>(algo, seed, call, count, io),
-            DType::BF16 => self.checked_t::<bf16>(algo, seed, call, count, io),
-        }
+        by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
     }
     fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
-        match d {
-            DType::F32 => self.exact_t::<f32>(algo, count),
-            DType::F16 => self.exact_t::<f16>(algo, count),
-            DType::BF16 => self.exact_t::<bf16>(algo, count),
-        }
+        by_dtype!(d, T => self.exact_t::<T>(algo, count))
     }
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
-        match d {
-            DType::F32 => self.time_t::<f32>(algo, count, t),
-            DType::F16 => self.time_t::<f16>(algo, count, t),
-            DType::BF16 => self.time_t::<bf16>(algo, count, t),
-        }
+        by_dtype!(d, T => self.time_t::<T>(algo, count, t))
     }
     fn barrier(&mut self) -> Result<(), String> {
         self.comm.barrier().map_err(err)

@@ -12,7 +12,7 @@ use tpar::plan::{Backend, CaptureMode};
 use tpar::profile::ProfileFingerprint;
 use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
 use tpar::units::{percentiles, Spread};
-use tpar::{bf16, f16, Algorithm, DType, Element, Transport};
+use tpar::{Algorithm, DType, Element, Transport};
 
 use super::gpu::{err, POISON_WORD, TIMING_WORD};
 
@@ -206,18 +206,10 @@ impl Group for EmulatedRanks {
             // An empty call launches nothing on emulated ranks; there is nothing to judge.
             return Ok(Verdict { algo, count, wrong: 0, inexact: 0, identical: true });
         }
-        match d {
-            DType::F32 => self.checked_t::<f32>(algo, seed, call, count, io),
-            DType::F16 => self.checked_t::<f16>(algo, seed, call, count, io),
-            DType::BF16 => self.checked_t::<bf16>(algo, seed, call, count, io),
-        }
+        by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
     }
     fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
-        match d {
-            DType::F32 => self.exact_t::<f32>(algo, count),
-            DType::F16 => self.exact_t::<f16>(algo, count),
-            DType::BF16 => self.exact_t::<bf16>(algo, count),
-        }
+        by_dtype!(d, T => self.exact_t::<T>(algo, count))
     }
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
         let mut s = self.time_op(Some(algo), d, count, t)?;

@@ -12,7 +12,7 @@ use tpar::plan::{Backend, CaptureMode};
 use tpar::profile::ProfileFingerprint;
 use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
 use tpar::units::Spread;
-use tpar::{bf16, f16, Algorithm, DType, Element, Transport};
+use tpar::{Algorithm, DType, Element, Transport};
 
 /// Written into outputs before each checked call: a NaN in every lane width (f32, f16,
 /// bf16) that no algorithm writes and that is not the workspace's empty sentinel.
@@ -227,21 +227,13 @@ impl Group for GpuGroup {
         Some(a)
     }
     fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
-        let o = match d {
-            DType::F32 => self.checked_t::<f32>(algo, (seed, call), count, io)?,
-            DType::F16 => self.checked_t::<f16>(algo, (seed, call), count, io)?,
-            DType::BF16 => self.checked_t::<bf16>(algo, (seed, call), count, io)?,
-        };
+        let o = by_dtype!(d, T => self.checked_t::<T>(algo, (seed, call), count, io)?);
         let all = self.comm.all_gather_bytes(&o.encode()).map_err(err)?;
         let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
         Ok(Verdict::of(&outcomes, count))
     }
     fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
-        let ok = match d {
-            DType::F32 => self.exact_t::<f32>(algo, count)?,
-            DType::F16 => self.exact_t::<f16>(algo, count)?,
-            DType::BF16 => self.exact_t::<bf16>(algo, count)?,
-        };
+        let ok = by_dtype!(d, T => self.exact_t::<T>(algo, count)?);
         Ok(self.comm.all_gather_bytes(&[u8::from(ok)]).map_err(err)?.iter().all(|b| b.first() == Some(&1)))
     }
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {

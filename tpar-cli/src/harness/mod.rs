@@ -5,6 +5,27 @@
 //!
 //! Every flag that two commands share is parsed here, so it means the same in each.
 
+/// `$e` with `$T` the element type of the dtype `$d`: the one place a runtime dtype becomes
+/// a type parameter.
+macro_rules! by_dtype {
+    ($d:expr, $T:ident => $e:expr) => {
+        match $d {
+            tpar::DType::F32 => {
+                type $T = f32;
+                $e
+            }
+            tpar::DType::F16 => {
+                type $T = tpar::f16;
+                $e
+            }
+            tpar::DType::BF16 => {
+                type $T = tpar::bf16;
+                $e
+            }
+        }
+    };
+}
+
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod emulated;
