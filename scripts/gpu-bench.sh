@@ -35,12 +35,12 @@ step() {
 
 step topo 30 topo
 step topo-json 30 topo --json
-step cuda-graph-8 120 bench --backend cuda --emulate-ranks 8 --graph -b 1K -e 4M -f 4 -d bfloat16 -n 100 -w 10 --json "$OUT/cuda-graph-8.json"
-step cuda-sequence 90 bench --backend cuda --emulate-ranks 2,8 --sequence 122x43008 -d bfloat16 -n 50 -w 5
+step cuda-graph-8 120 bench --backend cuda --emulate-ranks 8 --mode graph -b 1K -e 4M -f 4 -d bfloat16 -n 100 -w 10 --json "$OUT/cuda-graph-8.json"
+step cuda-sequence 90 bench --backend cuda --emulate-ranks 2,8 --mode graph --sequence 122x43008 -b 42K -e 42K -d bfloat16 -n 50 -w 5
 step cuda-host-2 60 bench --backend cuda --emulate-ranks 2 --transport host -b 8 -e 1M -f 8 -d bfloat16 -n 100 -w 10
-step cpu-check-8 60 check --ranks 8 --calls 2000
+step cpu-check-8 60 check --backend cpu --world 8 --calls 2000
 for n in 2 4 8; do
-    step "cpu-bench-$n" 40 bench --ranks "$n" -b 8 -e 4M -f 4 -d bfloat16 -n 100 -w 10 --json "$OUT/cpu-bench-$n.json"
+    step "cpu-bench-$n" 40 bench --backend cpu --world "$n" -b 8 -e 4M -f 4 -d bfloat16 -n 100 -w 10 --json "$OUT/cpu-bench-$n.json"
 done
 printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
 cp "$OUT/summary.txt" "$FINAL/"

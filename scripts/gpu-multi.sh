@@ -26,25 +26,25 @@ check) {
     nvidia-smi --query-gpu=index,name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv
     nvidia-smi topo -m
     T=60 run topo
-    T=240 run check --backend cuda --ranks "$GPUS" -d all -e 16M --calls 300
-    T=200 run check --backend cuda --ranks "$GPUS" -d all -e 1M --calls 10000 --seed 2
+    T=240 run check --backend cuda --world "$GPUS" -d all -e 16M --calls 300
+    T=200 run check --backend cuda --world "$GPUS" -d all -e 1M --calls 10000 --seed 2
     for w in $(worlds); do
         [ "$w" -eq "$GPUS" ] && continue
-        T=150 run check --backend cuda --ranks "$w" -d all -e 4M --calls 300 --seed 3
+        T=150 run check --backend cuda --world "$w" -d all -e 4M --calls 300 --seed 3
     done
     for e in 42K 8M; do # tpar's kernels, then NCCL (the plan's pick above 2 MiB)
-        echo "\$ TPAR_TIMEOUT_MS=3000 tpar check --backend cuda --ranks $GPUS --kill-rank $((GPUS - 1)) -e $e"
-        TPAR_TIMEOUT_MS=3000 timeout 90 "$BIN" check --backend cuda --ranks "$GPUS" --kill-rank $((GPUS - 1)) -e "$e"; echo "rc=$?"
+        echo "\$ TPAR_TIMEOUT_MS=3000 tpar selftest kill-rank --world $GPUS --rank $((GPUS - 1)) -e $e"
+        TPAR_TIMEOUT_MS=3000 timeout 90 "$BIN" selftest kill-rank --world "$GPUS" --rank $((GPUS - 1)) -e "$e"; echo "rc=$?"
     done
 } 2>&1 | tee "$OUT/check.log" ;;
 bench) {
     date -u +%FT%TZ
     for w in $(worlds | sort -rn); do
-        T=200 run bench --backend cuda --ranks "$w" -b 1K -e 16M -f 2 -d bfloat16 -n 30 -w 5 \
+        T=200 run bench --backend cuda --world "$w" -b 1K -e 16M -f 2 -d bfloat16 -n 30 -w 5 \
             --sequence 122x43008 --json "$OUT/bench-w$w.json"
     done
-    T=150 run tune --backend cuda --ranks "$GPUS" -b 1K -e 16M -f 2 -d bfloat16 -n 20 -w 3 --capture graph -o "$OUT/profile-w$GPUS-graph.toml"
-    T=150 run tune --backend cuda --ranks "$GPUS" -b 1K -e 16M -f 2 -d bfloat16 -n 20 -w 3 --capture eager -o "$OUT/profile-w$GPUS-eager.toml"
+    T=150 run tune --backend cuda --world "$GPUS" -b 1K -e 16M -f 2 -d bfloat16 -n 20 -w 3 --capture graph -o "$OUT/profile-w$GPUS-graph.toml"
+    T=150 run tune --backend cuda --world "$GPUS" -b 1K -e 16M -f 2 -d bfloat16 -n 20 -w 3 --capture eager -o "$OUT/profile-w$GPUS-eager.toml"
     T=30 run plan --profile "$OUT/profile-w$GPUS-graph.toml" --table --graph
 } 2>&1 | tee "$OUT/bench.log" ;;
 torch) {
@@ -62,8 +62,8 @@ blocks) {
     date -u +%FT%TZ
     for w in $GPUS 2; do
         for b in auto 2 4 8 16 32; do
-            echo "\$ TPAR_BLOCKS=$b tpar bench --backend cuda --ranks $w -b 1K -e 1M -f 2 -d bfloat16 --algo oneshot-push,twoshot-push --mode graph -c 0"
-            TPAR_BLOCKS=$b timeout 90 "$BIN" bench --backend cuda --ranks "$w" -b 1K -e 1M -f 2 -d bfloat16 \
+            echo "\$ TPAR_BLOCKS=$b tpar bench --backend cuda --world $w -b 1K -e 1M -f 2 -d bfloat16 --algo oneshot-push,twoshot-push --mode graph -c 0"
+            TPAR_BLOCKS=$b timeout 90 "$BIN" bench --backend cuda --world "$w" -b 1K -e 1M -f 2 -d bfloat16 \
                 --algo oneshot-push,twoshot-push --mode graph -n 20 -w 3 -c 0 | grep -v "^#  "
             echo "rc=$?"
         done

@@ -1,22 +1,13 @@
-//! The `tpar` command line. Each subcommand lives in its own file; this file only parses
-//! and dispatches. The CLI may exit; the library never does.
+//! The `tpar` command line. Each subcommand lives in its own file under `cmd/`; `bench`,
+//! `check` and `tune` run over the shared harness (`harness/`: where ranks run, the launcher,
+//! the one verifier and the one table). This file only parses and dispatches. The CLI may
+//! exit; the library never does.
 
-mod bench;
-mod check;
-mod launch;
-mod model;
-mod plan;
-mod sim;
-mod topo;
-mod tune;
-mod util;
-
-#[cfg(feature = "cuda")]
-mod bench_cuda;
-#[cfg(feature = "cuda")]
-mod bench_gpu;
+mod cmd;
+mod harness;
 
 use clap::{Parser, Subcommand};
+use cmd::{bench, check, model, plan, selftest, sim, topo, tune};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -33,40 +24,42 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    // Subcommands are added here, one line each, implemented in their own files.
     /// Measure all-reduce latency and bandwidth (nccl-tests' all_reduce_perf flags and table)
     Bench(bench::BenchArgs),
     /// Verify every algorithm on this machine: odd sizes, all dtypes, long random sequences
     Check(check::CheckArgs),
-    /// Simulate all-reduce algorithms on a fabric: predicted latency, crossovers, the pick.
-    Sim(sim::SimArgs),
-    /// Decode throughput with and without speculation, for NCCL and for tpar's pick.
-    Model(model::ModelArgs),
+    /// Measure every candidate algorithm here and write a tuned profile for the plan
+    Tune(tune::TuneArgs),
     /// Show the GPU fabric like `nvidia-smi topo -m`: links, P2P read/write/atomics, islands.
     Topo(topo::TopoArgs),
     /// Show which algorithm tpar runs for an all-reduce and why, or a decision table.
     Plan(plan::PlanArgs),
-    /// Measure every candidate algorithm here and write a tuned profile for the plan
-    Tune(tune::TuneArgs),
-    /// GPU self-checks of the CUDA backend (sweeps, stress, timeout, graph, IPC tests) and its
-    /// benchmark; `tpar bench --backend cuda` is the same benchmark with bench's flags.
-    #[cfg(feature = "cuda")]
-    #[command(hide = true)]
-    BenchCuda(bench_cuda::BenchCudaArgs),
+    /// Simulate all-reduce algorithms on a fabric: predicted latency, crossovers, the pick.
+    Sim(sim::SimArgs),
+    /// Decode throughput with and without speculation, for NCCL and for tpar's pick.
+    Model(model::ModelArgs),
+    /// GPU self-tests by name: timeout, mismatch, graph, epoch-wrap, kill-rank, ipc, nccl-rdzv,
+    /// nccl-local
+    Selftest(selftest::SelftestArgs),
 }
 
 fn main() -> ExitCode {
+    // Like every Unix filter: a closed pipe (`tpar bench | head`) ends us quietly, by
+    // SIGPIPE, instead of a panic in println!.
+    // SAFETY: setting a signal's disposition to the default has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result: Result<(), String> = match cli.command {
         Command::Bench(a) => bench::run(a),
         Command::Check(a) => check::run(a),
-        Command::Sim(args) => sim::run(args),
-        Command::Model(args) => model::run(args),
-        Command::Topo(args) => topo::run(args),
-        Command::Plan(args) => plan::run(args),
-        Command::Tune(args) => tune::run(args),
-        #[cfg(feature = "cuda")]
-        Command::BenchCuda(a) => bench_cuda::run(a),
+        Command::Tune(a) => tune::run(a),
+        Command::Topo(a) => topo::run(a),
+        Command::Plan(a) => plan::run(a),
+        Command::Sim(a) => sim::run(a),
+        Command::Model(a) => model::run(a),
+        Command::Selftest(a) => selftest::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -136,3 +136,14 @@ fn plan_uses_a_matching_profile_and_ignores_another() {
     assert!(err.contains("warning: profile ignored"), "{err}");
     let _ = std::fs::remove_file(&path);
 }
+
+/// The README explains every algorithm the tools print: its table is the registry's.
+#[test]
+fn readme_explains_every_algorithm_from_the_registry() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let table = tpar::algorithms::registry::markdown_table();
+    assert!(readme.contains(&table), "README.md is out of date: paste tpar::algorithms::registry::markdown_table() into it:\n{table}");
+    for a in tpar::Algorithm::ALL {
+        assert!(readme.contains(&format!("`{a}`")), "README.md does not name {a}");
+    }
+}

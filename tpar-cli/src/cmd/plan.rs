@@ -5,7 +5,8 @@
 //! TPAR_PROFILE) exactly as the library does at init.
 
 use std::path::PathBuf;
-use tpar::plan::{human_bytes, parse_bytes, plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use tpar::units::human_bytes;
+use tpar::plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
 use tpar::profile::ProfileFingerprint;
 use tpar::{DType, Profile, Topology, Transport};
 
@@ -29,7 +30,7 @@ pub struct PlanArgs {
     #[arg(long, short = 't', default_value = "discover", value_name = "NAME|FILE")]
     pub topology: String,
     /// Ranks in the communicator (one GPU each, ordinals 0..N). Required without --table.
-    #[arg(long, short = 'n', value_name = "N")]
+    #[arg(long, value_name = "N")]
     pub world: Option<usize>,
     /// Bytes per rank; suffixes as nccl-tests: 42K, 1M, 1G. Required without --table.
     #[arg(long, short = 'b', value_name = "BYTES", value_parser = parse_size)]
@@ -55,7 +56,7 @@ pub struct PlanArgs {
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
-    parse_bytes(s).map_err(|e| e.to_string())
+    crate::harness::size(s).map(|b| b as u64)
 }
 
 fn parse_dtype(s: &str) -> Result<DType, String> {
@@ -92,6 +93,17 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
         return Ok(());
     }
     let world = args.world.ok_or("--world N is required (or use --table)")?;
+    let most = match (backend, topology.gpu_count()) {
+        (Backend::Cuda, gpus) if gpus > 0 => gpus.min(tpar::workspace::MAX_WORLD),
+        _ => tpar::workspace::MAX_WORLD,
+    };
+    if !(2..=most).contains(&world) {
+        return Err(format!("--world {world}: expected 2..={most} ranks ({})", if most < tpar::workspace::MAX_WORLD {
+            format!("{} has {most} GPUs, one rank each", topology.name)
+        } else {
+            "tpar runs 2..=16 ranks on one host".to_string()
+        }));
+    }
     let bytes = args.bytes.ok_or("--bytes B is required (or use --table)")?;
     if let Err(e) = overrides.validate(&topology, world, backend) {
         eprintln!("tpar: warning: a communicator would refuse these settings at init: {e}");

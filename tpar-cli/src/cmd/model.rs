@@ -1,7 +1,7 @@
 //! `tpar model`: what all-reduce latency does to decode throughput, with and without
 //! speculative decoding, for NCCL and for the algorithm tpar would pick.
 
-use crate::sim::human;
+use crate::cmd::sim::human;
 use std::path::PathBuf;
 use tpar::model::{self, ArLatency, BenchLatency, Compute, Fixed, FromFn, LogLogTable, ModelInput};
 use tpar::report::Record;
@@ -91,7 +91,8 @@ pub struct ModelArgs {
 /// `--measure`: `tpar bench` at the decode and verify sizes with `tp` ranks, its table shown,
 /// its records returned (the JSON goes through a temporary file).
 fn measure(args: &ModelArgs, input: &ModelInput) -> Result<Vec<Record>, String> {
-    if crate::util::resolve_backend("auto", false)? != "cuda" {
+    let gpus = if cfg!(feature = "cuda") { crate::harness::gpu_count() } else { 0 };
+    if gpus < 2 {
         return Err("--measure needs 2 or more GPUs (and a tpar built with the `cuda` feature): the model compares tpar with NCCL, \
                     which CPU ranks do not have. Without GPUs, model from figures (--nccl-us, --plan-us), a bench file or the simulator"
             .into());
@@ -103,7 +104,7 @@ fn measure(args: &ModelArgs, input: &ModelInput) -> Result<Vec<Record>, String> 
     let mut cmd = std::process::Command::new(exe);
     let bench_args: Vec<String> = vec![
         "bench".into(),
-        "--ranks".into(),
+        "--world".into(),
         args.tp.to_string(),
         "-b".into(),
         one.to_string(),
@@ -173,7 +174,7 @@ fn parse_latency(s: &str, algorithm: Algorithm) -> Result<Box<dyn ArLatency>, St
             .split_once('=')
             .ok_or_else(|| format!("bad latency point {item:?}: expected SIZE=US"))?;
         let us: f64 = us.trim().parse().map_err(|_| format!("bad latency in {item:?}"))?;
-        pts.push((crate::sim::parse_size(size)? as f64, us));
+        pts.push((crate::cmd::sim::parse_size(size)? as f64, us));
     }
     let table = LogLogTable::new(algorithm, pts).map_err(|e| e.to_string())?;
     Ok(Box::new(FromFn(move |b| {
@@ -183,6 +184,14 @@ fn parse_latency(s: &str, algorithm: Algorithm) -> Result<Box<dyn ArLatency>, St
 
 pub fn run(args: ModelArgs) -> Result<(), String> {
     let dtype: DType = args.dtype.parse().map_err(|e: tpar::Error| e.to_string())?;
+    // A verify step yields at least its bonus token and at most one per row it verifies.
+    let most = args.verify_width as f64;
+    if !(1.0..=most).contains(&args.acceptance) {
+        return Err(format!(
+            "--acceptance {}: tokens per verify step lie in 1..={} (--verify-width {}: the accepted drafts plus the bonus token)",
+            args.acceptance, args.verify_width, args.verify_width
+        ));
+    }
     let compute = match (args.compute_ms, args.baseline_tok_s) {
         (Some(ms), _) => Compute::StepMs(ms),
         (None, Some(t)) => Compute::BaselineTokS(t),
@@ -239,7 +248,7 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
         let topo = Topology::load(&sim_name).map_err(|e| e.to_string())?;
         let (tp, graph) = (args.tp, args.graph);
         Box::new(FromFn(move |b| {
-            let pl = crate::sim::planned(&topo, tp, b, graph);
+            let pl = crate::cmd::sim::planned(&topo, tp, b, graph);
             let p = s.predict(pl.algorithm, b)?;
             Ok((p.total_us, format!("{} (tpar plan, timed by sim {name})", pl.algorithm)))
         }))

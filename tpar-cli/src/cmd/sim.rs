@@ -31,7 +31,7 @@ pub struct SimArgs {
     #[arg(long, short = 'a')]
     algo: Option<String>,
     /// Ranks (GPUs 0..N of the topology; default: all of its GPUs).
-    #[arg(long, short = 'w')]
+    #[arg(long)]
     world: Option<usize>,
     /// Model calls replayed in a CUDA graph (kernel boundary ~0.5 us) instead of eager
     /// launches (~4 us).
@@ -51,25 +51,12 @@ pub struct SimArgs {
     svg: Option<PathBuf>,
 }
 
-/// Parses `256`, `42K`, `1M`, `2G` (powers of 1024), optionally with `B`/`iB`.
+/// One size of `--bytes`: the one grammar (`tpar::units`), and positive.
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let upper = t.to_ascii_uppercase();
-    let digits = upper.trim_end_matches("IB").trim_end_matches('B');
-    let (num, mult) = match digits.chars().last() {
-        Some('K') => (&digits[..digits.len() - 1], 1usize << 10),
-        Some('M') => (&digits[..digits.len() - 1], 1 << 20),
-        Some('G') => (&digits[..digits.len() - 1], 1 << 30),
-        _ => (digits, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad size {s:?}: expected e.g. 256, 42K, 1M"))?;
-    if !(n.is_finite() && n > 0.0) {
-        return Err(format!("bad size {s:?}: must be positive"));
+    match crate::harness::size(s)? {
+        0 => Err(format!("bad size {s:?}: must be positive")),
+        n => Ok(n),
     }
-    Ok((n * mult as f64).round() as usize)
 }
 
 /// Comma-separated sizes, sorted and de-duplicated.
@@ -114,9 +101,9 @@ pub fn planned(topo: &Topology, world: usize, bytes: usize, graph: bool) -> tpar
     })
 }
 
-/// `42 KiB`-style size for tables.
+/// `42 KiB`-style size for tables (the one formatter, `tpar::units::human_bytes`).
 pub fn human(bytes: usize) -> String {
-    tpar::plot::fmt_bytes(bytes as f64)
+    tpar::units::human_bytes(bytes as u64)
 }
 
 fn print_calibration() -> Result<(), String> {

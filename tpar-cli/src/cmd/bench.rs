@@ -1,0 +1,257 @@
+//! `tpar bench`: all_reduce_perf's flags and table, one block per algorithm, on CPU rank
+//! processes, one rank process per GPU, or emulated ranks alike (the harness decides where).
+
+use crate::harness::output::{self, BenchRecord};
+use crate::harness::{self, launch, table, Group, Io, RankArgs, Target, Timing};
+use crate::harness::progress::Progress;
+use clap::Args;
+use std::path::PathBuf;
+use tpar::algorithms::registry::{spec, Role};
+use tpar::report::Record;
+use tpar::units::Spread;
+use tpar::{Algorithm, CaptureMode, DType};
+
+/// Measure all-reduce latency and bandwidth like nccl-tests' all_reduce_perf.
+///
+/// Without a launcher, `tpar bench --world N` starts N rank processes of itself. Under an
+/// outside launcher (TPAR_RANK, TPAR_WORLD_SIZE, TPAR_RDZV set) it runs as that rank.
+/// Times are medians over -n iterations (per iteration, the slowest rank), with the 10th
+/// and 90th percentiles as spread.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Smallest message in bytes (42K, 1.5M, 1KiB: powers of 1024), as all_reduce_perf -b
+    #[arg(short = 'b', long = "minbytes", default_value = "8", value_parser = harness::size)]
+    pub min_bytes: usize,
+    /// Largest message in bytes, as all_reduce_perf -e
+    #[arg(short = 'e', long = "maxbytes", default_value = "4M", value_parser = harness::size)]
+    pub max_bytes: usize,
+    /// Multiply the size by this factor between steps, as all_reduce_perf -f
+    #[arg(short = 'f', long = "stepfactor", default_value_t = 4)]
+    pub step_factor: usize,
+    /// Timed iterations per size, as all_reduce_perf -n
+    #[arg(short = 'n', long = "iters", default_value_t = 50)]
+    pub iters: usize,
+    /// Warm-up iterations per size (not timed), as all_reduce_perf -w
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 10)]
+    pub warmup: usize,
+    /// Check results (1) on fresh random inputs, bitwise against the rank-order sum, or not (0)
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub check: u8,
+    /// Datatype: float, half, bfloat16, a comma list, or all
+    #[arg(short = 'd', long = "datatype", default_value = "float")]
+    pub dtype: String,
+    /// Algorithms: a comma list, `all` (what these ranks run), or `auto` (the plan's pick per
+    /// size, as TPAR_ALGO=auto); see `tpar plan` and docs/architecture.md for each
+    #[arg(long, default_value = "all")]
+    pub algo: String,
+    #[command(flatten)]
+    pub ranks: RankArgs,
+    /// Write every measurement as JSON records to this file
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write every measurement as CSV to this file
+    #[arg(long)]
+    pub csv: Option<PathBuf>,
+    /// Plot latency versus size per algorithm as SVG to this file
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    /// GPUs: time eager launches, CUDA graphs, or both (default: both across GPUs, eager on
+    /// emulated and CPU ranks)
+    #[arg(long, help_heading = "GPUs")]
+    pub mode: Option<String>,
+    /// GPUs: the same as --mode graph
+    #[arg(long, help_heading = "GPUs")]
+    pub graph: bool,
+    /// GPUs: all-reduces per timed iteration (back to back, or captured in one graph)
+    #[arg(long = "graph-inner", default_value_t = 20, help_heading = "GPUs")]
+    pub graph_inner: usize,
+    /// GPUs: a whole verify step, CALLSxBYTES (e.g. 122x42K), per algorithm and mode
+    #[arg(long, help_heading = "GPUs")]
+    pub sequence: Option<String>,
+}
+
+/// Everything validated, before any rank starts.
+struct Plan {
+    sizes: Vec<usize>,
+    dtypes: Vec<DType>,
+    algos: Vec<Option<Algorithm>>,
+    modes: Vec<CaptureMode>,
+    sequence: Option<(usize, usize)>,
+}
+
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    let target = args.ranks.target("bench", true)?;
+    if args.iters == 0 {
+        return Err("-n must be at least 1".into());
+    }
+    let mode = if args.graph { Some("graph") } else { args.mode.as_deref() };
+    let p = Plan {
+        sizes: harness::size_steps(args.min_bytes, args.max_bytes, args.step_factor)?,
+        dtypes: harness::parse_dtypes(&args.dtype)?,
+        algos: harness::parse_algos(&args.algo, &target)?,
+        modes: harness::parse_modes(mode, &target)?,
+        sequence: args.sequence.as_deref().map(harness::parse_sequence).transpose()?,
+    };
+    if p.sequence.is_some() && target == Target::Cpu {
+        return Err("--sequence times CUDA graphs of a whole step: GPUs only".into());
+    }
+    if p.algos == [None] && matches!(target, Target::Emulated { .. }) {
+        return Err("--algo auto: emulated ranks have no plan (they are not a fabric); name algorithms or use all".into());
+    }
+    if harness::first_process() {
+        output::check_all(&[("--json", args.json.as_deref()), ("--csv", args.csv.as_deref()), ("--svg", args.svg.as_deref())])?;
+    }
+    if target == Target::Cpu && !launch::is_rank() {
+        let world = args.ranks.world(&target)?;
+        if world > harness::cores() {
+            eprintln!(
+                "tpar: warning: {world} ranks on {} cores: ranks that share a core wait for each other's time slices, so times measure the scheduler",
+                harness::cores()
+            );
+        }
+    }
+    let max_bytes = p.sizes.iter().copied().max().unwrap_or(0).max(p.sequence.map_or(0, |s| s.1));
+    let mut records = Vec::new();
+    let mut wrong = 0i64;
+    let mut root = false;
+    harness::run_groups(&target, &args.ranks, max_bytes, |g| {
+        root = g.root();
+        wrong += bench_group(g, &args, &p, &mut records)?;
+        Ok(())
+    })?;
+    if root {
+        if let Some(f) = &args.json {
+            output::write_json(f, &records)?;
+            println!("# wrote {} records to {}", records.len(), f.display());
+        }
+        if let Some(f) = &args.csv {
+            output::write_csv(f, &records)?;
+        }
+        if let Some(f) = &args.svg {
+            output::write_svg(f, &records)?;
+        }
+    }
+    if wrong > 0 {
+        return Err(format!("{wrong} wrong elements in total (see #wrong)"));
+    }
+    Ok(())
+}
+
+/// One group's blocks, summary and sequence; returns its wrong elements.
+fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<BenchRecord>) -> Result<i64, String> {
+    let root = g.root();
+    let runs = g.algorithms();
+    let algos: Vec<Option<Algorithm>> = p.algos.iter().copied().filter(|c| c.map_or(true, |x| runs.contains(&x))).collect();
+    let describe = g.describe()?;
+    if root {
+        println!("# tpar bench (all_reduce_perf format)");
+        table::preamble(&describe);
+        table::preamble(&[
+            format!(
+                "minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {}",
+                a.min_bytes, a.max_bytes, a.step_factor, a.warmup, a.iters, a.check
+            ),
+            format!(
+                "time = median us per call over -n iterations (each iteration: the slowest rank), p10/p90 = spread; {} call(s) per iteration{}",
+                if g.label() == "cpu" { 1 } else { a.graph_inner },
+                if p.modes.contains(&CaptureMode::Graph) { ", captured once and replayed in graph mode" } else { "" }
+            ),
+        ]);
+        if algos.len() < p.algos.len() {
+            println!("#  NCCL is not measured: it did not join");
+        }
+    }
+    let inner = if g.label() == "cpu" { 1 } else { a.graph_inner };
+    let timing = |mode| Timing { mode, inner, warmup: a.warmup, iters: a.iters };
+    let mut mine = Vec::new();
+    let mut wrong_total = 0i64;
+    let mut bar = Progress::new(root, p.dtypes.len() * algos.len() * p.sizes.len());
+    for &d in &p.dtypes {
+        for &choice in &algos {
+            if root {
+                let (name, transport) = match choice {
+                    Some(x) if spec(x).role == Role::Baseline => (format!("{x} (baseline)"), g.transport(x).to_string()),
+                    Some(x) => (x.to_string(), g.transport(x).to_string()),
+                    None => ("auto (the plan's pick per size)".to_string(), "the plan's".to_string()),
+                };
+                bar.suspend(|| table::block_header(&name, &transport, g.world(), &place(g), &p.modes));
+            }
+            for &bytes in &p.sizes {
+                let count = bytes / d.size();
+                bar.inc();
+                if count == 0 {
+                    continue;
+                }
+                bar.set_message(format!("{} {d} {bytes} B", choice.map_or("auto", |x| x.name())));
+                let code = choice.map_or(0, |x| x.code());
+                let wrong = if a.check != 0 { g.checked(d, choice, 0xbe4c, bytes as u64 ^ (code << 40), count, Io::OutOfPlace)?.bad_elements() } else { -1 };
+                wrong_total += wrong.max(0);
+                let mut row = Vec::new();
+                for &mode in &p.modes {
+                    let Some(algo) = choice.or_else(|| g.planned(d, bytes, mode)) else { continue };
+                    if let Some(s) = g.time(algo, d, count, timing(mode))? {
+                        let record = Record::measured(algo, g.label(), d, g.world(), count, (s.median, s.p10, s.p90), wrong);
+                        row.push(record.clone());
+                        mine.push(BenchRecord { record, mode, inner });
+                    }
+                }
+                if root {
+                    bar.suspend(|| table::row(&row, wrong));
+                }
+            }
+        }
+    }
+    bar.finish();
+    if let Some((calls, bytes)) = p.sequence {
+        sequence(g, a, p, &algos, calls, bytes, &mut mine)?;
+    }
+    if root {
+        table::summary(&mine, &mut |mode, d, bytes| g.planned(d, bytes, mode));
+    }
+    g.barrier()?;
+    records.extend(mine);
+    Ok(wrong_total)
+}
+
+/// Where the ranks are, for block headers.
+fn place(g: &dyn Group) -> String {
+    match g.label().as_str() {
+        "cpu" => "rank processes".into(),
+        "cuda" => "one process per GPU".into(),
+        other => format!("emulated on one GPU, {}", other.trim_start_matches("cuda-emulated-")),
+    }
+}
+
+/// `--sequence CALLSxBYTES`: a whole step of all-reduces per algorithm and mode (bf16 when
+/// measured, else the first dtype). The plan's pick is marked.
+fn sequence(g: &mut dyn Group, a: &BenchArgs, p: &Plan, algos: &[Option<Algorithm>], calls: usize, bytes: usize, out: &mut Vec<BenchRecord>) -> Result<(), String> {
+    let d = if p.dtypes.contains(&DType::BF16) { DType::BF16 } else { p.dtypes[0] };
+    let count = bytes / d.size();
+    if count == 0 {
+        return Err(format!("--sequence: {bytes} B is less than one {d} element"));
+    }
+    if g.root() {
+        table::sequence_header(calls, bytes, d);
+    }
+    let mut rows: Vec<(CaptureMode, Algorithm, Spread)> = Vec::new();
+    for &choice in algos {
+        for &mode in &p.modes {
+            let Some(algo) = choice.or_else(|| g.planned(d, bytes, mode)) else { continue };
+            let t = Timing { mode, inner: calls, warmup: a.warmup.min(3), iters: a.iters };
+            if let Some(s) = g.time(algo, d, count, t)? {
+                rows.push((mode, algo, s));
+                let record = Record::measured(algo, format!("{}-sequence{calls}", g.label()), d, g.world(), count, (s.median, s.p10, s.p90), -1);
+                out.push(BenchRecord { record, mode, inner: calls });
+            }
+        }
+    }
+    if g.root() {
+        let c = calls as f64;
+        for &(mode, algo, s) in &rows {
+            let nccl = rows.iter().find(|r| r.0 == mode && r.1 == Algorithm::Nccl).map(|r| r.2.median * c);
+            let picked = g.planned(d, bytes, mode) == Some(algo);
+            table::sequence_row(mode, algo, calls, (s.median * c, s.p10 * c, s.p90 * c), nccl, picked);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,11 @@
+//! One file per subcommand; `bench`, `check` and `tune` drive the harness the same way on
+//! every kind of rank.
+
+pub mod bench;
+pub mod check;
+pub mod model;
+pub mod plan;
+pub mod selftest;
+pub mod sim;
+pub mod topo;
+pub mod tune;

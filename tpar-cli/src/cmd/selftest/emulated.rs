@@ -1,0 +1,245 @@
+//! Self-tests on emulated ranks (all ranks as streams of one GPU, in this process).
+
+use super::Common;
+use crate::harness::emulated::{alloc_bufs, options, ptrs, EmulatedRanks};
+use crate::harness::gpu::{err, POISON_WORD};
+use crate::harness::verify::{judge, Verdict};
+use crate::harness::{self, table};
+use std::time::{Duration, Instant};
+use tpar::cuda::driver::{DeviceBuffer, Event};
+use tpar::cuda::kernels::kernel_algorithms;
+use tpar::cuda::EmulatedGroup;
+use tpar::report::Record;
+use tpar::testing::all_inputs;
+use tpar::units::percentiles;
+use tpar::{bf16, f16, Algorithm, DType, Element, Transport};
+
+/// 42 KiB of bf16: the verify step's all-reduce.
+const COUNT_42K: usize = 21504;
+
+/// The last rank never launches; every algorithm must return Error::Timeout within about
+/// the deadline and poison the group.
+pub fn timeout((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Result<(), String> {
+    let opts = options(*transport)?;
+    for &world in worlds {
+        for algo in kernel_algorithms() {
+            let mut g = EmulatedGroup::new(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
+            let bufs = alloc_bufs(&g, 64 << 10)?;
+            let (i, o) = ptrs(&bufs);
+            let mut present = vec![true; world];
+            present[world - 1] = false;
+            let t0 = Instant::now();
+            g.enqueue_ranks(algo, DType::BF16, COUNT_42K, &i, &o, 2, &present).map_err(err)?;
+            let r = g.synchronize();
+            let took = t0.elapsed();
+            let after = g.all_reduce(algo, DType::BF16, COUNT_42K, &i, &o, 2);
+            match r {
+                Err(tpar::Error::Timeout { rank, waited_ms, what }) => {
+                    println!(
+                        "# timeout test: {algo} {world} ranks, rank {} absent: Timeout after {:.0} ms wall (deadline {} ms): rank {rank} waited {waited_ms} ms for {what}; next call: {}",
+                        world - 1,
+                        took.as_secs_f64() * 1e3,
+                        opts.timeout.as_millis(),
+                        after.as_ref().err().map_or("succeeded (WRONG: the group should be poisoned)".to_string(), |e| e.to_string())
+                    );
+                    if after.is_ok() || took > opts.timeout * 3 + Duration::from_secs(2) {
+                        return Err(format!("timeout test failed for {algo}"));
+                    }
+                }
+                Err(e) => return Err(format!("timeout test {algo}: expected Timeout, got: {e}")),
+                Ok(()) => return Err(format!("timeout test {algo}: a call with a missing rank succeeded")),
+            }
+        }
+    }
+    println!("PASS: every algorithm timed out with an error and poisoned the group");
+    Ok(())
+}
+
+/// For every kernel, the last rank announces a call that differs in one field (dtype,
+/// algorithm: the data are the same, so only the descriptor check can tell); every call must
+/// end in Error::Mismatch, then Poisoned. A control call with the truth announced must
+/// succeed first, so the check is shown to pass what it should.
+pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Result<(), String> {
+    use tpar::cuda::abi::desc_code;
+    let opts = options(*transport)?;
+    for &world in worlds {
+        for algo in kernel_algorithms() {
+            let other = if algo == Algorithm::OneshotPush { Algorithm::TwoshotPush } else { Algorithm::OneshotPush };
+            let lies = [("dtype", desc_code(algo, DType::F16)), ("algorithm", desc_code(other, DType::BF16))];
+            for (field, code) in lies {
+                let mut g = EmulatedGroup::new(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
+                let bufs = alloc_bufs(&g, 64 << 10)?;
+                let (i, o) = ptrs(&bufs);
+                g.all_reduce(algo, DType::BF16, COUNT_42K, &i, &o, 2).map_err(|e| format!("mismatch test {algo}: the honest control call failed: {e}"))?;
+                g.set_desc_override_for_test(Some((world - 1, code)));
+                let t0 = Instant::now();
+                let r = g.all_reduce(algo, DType::BF16, COUNT_42K, &i, &o, 2);
+                let took = t0.elapsed();
+                g.set_desc_override_for_test(None);
+                let after = g.all_reduce(algo, DType::BF16, COUNT_42K, &i, &o, 2);
+                match r {
+                    Err(tpar::Error::Mismatch { field: f, .. }) if f == field && after.is_err() => println!(
+                        "# mismatch test: {algo} {world} ranks, rank {} announces another {field}: {} in {:.1} ms; next call: {}",
+                        world - 1,
+                        r.as_ref().err().map_or(String::new(), |e| e.to_string()),
+                        took.as_secs_f64() * 1e3,
+                        after.as_ref().err().map_or(String::new(), |e| e.to_string())
+                    ),
+                    Err(e) => return Err(format!("mismatch test {algo} ({field}): expected Mismatch on `{field}` then Poisoned, got: {e}; next: {after:?}")),
+                    Ok(()) => return Err(format!("mismatch test {algo} ({field}): a mismatched call succeeded silently")),
+                }
+            }
+        }
+    }
+    println!("PASS: every mismatched call was an error, then the group was poisoned");
+    Ok(())
+}
+
+/// Captures `calls` all-reduces (distinct outputs) in one graph, replays it `replays`
+/// times, poisons the outputs before the last replay, and checks every output and epoch.
+pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize)) -> Result<(), String> {
+    let dtypes = harness::parse_dtypes(&c.dtype)?;
+    for &world in worlds {
+        let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.max_blocks)?;
+        for &d in &dtypes {
+            for algo in kernel_algorithms() {
+                let v = match d {
+                    DType::F32 => graph_one::<f32>(&mut r, algo, c.seed, replays, calls, bytes)?,
+                    DType::F16 => graph_one::<f16>(&mut r, algo, c.seed, replays, calls, bytes)?,
+                    DType::BF16 => graph_one::<bf16>(&mut r, algo, c.seed, replays, calls, bytes)?,
+                };
+                if !v {
+                    return Err(format!("graph test failed for {algo} {d}"));
+                }
+            }
+        }
+    }
+    println!("PASS: every replayed call was right and the epochs advanced by calls x replays");
+    Ok(())
+}
+
+fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, replays: usize, calls: usize, bytes: usize) -> Result<bool, String> {
+    let d = T::DTYPE;
+    let world = r.g.world();
+    let count = (bytes / d.size()).max(1);
+    let blocks = r.blocks(count * d.size());
+    let outs: Vec<Vec<DeviceBuffer>> = (0..calls)
+        .map(|_| (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err)?;
+    let inputs = all_inputs::<T>(seed, algo.code(), world, count);
+    for (b, x) in r.bufs.iter().zip(&inputs) {
+        b.input.upload(x).map_err(err)?;
+    }
+    let (i, _) = ptrs(&r.bufs);
+    r.g.prepare(d).map_err(err)?;
+    let e0 = r.g.epoch(0).map_err(err)?;
+    let gr = r
+        .g
+        .capture(|g| {
+            for out in &outs {
+                let o: Vec<u64> = out.iter().map(|b| b.ptr).collect();
+                g.enqueue(algo, d, count, &i, &o, blocks)?;
+            }
+            Ok(())
+        })
+        .map_err(err)?;
+    let t0 = Instant::now();
+    for _ in 0..replays.saturating_sub(1) {
+        r.g.launch(&gr).map_err(err)?;
+    }
+    r.g.synchronize().map_err(err)?;
+    for b in outs.iter().flatten() {
+        b.fill_u32(POISON_WORD).map_err(err)?;
+    }
+    r.g.launch(&gr).map_err(err)?;
+    r.g.synchronize().map_err(err)?;
+    let secs = t0.elapsed().as_secs_f64();
+    let mut wrong = 0i64;
+    for out in &outs {
+        let mut outcomes = Vec::with_capacity(world);
+        for b in out {
+            let mut host = vec![T::from_f32(0.0); count];
+            b.download(&mut host).map_err(err)?;
+            outcomes.push(judge(&host, &inputs, algo));
+        }
+        wrong += Verdict::of(&outcomes, count).bad_elements();
+    }
+    let e1 = r.g.epoch(0).map_err(err)?;
+    let expect = e0.wrapping_add((calls * replays) as u32);
+    println!("# graph test: {algo} {d} {world} ranks: {calls} calls x {replays} replays, epoch {e0} -> {e1} (expected {expect}), {wrong} wrong, {secs:.2} s");
+    Ok(wrong == 0 && e1 == expect)
+}
+
+/// The check sweep with every epoch starting at `start`, so the calls cross 2^32.
+pub fn epoch_wrap((worlds, transport): &(Vec<usize>, Transport), c: &Common, start: u32) -> Result<(), String> {
+    let sweep = crate::cmd::check::Sweep {
+        dtypes: harness::parse_dtypes(&c.dtype)?,
+        algos: kernel_algorithms().into_iter().map(Some).collect(),
+        max_bytes: c.max_bytes,
+        calls: 200,
+        seed: c.seed,
+        quiet: false,
+    };
+    for &world in worlds {
+        let mut r = EmulatedRanks::new(c.ranks.device, world, c.max_bytes, *transport, c.ranks.max_blocks)?;
+        r.g.set_epoch_for_test(start).map_err(err)?;
+        println!("# epochs start at {start} (wrap-around test)");
+        crate::cmd::check::check_group(&mut r, &sweep)?;
+    }
+    Ok(())
+}
+
+/// NCCL with one rank on this GPU: proves the loader and the call path; its time is a local
+/// copy plus NCCL's launch overhead, labelled so.
+pub fn nccl_local(c: &Common) -> Result<(), String> {
+    use tpar::cuda::nccl::{self, NcclComm};
+    let lib = nccl::load().map_err(err)?;
+    let version = lib.version().map_err(err)?;
+    let dev = tpar::cuda::driver::Device::open(c.ranks.device).map_err(err)?;
+    let comms = NcclComm::init_all(&[dev.ordinal as i32]).map_err(err)?;
+    let comm = comms.first().ok_or("ncclCommInitAll returned no communicator")?;
+    let stream = tpar::cuda::driver::Stream::new(&dev).map_err(err)?;
+    let (start, end) = (Event::new(&dev).map_err(err)?, Event::new(&dev).map_err(err)?);
+    let max = c.max_bytes.max(16);
+    let (input, output) = (DeviceBuffer::new(&dev, max.div_ceil(16) * 16).map_err(err)?, DeviceBuffer::new(&dev, max.div_ceil(16) * 16).map_err(err)?);
+    let mut wrong_total = 0i64;
+    for d in harness::parse_dtypes(&c.dtype)? {
+        let label = format!("nccl (1 rank, {} v{version}; NOT comparable)", lib.path);
+        table::block_header(&label, "nccl", 1, &dev.name, &[tpar::CaptureMode::Eager]);
+        let mut bytes = 1024usize.min(max);
+        while bytes <= max {
+            let count = (bytes / d.size()).max(1);
+            let mine: Vec<u8> = (0..count * d.size()).map(|k| (k % 61) as u8 + 1).collect();
+            input.upload(&mine).map_err(err)?;
+            output.fill_u32(POISON_WORD).map_err(err)?;
+            // SAFETY: both buffers hold max >= count elements and outlive the synchronize.
+            unsafe { comm.all_reduce(input.ptr, output.ptr, count, d, &stream) }.map_err(err)?;
+            stream.synchronize().map_err(err)?;
+            let mut out = vec![0u8; count * d.size()];
+            output.download(&mut out).map_err(err)?;
+            // One rank's sum is its input, bit for bit.
+            let wrong = out.chunks(d.size()).zip(mine.chunks(d.size())).filter(|(a, b)| a != b).count() as i64;
+            wrong_total += wrong;
+            let mut samples = Vec::new();
+            for k in 0..(c.warmup + c.iters.max(1)) {
+                stream.record(&start).map_err(err)?;
+                // SAFETY: as above.
+                unsafe { comm.all_reduce(input.ptr, output.ptr, count, d, &stream) }.map_err(err)?;
+                stream.record(&end).map_err(err)?;
+                end.synchronize().map_err(err)?;
+                if k >= c.warmup {
+                    samples.push(f64::from(start.elapsed_ms(&end).map_err(err)?) * 1e3);
+                }
+            }
+            let s = percentiles(&mut samples);
+            table::row(&[Record::measured(Algorithm::Nccl, "nccl-1rank", d, 1, count, (s.median, s.p10, s.p90), wrong)], wrong);
+            bytes *= 8;
+        }
+    }
+    if wrong_total > 0 {
+        return Err(format!("one-rank NCCL changed {wrong_total} elements"));
+    }
+    println!("PASS: NCCL loaded, joined one rank and returned its input");
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! `tpar selftest`: the GPU backend's fault and plumbing tests, each by name. They prove
+//! that failures are errors, not hangs or wrong sums (a rank that never arrives, a rank
+//! that calls something else, a rank SIGKILLed mid-sequence), that CUDA graphs replay
+//! correctly across epochs, and that CUDA IPC and NCCL join over tpar's rendezvous.
+//! `scripts/gpu-check.sh` and `scripts/gpu-multi.sh` run them on the GPU machines.
+
+mod emulated;
+mod procs;
+
+use crate::harness::{self, RankArgs, Target};
+use clap::{Args, Subcommand};
+
+#[derive(Args, Debug)]
+pub struct SelftestArgs {
+    #[command(subcommand)]
+    pub test: Test,
+}
+
+/// Options every test shares.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    #[command(flatten)]
+    pub ranks: RankArgs,
+    /// Largest call, for the tests that sweep sizes (42K, 1.5M, 1KiB)
+    #[arg(short = 'e', long = "maxbytes", default_value = "1M", value_parser = harness::size)]
+    pub max_bytes: usize,
+    /// Datatypes: float, half, bfloat16 (comma-separated) or all
+    #[arg(short = 'd', long = "datatype", default_value = "bfloat16")]
+    pub dtype: String,
+    /// Timed iterations (ipc, nccl-local)
+    #[arg(short = 'n', long = "iters", default_value_t = 20)]
+    pub iters: usize,
+    /// Warm-up iterations (ipc, nccl-local)
+    #[arg(short = 'w', long = "warmup_iters", default_value_t = 2)]
+    pub warmup: usize,
+    /// All-reduces per graph (ipc)
+    #[arg(long = "graph-inner", default_value_t = 5)]
+    pub graph_inner: usize,
+    /// Seed of the inputs
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Rank processes on one GPU: every rank on GPU 0, planning for this topology (preset or
+    /// JSON)
+    #[arg(long)]
+    pub plan_topology: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Test {
+    /// Emulated ranks: the last rank never arrives; every algorithm must end in Error::Timeout
+    /// within about TPAR_TIMEOUT_MS, then Poisoned
+    Timeout(Common),
+    /// The last rank calls something else than the others (emulated ranks: another dtype or
+    /// algorithm announced; rank processes: another dtype); every rank must get an error
+    Mismatch(Common),
+    /// Emulated ranks: capture --sequence in one graph, replay it N times, check every output
+    /// and the epochs
+    Graph {
+        #[command(flatten)]
+        common: Common,
+        /// Replays of the captured graph
+        #[arg(long, default_value_t = 10)]
+        replays: usize,
+        /// CALLSxBYTES captured in the graph
+        #[arg(long, default_value = "122x43008")]
+        sequence: String,
+    },
+    /// Emulated ranks: start every epoch just below 2^32 and run the check sweep across the
+    /// wrap
+    EpochWrap {
+        #[command(flatten)]
+        common: Common,
+        /// The first epoch
+        #[arg(long, default_value_t = 4_294_967_290)]
+        epoch_start: u32,
+    },
+    /// Rank processes: rank K SIGKILLs itself mid-sequence; every other rank must get an
+    /// error within its bound (TPAR_TIMEOUT_MS), then Poisoned
+    KillRank {
+        #[command(flatten)]
+        common: Common,
+        /// The rank that dies (default: the last)
+        #[arg(long)]
+        rank: Option<usize>,
+    },
+    /// Two processes on one GPU, workspaces shared through CUDA IPC: checked calls, timings
+    Ipc(Common),
+    /// Two rank processes join one NCCL communicator over tpar's rendezvous
+    NcclRdzv(Common),
+    /// NCCL with one rank on this GPU: proves the loader and the call path (not a baseline)
+    NcclLocal(Common),
+}
+
+pub fn run(args: SelftestArgs) -> Result<(), String> {
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = args;
+        Err("this tpar was built without the `cuda` feature: the self-tests are GPU tests".into())
+    }
+    #[cfg(feature = "cuda")]
+    match args.test {
+        Test::Timeout(c) => emulated::timeout(&emulated_worlds(&c)?, &c),
+        Test::Mismatch(c) => match c.ranks.emulate_ranks {
+            Some(_) => emulated::mismatch(&emulated_worlds(&c)?, &c),
+            None => procs::mismatch(&c),
+        },
+        Test::Graph { common, replays, sequence } => emulated::graph(&emulated_worlds(&common)?, &common, replays, harness::parse_sequence(&sequence)?),
+        Test::EpochWrap { common, epoch_start } => emulated::epoch_wrap(&emulated_worlds(&common)?, &common, epoch_start),
+        Test::KillRank { common, rank } => procs::kill_rank(&common, rank),
+        Test::Ipc(c) => procs::ipc(&c),
+        Test::NcclRdzv(c) => procs::nccl_rdzv(&c),
+        Test::NcclLocal(c) => emulated::nccl_local(&c),
+    }
+}
+
+/// The world sizes of `--emulate-ranks` (required by the emulated tests).
+#[cfg(feature = "cuda")]
+fn emulated_worlds(c: &Common) -> Result<(Vec<usize>, tpar::Transport), String> {
+    if c.ranks.emulate_ranks.is_none() {
+        return Err("this test runs emulated ranks: give --emulate-ranks N (or a list 2,4,8)".into());
+    }
+    match c.ranks.target("selftest", true)? {
+        Target::Emulated { worlds, transport } => Ok((worlds, transport)),
+        _ => Err("this test runs emulated ranks: give --emulate-ranks N".into()),
+    }
+}

@@ -1,0 +1,140 @@
+//! CPU rank processes: this process is one rank of a [`tpar::Communicator`] over POSIX
+//! shared memory (started by [`super::launch`] or an outside launcher).
+
+use super::verify::{judge, Outcome, Verdict};
+use super::{Group, Io, Timing};
+use std::time::Instant;
+use tpar::algorithms::registry::algorithms_on;
+use tpar::plan::{Backend, CaptureMode};
+use tpar::profile::ProfileFingerprint;
+use tpar::testing::{all_inputs, fill_input, is_exact, poison, special_inputs, Special};
+use tpar::units::Spread;
+use tpar::{Algorithm, Communicator, DType, Element, Topology, Transport};
+
+pub struct CpuGroup {
+    comm: Communicator,
+}
+
+fn err(e: tpar::Error) -> String {
+    e.to_string()
+}
+
+impl CpuGroup {
+    pub fn join() -> Result<CpuGroup, String> {
+        Ok(CpuGroup { comm: Communicator::from_env().map_err(err)? })
+    }
+
+    /// A control-plane error, named by its cause when a peer has died (its liveness lock is
+    /// gone): the socket only says that the connection closed.
+    fn ctl(&self, e: tpar::Error) -> String {
+        match self.comm.dead_peer() {
+            Some(p) => format!("rank {}: peer rank {p} died ({e})", self.comm.rank()),
+            None => e.to_string(),
+        }
+    }
+
+    fn checked_t<T: Element>(&mut self, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        let world = self.comm.world();
+        let inputs = all_inputs::<T>(seed, call, world, count);
+        let what = |e: tpar::Error| format!("{} {} count {count}: {e}", algo.map_or("plan", |a| a.name()), T::DTYPE);
+        let used = algo.unwrap_or_else(|| self.comm.planned(T::DTYPE, count * T::DTYPE.size()));
+        let out = if io == Io::InPlace {
+            let mut buf = inputs[self.comm.rank()].clone();
+            self.comm.all_reduce_in_place(algo, &mut buf).map_err(what)?;
+            buf
+        } else {
+            let mut out = vec![T::from_f32(0.0); count];
+            poison(&mut out);
+            match algo {
+                Some(a) => self.comm.all_reduce_with(a, &inputs[self.comm.rank()], &mut out),
+                None => self.comm.all_reduce(&inputs[self.comm.rank()], &mut out),
+            }
+            .map_err(what)?;
+            out
+        };
+        let mine = judge(&out, &inputs, used);
+        let all = self.comm.all_gather_bytes(&mine.encode()).map_err(|e| self.ctl(e))?;
+        let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
+        Ok(Verdict::of(&outcomes, count))
+    }
+
+    fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {
+        let mut ok = true;
+        for kind in Special::ALL {
+            let inputs = special_inputs::<T>(kind, self.comm.world(), count);
+            let mut out = vec![T::from_f32(0.0); count];
+            poison(&mut out);
+            self.comm.all_reduce_with(algo, &inputs[self.comm.rank()], &mut out).map_err(err)?;
+            ok &= is_exact(&out, &inputs);
+        }
+        let all = self.comm.all_gather_bytes(&[u8::from(ok)]).map_err(|e| self.ctl(e))?;
+        Ok(all.iter().all(|b| b.first() == Some(&1)))
+    }
+
+    fn time_t<T: Element>(&mut self, algo: Algorithm, count: usize, t: Timing) -> Result<Option<Spread>, String> {
+        let mut input = vec![T::from_f32(0.0); count];
+        fill_input(0xbe4c, (count * T::DTYPE.size()) as u64, self.comm.rank(), &mut input);
+        let mut out = vec![T::from_f32(0.0); count];
+        let inner = t.inner.max(1);
+        for _ in 0..t.warmup {
+            self.comm.all_reduce_with(algo, &input, &mut out).map_err(err)?;
+        }
+        self.comm.barrier().map_err(err)?;
+        let mut times = Vec::with_capacity(t.iters);
+        for _ in 0..t.iters {
+            let t0 = Instant::now();
+            for _ in 0..inner {
+                self.comm.all_reduce_with(algo, &input, &mut out).map_err(err)?;
+            }
+            times.push(t0.elapsed().as_secs_f64() * 1e6 / inner as f64);
+        }
+        match self.comm.gather_bytes(&super::encode_times(&times)) {
+            Ok(all) => Ok(all.map(|all| super::slowest(&times, &all))),
+            Err(e) => Err(self.ctl(e)),
+        }
+    }
+}
+
+
+impl Group for CpuGroup {
+    fn world(&self) -> usize {
+        self.comm.world()
+    }
+    fn root(&self) -> bool {
+        self.comm.rank() == 0
+    }
+    fn label(&self) -> String {
+        "cpu".into()
+    }
+    fn transport(&self, _algo: Algorithm) -> Transport {
+        Transport::Shm
+    }
+    fn describe(&mut self) -> Result<Vec<String>, String> {
+        Ok(vec![
+            format!("backend: cpu (rank processes over POSIX shared memory), ranks: {}", self.comm.world()),
+            format!("chunk = {} KiB of shared workspace per call", self.comm.layout().cap * 8 / 1024),
+            "gather-bcast is a baseline (rank 0 gathers, reduces, broadcasts), not an algorithm tpar picks".into(),
+        ])
+    }
+    fn algorithms(&self) -> Vec<Algorithm> {
+        algorithms_on(Backend::Cpu)
+    }
+    fn planned(&mut self, d: DType, bytes: usize, _mode: CaptureMode) -> Option<Algorithm> {
+        Some(self.comm.planned(d, bytes))
+    }
+    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
+    }
+    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
+        by_dtype!(d, T => self.exact_t::<T>(algo, count))
+    }
+    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
+        by_dtype!(d, T => self.time_t::<T>(algo, count, t))
+    }
+    fn barrier(&mut self) -> Result<(), String> {
+        self.comm.barrier().map_err(err)
+    }
+    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
+        ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, self.comm.world(), capture)
+    }
+}

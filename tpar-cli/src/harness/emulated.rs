@@ -1,0 +1,224 @@
+//! Emulated ranks: N ranks as streams of one GPU ([`tpar::cuda::EmulatedGroup`]), all in
+//! this process. They prove correctness and kernel cost, not interconnect behaviour.
+
+use super::verify::{judge, Outcome, Verdict};
+use super::{Group, Io, Timing};
+use std::time::{Duration, Instant};
+use tpar::cuda::abi::VEC_BYTES;
+use tpar::cuda::driver::{DeviceBuffer, Event};
+use tpar::cuda::emulated::default_blocks;
+use tpar::cuda::{EmulatedGroup, GroupOptions};
+use tpar::plan::{Backend, CaptureMode};
+use tpar::profile::ProfileFingerprint;
+use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
+use tpar::units::{percentiles, Spread};
+use tpar::{Algorithm, DType, Element, Transport};
+
+use super::gpu::{err, POISON_WORD, TIMING_WORD};
+
+/// A rank's input and output buffers.
+pub struct RankBufs {
+    pub input: DeviceBuffer,
+    pub output: DeviceBuffer,
+}
+
+/// Group options from the environment: `TPAR_TIMEOUT_MS` (default: the emulated default)
+/// and `TPAR_CHECK_CALLS`.
+pub fn options(transport: Transport) -> Result<GroupOptions, String> {
+    let timeout = match std::env::var("TPAR_TIMEOUT_MS") {
+        Ok(v) => Duration::from_millis(v.trim().parse::<u64>().map_err(|_| format!("TPAR_TIMEOUT_MS={v:?}: expected milliseconds"))?.max(1)),
+        Err(_) => tpar::cuda::emulated::DEFAULT_TIMEOUT,
+    };
+    let check_calls = tpar::Overrides::from_env().map_err(err)?.check_calls != Some(false);
+    Ok(GroupOptions { transport, timeout, check_calls })
+}
+
+/// `world` pairs of buffers of `bytes` (rounded up to whole vectors) on the group's GPU.
+pub fn alloc_bufs(g: &EmulatedGroup, bytes: usize) -> Result<Vec<RankBufs>, String> {
+    let b = bytes.max(VEC_BYTES).div_ceil(VEC_BYTES) * VEC_BYTES;
+    (0..g.world())
+        .map(|_| Ok(RankBufs { input: DeviceBuffer::new(g.device(), b).map_err(err)?, output: DeviceBuffer::new(g.device(), b).map_err(err)? }))
+        .collect()
+}
+
+pub fn ptrs(bufs: &[RankBufs]) -> (Vec<u64>, Vec<u64>) {
+    (bufs.iter().map(|b| b.input.ptr).collect(), bufs.iter().map(|b| b.output.ptr).collect())
+}
+
+pub struct EmulatedRanks {
+    pub g: EmulatedGroup,
+    pub bufs: Vec<RankBufs>,
+    max_blocks: u32,
+}
+
+impl EmulatedRanks {
+    pub fn new(device: usize, world: usize, max_bytes: usize, transport: Transport, max_blocks: u32) -> Result<EmulatedRanks, String> {
+        let t0 = Instant::now();
+        let max_bytes = max_bytes.max(16);
+        let g = EmulatedGroup::new(device, world, max_bytes, options(transport)?).map_err(err)?;
+        eprintln!(
+            "# group: {world} emulated ranks on {} ({}), transport {transport}, max {max_bytes} B, ready in {:.0} ms",
+            g.device().name,
+            g.device().arch(),
+            t0.elapsed().as_secs_f64() * 1e3
+        );
+        let bufs = alloc_bufs(&g, max_bytes)?;
+        Ok(EmulatedRanks { g, bufs, max_blocks })
+    }
+
+    pub fn blocks(&self, bytes: usize) -> u32 {
+        default_blocks(bytes, self.max_blocks)
+    }
+
+    /// Uploads every rank's input of `inputs`, poisons the outputs, runs `algo`, and judges
+    /// every rank's output (the inputs themselves, in place).
+    fn run_and_judge<T: Element>(&mut self, algo: Algorithm, inputs: &[Vec<T>], count: usize, in_place: bool) -> Result<Vec<Outcome>, String> {
+        for (b, x) in self.bufs.iter().zip(inputs) {
+            b.input.upload(x).map_err(err)?;
+            b.output.fill_u32(POISON_WORD).map_err(err)?;
+        }
+        let (i, o) = ptrs(&self.bufs);
+        let o = if in_place { i.clone() } else { o };
+        let blocks = self.blocks(count * T::DTYPE.size());
+        self.g.all_reduce(algo, T::DTYPE, count, &i, &o, blocks).map_err(|e| format!("{algo} {} count {count}: {e}", T::DTYPE))?;
+        self.bufs
+            .iter()
+            .map(|b| {
+                let mut out = vec![T::from_f32(0.0); count];
+                (if in_place { &b.input } else { &b.output }).download(&mut out).map_err(err)?;
+                Ok(judge(&out, inputs, algo))
+            })
+            .collect()
+    }
+
+    fn checked_t<T: Element>(&mut self, algo: Algorithm, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        let inputs = all_inputs::<T>(seed, call, self.g.world(), count);
+        let outcomes = self.run_and_judge(algo, &inputs, count, io == Io::InPlace)?;
+        Ok(Verdict::of(&outcomes, count))
+    }
+
+    fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {
+        let mut ok = true;
+        for kind in Special::ALL {
+            let inputs = special_inputs::<T>(kind, self.g.world(), count);
+            self.run_and_judge(algo, &inputs, count, false)?;
+            for b in &self.bufs {
+                let mut out = vec![T::from_f32(0.0); count];
+                b.output.download(&mut out).map_err(err)?;
+                ok &= is_exact(&out, &inputs);
+            }
+        }
+        Ok(ok)
+    }
+
+    /// Per-call microseconds per timed iteration; `algo` None times the empty kernel (the
+    /// launch floor of emulation).
+    pub fn time_op(&mut self, algo: Option<Algorithm>, d: DType, count: usize, t: Timing) -> Result<Vec<f64>, String> {
+        let (i, o) = ptrs(&self.bufs);
+        for b in &self.bufs {
+            b.input.fill_u32(TIMING_WORD).map_err(err)?;
+        }
+        let blocks = if algo.is_some() { self.blocks(count * d.size()) } else { 1 };
+        let enqueue = |g: &mut EmulatedGroup| match algo {
+            Some(a) => g.enqueue(a, d, count, &i, &o, blocks),
+            None => g.enqueue_floor(blocks, &i, &o),
+        };
+        let inner = t.inner.max(1);
+        let start = Event::new(self.g.device()).map_err(err)?;
+        let end = Event::new(self.g.device()).map_err(err)?;
+        self.g.prepare(d).map_err(err)?;
+        let graph = match t.mode {
+            CaptureMode::Graph => Some(
+                self.g
+                    .capture(|g| {
+                        for _ in 0..inner {
+                            enqueue(g)?;
+                        }
+                        Ok(())
+                    })
+                    .map_err(err)?,
+            ),
+            CaptureMode::Eager => None,
+        };
+        let mut samples = Vec::with_capacity(t.iters);
+        for k in 0..t.warmup.max(1) + t.iters {
+            self.g.origin().record(&start).map_err(err)?;
+            match &graph {
+                Some(gr) => self.g.launch(gr).map_err(err)?,
+                None => {
+                    for _ in 0..inner {
+                        enqueue(&mut self.g).map_err(err)?;
+                    }
+                }
+            }
+            self.g.origin().record(&end).map_err(err)?;
+            self.g.synchronize().map_err(err)?;
+            if k >= t.warmup.max(1) {
+                samples.push(f64::from(start.elapsed_ms(&end).map_err(err)?) * 1e3 / inner as f64);
+            }
+        }
+        Ok(samples)
+    }
+}
+
+impl Group for EmulatedRanks {
+    fn world(&self) -> usize {
+        self.g.world()
+    }
+    fn root(&self) -> bool {
+        true
+    }
+    fn label(&self) -> String {
+        format!("cuda-emulated-{}", self.g.transport())
+    }
+    fn transport(&self, _algo: Algorithm) -> Transport {
+        self.g.transport()
+    }
+    fn describe(&mut self) -> Result<Vec<String>, String> {
+        let mut v = vec![format!(
+            "backend: cuda, {} ranks emulated as streams of one {} (transport {}); they prove correctness and kernel cost, not the fabric",
+            self.g.world(),
+            self.g.device().name,
+            self.g.transport()
+        )];
+        for mode in [CaptureMode::Eager, CaptureMode::Graph] {
+            let mut s = self.time_op(None, DType::BF16, 1, Timing { mode, inner: 20, warmup: 3, iters: 50 })?;
+            let f = percentiles(&mut s);
+            v.push(format!(
+                "launch floor ({mode}): an empty kernel on each of {} ranks, launched like a collective: {:.2} us per call (p10 {:.2}, p90 {:.2})",
+                self.g.world(),
+                f.median,
+                f.p10,
+                f.p90
+            ));
+        }
+        Ok(v)
+    }
+    fn algorithms(&self) -> Vec<Algorithm> {
+        tpar::algorithms::registry::algorithms_emulated(self.g.transport())
+    }
+    fn planned(&mut self, _d: DType, _bytes: usize, _mode: CaptureMode) -> Option<Algorithm> {
+        None
+    }
+    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        let algo = algo.ok_or("emulated ranks have no plan: name the algorithms (--algo all)")?;
+        if count == 0 {
+            // An empty call launches nothing on emulated ranks; there is nothing to judge.
+            return Ok(Verdict { algo, count, wrong: 0, inexact: 0, identical: true });
+        }
+        by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
+    }
+    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
+        by_dtype!(d, T => self.exact_t::<T>(algo, count))
+    }
+    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
+        let mut s = self.time_op(Some(algo), d, count, t)?;
+        Ok(Some(percentiles(&mut s)))
+    }
+    fn barrier(&mut self) -> Result<(), String> {
+        self.g.synchronize().map_err(err)
+    }
+    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
+        ProfileFingerprint::new(&tpar::Topology::discover(), None, Backend::Cuda, self.g.world(), capture)
+    }
+}

@@ -1,0 +1,249 @@
+//! One rank process per GPU through [`tpar::cuda::GpuCommunicator`], the way inference
+//! engines run tensor parallelism: rank r takes GPU r (or, for correctness tests on one GPU,
+//! every rank GPU 0 planning for another topology). Rank 0 prints; the others send what
+//! they measured over tpar's control plane.
+
+use super::verify::{judge, Outcome, Verdict};
+use super::{launch, Group, Io, Timing};
+use tpar::cuda::abi::VEC_BYTES;
+use tpar::cuda::driver::{DeviceBuffer, Event, Graph, Stream};
+use tpar::cuda::{GpuCommunicator, GpuOptions};
+use tpar::plan::{Backend, CaptureMode};
+use tpar::profile::ProfileFingerprint;
+use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
+use tpar::units::Spread;
+use tpar::{Algorithm, DType, Element, Transport};
+
+/// Written into outputs before each checked call: a NaN in every lane width (f32, f16,
+/// bf16) that no algorithm writes and that is not the workspace's empty sentinel.
+pub const POISON_WORD: u32 = 0x7fa5_7fa5;
+/// Written into inputs before timed calls: finite and non-zero in every lane width.
+pub const TIMING_WORD: u32 = 0x3c00_3c00;
+
+pub fn err(x: tpar::Error) -> String {
+    x.to_string()
+}
+
+/// Launches `world` rank processes of this command. Unless `shared` (a correctness test on
+/// one GPU), refuses more ranks than GPUs: processes sharing a GPU measure time-slicing.
+pub fn launch_ranks(world: usize, grace: std::time::Duration, shared: bool) -> Result<(), String> {
+    let gpus = super::gpu_count();
+    if world > gpus && !shared {
+        return Err(format!("--world {world}: this machine has {gpus} GPU(s); tpar runs one rank process per GPU"));
+    }
+    launch::launch(world, grace)
+}
+
+/// One rank: its communicator, a pair of buffers as large as the largest call, timing events.
+pub struct GpuGroup {
+    pub comm: GpuCommunicator,
+    pub input: DeviceBuffer,
+    pub output: DeviceBuffer,
+    start: Event,
+    end: Event,
+    max_bytes: usize,
+    /// A stream of "the caller's" ([`Io::CallerStream`]) and the buffer its copy reads from.
+    caller: Stream,
+    stage: DeviceBuffer,
+    shared: Option<String>,
+}
+
+impl GpuGroup {
+    /// Joins on GPU `rank` with the discovered topology, or, with `shared`, on GPU 0 planning
+    /// for that topology instead (correctness tests of several processes on one GPU).
+    pub fn join(max_bytes: usize, shared: Option<&tpar::Topology>) -> Result<GpuGroup, String> {
+        let cfg = tpar::Config::from_env().map_err(err)?;
+        let max_bytes = max_bytes.max(VEC_BYTES).div_ceil(VEC_BYTES) * VEC_BYTES;
+        let opts = GpuOptions { device: shared.map(|_| 0), max_bytes, topology: shared.cloned() };
+        let comm = GpuCommunicator::init(&cfg, &opts).map_err(err)?;
+        let input = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
+        let output = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
+        let start = Event::new(comm.device()).map_err(err)?;
+        let end = Event::new(comm.device()).map_err(err)?;
+        let caller = Stream::new(comm.device()).map_err(err)?;
+        let stage = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
+        let shared = shared.map(|t| t.name.clone());
+        Ok(GpuGroup { comm, input, output, start, end, max_bytes, caller, stage, shared })
+    }
+
+    fn nccl(&self) -> bool {
+        self.comm.nccl_status().is_ok()
+    }
+
+    fn checked_t<T: Element>(&mut self, algo: Option<Algorithm>, (seed, call): (u64, u64), count: usize, io: Io) -> Result<Outcome, String> {
+        let d = T::DTYPE;
+        let what = |x: String| format!("{} {d} count {count}: {x}", algo.map_or("plan", |a| a.name()));
+        let inputs = all_inputs::<T>(seed, call, self.comm.world(), count);
+        let out_buf = if io == Io::InPlace { &self.input } else { &self.output };
+        let via_caller = io == Io::CallerStream && count > 0;
+        if count > 0 {
+            let mine = &inputs[self.comm.rank()];
+            if via_caller {
+                self.stage.upload(mine).map_err(err)?;
+                self.input.fill_u32(POISON_WORD).map_err(err)?;
+                self.input.copy_from_async(&self.stage, std::mem::size_of_val(mine.as_slice()), &self.caller).map_err(err)?;
+                // SAFETY: `caller` is a live stream of this rank's device.
+                unsafe { self.comm.wait_for(self.caller.raw as u64) }.map_err(err)?;
+            } else {
+                self.input.upload(mine).map_err(err)?;
+            }
+            if io != Io::InPlace {
+                self.output.fill_u32(POISON_WORD).map_err(err)?;
+            }
+        }
+        let (i, o) = (self.input.ptr, out_buf.ptr);
+        // SAFETY: both buffers hold max_bytes >= count * d.size() bytes (the callers keep
+        // counts within it) and live until synchronize below returns.
+        let used = unsafe {
+            match algo {
+                Some(a) => self.comm.all_reduce_with(a, d, count, i, o),
+                None => self.comm.all_reduce(d, count, i, o),
+            }
+        }
+        .map_err(|x| what(x.to_string()))?;
+        let mut out = vec![T::from_f32(0.0); count];
+        if via_caller {
+            // The output is read once the caller's stream is done: signal_to must have made
+            // it wait for the call. (synchronize below still surfaces a device timeout.)
+            // SAFETY: as above.
+            unsafe { self.comm.signal_to(self.caller.raw as u64) }.map_err(err)?;
+            self.caller.synchronize().map_err(err)?;
+            out_buf.download(&mut out).map_err(err)?;
+        }
+        self.comm.synchronize().map_err(|x| what(x.to_string()))?;
+        if count > 0 && !via_caller {
+            out_buf.download(&mut out).map_err(err)?;
+        }
+        Ok(judge(&out, &inputs, used))
+    }
+
+    fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {
+        let mut ok = true;
+        for kind in Special::ALL {
+            let inputs = special_inputs::<T>(kind, self.comm.world(), count);
+            self.input.upload(&inputs[self.comm.rank()]).map_err(err)?;
+            self.output.fill_u32(POISON_WORD).map_err(err)?;
+            // SAFETY: both buffers hold max_bytes >= count * T's size and live past synchronize.
+            unsafe { self.comm.all_reduce_with(algo, T::DTYPE, count, self.input.ptr, self.output.ptr) }.map_err(err)?;
+            self.comm.synchronize().map_err(err)?;
+            let mut out = vec![T::from_f32(0.0); count];
+            self.output.download(&mut out).map_err(err)?;
+            ok &= is_exact(&out, &inputs);
+        }
+        Ok(ok)
+    }
+
+    /// Per-call microseconds on this rank, one value per timed iteration.
+    fn time_local(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Vec<f64>, String> {
+        let inner = t.inner.max(1);
+        self.input.fill_u32(TIMING_WORD).map_err(err)?;
+        let (i, o) = (self.input.ptr, self.output.ptr);
+        self.comm.set_capture_mode(t.mode);
+        let graph: Option<Graph> = match t.mode {
+            CaptureMode::Eager => None,
+            CaptureMode::Graph => {
+                self.comm.stream().begin_capture().map_err(err)?;
+                let mut cap = Ok(algo);
+                for _ in 0..inner {
+                    // SAFETY: both buffers hold max_bytes >= count * d.size() bytes and
+                    // outlive the graph (dropped at the end of this function).
+                    cap = cap.and_then(|_| unsafe { self.comm.all_reduce_with(algo, d, count, i, o) });
+                }
+                let g = self.comm.stream().end_capture().map_err(err);
+                cap.map_err(err)?;
+                Some(g?)
+            }
+        };
+        let mut times = Vec::with_capacity(t.iters);
+        for k in 0..t.warmup + t.iters {
+            self.comm.barrier().map_err(err)?;
+            self.comm.stream().record(&self.start).map_err(err)?;
+            match &graph {
+                Some(g) => g.launch(self.comm.stream()).map_err(err)?,
+                None => {
+                    for _ in 0..inner {
+                        // SAFETY: as above; synchronize below waits for every call.
+                        unsafe { self.comm.all_reduce_with(algo, d, count, i, o) }.map_err(err)?;
+                    }
+                }
+            }
+            self.comm.stream().record(&self.end).map_err(err)?;
+            self.comm.synchronize().map_err(err)?;
+            if k >= t.warmup {
+                times.push(f64::from(self.start.elapsed_ms(&self.end).map_err(err)?) * 1e3 / inner as f64);
+            }
+        }
+        self.comm.set_capture_mode(CaptureMode::Eager);
+        Ok(times)
+    }
+}
+
+impl Group for GpuGroup {
+    fn world(&self) -> usize {
+        self.comm.world()
+    }
+    fn root(&self) -> bool {
+        self.comm.rank() == 0
+    }
+    fn label(&self) -> String {
+        "cuda".into()
+    }
+    fn transport(&self, algo: Algorithm) -> Transport {
+        if algo == Algorithm::Nccl {
+            Transport::Nccl
+        } else {
+            Transport::P2p
+        }
+    }
+    fn describe(&mut self) -> Result<Vec<String>, String> {
+        let t = self.comm.topology();
+        let mut v = vec![format!("backend: cuda, {} rank processes (GpuCommunicator, CUDA IPC workspaces)", self.comm.world())];
+        match &self.shared {
+            Some(name) => v.push(format!("every rank on GPU 0, planning for {name} (a correctness test, not a measurement)")),
+            None => {
+                for g in t.gpus.iter().take(self.comm.world()) {
+                    v.push(format!("rank {} -> GPU {} {} ({})", g.index, g.index, g.name, g.pci_bus_id));
+                }
+            }
+        }
+        if t.links.len() >= 2 && t.links[0].len() >= 2 {
+            v.push(format!("link GPU0-GPU1: {:?}", t.links[0][1]));
+        }
+        v.push(format!(
+            "NCCL: {}; workspace {} per rank",
+            self.comm.nccl_status().map_or_else(|w| format!("not joined ({w})"), |()| "joined over tpar's rendezvous".into()),
+            tpar::units::human_bytes(self.max_bytes as u64)
+        ));
+        Ok(v)
+    }
+    fn algorithms(&self) -> Vec<Algorithm> {
+        let nccl = self.nccl();
+        super::Target::Gpu.algorithms().into_iter().filter(|a| *a != Algorithm::Nccl || nccl).collect()
+    }
+    fn planned(&mut self, d: DType, bytes: usize, mode: CaptureMode) -> Option<Algorithm> {
+        self.comm.set_capture_mode(mode);
+        let a = self.comm.plan(d, bytes).algorithm;
+        self.comm.set_capture_mode(CaptureMode::Eager);
+        Some(a)
+    }
+    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        let o = by_dtype!(d, T => self.checked_t::<T>(algo, (seed, call), count, io)?);
+        let all = self.comm.all_gather_bytes(&o.encode()).map_err(err)?;
+        let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
+        Ok(Verdict::of(&outcomes, count))
+    }
+    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
+        let ok = by_dtype!(d, T => self.exact_t::<T>(algo, count)?);
+        Ok(self.comm.all_gather_bytes(&[u8::from(ok)]).map_err(err)?.iter().all(|b| b.first() == Some(&1)))
+    }
+    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
+        let times = self.time_local(algo, d, count, t)?;
+        Ok(self.comm.gather_bytes(&super::encode_times(&times)).map_err(err)?.map(|all| super::slowest(&times, &all)))
+    }
+    fn barrier(&mut self) -> Result<(), String> {
+        self.comm.barrier().map_err(err)
+    }
+    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
+        ProfileFingerprint::new(self.comm.topology(), None, Backend::Cuda, self.comm.world(), capture)
+    }
+}

@@ -1,0 +1,211 @@
+//! Launching rank processes, as torchrun or mpirun would: `tpar bench --world N` re-executes
+//! itself N times with `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV` and `TPAR_JOB_ID` set,
+//! waits for all of them, stops the rest when one fails, and leaves nothing behind: the
+//! rendezvous directory and any shared memory a killed rank left are removed on every exit.
+//!
+//! Signals: SIGINT or SIGTERM to the launcher is forwarded to every rank (SIGTERM, then
+//! SIGKILL after [`STOP_GRACE`]); each rank also asks the kernel for SIGKILL when its
+//! launcher dies (`PR_SET_PDEATHSIG`), so a SIGKILLed launcher leaves no orphans. A rank
+//! killed by SIGPIPE (`tpar bench | head`) ends the run quietly, as `yes | head` does.
+
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long the other ranks may take to fail after one did (a dead peer is noticed within
+/// the timeout, 30 s by default), before they are killed.
+pub const FAIL_GRACE: Duration = Duration::from_secs(60);
+
+/// How long ranks get between SIGTERM and SIGKILL when the run is stopped.
+const STOP_GRACE: Duration = Duration::from_millis(300);
+
+/// Whether this process is a rank (launched by us or by an outside launcher).
+pub fn is_rank() -> bool {
+    std::env::var_os("TPAR_RANK").is_some()
+}
+
+/// The signal that asked the launcher to stop (0: none yet).
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop(sig: libc::c_int) {
+    STOP.store(sig, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM set [`STOP`] instead of killing the launcher, so it can stop its
+/// ranks and clean up first.
+fn catch_stop_signals() {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: `on_stop` is async-signal-safe (one atomic store); installing a handler
+        // has no other precondition.
+        unsafe {
+            libc::signal(sig, on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        }
+    }
+}
+
+/// Dies of `sig` as if it had not been caught (shells then report it as usual).
+fn die_of(sig: libc::c_int) -> ! {
+    // SAFETY: restoring the default disposition and raising a signal at ourselves are
+    // plain system calls with no memory preconditions.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+    std::process::exit(128 + sig)
+}
+
+/// A private directory for the rendezvous socket, removed on drop.
+pub struct RdzvDir(pub PathBuf);
+
+impl RdzvDir {
+    pub fn new() -> Result<RdzvDir, String> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(format!("tpar-{}-{:08x}", std::process::id(), rand::random::<u32>()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        Ok(RdzvDir(dir))
+    }
+    pub fn socket(&self) -> PathBuf {
+        self.0.join("rdzv.sock")
+    }
+}
+
+impl Drop for RdzvDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The ranks of one run; dropping it kills any still running and removes what they left.
+struct Ranks {
+    children: Vec<(usize, Child)>,
+    job: String,
+    _dir: RdzvDir,
+}
+
+impl Ranks {
+    fn signal_all(&mut self, sig: nix::sys::signal::Signal) {
+        for (_, c) in self.children.iter_mut() {
+            if matches!(c.try_wait(), Ok(None)) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), sig);
+            }
+        }
+    }
+
+    fn live(&mut self) -> usize {
+        self.children.iter_mut().filter_map(|(_, c)| c.try_wait().ok()).filter(Option::is_none).count()
+    }
+
+    /// SIGTERM to every rank, SIGKILL to those still there after the grace.
+    fn stop(&mut self) {
+        self.signal_all(nix::sys::signal::Signal::SIGTERM);
+        let t = Instant::now();
+        while self.live() > 0 && t.elapsed() < STOP_GRACE {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.signal_all(nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+impl Drop for Ranks {
+    fn drop(&mut self) {
+        if self.live() > 0 {
+            self.signal_all(nix::sys::signal::Signal::SIGKILL);
+        }
+        for (_, c) in self.children.iter_mut() {
+            let _ = c.wait();
+        }
+        // A rank killed between creating and unlinking the workspace leaves its name behind.
+        for name in tpar::transport::shm::leftover_segments(&self.job) {
+            let _ = nix::sys::mman::shm_unlink(format!("/{name}").as_str());
+        }
+    }
+}
+
+/// Runs this executable as `world` ranks with the current arguments; returns Ok if every
+/// rank exited successfully. `grace`: how long the others may take to fail after one did.
+pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
+    crate::harness::check_world(world)?;
+    let exe = std::env::current_exe().map_err(|e| format!("finding my own executable: {e}"))?;
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let dir = RdzvDir::new()?;
+    let socket = dir.socket();
+    let job = format!("{:016x}", rand::random::<u64>());
+    catch_stop_signals();
+    let mut ranks = Ranks { children: Vec::with_capacity(world), job: job.clone(), _dir: dir };
+    let launcher = std::process::id() as libc::pid_t;
+    for r in 0..world {
+        let mut cmd = Command::new(&exe);
+        cmd.args(&args)
+            .env("TPAR_RANK", r.to_string())
+            .env("TPAR_WORLD_SIZE", world.to_string())
+            .env("TPAR_RDZV", format!("unix:{}", socket.display()))
+            .env("TPAR_JOB_ID", &job)
+            .stdin(Stdio::null());
+        if r != 0 {
+            cmd.stdout(Stdio::null());
+        }
+        // SAFETY: between fork and exec only async-signal-safe calls: prctl and getppid.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The launcher may have died before prctl: then nobody would signal us.
+                if libc::getppid() != launcher {
+                    return Err(std::io::Error::other("the launcher exited"));
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().map_err(|e| format!("starting rank {r}: {e}"))?;
+        ranks.children.push((r, child));
+    }
+    let mut failed: Vec<String> = vec![];
+    let mut first_failure: Option<Instant> = None;
+    let mut broken_pipe = false;
+    while ranks.live() > 0 {
+        let sig = STOP.load(Ordering::SeqCst);
+        if sig != 0 {
+            ranks.stop();
+            drop(ranks);
+            die_of(sig);
+        }
+        for (r, c) in ranks.children.iter_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                if !status.success() && !failed.iter().any(|f| f.starts_with(&format!("rank {r} "))) {
+                    broken_pipe |= status.signal() == Some(libc::SIGPIPE);
+                    failed.push(format!("rank {r} exited with {status}"));
+                    first_failure.get_or_insert_with(Instant::now);
+                }
+            }
+        }
+        if broken_pipe {
+            // Whoever reads our output has gone: stop, quietly.
+            ranks.signal_all(nix::sys::signal::Signal::SIGKILL);
+            drop(ranks);
+            die_of(libc::SIGPIPE);
+        }
+        if let Some(t) = first_failure {
+            if t.elapsed() > grace {
+                for (r, c) in ranks.children.iter_mut() {
+                    if matches!(c.try_wait(), Ok(None)) {
+                        let _ = c.kill();
+                        failed.push(format!("rank {r} killed after a peer failed"));
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(ranks);
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}

@@ -1,0 +1,463 @@
+//! The harness `bench`, `check` and `tune` share: where ranks run ([`Target`]: CPU rank
+//! processes, one rank process per GPU, or ranks emulated as streams of one GPU), the one
+//! [`Group`] interface every command drives, the rank-process launcher, the one verifier,
+//! the one table, progress and output files.
+//!
+//! Every flag that two commands share is parsed here, so it means the same in each.
+
+/// `$e` with `$T` the element type of the dtype `$d`: the one place a runtime dtype becomes
+/// a type parameter.
+macro_rules! by_dtype {
+    ($d:expr, $T:ident => $e:expr) => {
+        match $d {
+            tpar::DType::F32 => {
+                type $T = f32;
+                $e
+            }
+            tpar::DType::F16 => {
+                type $T = tpar::f16;
+                $e
+            }
+            tpar::DType::BF16 => {
+                type $T = tpar::bf16;
+                $e
+            }
+        }
+    };
+}
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod emulated;
+#[cfg(feature = "cuda")]
+pub mod gpu;
+pub mod launch;
+pub mod output;
+pub mod progress;
+pub mod table;
+pub mod verify;
+
+use clap::Args;
+use tpar::algorithms::registry::{algorithms_emulated, algorithms_on, spec};
+use tpar::plan::{Backend, CaptureMode};
+use tpar::profile::ProfileFingerprint;
+use tpar::units::Spread;
+use tpar::{Algorithm, DType, Transport};
+pub use verify::Verdict;
+
+/// `-b`, `-e`, `--sequence`: the one size grammar of `tpar::units` (`42K`, `1.5M`, `1KiB`).
+pub fn size(s: &str) -> Result<usize, String> {
+    tpar::units::parse_size(s).map_err(|e| e.to_string())
+}
+
+/// Where the ranks run and how many there are; the same flags in `bench`, `check`, `tune`.
+#[derive(Args, Debug, Clone)]
+pub struct RankArgs {
+    /// Ranks (world size): rank processes to start. Default, everywhere: one per GPU on the
+    /// cuda backend; one per core, 2..8, on cpu. Ignored under an outside launcher
+    /// (TPAR_WORLD_SIZE is the world then)
+    #[arg(long = "world", visible_alias = "ranks", value_name = "N")]
+    pub world: Option<usize>,
+    /// Backend: cpu (rank processes over shared memory), cuda (one rank process per GPU, or
+    /// --emulate-ranks), or auto: cuda when there are 2+ GPUs, else cpu
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Run N ranks (or a list: 2,4,8) as streams of one GPU instead of rank processes
+    #[arg(long = "emulate-ranks", value_name = "N[,N..]", help_heading = "Emulated ranks (one GPU)")]
+    pub emulate_ranks: Option<String>,
+    /// Emulated ranks: workspace transport, p2p (device memory) or host (pinned host memory)
+    #[arg(long, default_value = "p2p", help_heading = "Emulated ranks (one GPU)")]
+    pub transport: String,
+    /// Emulated ranks: the GPU's ordinal
+    #[arg(long, default_value_t = 0, help_heading = "Emulated ranks (one GPU)")]
+    pub device: usize,
+    /// Emulated ranks: most thread blocks per kernel call
+    #[arg(long = "max-blocks", default_value_t = 8, help_heading = "Emulated ranks (one GPU)")]
+    pub max_blocks: u32,
+}
+
+/// Where the ranks of a run are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// CPU rank processes over POSIX shared memory.
+    Cpu,
+    /// One rank process per GPU (`GpuCommunicator`).
+    Gpu,
+    /// Ranks as streams of one GPU, for each of these world sizes.
+    Emulated { worlds: Vec<usize>, transport: Transport },
+}
+
+impl Target {
+    /// The algorithms this target runs, from the registry.
+    pub fn algorithms(&self) -> Vec<Algorithm> {
+        match self {
+            Target::Cpu => algorithms_on(Backend::Cpu),
+            Target::Gpu => algorithms_on(Backend::Cuda),
+            Target::Emulated { transport, .. } => algorithms_emulated(*transport),
+        }
+    }
+
+    /// Capture modes it can time, and the default of `--mode`.
+    pub fn modes(&self) -> (&'static [CaptureMode], &'static [CaptureMode]) {
+        const EAGER: &[CaptureMode] = &[CaptureMode::Eager];
+        const BOTH: &[CaptureMode] = &[CaptureMode::Eager, CaptureMode::Graph];
+        match self {
+            Target::Cpu => (EAGER, EAGER),
+            Target::Gpu => (BOTH, BOTH),
+            Target::Emulated { .. } => (BOTH, EAGER),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            Target::Cpu => "CPU ranks",
+            Target::Gpu => "GPU rank processes",
+            Target::Emulated { .. } => "emulated ranks",
+        }
+    }
+}
+
+/// Whether this command runs emulated ranks (set by [`RankArgs::target`]), so that no
+/// message suggests `--emulate-ranks` to a command that refuses it.
+static EMULATE_OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// GPUs NVML sees, discovered once per process.
+pub fn gpu_count() -> usize {
+    static GPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *GPUS.get_or_init(|| tpar::Topology::discover().gpu_count())
+}
+
+/// Cores this process may use.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// `2..=16`, or why not.
+pub fn check_world(world: usize) -> Result<(), String> {
+    let max = tpar::workspace::MAX_WORLD;
+    if (2..=max).contains(&world) {
+        Ok(())
+    } else {
+        Err(format!("--world {world}: tpar runs 2..={max} ranks on one host"))
+    }
+}
+
+impl RankArgs {
+    /// Resolves `--backend` and `--emulate-ranks`. `emulate_ok`: whether the command runs
+    /// emulated ranks at all (so messages never suggest a flag it refuses).
+    pub fn target(&self, cmd: &str, emulate_ok: bool) -> Result<Target, String> {
+        let _ = EMULATE_OK.set(emulate_ok);
+        if let Some(list) = &self.emulate_ranks {
+            if !emulate_ok {
+                return Err(format!("tpar {cmd} does not run emulated ranks: they share one GPU, so they measure no fabric"));
+            }
+            if self.backend == "cpu" {
+                return Err("--emulate-ranks runs ranks on one GPU: use --backend cuda or auto".into());
+            }
+            if self.world.is_some() {
+                return Err("--emulate-ranks N gives the world size of emulated ranks; drop --world".into());
+            }
+            let worlds = list
+                .split(',')
+                .map(|x| x.trim().parse::<usize>().map_err(|_| format!("--emulate-ranks {x:?}: expected a number or a list such as 2,4,8")))
+                .collect::<Result<Vec<_>, _>>()?;
+            for &w in &worlds {
+                check_world(w).map_err(|e| e.replace("--world", "--emulate-ranks"))?;
+            }
+            let transport: Transport = self.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
+            if !matches!(transport, Transport::P2p | Transport::Host) {
+                return Err(format!("--transport {transport}: emulated ranks run over p2p or host"));
+            }
+            return Ok(Target::Emulated { worlds, transport });
+        }
+        if self.transport != "p2p" {
+            return Err("--transport host runs with --emulate-ranks only: across GPUs the workspaces are device memory shared through CUDA IPC".into());
+        }
+        if let Some(w) = self.world {
+            check_world(w)?;
+        }
+        match self.backend.as_str() {
+            "cpu" => Ok(Target::Cpu),
+            "cuda" => Ok(Target::Gpu),
+            "auto" => {
+                if !cfg!(feature = "cuda") {
+                    return Ok(Target::Cpu);
+                }
+                let gpus = gpu_count();
+                if gpus == 1 && !launch::is_rank() {
+                    let how = if emulate_ok { "; --emulate-ranks N runs N ranks on this one" } else { "" };
+                    eprintln!("tpar: one GPU here: running CPU ranks (GPU rank processes need 2+ GPUs{how})");
+                }
+                Ok(if gpus >= 2 { Target::Gpu } else { Target::Cpu })
+            }
+            other => Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
+        }
+    }
+
+    /// The world size: `--world`, else the one default rule (one per GPU; one per core, 2..8).
+    pub fn world(&self, target: &Target) -> Result<usize, String> {
+        if let Some(w) = self.world {
+            return Ok(w);
+        }
+        match target {
+            Target::Cpu => Ok(cores().clamp(2, 8)),
+            Target::Gpu => {
+                let gpus = gpu_count();
+                if gpus < 2 {
+                    let how = gpus == 1 && EMULATE_OK.get() == Some(&true);
+                    return Err(format!(
+                        "--backend cuda runs one rank process per GPU and needs 2 or more GPUs; NVML sees {gpus}{}",
+                        if how { ". On one GPU, --emulate-ranks N runs N ranks as streams of it" } else { "" }
+                    ));
+                }
+                Ok(gpus)
+            }
+            Target::Emulated { worlds, .. } => Ok(worlds.iter().copied().max().unwrap_or(2)),
+        }
+    }
+}
+
+/// `--algo`: `all`, `auto` (the plan's pick per call, as TPAR_ALGO=auto), or a comma list
+/// of what `target` runs. `None` in the result stands for `auto`.
+pub fn parse_algos(s: &str, target: &Target) -> Result<Vec<Option<Algorithm>>, String> {
+    let runs = target.algorithms();
+    let names = || runs.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
+    let items: Vec<&str> = s.split(',').map(str::trim).collect();
+    if items.len() > 1 && items.iter().any(|x| *x == "all" || *x == "auto") {
+        return Err(format!("--algo {s:?}: `all` and `auto` stand alone; or list algorithms from: {}", names()));
+    }
+    match items[..] {
+        ["all"] => return Ok(runs.iter().copied().map(Some).collect()),
+        ["auto"] => return Ok(vec![None]),
+        _ => {}
+    }
+    items
+        .iter()
+        .map(|x| {
+            let a: Algorithm = x.parse().map_err(|_| format!("--algo {x:?}: unknown; {} run: {}, or all, or auto", target.name(), names()))?;
+            if runs.contains(&a) {
+                Ok(Some(a))
+            } else {
+                Err(format!("--algo {a}: {} do not run it ({}); they run: {}", target.name(), spec(a).summary, names()))
+            }
+        })
+        .collect()
+}
+
+/// `-d`: `all` or a comma list of float, half, bfloat16.
+pub fn parse_dtypes(s: &str) -> Result<Vec<DType>, String> {
+    if s.trim() == "all" {
+        return Ok(DType::ALL.to_vec());
+    }
+    s.split(',').map(|d| d.parse::<DType>().map_err(|e| e.to_string())).collect()
+}
+
+/// `--mode`: eager, graph or both; `None` is the target's default.
+pub fn parse_modes(s: Option<&str>, target: &Target) -> Result<Vec<CaptureMode>, String> {
+    let (can, default) = target.modes();
+    let want = match s {
+        None => return Ok(default.to_vec()),
+        Some("both") => vec![CaptureMode::Eager, CaptureMode::Graph],
+        Some("eager") => vec![CaptureMode::Eager],
+        Some("graph") => vec![CaptureMode::Graph],
+        Some(m) => return Err(format!("--mode {m:?}: expected eager, graph or both")),
+    };
+    if let Some(m) = want.iter().find(|m| !can.contains(m)) {
+        return Err(format!("--mode {m}: {} time eager calls only (CUDA graphs are a GPU thing)", target.name()));
+    }
+    Ok(want)
+}
+
+/// Sizes from `min` to `max` multiplying by `factor`, as all_reduce_perf's -b/-e/-f.
+pub fn size_steps(min: usize, max: usize, factor: usize) -> Result<Vec<usize>, String> {
+    if min > max {
+        return Err(format!("-b {min} is larger than -e {max}"));
+    }
+    if factor < 2 && min != max {
+        return Err("-f must be at least 2".into());
+    }
+    let mut v = vec![];
+    let mut s = min.max(1);
+    while s <= max {
+        v.push(s);
+        match s.checked_mul(factor) {
+            Some(n) if factor >= 2 => s = n,
+            _ => break,
+        }
+    }
+    Ok(v)
+}
+
+/// `--sequence CALLSxBYTES` (e.g. 122x43008 or 122x42K).
+pub fn parse_sequence(s: &str) -> Result<(usize, usize), String> {
+    let (a, b) = s.split_once(['x', 'X']).ok_or_else(|| format!("--sequence {s:?}: expected CALLSxBYTES, e.g. 122x43008"))?;
+    let calls = a.trim().parse::<usize>().map_err(|e| format!("--sequence calls: {e}"))?;
+    let bytes = size(b)?;
+    if calls == 0 || bytes == 0 {
+        return Err("--sequence: calls and bytes must be positive".into());
+    }
+    Ok((calls, bytes))
+}
+
+/// Where a checked call's input comes from and its output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Io {
+    /// Input uploaded, output a separate buffer, poisoned first.
+    OutOfPlace,
+    /// The input buffer is the output.
+    InPlace,
+    /// GPU rank processes: the input is written by a copy on a caller's stream and the
+    /// output read after that stream: `wait_for` and `signal_to` must order both. Elsewhere
+    /// as [`Io::OutOfPlace`].
+    CallerStream,
+}
+
+impl Io {
+    pub fn label(self) -> &'static str {
+        match self {
+            Io::OutOfPlace => "",
+            Io::InPlace => " in place",
+            Io::CallerStream => " via a caller's stream",
+        }
+    }
+}
+
+/// How a point is timed: `inner` calls per iteration (back to back, or captured in one
+/// graph), `warmup` untimed iterations, then `iters` timed ones.
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub mode: CaptureMode,
+    pub inner: usize,
+    pub warmup: usize,
+    pub iters: usize,
+}
+
+/// One group of ranks as every command drives it. In a rank process, the methods are
+/// collective: every rank calls them in the same order; only the root prints.
+pub trait Group {
+    fn world(&self) -> usize;
+    /// Whether this process prints and writes the outputs.
+    fn root(&self) -> bool;
+    /// `backend` of the records: cpu, cuda, cuda-emulated-p2p, ...
+    fn label(&self) -> String;
+    /// What `algo` travels over here.
+    fn transport(&self, algo: Algorithm) -> Transport;
+    /// Lines that say where and how this group runs (the table's preamble).
+    fn describe(&mut self) -> Result<Vec<String>, String>;
+    /// The algorithms this group can run now (NCCL only where it joined).
+    fn algorithms(&self) -> Vec<Algorithm>;
+    /// What the plan runs for this call, where this group has a plan.
+    fn planned(&mut self, d: DType, bytes: usize, mode: CaptureMode) -> Option<Algorithm>;
+    /// One call on fresh random inputs of every rank (`seed`, `call`), output poisoned,
+    /// judged by the one verifier and agreed by every rank. `algo` None: the plan's pick.
+    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String>;
+    /// Bit-exact on inputs whose sums are exact in any order, on every rank.
+    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String>;
+    /// Per-call microseconds: per iteration the slowest rank; the root gets the spread.
+    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String>;
+    fn barrier(&mut self) -> Result<(), String>;
+    /// The fingerprint a tuned profile of this group carries.
+    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint;
+}
+
+/// Runs `body` on each group of `target`: in this process for emulated ranks (one group per
+/// world size), else as one rank of the group (launching the ranks first when this process
+/// is not a rank yet: then `body` runs in them, and this returns `Ok(false)`).
+pub fn run_groups(
+    target: &Target,
+    args: &RankArgs,
+    max_bytes: usize,
+    mut body: impl FnMut(&mut dyn Group) -> Result<(), String>,
+) -> Result<bool, String> {
+    match target {
+        Target::Cpu => {
+            if !launch::is_rank() {
+                launch::launch(args.world(target)?, launch::FAIL_GRACE)?;
+                return Ok(false);
+            }
+            let mut g = cpu::CpuGroup::join()?;
+            body(&mut g)?;
+        }
+        #[cfg(feature = "cuda")]
+        Target::Gpu => {
+            if !launch::is_rank() {
+                gpu::launch_ranks(args.world(target)?, launch::FAIL_GRACE, false)?;
+                return Ok(false);
+            }
+            let mut g = gpu::GpuGroup::join(max_bytes, None)?;
+            body(&mut g)?;
+        }
+        #[cfg(feature = "cuda")]
+        Target::Emulated { worlds, transport } => {
+            for &w in worlds {
+                let mut g = emulated::EmulatedRanks::new(args.device, w, max_bytes, *transport, args.max_blocks)?;
+                body(&mut g)?;
+            }
+        }
+        #[cfg(not(feature = "cuda"))]
+        Target::Gpu | Target::Emulated { .. } => {
+            let _ = max_bytes;
+            return Err("this tpar was built without the `cuda` feature".into());
+        }
+    }
+    Ok(true)
+}
+
+/// Per iteration, the slowest of every rank's `times` (`all`: each rank's as little-endian
+/// f64s, as [`encode_times`] writes them), as a spread.
+pub fn slowest(times: &[f64], all: &[Vec<u8>]) -> Spread {
+    let mut worst = times.to_vec();
+    for p in all {
+        for (w, c) in worst.iter_mut().zip(p.chunks_exact(8)) {
+            *w = w.max(c.try_into().map_or(f64::INFINITY, f64::from_le_bytes));
+        }
+    }
+    tpar::units::percentiles(&mut worst)
+}
+
+/// `times` for the control plane.
+pub fn encode_times(times: &[f64]) -> Vec<u8> {
+    times.iter().flat_map(|t| t.to_le_bytes()).collect()
+}
+
+/// Whether this process prints what the ranks do before they run (the launcher, or rank 0
+/// under an outside launcher).
+pub fn first_process() -> bool {
+    std::env::var("TPAR_RANK").map_or(true, |r| r.trim() == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_use_the_one_grammar() {
+        assert_eq!(size("42K"), Ok(43008));
+        assert_eq!(size("1KiB"), Ok(1024));
+        assert_eq!(size("1.5K"), Ok(1536));
+        assert!(size("3X").is_err());
+        assert_eq!(size_steps(8, 128, 4).unwrap(), vec![8, 32, 128]);
+        assert_eq!(size_steps(64, 64, 1).unwrap(), vec![64]);
+    }
+
+    #[test]
+    fn algo_lists_name_only_what_the_target_runs() {
+        let cpu = Target::Cpu;
+        assert_eq!(parse_algos("all", &cpu).unwrap().len(), algorithms_on(Backend::Cpu).len());
+        assert_eq!(parse_algos("auto", &cpu).unwrap(), vec![None]);
+        let e = parse_algos("all,x", &cpu).unwrap_err();
+        assert!(e.contains("stand alone") && e.contains("oneshot-push") && !e.contains("staged-push"), "{e}");
+        let e = parse_algos("staged-push", &cpu).unwrap_err();
+        assert!(e.contains("do not run it") && !e.contains("nccl"), "{e}");
+        let gpu = Target::Gpu;
+        assert!(parse_algos("gather-bcast", &gpu).unwrap_err().contains("GPU rank processes do not run it"));
+        assert_eq!(parse_algos("oneshot-push,nccl", &gpu).unwrap(), vec![Some(Algorithm::OneshotPush), Some(Algorithm::Nccl)]);
+    }
+
+    #[test]
+    fn sequences_parse() {
+        assert_eq!(parse_sequence("122x43008"), Ok((122, 43008)));
+        assert_eq!(parse_sequence("122x42K"), Ok((122, 43008)));
+        assert!(parse_sequence("0x1").is_err());
+    }
+}

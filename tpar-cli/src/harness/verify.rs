@@ -1,0 +1,108 @@
+//! The one verifier of the CLI, over `tpar::testing`: every checked call of every command
+//! and every kind of rank is judged here, to one standard. tpar's algorithms promise the
+//! rank-order f32 sum rounded once, so their outputs must equal it bit for bit (and lie
+//! within the f64 reference's bound); NCCL rounds every partial sum in half and bf16, so it
+//! is held to the bound for that. All ranks' outputs must be bitwise identical.
+
+use tpar::testing::{bit_diffs, count_wrong, count_wrong_stepwise, digest, expected};
+use tpar::{Algorithm, Element};
+
+/// What one checked call gave on one rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Outcome {
+    pub algo: Algorithm,
+    /// Elements outside the f64 reference's rounding bound.
+    pub wrong: usize,
+    /// Elements that differ from the rank-order f32 sum (tpar's kernels promise it).
+    pub inexact: usize,
+    pub digest: u64,
+}
+
+/// Judges `out`, the result of `used` on `inputs` (every rank's).
+pub fn judge<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm) -> Outcome {
+    let (wrong, inexact) = if used == Algorithm::Nccl {
+        (count_wrong_stepwise(out, inputs), 0)
+    } else {
+        (count_wrong(out, inputs), bit_diffs(out, &expected(inputs)))
+    };
+    Outcome { algo: used, wrong, inexact, digest: digest(out) }
+}
+
+/// What all ranks gave for one checked call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub algo: Algorithm,
+    pub count: usize,
+    /// Summed over ranks.
+    pub wrong: usize,
+    pub inexact: usize,
+    /// Every rank's output bitwise identical, and every rank used the same algorithm.
+    pub identical: bool,
+}
+
+impl Verdict {
+    pub fn ok(&self) -> bool {
+        self.wrong == 0 && self.inexact == 0 && self.identical
+    }
+
+    /// The `#wrong` column: elements wrong on some rank (all of them if ranks disagree).
+    pub fn bad_elements(&self) -> i64 {
+        let n = self.wrong.max(self.inexact) + if self.identical { 0 } else { self.count };
+        i64::try_from(n).unwrap_or(i64::MAX)
+    }
+
+    /// Combines every rank's outcome (`outcomes`, in rank order).
+    pub fn of(outcomes: &[Outcome], count: usize) -> Verdict {
+        let first = outcomes.first().map_or((Algorithm::OneshotPush, 0), |o| (o.algo, o.digest));
+        let mut v = Verdict { algo: first.0, count, wrong: 0, inexact: 0, identical: true };
+        for o in outcomes {
+            v.wrong = v.wrong.saturating_add(o.wrong);
+            v.inexact = v.inexact.saturating_add(o.inexact);
+            v.identical &= o.digest == first.1 && o.algo == first.0;
+        }
+        v
+    }
+}
+
+impl Outcome {
+    /// For the control plane: 32 bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut p = Vec::with_capacity(32);
+        for w in [self.wrong as u64, self.inexact as u64, self.digest, self.algo.code()] {
+            p.extend_from_slice(&w.to_le_bytes());
+        }
+        p
+    }
+
+    /// Inverse of [`Outcome::encode`]; a malformed payload reads as all wrong.
+    pub fn decode(b: &[u8], count: usize) -> Outcome {
+        let word = |k: usize| b.get(8 * k..8 * k + 8).and_then(|s| s.try_into().ok()).map(u64::from_le_bytes);
+        match (word(0), word(1), word(2), word(3).and_then(Algorithm::from_code)) {
+            (Some(w), Some(i), Some(d), Some(a)) => Outcome { algo: a, wrong: w as usize, inexact: i as usize, digest: d },
+            _ => Outcome { algo: Algorithm::OneshotPush, wrong: count.max(1), inexact: 0, digest: u64::MAX },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpar::testing::all_inputs;
+
+    #[test]
+    fn the_exact_sum_passes_and_a_flipped_bit_does_not() {
+        let inputs = all_inputs::<f32>(1, 2, 3, 100);
+        let good = expected(&inputs);
+        let o = judge(&good, &inputs, Algorithm::OneshotPush);
+        assert_eq!((o.wrong, o.inexact), (0, 0));
+        let mut bad = good.clone();
+        bad[7] = f32::from_bits(bad[7].to_bits() ^ 1);
+        let b = judge(&bad, &inputs, Algorithm::OneshotPush);
+        assert_eq!(b.inexact, 1, "one ulp off the rank-order sum is caught");
+        let v = Verdict::of(&[o, b], 100);
+        assert!(!v.ok() && !v.identical && v.bad_elements() >= 100);
+        let round = Outcome::decode(&o.encode(), 100);
+        assert_eq!((round.digest, round.algo), (o.digest, o.algo));
+        assert!(Verdict::of(&[o, o], 100).ok());
+    }
+}

@@ -1,0 +1,267 @@
+//! What a new user hit (issue 10), each through the built binary in real processes: output
+//! paths checked before the run, a signalled launcher leaving no rank and no file behind, a
+//! closed pipe ending quietly, invalid values refused with the valid range, the one size
+//! grammar in every command, the cores warning, and no `\r` progress in logs.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn tpar() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tpar"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("TPAR_") {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+/// A private TMPDIR for one test, so what the run leaves there can be seen; removed on drop.
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        let d = std::env::temp_dir().join(format!("tpar-cli-test-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        Tmp(d)
+    }
+    fn entries(&self) -> Vec<String> {
+        std::fs::read_dir(&self.0).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect()
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(args: &[&str]) -> (bool, String, String) {
+    let out = tpar().args(args).output().unwrap();
+    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut v = vec![];
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+        // pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+        let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)).and_then(|x| x.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            v.push(p);
+        }
+    }
+    v
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie has exited: only its parent's wait is missing.
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')))
+}
+
+fn job_of(pid: u32) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|b| *b == 0).find_map(|kv| kv.strip_prefix(b"TPAR_JOB_ID=").map(|j| String::from_utf8_lossy(j).into_owned()))
+}
+
+fn shm_of(job: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm").unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("tpar-") && n.contains(job)).collect()
+}
+
+#[test]
+fn output_paths_are_checked_before_any_rank_starts() {
+    let tmp = Tmp::new("paths");
+    let missing = tmp.0.join("no/such/folder/out");
+    let m = missing.to_str().unwrap();
+    for (cmd, flag) in [("bench", "--json"), ("bench", "--csv"), ("bench", "--svg"), ("tune", "-o")] {
+        let t = Instant::now();
+        let (ok, _, err) = run(&[cmd, "--backend", "cpu", "--world", "2", "-n", "100000", flag, m]);
+        let took = t.elapsed();
+        assert!(!ok, "{cmd} {flag} to a missing folder must fail");
+        assert!(err.contains(flag) && err.contains("does not exist"), "{err}");
+        assert!(took < Duration::from_millis(900), "{cmd} {flag}: failed only after {took:?}");
+    }
+    let (ok, _, err) = run(&["bench", "--backend", "cpu", "--world", "2", "--json", tmp.0.to_str().unwrap()]);
+    assert!(!ok && err.contains("is a folder"), "{err}");
+    assert!(tmp.entries().is_empty(), "the check leaves nothing: {:?}", tmp.entries());
+}
+
+/// Starts a long bench with TMPDIR=`tmp`, waits until all `world` ranks run, and returns
+/// the launcher, its ranks and their job id. The caller waits for the launcher.
+#[allow(clippy::zombie_processes)]
+fn long_bench(tmp: &Tmp, world: usize) -> (std::process::Child, Vec<u32>, String) {
+    let launcher = tpar()
+        .args(["bench", "--backend", "cpu", "--world", &world.to_string(), "-b", "1K", "-e", "1K", "-n", "100000000", "--algo", "oneshot-push"])
+        .env("TMPDIR", &tmp.0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let ranks = children_of(launcher.id());
+        if ranks.len() == world {
+            if let Some(job) = ranks.iter().find_map(|r| job_of(*r)) {
+                // Let them get past the rendezvous into the timed loop.
+                std::thread::sleep(Duration::from_millis(700));
+                return (launcher, ranks, job);
+            }
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "the ranks never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn assert_gone_within_a_second(mut launcher: std::process::Child, ranks: &[u32], job: &str, tmp: &Tmp, what: &str) {
+    let t = Instant::now();
+    while (ranks.iter().any(|r| alive(*r)) || launcher.try_wait().unwrap().is_none()) && t.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<u32> = ranks.iter().copied().filter(|r| alive(*r)).collect();
+    for r in &left {
+        let _ = Command::new("kill").args(["-9", &r.to_string()]).status();
+    }
+    let _ = launcher.kill();
+    let status = launcher.wait().unwrap();
+    assert!(left.is_empty(), "{what}: ranks {left:?} still running {:?} later", t.elapsed());
+    assert!(!status.success(), "{what}: the launcher must not report success");
+    assert!(shm_of(job).is_empty(), "{what}: shared memory left: {:?}", shm_of(job));
+    assert!(tmp.entries().is_empty(), "{what}: left in TMPDIR: {:?}", tmp.entries());
+}
+
+#[test]
+fn sigterm_or_sigint_to_the_launcher_ends_every_rank_and_leaves_nothing() {
+    for (sig, name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
+        let tmp = Tmp::new(&format!("sig{sig}"));
+        let (launcher, ranks, job) = long_bench(&tmp, 3);
+        assert!(!tmp.entries().is_empty(), "the rendezvous directory lives in TMPDIR while running");
+        // SAFETY: signalling a child we started.
+        assert_eq!(unsafe { libc::kill(launcher.id() as i32, sig) }, 0);
+        assert_gone_within_a_second(launcher, &ranks, &job, &tmp, name);
+    }
+}
+
+#[test]
+fn a_sigkilled_launcher_leaves_no_orphan_ranks() {
+    let tmp = Tmp::new("sigkill");
+    let (mut launcher, ranks, _) = long_bench(&tmp, 2);
+    launcher.kill().unwrap();
+    launcher.wait().unwrap();
+    let t = Instant::now();
+    while ranks.iter().any(|r| alive(*r)) && t.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let left: Vec<u32> = ranks.iter().copied().filter(|r| alive(*r)).collect();
+    for r in &left {
+        let _ = Command::new("kill").args(["-9", &r.to_string()]).status();
+    }
+    assert!(left.is_empty(), "orphaned ranks {left:?} (PR_SET_PDEATHSIG)");
+}
+
+#[test]
+fn a_normal_run_leaves_nothing_in_tmp() {
+    let tmp = Tmp::new("clean");
+    let out = tpar()
+        .args(["bench", "--backend", "cpu", "--world", "2", "-b", "1K", "-e", "1K", "-n", "2", "-w", "0", "--algo", "oneshot-push"])
+        .env("TMPDIR", &tmp.0)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(tmp.entries().is_empty(), "left in TMPDIR: {:?}", tmp.entries());
+}
+
+#[test]
+fn bench_into_a_closed_pipe_ends_quietly() {
+    let mut child = tpar()
+        .args(["bench", "--backend", "cpu", "--world", "2", "-b", "8", "-e", "64K", "-f", "2", "-n", "3", "-w", "0", "-d", "all"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 64];
+    child.stdout.as_mut().unwrap().read_exact(&mut first).unwrap();
+    drop(child.stdout.take()); // as `head` does once it has its lines
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(t.elapsed() < Duration::from_secs(20), "still running after its reader left");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(!err.contains("panicked") && !err.contains("error"), "not quiet: {err}");
+    use std::os::unix::process::ExitStatusExt;
+    let status = child.wait().unwrap();
+    assert!(status.success() || status.signal() == Some(libc::SIGPIPE), "{status}");
+}
+
+#[test]
+fn invalid_values_are_refused_with_the_valid_range() {
+    let (ok, _, err) = run(&["bench", "-c", "2"]);
+    assert!(!ok && err.contains("0..=1"), "{err}");
+    let (ok, _, err) = run(&["model", "--acceptance", "5"]);
+    assert!(!ok && err.contains("1..=3") && err.contains("--verify-width"), "{err}");
+    for w in ["0", "1", "17"] {
+        let (ok, _, err) = run(&["plan", "-t", "h200-nvswitch-8", "--world", w, "--bytes", "1K"]);
+        assert!(!ok && err.contains("2..=8"), "--world {w}: {err}");
+        let (ok, _, err) = run(&["plan", "--backend", "cpu", "-t", "cpu", "--world", w, "--bytes", "1K"]);
+        assert!(!ok && err.contains("2..=16"), "--world {w}: {err}");
+    }
+    let (ok, _, err) = run(&["bench", "--backend", "cpu", "--algo", "all,x"]);
+    assert!(!ok && err.contains("stand alone"), "{err}");
+    // Lists name only what that backend runs.
+    let (ok, _, err) = run(&["bench", "--backend", "cpu", "--algo", "staged-push"]);
+    assert!(!ok && err.contains("oneshot-push") && !err.contains("nccl") && !err.contains("hierarchical"), "{err}");
+    let (ok, _, err) = run(&["check", "--backend", "cpu", "--algo", "ring"]);
+    assert!(!ok && err.contains("gather-bcast") && !err.contains("staged-push"), "{err}");
+    // No message suggests a flag the command refuses.
+    let (ok, _, err) = run(&["tune", "--emulate-ranks", "2"]);
+    assert!(!ok && err.contains("does not run emulated ranks"), "{err}");
+    let (ok, _, err) = run(&["tune", "--backend", "cuda"]);
+    assert!(!ok && !err.contains("--emulate-ranks"), "{err}");
+    let (ok, _, err) = run(&["bench", "--backend", "cpu", "--mode", "graph"]);
+    assert!(!ok && err.contains("eager calls only"), "{err}");
+}
+
+#[test]
+fn one_size_grammar_in_every_command() {
+    let (ok, out, err) = run(&["bench", "--backend", "cpu", "--world", "2", "-b", "1KiB", "-e", "1.5K", "-f", "2", "-n", "1", "-w", "0", "--algo", "oneshot-push"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("        1024 "), "{out}");
+    let (ok, _, err) = run(&["check", "--backend", "cpu", "--world", "2", "-e", "1.5K", "--calls", "5", "-d", "float", "--algo", "oneshot-push"]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = run(&["plan", "-t", "pcie-2", "--world", "2", "--bytes", "1.5K"]);
+    assert!(ok && out.contains("1.5 KiB"), "{out}{err}");
+    let (ok, out, err) = run(&["sim", "-t", "pcie-2", "--bytes", "1KiB,1.5K"]);
+    assert!(ok && out.contains("1 KiB") && out.contains("1.5 KiB"), "{out}{err}");
+    let (ok, _, err) = run(&["bench", "-b", "3X"]);
+    assert!(!ok && err.contains("3X"), "{err}");
+}
+
+#[test]
+fn more_ranks_than_cores_warns_and_progress_writes_no_carriage_returns() {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    if cores + 1 > 16 {
+        eprintln!("skipped: {cores} cores here, more ranks than cores would exceed tpar's 16");
+        return;
+    }
+    let world = (cores + 1).to_string();
+    let (ok, _, err) = run(&["bench", "--backend", "cpu", "--world", &world, "-b", "8", "-e", "8", "-n", "1", "-w", "0", "--algo", "oneshot-push"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("warning") && err.contains("cores"), "{err}");
+    let tmp = Tmp::new("prog");
+    let prof = tmp.0.join("p.toml");
+    let out = tpar()
+        .args(["tune", "--backend", "cpu", "--world", "2", "-b", "1K", "-e", "2K", "-n", "1", "-w", "0", "-d", "float", "-o"])
+        .arg(&prof)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains('\r'), "carriage returns in a log: {err:?}");
+    assert!(Path::new(&prof).exists());
+}
