@@ -137,15 +137,15 @@ pub fn mismatch(c: &Common) -> Result<(), String> {
 /// For the two-process tests: outside a launcher, starts 2 rank processes of this command,
 /// waits for them and returns `None`; as a rank, joins tpar's rendezvous for its control
 /// plane only (the CPU workspace kept small) and returns the communicator.
-fn two_rank_control(test: &str) -> Result<Option<tpar::Communicator>, String> {
+fn two_rank_control(test: &str) -> Result<Option<tpar::control::ControlPlane>, String> {
     if !launch::is_rank() {
         launch::launch(2, launch::FAIL_GRACE)?;
         println!("# {test}: both ranks exited cleanly");
         return Ok(None);
     }
-    let mut cfg = tpar::Config::from_env().map_err(err)?;
-    cfg.shm_budget = 1 << 20;
-    tpar::Communicator::init(&cfg).map(Some).map_err(err)
+    let cfg = tpar::Config::from_env().map_err(err)?;
+    cfg.validate().map_err(err)?;
+    tpar::control::ControlPlane::join::<tpar::control::NoDataPlane>(&cfg.join_spec()).map(|(c, _)| Some(c)).map_err(err)
 }
 
 /// Two rank processes join one NCCL communicator over tpar's rendezvous. NCCL refuses two
