@@ -25,16 +25,16 @@ use std::time::Duration;
 use tpar::cuda::{GpuCommunicator, GpuOptions};
 use tpar::{bf16, f16, Algorithm, CaptureMode, Communicator, Config, DType, Element, Error, Overrides, Plan};
 
-create_exception!(_tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
-create_exception!(_tpar, TparTimeoutError, TparError, "A bounded wait ran out (tpar::Error::Timeout); the communicator is poisoned.");
-create_exception!(_tpar, PeerDiedError, TparError, "A peer rank's process exited during a call (tpar::Error::PeerDied).");
-create_exception!(_tpar, AbortedError, TparError, "Another rank failed and raised the shared abort flag (tpar::Error::Aborted).");
-create_exception!(_tpar, MismatchError, TparError, "Ranks disagree about a call: count, dtype, algorithm or plan inputs (tpar::Error::Mismatch).");
-create_exception!(_tpar, PoisonedError, TparError, "An earlier error poisoned the communicator (tpar::Error::Poisoned).");
-create_exception!(_tpar, InvalidArgumentError, TparError, "The caller passed something that cannot work (tpar::Error::InvalidArgument).");
-create_exception!(_tpar, UnsupportedError, TparError, "This cannot run here (tpar::Error::Unsupported).");
-create_exception!(_tpar, LibraryError, TparError, "A CUDA library (driver, NVRTC, NCCL, NVML) is missing or failed (tpar::Error::Library, Cuda).");
-create_exception!(_tpar, ConfigError, TparError, "A TPAR_* setting is malformed (tpar::Error::Config) or a rendezvous was refused.");
+create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
+create_exception!(tpar, TparTimeoutError, TparError, "A bounded wait ran out (tpar::Error::Timeout); the communicator is poisoned.");
+create_exception!(tpar, PeerDiedError, TparError, "A peer rank's process exited during a call (tpar::Error::PeerDied).");
+create_exception!(tpar, AbortedError, TparError, "Another rank failed and raised the shared abort flag (tpar::Error::Aborted).");
+create_exception!(tpar, MismatchError, TparError, "Ranks disagree about a call: count, dtype, algorithm or plan inputs (tpar::Error::Mismatch).");
+create_exception!(tpar, PoisonedError, TparError, "An earlier error poisoned the communicator (tpar::Error::Poisoned).");
+create_exception!(tpar, InvalidArgumentError, TparError, "The caller passed something that cannot work (tpar::Error::InvalidArgument).");
+create_exception!(tpar, UnsupportedError, TparError, "This cannot run here (tpar::Error::Unsupported).");
+create_exception!(tpar, LibraryError, TparError, "A CUDA library (driver, NVRTC, NCCL, NVML) is missing or failed (tpar::Error::Library, Cuda).");
+create_exception!(tpar, ConfigError, TparError, "A TPAR_* setting is malformed (tpar::Error::Config) or a rendezvous was refused.");
 
 /// The exception class for `e`, carrying tpar's message.
 fn py_err(e: Error) -> PyErr {
@@ -330,6 +330,12 @@ impl GpuComm {
         // SAFETY: the caller's contract (see the doc comment) is all_reduce_on's.
         let algo = unsafe { comm.all_reduce_on(stream, &p, d, count, input, output) }.map_err(py_err)?;
         Ok(algo.name())
+    }
+
+    /// Raises the first error a kernel recorded so far, or a poisoned state, without waiting
+    /// for work in flight (cheap: tpar's own stream is idle when calls go on the caller's).
+    fn poll(&mut self) -> PyResult<()> {
+        self.comm()?.synchronize().map_err(py_err)
     }
 
     /// Raises the first error a kernel recorded (timeout, peer, mismatch across ranks), or a
