@@ -51,6 +51,10 @@ def _say(msg: str, *args) -> None:
 class TparCustomAllreduce:
     """tpar behind the engines' custom all-reduce contract."""
 
+    #: vLLM reads it (DeepSeek models on Hopper) to pick a path that all-gathers through its
+    #: own custom all-gather; tpar has none (custom_all_gather returns None), so say no.
+    fully_connected = False
+
     def __init__(self, group, device, max_size: int = 8192 * 1024, **_engine_options) -> None:
         import torch
         import torch.distributed as dist
@@ -114,6 +118,14 @@ class TparCustomAllreduce:
         if self.disabled or not self.should_custom_ar(input):
             return None
         return self._comm.all_reduce(input)
+
+    def custom_all_gather(self, inp):
+        """vLLM asks its custom all-reduce for all-gathers too; None hands them to NCCL."""
+        return None
+
+    def custom_reduce_scatter(self, inp):
+        """As :meth:`custom_all_gather`: None hands reduce-scatters to NCCL."""
+        return None
 
     @contextmanager
     def capture(self):
