@@ -33,7 +33,7 @@ from typing import Dict, Optional
 import torch
 import torch.distributed as dist
 
-from tpar._tpar import CpuComm, GpuComm, InvalidArgumentError
+from tpar._tpar import CpuComm, GpuComm, InvalidArgumentError, TparError
 
 __all__ = ["Communicator", "DTYPES", "DEFAULT_MAX_BYTES"]
 
@@ -85,7 +85,8 @@ class Communicator:
     ``max_bytes``: the largest message for tpar's GPU kernels (larger ones go to NCCL).
     ``nccl_group``: where calls that the plan gives to NCCL go (default: ``group`` when its
     backend is NCCL, else the NCCL that tpar joins itself). ``timeout_ms``: bound on every wait
-    (default ``TPAR_TIMEOUT_MS``, else 30 s). ``TPAR_*`` settings (``TPAR_ALGO``, ...) are read
+    (default ``TPAR_TIMEOUT_MS``, else 30 s). ``TPAR_TOPOLOGY`` (a preset name or a JSON file)
+    replaces the fabric NVML discovers, for planning only. ``TPAR_*`` settings (``TPAR_ALGO``, ...) are read
     from the environment by every rank; ranks that disagree are refused here.
     """
 
@@ -125,7 +126,8 @@ class Communicator:
             path = _rendezvous_path(self.group, self.rank)
             try:
                 if self._cuda:
-                    self._native = GpuComm(self.rank, self.world, path, device.index, self.max_bytes, self.timeout_ms)
+                    topo = os.environ.get("TPAR_TOPOLOGY", "").strip() or None
+                    self._native = GpuComm(self.rank, self.world, path, device.index, self.max_bytes, self.timeout_ms, topo)
                 else:
                     self._native = CpuComm(self.rank, self.world, path, self.timeout_ms, _env_int("TPAR_SHM_BYTES"))
             finally:
@@ -226,6 +228,10 @@ class Communicator:
             if self._cuda:
                 native.check(torch.cuda.current_stream(self.device).cuda_stream)
             native.barrier()
+        except TparError:
+            # Already raised by the call that failed (or a peer that left first): the
+            # workspace is freed all the same; a poisoned group has no peer left to wait for.
+            pass
         finally:
             native.close()
 

@@ -277,11 +277,15 @@ impl GpuComm {
 impl GpuComm {
     /// Joins the job whose rank 0 listens on `path`, on CUDA device `device` (the ordinal as
     /// this process sees it), for tpar's kernels up to `max_bytes` (larger calls: NCCL).
+    /// `topology`: the fabric to plan for — a preset name, a JSON file, or None to discover
+    /// it through NVML (ranks sharing one GPU in tests plan as if on a preset's GPUs).
     #[new]
-    #[pyo3(signature = (rank, world, path, device, max_bytes, timeout_ms=None))]
-    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, device: usize, max_bytes: usize, timeout_ms: Option<u64>) -> PyResult<Self> {
+    #[pyo3(signature = (rank, world, path, device, max_bytes, timeout_ms=None, topology=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, device: usize, max_bytes: usize, timeout_ms: Option<u64>, topology: Option<String>) -> PyResult<Self> {
         let cfg = config(rank, world, path, timeout_ms, None)?;
-        let opts = GpuOptions { device: Some(device), max_bytes, topology: None };
+        let topology = topology.map(|t| tpar::Topology::load(&t)).transpose().map_err(py_err)?;
+        let opts = GpuOptions { device: Some(device), max_bytes, topology };
         let comm = py.detach(|| GpuCommunicator::init(&cfg, &opts).map(SendGpu)).map_err(py_err)?;
         Ok(GpuComm { inner: Some(comm), plans: HashMap::new(), rank, world })
     }
