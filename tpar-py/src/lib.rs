@@ -172,7 +172,7 @@ impl CpuComm {
     /// Whether an earlier error poisoned this communicator (or it was closed).
     #[getter]
     fn poisoned(&self) -> bool {
-        self.inner.as_ref().is_none_or(|c| c.is_poisoned())
+        self.inner.as_ref().map_or(true, |c| c.is_poisoned())
     }
 
     /// The algorithm the plan picks for `nbytes` of `dtype`.
