@@ -210,6 +210,29 @@ impl GpuCommunicator {
         unsafe { self.dispatch(&p, dtype, count, input, output) }
     }
 
+    /// Enqueues the decision `p` (from [`plan`](Self::plan), which a caller may cache per
+    /// dtype, size and capture mode) directly on the caller's `stream`: no event pair
+    /// ([`wait_for`](Self::wait_for) / [`signal_to`](Self::signal_to)) is needed, since the
+    /// kernel (or NCCL) runs after the work enqueued there before and before the work
+    /// enqueued after. What framework bindings use (PyTorch's current stream), inside and
+    /// outside CUDA graph capture. [`synchronize`](Self::synchronize) then only reads the
+    /// kernels' error records: to wait for the calls themselves, [`wait_for`](Self::wait_for)
+    /// the caller's stream first.
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce), and `stream` must be a live stream of this
+    /// rank's device (or 0, the legacy stream).
+    pub unsafe fn all_reduce_on(&mut self, stream: u64, p: &Plan, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
+        // SAFETY: the caller vouches for `stream`; it is swapped back before returning, and
+        // `dispatch` neither panics nor drops the workspace.
+        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
+        // SAFETY: the caller's contract is passed on unchanged.
+        let r = unsafe { self.dispatch(p, dtype, count, input, output) };
+        // SAFETY: `own` is this workspace's own live stream, swapped out above.
+        unsafe { self.ws.swap_stream(own) };
+        r
+    }
+
     /// As [`all_reduce`](Self::all_reduce) with `algo` forced (benchmarks, comparisons with
     /// NCCL in the same run). The forced algorithm still goes through the same dispatch.
     ///

@@ -208,6 +208,19 @@ impl IpcWorkspace {
         unsafe { launch_with_struct(f, blocks, THREADS, &self.stream, &a) }
     }
 
+    /// Points this workspace's launches at `stream` and returns the stream they used before.
+    /// [`GpuCommunicator::all_reduce_on`](super::GpuCommunicator::all_reduce_on) swaps a
+    /// caller's stream in for one call and back, so that the call's kernel runs on the
+    /// caller's stream with no event between them.
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of this workspace's context, and the stream returned
+    /// must be swapped back before this workspace is used otherwise or dropped (dropping
+    /// destroys whatever stream is in place).
+    pub(crate) unsafe fn swap_stream(&mut self, stream: super::driver::sys::CUstream) -> super::driver::sys::CUstream {
+        std::mem::replace(&mut self.stream.raw, stream)
+    }
+
     /// Whether every call's count, dtype and algorithm are compared across ranks (default
     /// on). Every rank must set the same: a rank that checks waits for peers' descriptors.
     pub fn set_check_calls(&mut self, on: bool) {

@@ -1,0 +1,179 @@
+"""What each rank process runs (see ranks.py). Every function is called on every rank with
+(rank, world, **params) and returns a JSON-able record for the parent to assert on."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import tpar
+import tpar.torch as tt
+
+INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def make_inputs(seed: int, world: int, n: int, dtype: torch.dtype):
+    """Every rank's input (each rank regenerates all of them): fresh random values in
+    +-[2^-6, 2^6), never zero, so that sums round and their order matters."""
+    xs = []
+    for r in range(world):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + r * 7919 + n)
+        mag = torch.exp2(torch.randint(-6, 6, (n,), generator=g).to(torch.float64))
+        x = (torch.rand(n, generator=g, dtype=torch.float64) + 0.5) * mag
+        sign = torch.randint(0, 2, (n,), generator=g) * 2 - 1
+        xs.append((x * sign).to(dtype))
+    return xs
+
+
+def reference(xs, dtype):
+    """The rank-order float32 sum, rounded once to the dtype: what tpar promises bitwise."""
+    acc = xs[0].to(torch.float32).clone()
+    for x in xs[1:]:
+        acc += x.to(torch.float32)
+    return acc.to(dtype)
+
+
+def bits(t: torch.Tensor) -> bytes:
+    return t.contiguous().view(INT_VIEW[t.dtype]).numpy().tobytes()
+
+
+def correctness(rank, world, sizes, dtypes, seed=1):
+    """Every dtype x size, out of place (given out, and out=None) and in place; outputs
+    poisoned with NaN first; compared bitwise with the reference."""
+    comm = tt.Communicator(device="cpu")
+    h = hashlib.sha256()
+    wrong = cases = 0
+    algos = set()
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for n in sizes:
+            for mode in ("out", "new", "inplace"):
+                seed += 1
+                xs = make_inputs(seed, world, n, dt)
+                ref = reference(xs, dt)
+                x = xs[rank].clone()
+                if mode == "out":
+                    out = torch.full((n,), float("nan"), dtype=dt)
+                    got = comm.all_reduce(x, out=out)
+                    assert got is out
+                elif mode == "new":
+                    got = comm.all_reduce(x)
+                else:
+                    got = comm.all_reduce_(x)
+                    assert got is x
+                if mode != "inplace" and bits(x) != bits(xs[rank]):
+                    wrong += n  # the input must be left alone
+                if bits(got) != bits(ref):
+                    wrong += int((got.view(INT_VIEW[dt]) != ref.view(INT_VIEW[dt])).sum())
+                algos.add(comm.plan(x))
+                h.update(bits(got))
+                cases += 1
+    comm.close()
+    return {"wrong": wrong, "cases": cases, "digest": h.hexdigest(), "algos": sorted(algos)}
+
+
+def bad_input(rank, world, kind, who="all"):
+    """`who` ranks pass a bad tensor (`kind`); the others a good one. Records what each rank
+    raised and when; where every rank was bad, a good call must work afterwards."""
+    comm = tt.Communicator(device="cpu")
+    n = 1000
+    good = make_inputs(5, world, n, torch.float32)
+    bad_here = who == "all" or int(who) == rank
+    x = good[rank].clone()
+    out = None
+    if bad_here:
+        if kind == "noncontiguous":
+            x = torch.stack([good[rank], good[rank]], 1)[:, 0]  # stride 2
+        elif kind == "int32":
+            x = torch.arange(n, dtype=torch.int32) + 1
+        elif kind == "device":
+            x = torch.empty(n, device="meta")
+        elif kind == "out_size":
+            out = torch.empty(n + 1)
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(x, out=out)
+        raise AssertionError(f"rank {rank}: all_reduce accepted {kind} (bad here: {bad_here})")
+    except tpar.TparError as e:
+        first = {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+    after = None
+    if who == "all":
+        got = comm.all_reduce(good[rank].clone())
+        after = bits(got) == bits(reference(good, torch.float32))
+    return {"first": first, "good_call_after": after}
+
+
+def mismatch(rank, world):
+    """The last rank reduces one element more than the others."""
+    comm = tt.Communicator(device="cpu")
+    n = 1000 + (rank == world - 1)
+    t0 = time.monotonic()
+    try:
+        comm.all_reduce(torch.ones(n))
+        raise AssertionError(f"rank {rank}: a call whose size differs across ranks returned")
+    except tpar.TparError as e:
+        return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+
+
+def dead_rank(rank, world):
+    """One good call, then the last rank dies; the others' next call must raise."""
+    comm = tt.Communicator(device="cpu")
+    xs = make_inputs(9, world, 4096, torch.bfloat16)
+    assert bits(comm.all_reduce(xs[rank])) == bits(reference(xs, torch.bfloat16))
+    dist.barrier()
+    if rank == world - 1:
+        os._exit(3)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            comm.all_reduce(xs[rank])
+        raise AssertionError(f"rank {rank}: all_reduce returned with a dead peer")
+    except tpar.TparError as e:
+        return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+
+
+def custom_op(rank, world):
+    """torch.ops.tpar.all_reduce, eager and inside torch.compile (aot_eager: traced with the
+    fake implementation, run with the real one)."""
+    comm = tt.Communicator(device="cpu")
+    xs = make_inputs(11, world, 777, torch.bfloat16)
+    ref = reference(xs, torch.bfloat16)
+    eager = torch.ops.tpar.all_reduce(xs[rank], comm.handle)
+
+    def f(x):
+        return torch.ops.tpar.all_reduce(x * 1, comm.handle) + 0
+
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)(xs[rank])
+    comm.close()
+    return {"eager": bits(eager) == bits(ref), "compiled": bits(compiled) == bits(ref)}
+
+
+def dropin(rank, world):
+    """The engines' contract, driven as the engines drive it, on CPU tensors."""
+    from tpar.engines import TparCustomAllreduce
+
+    ca = TparCustomAllreduce(group=dist.group.WORLD, device="cpu", max_size=1 << 20)
+    rec = {"disabled": ca.disabled, "original_disabled": ca.original_disabled}
+    xs = make_inputs(13, world, 4096, torch.float16)
+    ref = reference(xs, torch.float16)
+    rec["should_fp16"] = ca.should_custom_ar(xs[rank])
+    rec["should_int32"] = ca.should_custom_ar(torch.ones(4096, dtype=torch.int32))
+    rec["should_strided"] = ca.should_custom_ar(torch.ones(4096, 2)[:, 0])
+    rec["should_too_big"] = ca.should_custom_ar(torch.ones((1 << 20) // 4 + 4))
+    out = ca.custom_all_reduce(xs[rank])
+    rec["custom_all_reduce"] = out is not None and bits(out) == bits(ref)
+    rec["input_untouched"] = bits(xs[rank]) == bits(make_inputs(13, world, 4096, torch.float16)[rank])
+    with ca.capture():
+        out2 = ca.custom_all_reduce(xs[rank])
+    rec["in_capture"] = bits(out2) == bits(ref)
+    o = torch.full((4096,), float("nan"), dtype=torch.float16)
+    rec["all_reduce_out"] = ca.all_reduce(xs[rank], out=o, registered=False) is o and bits(o) == bits(ref)
+    ca.close()
+    rec["closed_disabled"] = ca.disabled and not ca.should_custom_ar(xs[rank])
+    return rec

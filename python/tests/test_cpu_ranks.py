@@ -1,0 +1,104 @@
+"""tpar.torch through the CPU shared-memory backend, in real rank processes (gloo group for
+the rendezvous), with torch CPU tensors. Each test starts its own processes."""
+
+import pytest
+
+from ranks import run_ranks
+
+# A short bound on every wait, so that the error tests finish in seconds.
+TIMEOUT_MS = 3000
+ERR_ENV = {"TPAR_TIMEOUT_MS": str(TIMEOUT_MS)}
+# Every error must reach every rank within the timeout, plus start-up slack on 2 busy cores.
+ERR_BOUND_S = TIMEOUT_MS / 1000 + 3.0
+
+ODD_SIZES = [1, 3, 7, 8, 17, 255, 1001, 4099, 65537]
+
+
+def ok_records(recs):
+    for r in recs:
+        assert not r.get("hung"), f"rank {r['rank']} hung:\n{r['output']}"
+        assert r.get("ok"), f"rank {r['rank']} failed: {r.get('error_type')}: {r.get('message')}\n{r['output']}"
+    return [r["result"] for r in recs]
+
+
+@pytest.mark.parametrize(
+    "world,algo,shm",
+    [
+        (2, "auto", None),
+        (3, "auto", None),
+        (4, "oneshot-pull", None),
+        (3, "twoshot-push", None),
+        (2, "twoshot-pull", "262144"),  # a 256 KiB workspace: the 65537-element calls run in chunks
+    ],
+)
+def test_every_dtype_odd_sizes_bitwise(world, algo, shm):
+    env = {"TPAR_ALGO": algo}
+    if shm:
+        env["TPAR_SHM_BYTES"] = shm
+    res = ok_records(run_ranks(world, "correctness", env=env, sizes=ODD_SIZES, dtypes=["float32", "float16", "bfloat16"]))
+    for r in res:
+        assert r["cases"] == len(ODD_SIZES) * 3 * 3
+        assert r["wrong"] == 0, res
+    assert len({r["digest"] for r in res}) == 1, "ranks' outputs differ"
+    if algo != "auto":
+        assert res[0]["algos"] == [algo]
+
+
+@pytest.mark.parametrize("kind", ["noncontiguous", "int32", "device", "out_size"])
+def test_bad_input_on_every_rank_raises_and_leaves_it_usable(kind):
+    res = ok_records(run_ranks(2, "bad_input", env=ERR_ENV, kind=kind, who="all"))
+    for r in res:
+        assert r["first"]["type"] == "InvalidArgumentError", r
+        assert r["first"]["seconds"] < 0.5, r  # before any communication
+        assert "invalid argument" in r["first"]["message"]
+        assert r["good_call_after"] is True
+
+
+@pytest.mark.parametrize("kind", ["noncontiguous", "int32"])
+def test_bad_input_on_one_rank_raises_on_every_rank(kind):
+    res = ok_records(run_ranks(2, "bad_input", env=ERR_ENV, kind=kind, who="1"))
+    assert res[1]["first"]["type"] == "InvalidArgumentError"
+    assert res[1]["first"]["seconds"] < 0.5
+    # Rank 0 waits for a peer that never calls: it must raise, within the timeout.
+    assert res[0]["first"]["type"] in ("TparTimeoutError", "PeerDiedError", "AbortedError"), res[0]
+    assert res[0]["first"]["seconds"] < ERR_BOUND_S, res[0]
+
+
+def test_sizes_that_differ_across_ranks_raise_mismatch_on_every_rank():
+    res = ok_records(run_ranks(3, "mismatch", env=ERR_ENV))
+    for r in res:
+        assert r["type"] in ("MismatchError", "AbortedError"), res
+        assert r["seconds"] < ERR_BOUND_S, res
+    assert any(r["type"] == "MismatchError" and "disagrees" in r["message"] for r in res), res
+
+
+def test_a_dead_rank_raises_on_every_other_rank():
+    recs = run_ranks(3, "dead_rank", env=ERR_ENV)
+    assert recs[2].get("returncode") == 3, recs[2]
+    res = ok_records(recs[:2])
+    for r in res:
+        assert r["type"] in ("PeerDiedError", "AbortedError", "PoisonedError"), res
+        assert r["seconds"] < ERR_BOUND_S, res
+    assert any(r["type"] == "PeerDiedError" and "rank 2" in r["message"] for r in res), res
+
+
+def test_custom_op_eager_and_compiled():
+    for r in ok_records(run_ranks(2, "custom_op")):
+        assert r == {"eager": True, "compiled": True}
+
+
+def test_engine_dropin_contract_on_cpu_ranks():
+    for r in ok_records(run_ranks(2, "dropin")):
+        assert r == {
+            "disabled": False,
+            "original_disabled": False,
+            "should_fp16": True,
+            "should_int32": False,
+            "should_strided": False,
+            "should_too_big": False,
+            "custom_all_reduce": True,
+            "input_untouched": True,
+            "in_capture": True,
+            "all_reduce_out": True,
+            "closed_disabled": True,
+        }

@@ -1,0 +1,37 @@
+"""SGLang plug-in (entry point ``sglang.srt.plugins``): with ``TPAR_ENABLE=1``, SGLang's
+groups build :class:`~tpar.engines.common.TparCustomAllreduce` instead of the class that
+``dispatch_custom_allreduce`` would pick.
+
+``GroupCoordinator.__init__`` imports ``dispatch_custom_allreduce`` from
+``sglang.srt.distributed.device_communicators.custom_all_reduce`` inside the function and
+calls it for the class to instantiate; its signature changes between versions, so the
+replacement takes ``*args, **kwargs``. ``--disable-custom-all-reduce`` still switches it off.
+"""
+
+from tpar.engines.common import TparCustomAllreduce, _say, enabled, logger
+
+TARGET_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
+TARGET_ATTR = "dispatch_custom_allreduce"
+
+
+def dispatch_custom_allreduce(*args, **kwargs):
+    """Replacement of SGLang's dispatcher: always tpar's class."""
+    return TparCustomAllreduce
+
+
+def register() -> None:
+    """The entry point. Idempotent; does nothing unless ``TPAR_ENABLE=1``."""
+    if not enabled():
+        return
+    import importlib
+
+    try:
+        mod = importlib.import_module(TARGET_MODULE)
+    except Exception as e:  # noqa: BLE001 - SGLang must start without tpar
+        logger.warning("tpar: cannot patch SGLang (%s): %s", TARGET_MODULE, e)
+        return
+    if getattr(mod, TARGET_ATTR, None) is dispatch_custom_allreduce:
+        return
+    mod._tpar_original_dispatch_custom_allreduce = getattr(mod, TARGET_ATTR, None)
+    setattr(mod, TARGET_ATTR, dispatch_custom_allreduce)
+    _say("tpar: SGLang's dispatch_custom_allreduce replaced by tpar (TPAR_ENABLE=1)")

@@ -1,0 +1,262 @@
+"""tpar for PyTorch: an all-reduce communicator made from a ``torch.distributed`` group.
+
+    import torch.distributed as dist, tpar.torch
+    cpu_group = dist.new_group(backend="gloo")              # carries the rendezvous only
+    comm = tpar.torch.Communicator(cpu_group, device=torch.device("cuda", local_rank))
+    y = comm.all_reduce(x)                                  # out of place; or out=...
+    comm.all_reduce_(x)                                     # in place
+    y = torch.ops.tpar.all_reduce(x, comm.handle)           # the same, for torch.compile
+
+CUDA tensors go through tpar's kernels (``tpar::cuda::GpuCommunicator``), launched directly on
+torch's current stream: no host synchronisation, no event, and the same call works inside
+``torch.cuda.graph`` capture (the capture state is read from
+``torch.cuda.is_current_stream_capturing()`` and the plan switches to graph mode). Where
+tpar's plan says NCCL, the call goes to ``torch.distributed.all_reduce`` on ``nccl_group`` (or,
+without one, to the NCCL that tpar joined itself). CPU tensors go through tpar's
+shared-memory backend (``tpar::Communicator``) with the same API.
+
+Sums run in float32 in rank order and are rounded once, so every rank's output is bitwise
+identical. Errors are exceptions of the ``tpar.TparError`` family with tpar's message: bad
+arguments raise before anything is communicated; a dead peer, a call that differs across
+ranks or a timeout raise on every rank within ``TPAR_TIMEOUT_MS``. On the GPU, such errors are
+found by the kernels, recorded, and raised by the next eager call or by ``check()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import tempfile
+from typing import Dict, Optional
+
+import torch
+import torch.distributed as dist
+
+from tpar._tpar import CpuComm, GpuComm, InvalidArgumentError, TparError
+
+__all__ = ["Communicator", "DTYPES", "DEFAULT_MAX_BYTES"]
+
+#: torch dtype -> tpar's name for it.
+DTYPES: Dict[torch.dtype, str] = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+}
+
+#: Largest message tpar's GPU kernels take by default (larger ones: NCCL), as vLLM's and
+#: SGLang's custom all-reduces.
+DEFAULT_MAX_BYTES = 8 << 20
+
+_UNIX_PATH_MAX = 100  # sun_path holds 108 bytes; keep a margin
+_handles = itertools.count(1)
+_live: Dict[int, "Communicator"] = {}
+
+
+def _env_int(name: str) -> Optional[int]:
+    v = os.environ.get(name, "").strip()
+    if not v:
+        return None
+    try:
+        return int(v)
+    except ValueError:
+        raise InvalidArgumentError(f"bad setting {name}={v!r}: expected an integer") from None
+
+
+def _rendezvous_path(group, rank: int) -> str:
+    """Rank 0 makes a private directory (mode 0700) for the socket; every rank gets its path."""
+    obj = [None]
+    if rank == 0:
+        base = tempfile.gettempdir()
+        if len(base) > _UNIX_PATH_MAX - 30:
+            base = "/tmp"
+        obj[0] = os.path.join(tempfile.mkdtemp(prefix="tpar-", dir=base), "rdzv.sock")
+    dist.broadcast_object_list(obj, src=dist.get_global_rank(group, 0), group=group)
+    return obj[0]
+
+
+class Communicator:
+    """An all-reduce group over the ranks of ``group`` for tensors on ``device``.
+
+    ``group``: a ``torch.distributed`` process group (default: the world) that carries the
+    rendezvous; a gloo (CPU) group is best. Every rank of it must construct a Communicator,
+    in the same order relative to other collectives. ``device``: ``"cpu"`` or a CUDA device
+    (default: the current CUDA device, else CPU); one Communicator serves one device.
+    ``max_bytes``: the largest message for tpar's GPU kernels (larger ones go to NCCL).
+    ``nccl_group``: where calls that the plan gives to NCCL go (default: ``group`` when its
+    backend is NCCL, else the NCCL that tpar joins itself). ``timeout_ms``: bound on every wait
+    (default ``TPAR_TIMEOUT_MS``, else 30 s). ``TPAR_TOPOLOGY`` (a preset name or a JSON file)
+    replaces the fabric NVML discovers, for planning only. ``TPAR_*`` settings (``TPAR_ALGO``, ...) are read
+    from the environment by every rank; ranks that disagree are refused here.
+    """
+
+    def __init__(
+        self,
+        group=None,
+        device=None,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        nccl_group=None,
+        timeout_ms: Optional[int] = None,
+        check_eager: bool = True,
+    ):
+        if not dist.is_initialized():
+            raise InvalidArgumentError("invalid argument `group`: torch.distributed is not initialized")
+        self.group = group if group is not None else dist.group.WORLD
+        self.rank = dist.get_rank(self.group)
+        self.world = dist.get_world_size(self.group)
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        device = torch.device(device)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        if device.type not in ("cpu", "cuda"):
+            raise InvalidArgumentError(f"invalid argument `device`: {device} (tpar runs on CPU and CUDA devices)")
+        self.device = device
+        self.max_bytes = int(max_bytes)
+        self.timeout_ms = timeout_ms if timeout_ms is not None else _env_int("TPAR_TIMEOUT_MS")
+        if nccl_group is None and "nccl" in str(dist.get_backend(self.group)):
+            nccl_group = self.group
+        self.nccl_group = nccl_group
+        self._check_eager = check_eager
+        self._native = None
+        self._cuda = device.type == "cuda"
+        self.handle = next(_handles)
+        if self.world > 1:
+            path = _rendezvous_path(self.group, self.rank)
+            try:
+                if self._cuda:
+                    topo = os.environ.get("TPAR_TOPOLOGY", "").strip() or None
+                    self._native = GpuComm(self.rank, self.world, path, device.index, self.max_bytes, self.timeout_ms, topo)
+                else:
+                    self._native = CpuComm(self.rank, self.world, path, self.timeout_ms, _env_int("TPAR_SHM_BYTES"))
+            finally:
+                # Rank 0's join returns once every rank has joined (or failed): the socket's
+                # directory is no longer needed.
+                if self.rank == 0:
+                    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        _live[self.handle] = self
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def plan(self, tensor: torch.Tensor) -> str:
+        """The algorithm tpar's plan picks for this tensor now (eager or being captured)."""
+        name = DTYPES.get(tensor.dtype, "float32")
+        nbytes = tensor.numel() * tensor.element_size()
+        if self._native is None:
+            return "none"
+        if self._cuda:
+            return self._native.plan(name, nbytes, torch.cuda.is_current_stream_capturing())[0]
+        return self._native.plan(name, nbytes)
+
+    def plan_reason(self, tensor: torch.Tensor, graph: Optional[bool] = None) -> str:
+        """The plan's decision with its reason (GPU), as ``TPAR_DEBUG=INFO`` logs it."""
+        if not self._cuda or self._native is None:
+            return self.plan(tensor)
+        if graph is None:
+            graph = torch.cuda.is_current_stream_capturing()
+        return self._native.plan(DTYPES.get(tensor.dtype, "float32"), tensor.numel() * tensor.element_size(), graph)[1]
+
+    # -- the all-reduce --------------------------------------------------------------------
+
+    def _validate(self, t, what: str) -> str:
+        if not isinstance(t, torch.Tensor):
+            raise InvalidArgumentError(f"invalid argument `{what}`: expected a torch.Tensor, got {type(t).__name__}")
+        name = DTYPES.get(t.dtype)
+        if name is None:
+            raise InvalidArgumentError(f"invalid argument `{what}`: dtype {t.dtype} is not supported; tpar reduces float32, float16 and bfloat16")
+        if t.device != self.device:
+            raise InvalidArgumentError(f"invalid argument `{what}`: the tensor is on {t.device}, this communicator on {self.device}")
+        if not t.is_contiguous():
+            raise InvalidArgumentError(f"invalid argument `{what}`: the tensor is not contiguous (shape {tuple(t.shape)}, strides {t.stride()}); pass .contiguous()")
+        return name
+
+    def all_reduce(self, tensor: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Sums ``tensor`` over all ranks into ``out`` (a new tensor when None; ``out=tensor``
+        is in place) and returns ``out``. On CUDA, enqueued on the current stream."""
+        name = self._validate(tensor, "tensor")
+        if out is None:
+            out = torch.empty_like(tensor)
+        elif out is not tensor:
+            if self._validate(out, "out") != name or out.numel() != tensor.numel():
+                raise InvalidArgumentError(
+                    f"invalid argument `out`: {out.dtype} x {out.numel()} does not match the input's {tensor.dtype} x {tensor.numel()}"
+                )
+        if self._native is None:  # a world of one
+            if out is not tensor:
+                out.copy_(tensor)
+            return out
+        n = tensor.numel()
+        if not self._cuda:
+            self._native.all_reduce(name, n, tensor.data_ptr(), out.data_ptr())
+            return out
+        capturing = torch.cuda.is_current_stream_capturing()
+        if not capturing and self._check_eager:
+            self._native.poll()
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        algo = self._native.all_reduce(stream, name, n, tensor.data_ptr(), out.data_ptr(), capturing, self.nccl_group is None)
+        if algo == "nccl":
+            if out is not tensor:
+                out.copy_(tensor)
+            dist.all_reduce(out, group=self.nccl_group)
+        return out
+
+    def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sums ``tensor`` over all ranks in place and returns it."""
+        return self.all_reduce(tensor, out=tensor)
+
+    def check(self) -> None:
+        """Waits for this rank's work on the current stream (GPU; bounded by the timeout, a
+        dead peer is noticed in about 0.25 s) and raises any error a kernel recorded. A host
+        synchronisation: never while capturing. On the CPU every call already raised."""
+        if self._cuda and self._native is not None:
+            self._native.check(torch.cuda.current_stream(self.device).cuda_stream)
+
+    def barrier(self) -> None:
+        """Waits until every rank gets here, over tpar's control plane."""
+        if self._native is not None:
+            self._native.barrier()
+
+    def close(self) -> None:
+        """Leaves the group. Call it on every rank after the last all-reduce: it waits for the
+        peers (they may still write into this rank's workspace) before freeing anything."""
+        native, self._native = self._native, None
+        _live.pop(self.handle, None)
+        if native is None:
+            return
+        try:
+            if self._cuda:
+                native.check(torch.cuda.current_stream(self.device).cuda_stream)
+            native.barrier()
+        except TparError:
+            # Already raised by the call that failed (or a peer that left first): the
+            # workspace is freed all the same; a poisoned group has no peer left to wait for.
+            pass
+        finally:
+            native.close()
+
+    def __repr__(self) -> str:
+        return f"tpar.torch.Communicator(rank={self.rank}, world={self.world}, device={self.device})"
+
+
+def _by_handle(handle: int) -> Communicator:
+    comm = _live.get(handle)
+    if comm is None:
+        raise InvalidArgumentError(f"invalid argument `handle`: no open tpar communicator has handle {handle}")
+    return comm
+
+
+# torch.library custom op, so that torch.compile'd code can call tpar (torch >= 2.4).
+if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
+    try:
+
+        @torch.library.custom_op("tpar::all_reduce", mutates_args=())
+        def _all_reduce_op(tensor: torch.Tensor, handle: int) -> torch.Tensor:
+            return _by_handle(handle).all_reduce(tensor)
+
+        @_all_reduce_op.register_fake
+        def _all_reduce_fake(tensor: torch.Tensor, handle: int) -> torch.Tensor:
+            return torch.empty_like(tensor)
+
+    except RuntimeError:  # registered already (the module was reloaded)
+        pass

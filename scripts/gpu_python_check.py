@@ -1,0 +1,244 @@
+#!/usr/bin/env python3
+"""tpar.torch on one GPU shared by N rank processes (scripts/gpu-python.sh runs it).
+
+    python3 scripts/gpu_python_check.py WORLD STAGE [--out DIR]
+
+STAGE: `correct` (eager calls, every dtype and size class, in and out of place; then a
+122-call step captured with torch.cuda.graph, replayed with fresh inputs interleaved with eager
+calls), `dead` (the last rank dies; the others must raise within the timeout), `cost` (host
+time of an eager call through tpar.torch and through the raw binding, and per-call time of a
+graph replay). Ranks: processes with a gloo group for torch's own collectives (NCCL refuses
+two ranks on one GPU); tpar's kernels forced with TPAR_ALGO, planned on a preset topology
+(TPAR_TOPOLOGY), since one GPU's own topology has no peers. Inputs are fresh random values
+(never zero), outputs poisoned with NaN; every output is compared bitwise with the rank-order
+float32 sum rounded once, and ranks' outputs with each other (digests).
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+INT = None
+
+
+def make_inputs(torch, seed, world, n, dtype):
+    xs = []
+    for r in range(world):
+        g = torch.Generator().manual_seed(seed * 1_000_003 + r * 7919 + n)
+        mag = torch.exp2(torch.randint(-6, 6, (n,), generator=g).to(torch.float64))
+        x = (torch.rand(n, generator=g, dtype=torch.float64) + 0.5) * mag
+        sign = torch.randint(0, 2, (n,), generator=g) * 2 - 1
+        xs.append((x * sign).to(dtype))
+    return xs
+
+
+def reference(xs, dtype):
+    acc = xs[0].float().clone()
+    for x in xs[1:]:
+        acc += x.float()
+    return acc.to(dtype)
+
+
+def rank_main(stage, rank, world, out):
+    import torch
+    import torch.distributed as dist
+
+    import tpar
+    import tpar.torch as tt
+
+    global INT
+    INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+
+    def bits(t):
+        return t.detach().cpu().contiguous().view(INT[t.dtype]).numpy().tobytes()
+
+    dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank, world_size=world)
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    t0 = time.monotonic()
+    comm = tt.Communicator(device=dev, max_bytes=8 << 20)
+    rec = {"rank": rank, "init_s": time.monotonic() - t0, "algo_env": os.environ.get("TPAR_ALGO")}
+    h = hashlib.sha256()
+    if stage == "correct":
+        wrong = cases = 0
+        algos = set()
+        sizes = [1, 7, 129, 4099, 21504, 65537, 1 << 20, (8 << 20) // 4 - 5]  # elements; up to the workspace
+        seed = 100
+        for dname, dt in (("float32", torch.float32), ("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+            for n in sizes:
+                if n * dt.itemsize > 8 << 20:
+                    continue
+                for mode in ("out", "inplace"):
+                    seed += 1
+                    xs = make_inputs(torch, seed, world, n, dt)
+                    ref = reference(xs, dt)
+                    x = xs[rank].to(dev)
+                    if mode == "out":
+                        o = torch.full((n,), float("nan"), dtype=dt, device=dev)
+                        comm.all_reduce(x, out=o)
+                    else:
+                        o = comm.all_reduce_(x)
+                    comm.check()
+                    algos.add(comm.plan(x))
+                    if bits(o) != bits(ref):
+                        wrong += int((o.cpu().view(INT[dt]) != ref.view(INT[dt])).sum())
+                    h.update(bits(o))
+                    cases += 1
+        rec.update(eager_cases=cases, eager_wrong=wrong, algos=sorted(algos))
+        # A verify step: 122 all-reduces of 42 KiB (bf16), captured once, replayed with fresh
+        # inputs, eager calls of other sizes in between.
+        calls, n, dt = 122, 21504, torch.bfloat16
+        ins = [torch.empty(n, dtype=dt, device=dev) for _ in range(calls)]
+        outs = [torch.empty(n, dtype=dt, device=dev) for _ in range(calls)]
+        for i in range(calls):  # warm-up (and the same calls on every rank)
+            ins[i].fill_(1.0)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            graph_algo = comm.plan(ins[0])
+            for i in range(calls):
+                comm.all_reduce(ins[i], out=outs[i])
+        gwrong = 0
+        replays = max(5, 40 // world)  # every call waits for the GPU's time slices of all ranks
+        for rep in range(replays):
+            refs = []
+            for i in range(calls):
+                xs = make_inputs(torch, 10_000 + rep * calls + i, world, n, dt)
+                ins[i].copy_(xs[rank])
+                outs[i].fill_(float("nan"))
+                refs.append(reference(xs, dt))
+            g.replay()
+            e = make_inputs(torch, 50_000 + rep, world, 3001 + rep, torch.float16)
+            eo = comm.all_reduce(e[rank].to(dev))
+            comm.check()
+            if bits(eo) != bits(reference(e, torch.float16)):
+                gwrong += 1
+            for i in range(calls):
+                if bits(outs[i]) != bits(refs[i]):
+                    gwrong += int((outs[i].cpu().view(torch.int16) != refs[i].view(torch.int16)).sum())
+                h.update(bits(outs[i]))
+        rec.update(graph_calls=calls * replays, graph_wrong=gwrong, graph_algo=graph_algo, digest=h.hexdigest())
+    elif stage == "dead":
+        x = torch.ones(21504, dtype=torch.bfloat16, device=dev)
+        comm.all_reduce(x)
+        comm.check()
+        dist.barrier()
+        if rank == world - 1:
+            os._exit(3)
+        time.sleep(0.3)
+        t1 = time.monotonic()
+        try:
+            for _ in range(3):
+                comm.all_reduce(x)
+                comm.check()
+            rec["error"] = None
+        except tpar.TparError as e:
+            rec.update(error=type(e).__name__, message=str(e), seconds=time.monotonic() - t1)
+        t1 = time.monotonic()
+        comm.close()  # after an error: must neither raise nor wait past the timeout
+        rec["close_s"] = time.monotonic() - t1
+    elif stage == "cost":
+        n, dt = 21504, torch.bfloat16
+        x = torch.randn(n, device=dev).to(dt)
+        o = torch.empty_like(x)
+        stream = torch.cuda.current_stream().cuda_stream
+        raw = comm._native
+        K = 300  # below the launch queue's depth: the GPU time-slices between the ranks' contexts
+        res = {}
+        for label in ("torch", "raw", "torch_nocheck"):
+            for _ in range(50):
+                comm.all_reduce(x, out=o)
+            torch.cuda.synchronize()
+            dist.barrier()
+            comm._check_eager = label != "torch_nocheck"
+            t1 = time.perf_counter()
+            if label == "raw":
+                xp, op = x.data_ptr(), o.data_ptr()
+                for _ in range(K):
+                    raw.all_reduce(stream, "bfloat16", n, xp, op, False, False)
+            else:
+                for _ in range(K):
+                    comm.all_reduce(x, out=o)
+            host = time.perf_counter() - t1
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - t1
+            res[label] = {"host_us_per_call": host / K * 1e6, "wall_us_per_call": wall / K * 1e6}
+            comm.check()
+        comm._check_eager = True
+        calls = 122
+        outs = [torch.empty_like(x) for _ in range(calls)]
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(calls):
+                comm.all_reduce(x, out=outs[i])
+        g.replay()
+        torch.cuda.synchronize()
+        dist.barrier()
+        R = 5
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        t1 = time.perf_counter()
+        for _ in range(R):
+            g.replay()
+        host = time.perf_counter() - t1
+        end.record()
+        torch.cuda.synchronize()
+        res["graph"] = {"host_us_per_call": host * 1e6 / (R * calls), "gpu_us_per_call": start.elapsed_time(end) * 1e3 / (R * calls)}
+        comm.check()
+        rec["cost"] = res
+    if stage != "dead":
+        comm.close()
+    rec["ok"] = True
+    with open(out, "w") as f:
+        json.dump(rec, f)
+    os._exit(0)
+
+
+def launch(world, stage, outdir, deadline):
+    tmp = tempfile.mkdtemp(prefix="tpar-gpu-")
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, INIT_FILE=os.path.join(tmp, "init"), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, __file__, "--rank", stage, str(r), str(world), os.path.join(tmp, f"r{r}.json")], env=env))
+    end = time.monotonic() + deadline
+    recs = []
+    for r, p in enumerate(procs):
+        try:
+            p.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            recs.append({"rank": r, "hung": True})
+            continue
+        path = os.path.join(tmp, f"r{r}.json")
+        recs.append(json.load(open(path)) if os.path.exists(path) else {"rank": r, "returncode": p.returncode})
+    with open(os.path.join(outdir, f"{stage}-w{world}-{os.environ.get('TPAR_ALGO', 'auto')}.json"), "w") as f:
+        json.dump(recs, f, indent=1)
+    return recs
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--rank":
+        rank_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    world, stage = int(sys.argv[1]), sys.argv[2]
+    outdir = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "."
+    recs = launch(world, stage, outdir, deadline=float(os.environ.get("DEADLINE_S", "150")))
+    print(json.dumps(recs))
+    if stage == "correct":
+        ok = all(r.get("ok") for r in recs) and len({r.get("digest") for r in recs}) == 1
+        ok = ok and all(r["eager_wrong"] == 0 and r["graph_wrong"] == 0 for r in recs)
+        r0 = recs[0] if recs[0].get("ok") else {}
+        print(f"RESULT correct world={world} algo={os.environ.get('TPAR_ALGO')} eager_cases={r0.get('eager_cases')} "
+              f"eager_wrong={sum(r.get('eager_wrong', -1) for r in recs)} graph_calls={r0.get('graph_calls')} "
+              f"graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} graph_algo={r0.get('graph_algo')} "
+              f"ranks_identical={len({r.get('digest') for r in recs}) == 1} init_s={r0.get('init_s', 0):.2f} -> {'PASS' if ok else 'FAIL'}")
+    elif stage == "dead":
+        others = recs[:-1]
+        ok = all(r.get("error") in ("PeerDiedError", "TparTimeoutError", "AbortedError", "PoisonedError") for r in others)
+        print(f"RESULT dead world={world} " + " ".join(f"rank{r['rank']}={r.get('error')}@{r.get('seconds', -1):.2f}s" for r in others)
+              + f" msg0={others[0].get('message')!r} -> {'PASS' if ok else 'FAIL'}")
+    else:
+        c = recs[0].get("cost", {})
+        print(f"RESULT cost world={world} " + json.dumps(c))

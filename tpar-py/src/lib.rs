@@ -1,0 +1,397 @@
+//! `tpar._tpar`: the native half of tpar's Python package.
+//!
+//! Thin wrappers over the public Rust API, with raw addresses as integers (what
+//! `tensor.data_ptr()` and `torch.cuda.current_stream().cuda_stream` give), so the wheel links
+//! against no libtorch and serves every torch version. The typed, checked API is the
+//! pure-Python `tpar.torch`; this module trusts its caller for what Python cannot check here
+//! (that an address is live and holds `count` elements), and checks everything else.
+//!
+//! | class | wraps |
+//! |---|---|
+//! | [`CpuComm`] | `tpar::Communicator`: CPU rank processes, POSIX shared memory |
+//! | [`GpuComm`] | `tpar::cuda::GpuCommunicator`: one process per GPU, launches on the caller's stream |
+//!
+//! Contract: every `tpar::Error` becomes an exception of the `TparError` family carrying
+//! tpar's own message; nothing panics; the GIL is released around every call that can wait
+//! (joining, CPU all-reduces, barriers, synchronising), so other Python threads run and a
+//! peer's death is noticed within the timeout.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+use tpar::cuda::{GpuCommunicator, GpuOptions};
+use tpar::{bf16, f16, Algorithm, CaptureMode, Communicator, Config, DType, Element, Error, Overrides, Plan};
+
+create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
+create_exception!(tpar, TparTimeoutError, TparError, "A bounded wait ran out (tpar::Error::Timeout); the communicator is poisoned.");
+create_exception!(tpar, PeerDiedError, TparError, "A peer rank's process exited during a call (tpar::Error::PeerDied).");
+create_exception!(tpar, AbortedError, TparError, "Another rank failed and raised the shared abort flag (tpar::Error::Aborted).");
+create_exception!(tpar, MismatchError, TparError, "Ranks disagree about a call: count, dtype, algorithm or plan inputs (tpar::Error::Mismatch).");
+create_exception!(tpar, PoisonedError, TparError, "An earlier error poisoned the communicator (tpar::Error::Poisoned).");
+create_exception!(tpar, InvalidArgumentError, TparError, "The caller passed something that cannot work (tpar::Error::InvalidArgument).");
+create_exception!(tpar, UnsupportedError, TparError, "This cannot run here (tpar::Error::Unsupported).");
+create_exception!(tpar, LibraryError, TparError, "A CUDA library (driver, NVRTC, NCCL, NVML) is missing or failed (tpar::Error::Library, Cuda).");
+create_exception!(tpar, ConfigError, TparError, "A TPAR_* setting is malformed (tpar::Error::Config) or a rendezvous was refused.");
+
+/// The exception class for `e`, carrying tpar's message.
+fn py_err(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::Timeout { .. } => TparTimeoutError::new_err(msg),
+        Error::PeerDied { .. } => PeerDiedError::new_err(msg),
+        Error::Aborted { .. } => AbortedError::new_err(msg),
+        Error::Mismatch { .. } => MismatchError::new_err(msg),
+        Error::Poisoned { .. } => PoisonedError::new_err(msg),
+        Error::InvalidArgument { .. } => InvalidArgumentError::new_err(msg),
+        Error::Unsupported { .. } => UnsupportedError::new_err(msg),
+        Error::Library { .. } | Error::Cuda { .. } => LibraryError::new_err(msg),
+        Error::Config { .. } | Error::Rendezvous { .. } => ConfigError::new_err(msg),
+        Error::Io { .. } => TparError::new_err(msg),
+    }
+}
+
+fn dtype_of(name: &str) -> PyResult<DType> {
+    match name {
+        "float32" | "float" | "f32" => Ok(DType::F32),
+        "float16" | "half" | "f16" => Ok(DType::F16),
+        "bfloat16" | "bf16" => Ok(DType::BF16),
+        other => Err(InvalidArgumentError::new_err(format!(
+            "invalid argument `dtype`: {other:?} is not supported; tpar reduces float32, float16 and bfloat16"
+        ))),
+    }
+}
+
+fn algorithm_of(name: &str) -> PyResult<Algorithm> {
+    name.parse::<Algorithm>().map_err(py_err)
+}
+
+/// The job's configuration: defaults of `Config::new`, `TPAR_*` settings from the
+/// environment (every rank reads its own; ranks that disagree are refused at init).
+fn config(rank: usize, world: usize, path: PathBuf, timeout_ms: Option<u64>, shm_bytes: Option<usize>) -> PyResult<Config> {
+    let mut c = Config::new(rank, world, path);
+    if let Some(ms) = timeout_ms {
+        c.timeout = Duration::from_millis(ms.max(1));
+    }
+    if let Some(b) = shm_bytes {
+        c.shm_budget = b;
+    }
+    c.overrides = Overrides::from_env().map_err(py_err)?;
+    Ok(c)
+}
+
+/// Refuses addresses that cannot hold elements of `T`.
+fn check_address<T>(field: &'static str, addr: u64) -> Result<(), Error> {
+    if addr == 0 || addr % std::mem::align_of::<T>() as u64 != 0 {
+        return Err(Error::InvalidArgument {
+            field,
+            reason: format!("address {addr:#x} is null or not aligned to {} bytes", std::mem::align_of::<T>()),
+        });
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `input` and `output` must be valid for `count` elements of `T` (reads, and reads and
+/// writes) for the duration of the call, and nothing else may access them meanwhile.
+unsafe fn cpu_all_reduce<T: Element>(comm: &mut Communicator, algo: Option<Algorithm>, count: usize, input: u64, output: u64) -> Result<(), Error> {
+    if count == 0 {
+        // Every rank still takes part (an empty call is a barrier).
+        let mut empty: [T; 0] = [];
+        return comm.all_reduce_in_place(algo, &mut empty);
+    }
+    check_address::<T>("input", input)?;
+    check_address::<T>("output", output)?;
+    let bytes = count
+        .checked_mul(std::mem::size_of::<T>())
+        .ok_or_else(|| Error::InvalidArgument { field: "count", reason: format!("{count} elements overflow") })?;
+    if input == output {
+        // SAFETY: the caller vouches for `count` elements at `output`, used by nobody else.
+        let buf = unsafe { std::slice::from_raw_parts_mut(output as *mut T, count) };
+        return comm.all_reduce_in_place(algo, buf);
+    }
+    let (lo, hi) = (input.min(output), input.max(output));
+    if lo + bytes as u64 > hi {
+        return Err(Error::InvalidArgument {
+            field: "output",
+            reason: "overlaps the input without being the same buffer (pass out=None for in place)".into(),
+        });
+    }
+    // SAFETY: the caller vouches for both ranges; they are disjoint (checked above), so the
+    // shared and the mutable slice do not alias.
+    let (src, dst) = unsafe {
+        (
+            std::slice::from_raw_parts(input as *const T, count),
+            std::slice::from_raw_parts_mut(output as *mut T, count),
+        )
+    };
+    match algo {
+        Some(a) => comm.all_reduce_with(a, src, dst),
+        None => comm.all_reduce(src, dst),
+    }
+}
+
+/// One rank of a CPU job: `tpar::Communicator` (POSIX shared memory, Unix-socket rendezvous).
+#[pyclass(module = "tpar._tpar")]
+pub struct CpuComm {
+    inner: Option<Communicator>,
+    rank: usize,
+    world: usize,
+}
+
+impl CpuComm {
+    fn comm(&mut self) -> PyResult<&mut Communicator> {
+        let rank = self.rank;
+        self.inner.as_mut().ok_or_else(|| PoisonedError::new_err(format!("rank {rank}: communicator is closed")))
+    }
+}
+
+#[pymethods]
+impl CpuComm {
+    /// Joins the job whose rank 0 listens on `path` (every rank passes the same path).
+    #[new]
+    #[pyo3(signature = (rank, world, path, timeout_ms=None, shm_bytes=None))]
+    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, timeout_ms: Option<u64>, shm_bytes: Option<usize>) -> PyResult<Self> {
+        let cfg = config(rank, world, path, timeout_ms, shm_bytes)?;
+        let comm = py.detach(|| Communicator::init(&cfg)).map_err(py_err)?;
+        Ok(CpuComm { inner: Some(comm), rank, world })
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    #[getter]
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    /// Whether an earlier error poisoned this communicator (or it was closed).
+    #[getter]
+    fn poisoned(&self) -> bool {
+        self.inner.as_ref().map_or(true, |c| c.is_poisoned())
+    }
+
+    /// The algorithm the plan picks for `nbytes` of `dtype`.
+    fn plan(&mut self, dtype: &str, nbytes: usize) -> PyResult<String> {
+        let d = dtype_of(dtype)?;
+        Ok(self.comm()?.planned(d, nbytes).name().to_string())
+    }
+
+    /// Sums `count` elements at address `input` over all ranks into `output` (`output ==
+    /// input`: in place), blocking, with the GIL released. Returns the algorithm's name.
+    ///
+    /// The addresses must be live host memory of `count` elements of `dtype` that nothing
+    /// else touches during the call (`tpar.torch` passes contiguous tensors it has checked).
+    #[pyo3(signature = (dtype, count, input, output, algorithm=None))]
+    fn all_reduce(&mut self, py: Python<'_>, dtype: &str, count: usize, input: u64, output: u64, algorithm: Option<&str>) -> PyResult<String> {
+        let d = dtype_of(dtype)?;
+        let forced = algorithm.map(algorithm_of).transpose()?;
+        let comm = self.comm()?;
+        let algo = match forced {
+            Some(a) => a,
+            None => comm.planned(d, count.saturating_mul(d.size())),
+        };
+        // SAFETY: the caller's contract (see the doc comment) is cpu_all_reduce's.
+        py.detach(|| unsafe {
+            match d {
+                DType::F32 => cpu_all_reduce::<f32>(comm, Some(algo), count, input, output),
+                DType::F16 => cpu_all_reduce::<f16>(comm, Some(algo), count, input, output),
+                DType::BF16 => cpu_all_reduce::<bf16>(comm, Some(algo), count, input, output),
+            }
+        })
+        .map_err(py_err)?;
+        Ok(algo.name().to_string())
+    }
+
+    /// Waits until every rank gets here (or raises within the timeout).
+    fn barrier(&mut self, py: Python<'_>) -> PyResult<()> {
+        let comm = self.comm()?;
+        py.detach(|| comm.barrier()).map_err(py_err)
+    }
+
+    /// Leaves the job: unmaps the shared workspace. Later calls raise `PoisonedError`.
+    fn close(&mut self) {
+        self.inner = None;
+    }
+}
+
+/// One rank of a GPU job: `tpar::cuda::GpuCommunicator` on this process's GPU.
+#[pyclass(module = "tpar._tpar", unsendable)]
+pub struct GpuComm {
+    inner: Option<SendGpu>,
+    /// The plan's decisions per (dtype, bytes, captured): planning formats a reason string,
+    /// which an eager call should not pay every time.
+    plans: HashMap<(DType, usize, bool), Plan>,
+    rank: usize,
+    world: usize,
+}
+
+/// A GPU communicator that may cross into `Python::detach`.
+struct SendGpu(GpuCommunicator);
+
+// SAFETY: GpuCommunicator holds CUDA handles (context, streams, events, module functions,
+// IPC mappings) and host memory; the driver API lets any thread use them while the context
+// is current, and each method binds it. `GpuComm` is `unsendable`, so the communicator is
+// only ever used by the thread that made it; detaching keeps that thread, it only releases
+// the GIL.
+unsafe impl Send for SendGpu {}
+
+impl SendGpu {
+    /// A method, not `.0`: a closure that calls it captures the whole `SendGpu` (which is
+    /// `Send`), where `.0` would capture the field alone.
+    fn get(&mut self) -> &mut GpuCommunicator {
+        &mut self.0
+    }
+}
+
+impl GpuComm {
+    fn comm(&mut self) -> PyResult<&mut GpuCommunicator> {
+        Ok(self.held()?.get())
+    }
+
+    fn held(&mut self) -> PyResult<&mut SendGpu> {
+        let rank = self.rank;
+        self.inner.as_mut().ok_or_else(|| PoisonedError::new_err(format!("rank {rank}: communicator is closed")))
+    }
+
+    fn plan_for(&mut self, d: DType, nbytes: usize, graph: bool) -> PyResult<Plan> {
+        if let Some(p) = self.plans.get(&(d, nbytes, graph)) {
+            return Ok(p.clone());
+        }
+        let comm = self.comm()?;
+        comm.set_capture_mode(if graph { CaptureMode::Graph } else { CaptureMode::Eager });
+        let p = comm.plan(d, nbytes);
+        if self.plans.len() >= 4096 {
+            self.plans.clear();
+        }
+        self.plans.insert((d, nbytes, graph), p.clone());
+        Ok(p)
+    }
+}
+
+#[pymethods]
+impl GpuComm {
+    /// Joins the job whose rank 0 listens on `path`, on CUDA device `device` (the ordinal as
+    /// this process sees it), for tpar's kernels up to `max_bytes` (larger calls: NCCL).
+    /// `topology`: the fabric to plan for — a preset name, a JSON file, or None to discover
+    /// it through NVML (ranks sharing one GPU in tests plan as if on a preset's GPUs).
+    #[new]
+    #[pyo3(signature = (rank, world, path, device, max_bytes, timeout_ms=None, topology=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, device: usize, max_bytes: usize, timeout_ms: Option<u64>, topology: Option<String>) -> PyResult<Self> {
+        let cfg = config(rank, world, path, timeout_ms, None)?;
+        let topology = topology.map(|t| tpar::Topology::load(&t)).transpose().map_err(py_err)?;
+        let opts = GpuOptions { device: Some(device), max_bytes, topology };
+        let comm = py.detach(|| GpuCommunicator::init(&cfg, &opts).map(SendGpu)).map_err(py_err)?;
+        Ok(GpuComm { inner: Some(comm), plans: HashMap::new(), rank, world })
+    }
+
+    #[getter]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    #[getter]
+    fn world(&self) -> usize {
+        self.world
+    }
+
+    /// `None` when tpar's own NCCL joined, else why not.
+    #[getter]
+    fn nccl_status(&mut self) -> PyResult<Option<String>> {
+        Ok(self.comm()?.nccl_status().err().map(str::to_string))
+    }
+
+    /// The plan's decision for `nbytes` of `dtype`, eager or captured: (algorithm, reason).
+    #[pyo3(signature = (dtype, nbytes, graph=false))]
+    fn plan(&mut self, dtype: &str, nbytes: usize, graph: bool) -> PyResult<(String, String)> {
+        let p = self.plan_for(dtype_of(dtype)?, nbytes, graph)?;
+        Ok((p.algorithm.name().to_string(), p.to_string()))
+    }
+
+    /// Enqueues an all-reduce of `count` elements directly on the CUDA stream `stream` (a raw
+    /// `CUstream`, e.g. `torch.cuda.current_stream().cuda_stream`), with the plan for eager
+    /// calls or, `graph=True`, for calls being captured into a CUDA graph. Returns the
+    /// algorithm's name. Where the plan says NCCL and `nccl` is false, nothing is enqueued
+    /// and `"nccl"` is returned: the caller runs its own NCCL (the engine's, torch's).
+    ///
+    /// The addresses must be device memory of this rank's GPU, 16-byte aligned, holding
+    /// `count` elements of `dtype` until the stream's work completes (`output == input`:
+    /// in place). Does not wait and does not release the GIL (a launch takes microseconds).
+    #[pyo3(signature = (stream, dtype, count, input, output, graph=false, nccl=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_reduce(&mut self, stream: u64, dtype: &str, count: usize, input: u64, output: u64, graph: bool, nccl: bool) -> PyResult<&'static str> {
+        let d = dtype_of(dtype)?;
+        let p = self.plan_for(d, count.saturating_mul(d.size()), graph)?;
+        if p.algorithm == Algorithm::Nccl && !nccl {
+            return Ok(Algorithm::Nccl.name());
+        }
+        let comm = self.comm()?;
+        // SAFETY: the caller's contract (see the doc comment) is all_reduce_on's.
+        let algo = unsafe { comm.all_reduce_on(stream, &p, d, count, input, output) }.map_err(py_err)?;
+        Ok(algo.name())
+    }
+
+    /// Raises the first error a kernel recorded so far, or a poisoned state, without waiting
+    /// for work in flight (cheap: tpar's own stream is idle when calls go on the caller's).
+    fn poll(&mut self) -> PyResult<()> {
+        self.comm()?.synchronize().map_err(py_err)
+    }
+
+    /// Raises the first error a kernel recorded (timeout, peer, mismatch across ranks), or a
+    /// dead peer, after waiting for the work enqueued so far on `stream` — bounded by the
+    /// timeout, with the GIL released. A host synchronisation: not while capturing.
+    fn check(&mut self, py: Python<'_>, stream: u64) -> PyResult<()> {
+        let held = self.held()?;
+        py.detach(|| {
+            let comm = held.get();
+            // SAFETY: the caller passes a live stream of this device (torch's current one).
+            unsafe { comm.wait_for(stream) }?;
+            comm.synchronize()
+        })
+        .map_err(py_err)
+    }
+
+    /// Waits until every rank gets here, over the control plane (GIL released).
+    fn barrier(&mut self, py: Python<'_>) -> PyResult<()> {
+        let held = self.held()?;
+        py.detach(|| held.get().barrier()).map_err(py_err)
+    }
+
+    /// Leaves the job. Every rank must have finished its calls (a barrier first): peers may
+    /// still write into this rank's workspace until they have.
+    fn close(&mut self) {
+        self.plans.clear();
+        self.inner = None;
+    }
+}
+
+/// The element size of a dtype name, in bytes.
+#[pyfunction]
+fn dtype_size(dtype: &str) -> PyResult<usize> {
+    Ok(dtype_of(dtype)?.size())
+}
+
+#[pymodule]
+fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<CpuComm>()?;
+    m.add_class::<GpuComm>()?;
+    m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
+    m.add("TparError", py.get_type::<TparError>())?;
+    m.add("TparTimeoutError", py.get_type::<TparTimeoutError>())?;
+    m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
+    m.add("AbortedError", py.get_type::<AbortedError>())?;
+    m.add("MismatchError", py.get_type::<MismatchError>())?;
+    m.add("PoisonedError", py.get_type::<PoisonedError>())?;
+    m.add("InvalidArgumentError", py.get_type::<InvalidArgumentError>())?;
+    m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
+    m.add("LibraryError", py.get_type::<LibraryError>())?;
+    m.add("ConfigError", py.get_type::<ConfigError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
