@@ -71,7 +71,10 @@ fn algorithm_of(name: &str) -> PyResult<Algorithm> {
 /// The job's configuration: defaults of `Config::new`, `TPAR_*` settings from the
 /// environment (every rank reads its own; ranks that disagree are refused at init).
 fn config(rank: usize, world: usize, path: PathBuf, timeout_ms: Option<u64>, shm_bytes: Option<usize>) -> PyResult<Config> {
-    let mut c = Config::new(rank, world, path);
+    let mut c = Config::new(rank, world, &path);
+    // The path is a private directory rank 0 made for this job alone (tpar.torch), so the
+    // path identifies the job; ranks of engines need not share a parent process.
+    c.job_id = tpar::units::fnv1a64(path.as_os_str().as_encoded_bytes());
     if let Some(ms) = timeout_ms {
         c.timeout = Duration::from_millis(ms.max(1));
     }
