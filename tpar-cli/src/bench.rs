@@ -205,7 +205,7 @@ fn run_cuda(args: BenchArgs) -> Result<(), String> {
         transport: args.transport,
         blocks: None,
         max_blocks: tpar::cuda::emulated::DEFAULT_MAX_BLOCKS,
-        timeout_ms: tpar::comm::DEFAULT_TIMEOUT.as_millis() as u64,
+        timeout_ms: tpar::cuda::launch::timeout_from_env().map_err(|e| e.to_string())?.unwrap_or(tpar::comm::DEFAULT_TIMEOUT).as_millis() as u64,
         device: args.device,
         check_only: false,
         odd: false,

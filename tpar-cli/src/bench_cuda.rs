@@ -60,7 +60,7 @@ pub struct BenchCudaArgs {
     /// Workspace transport: p2p (device memory) or host (pinned host memory over PCIe).
     #[arg(long, default_value = "p2p")]
     pub transport: String,
-    /// Blocks per rank (default: one per 512 vectors, at most --max-blocks).
+    /// Blocks per rank (default: the launch policy, tpar::cuda::launch::blocks_for, which honours TPAR_BLOCKS; --max-blocks caps only the random blocks of --stress and the floor).
     #[arg(long)]
     pub blocks: Option<u32>,
     #[arg(long = "max-blocks", default_value_t = DEFAULT_MAX_BLOCKS)]
@@ -461,7 +461,7 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
                         if nbytes > max_bytes {
                             continue;
                         }
-                        let blocks = args.blocks.unwrap_or_else(|| default_blocks(nbytes, args.max_blocks));
+                        let blocks = args.blocks.unwrap_or(0);
                         let wrong = if args.check == 1 { c.check_one(algo, d, count, blocks)? } else { -1 };
                         total_wrong += wrong.max(0);
                         if args.check_only {
@@ -523,7 +523,7 @@ fn sequence(c: &mut Ctx, args: &BenchCudaArgs, calls: usize, bytes: usize, dtype
                 println!("  {:>14} {:>9}  not run: NCCL cannot place {world} ranks on one GPU", "nccl", d.name());
                 continue;
             }
-            let blocks = args.blocks.unwrap_or_else(|| default_blocks(count * d.size(), args.max_blocks));
+            let blocks = args.blocks.unwrap_or(0);
             let wrong = if args.check == 1 { c.check_one(algo, d, count, blocks)? } else { -1 };
             let samples = time_calls(c, Op::AllReduce(algo), d, count, blocks, args, calls, true)?;
             let (med, p10, p90) = stats(samples);
@@ -587,7 +587,7 @@ fn graph_test(c: &mut Ctx, args: &BenchCudaArgs, replays: usize, (calls, bytes):
     for &d in dtypes {
         for algo in &algos {
             let count = (bytes / d.size()).max(1);
-            let blocks = args.blocks.unwrap_or_else(|| default_blocks(count * d.size(), args.max_blocks));
+            let blocks = args.blocks.unwrap_or(0);
             let outs: Vec<Vec<DeviceBuffer>> = (0..calls)
                 .map(|_| (0..world).map(|_| DeviceBuffer::new(c.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>())
                 .collect::<Result<Vec<_>, _>>()
@@ -910,7 +910,7 @@ mod ipc {
                     let (_, own) = inputs_of(d, count, args.seed, calls, rank);
                     input.upload(&raw).map_err(e)?;
                     output.fill_u32(0xFFFF_FFFF).map_err(e)?;
-                    let blocks = args.blocks.unwrap_or_else(|| default_blocks(count * d.size(), args.max_blocks));
+                    let blocks = args.blocks.unwrap_or(0);
                     ws.enqueue(algo, d, count, input.ptr, output.ptr, blocks).map_err(e)?;
                     ws.synchronize().map_err(e)?;
                     let mut out = vec![0u8; count * d.size()];
@@ -953,7 +953,7 @@ mod ipc {
         //    events on its own stream) and in a graph of --graph-inner calls.
         let d = width_dtype;
         let count = 43008 / d.size();
-        let blocks = args.blocks.unwrap_or_else(|| default_blocks(43008, args.max_blocks));
+        let blocks = args.blocks.unwrap_or(0);
         if rank == 0 {
             println!("# ipc timing: 2 processes, 1 rank each, 43008 B {d}, rank 0's stream; eager = one launch per call per process; graph = {} calls per replay", args.graph_inner);
             println!("# NOTE: without MPS, kernels of two processes on one GPU do not run concurrently; the GPU time-slices");

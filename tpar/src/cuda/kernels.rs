@@ -70,13 +70,21 @@ pub fn dtype_suffix(dtype: DType) -> &'static str {
 
 /// FNV-1a 64 over a string: stable across builds and platforms (std's hasher is not).
 pub fn fnv1a64(text: &str) -> u64 {
+    fnv1a64_bytes(text.as_bytes())
+}
+
+/// FNV-1a 64 over bytes (cache keys and entry checksums).
+pub fn fnv1a64_bytes(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
+    for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
     h
 }
+
+/// The header alone as a translation unit: the ABI probe and the empty kernel (no algorithm).
+pub const PROBE_UNIT: &str = COMMON_CUH;
 
 #[cfg(test)]
 mod tests {
