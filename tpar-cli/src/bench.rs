@@ -211,6 +211,7 @@ fn run_cuda(args: BenchArgs) -> Result<(), String> {
         odd: false,
         stress: None,
         timeout_test: false,
+        skew_ns: None,
         mismatch_test: false,
         graph_test: None,
         epoch_start: None,

@@ -82,6 +82,10 @@ pub struct BenchCudaArgs {
     /// Timeout test: the last rank never arrives; expect Error::Timeout within the deadline.
     #[arg(long = "timeout-test")]
     pub timeout_test: bool,
+    /// Skewed ranks (test): before every call each rank waits a random time on the device,
+    /// half the calls 0, else up to this many ns (per rank, per call; eager and in graphs).
+    #[arg(long = "skew-ns")]
+    pub skew_ns: Option<u32>,
     /// Mismatch test: the last rank announces another call (dtype, algorithm or count) than
     /// it runs; expect Error::Mismatch naming it, never a silent result.
     #[arg(long = "mismatch-test")]
@@ -421,6 +425,10 @@ pub fn run(args: BenchCudaArgs) -> Result<(), String> {
         eprintln!("# group: {world} emulated ranks on {gpu} ({}), transport {transport}, max {max_bytes} B, ready in {:.0} ms", g.device().arch(), t0.elapsed().as_secs_f64() * 1e3);
         let bufs = alloc_bufs(&g, max_bytes)?;
         let mut c = Ctx { g, bufs, rng: StdRng::seed_from_u64(args.seed ^ world as u64) };
+        if let Some(ns) = args.skew_ns {
+            c.g.set_skew_for_test(Some((args.seed, ns)));
+            eprintln!("# skewed ranks: random delays of 0..{ns} ns before calls, per rank and call");
+        }
         if let Some(e) = args.epoch_start {
             c.g.set_epoch_for_test(e).map_err(|x| x.to_string())?;
             eprintln!("# epochs start at {e} (wrap-around test)");
@@ -716,6 +724,22 @@ fn mismatch_test(args: &BenchCudaArgs, world: usize, transport: Transport) -> Re
                 }
                 Err(e) => return Err(format!("mismatch test {} ({field}): expected Mismatch on `{field}` then Poisoned, got: {e}; next: {after:?}", algo.name())),
                 Ok(()) => return Err(format!("mismatch test {} ({field}): a mismatched call succeeded silently", algo.name())),
+            }
+            // The same lie inside a capture: checked once, when the capture ends.
+            let mut g = EmulatedGroup::new(args.device, world, 64 << 10, GroupOptions { transport, timeout, check_calls }).map_err(|e| e.to_string())?;
+            let cap = g.capture(|g| {
+                g.enqueue(algo, DType::BF16, count, &i, &o, 2)?;
+                g.set_desc_override_for_test(Some((world - 1, code)));
+                g.enqueue(algo, DType::BF16, count, &i, &o, 2)
+            });
+            g.set_desc_override_for_test(None);
+            let after = g.all_reduce(algo, DType::BF16, count, &i, &o, 2);
+            match cap {
+                Err(tpar::Error::Mismatch { field: f, .. }) if f == field && after.is_err() => {
+                    println!("# mismatch test (graph): {} {world} ranks, rank {} captured another {field}: {}", algo.name(), world - 1, cap.as_ref().err().map_or(String::new(), |e| e.to_string()));
+                }
+                Err(e) => return Err(format!("mismatch test (graph) {} ({field}): expected Mismatch on `{field}` at capture end, got: {e}; next: {after:?}", algo.name())),
+                Ok(_) => return Err(format!("mismatch test (graph) {} ({field}): a mismatched capture succeeded silently", algo.name())),
             }
         }
     }

@@ -53,7 +53,7 @@ struct TparArgs {
     u32 rank;
     u32 world;
     u32 desc_code;              // algorithm code << 4 | dtype code (tpar's Rust codes)
-    u32 pad;
+    u32 test_delay_ns;          // test hook: spin this long before the call (skewed ranks); 0 normally
 };
 // NVRTC has no offsetof: sizes are asserted here at compile time, offsets at run time by
 // tpar_abi_offsets (below), which the host compares with abi.rs when it loads a module.
@@ -81,7 +81,13 @@ static_assert(sizeof(TparState) == 192, "TparState size");
 #define TPAR_KIND_NONE 0u     // pull algorithms: nothing
 #define TPAR_KIND_INBOX 1u    // one-shot and staged push: inbox[buf][src][0..nvec)
 #define TPAR_KIND_TWOSHOT 2u  // two-shot push: inbox[buf][src][my chunk], gather[buf][other chunks]
+#ifdef TPAR_TEST_UNSAFE_TWO_BUFFERS
+// Test only: the guard removed (two buffers, the clear one call behind then races a fast
+// peer's next call). The skewed-rank stress must catch it.
+#define TPAR_BUFS 2u
+#else
 #define TPAR_BUFS 3u
+#endif
 
 // Per-rank error record in pinned host memory mapped into the device.
 struct TparError {
@@ -531,6 +537,10 @@ __device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q,
 // epoch and buffer, and (descriptor thread) announces the call to every peer.
 __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     pdl_wait();
+    if (a.test_delay_ns != 0u) {  // skewed-rank test hook: this rank arrives late
+        const u64 until = globaltimer_ns() + a.test_delay_ns;
+        while (globaltimer_ns() < until) nanosleep_ns(100);
+    }
     const TparState* st = (const TparState*)a.state;
     Frame f;
     f.epoch = st->epoch[blockIdx.x];

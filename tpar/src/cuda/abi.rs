@@ -40,7 +40,8 @@ pub struct TparArgs {
     pub world: u32,
     /// [`desc_code`] of the call, which every rank tells every peer.
     pub desc_code: u32,
-    pub pad: u32,
+    /// Test hook: the kernel spins this long before the call (skewed-rank stress); 0 normally.
+    pub test_delay_ns: u32,
 }
 
 /// What a call's descriptor says besides its count: algorithm code << 4 | dtype code.

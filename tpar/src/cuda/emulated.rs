@@ -112,6 +112,9 @@ pub struct EmulatedGroup {
     /// During a capture: what each rank was asked to call, `count << 8 | desc_code`, checked
     /// across ranks when the capture ends (the kernels then carry no descriptor).
     captured: Vec<Vec<u64>>,
+    /// Test hook: (seed, most ns) of random per-rank, per-call delays; launches counted.
+    skew: Option<(u64, u32)>,
+    launches: u64,
     dev: Device,
 }
 
@@ -163,6 +166,8 @@ impl EmulatedGroup {
         let mut g = Self {
             launcher,
             captured: Vec::new(),
+            skew: None,
+            launches: 0,
             streams,
             origin,
             fork,
@@ -240,6 +245,27 @@ impl EmulatedGroup {
     /// as the others; None restores the truth.
     pub fn set_desc_override_for_test(&mut self, o: Option<(usize, u32)>) {
         self.desc_override = o;
+    }
+
+    /// Test hook (skewed ranks): from now on, before each call every rank waits on the device
+    /// for a random time, drawn per rank and per call (half the time 0, else up to `max_ns`),
+    /// inside the kernel, so that PDL chains and graphs are kept. None: no delays.
+    pub fn set_skew_for_test(&mut self, skew: Option<(u64, u32)>) {
+        self.skew = skew;
+    }
+
+    fn skew_ns(&self, rank: usize) -> u32 {
+        let Some((seed, max)) = self.skew else { return 0 };
+        // splitmix64 of (seed, launch, rank): reproducible, different per rank and call.
+        let mut z = seed ^ self.launches.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (rank as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        if z & 1 == 0 || max == 0 {
+            0
+        } else {
+            ((z >> 1) % u64::from(max)) as u32 + 1
+        }
     }
 
     /// Test hook: restart every rank's epoch at `epoch` (e.g. near u32::MAX to test wrap-around).
@@ -375,6 +401,7 @@ impl EmulatedGroup {
                 continue;
             }
             let mut a = self.args_for(r, count, inputs[r], outputs[r], desc_code);
+            a.test_delay_ns = self.skew_ns(r);
             if !eager && desc_code != 0 {
                 if let Some(seq) = self.captured.get_mut(r) {
                     seq.push(((count as u64) << 8) | u64::from(a.desc_code & 0xff));
@@ -393,6 +420,7 @@ impl EmulatedGroup {
                 self.origin.wait(&self.joins[r])?;
             }
         }
+        self.launches += 1;
         Ok(())
     }
 

@@ -182,7 +182,7 @@ impl IpcWorkspace {
             rank: self.rank as u32,
             world: self.world as u32,
             desc_code: if self.check_calls { abi::desc_code(algo, dtype) } else { 0 },
-            pad: 0,
+            test_delay_ns: 0,
         };
         // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
         // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer

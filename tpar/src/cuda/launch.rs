@@ -86,6 +86,13 @@ pub fn timeout_from_env() -> Result<Option<Duration>> {
     }
 }
 
+/// `TPAR_TEST_UNSAFE_TWO_BUFFERS=1`: compile the kernels with two buffers instead of three —
+/// the buffer-reuse guard removed — so that the skewed-rank stress can show it catches the
+/// race. Never for real use: calls then corrupt or time out under skew.
+pub fn unsafe_two_buffers_for_test() -> bool {
+    env("TPAR_TEST_UNSAFE_TWO_BUFFERS").as_deref() == Some("1")
+}
+
 /// The launch settings, read once per group or workspace.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -197,7 +204,11 @@ impl Launcher {
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
             let label = format!("{}-{}", src.stem(), kernels::dtype_suffix(dtype));
-            let mut module = load_unit(dev, &label, &src.translation_unit(), &nvrtc::options(&self.arch, Some(dtype)), &self.arch, self.driver)?;
+            let mut opts = nvrtc::options(&self.arch, Some(dtype));
+            if unsafe_two_buffers_for_test() {
+                opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());
+            }
+            let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
             let mut per_sm = 0i32;
             // SAFETY: f is a live function of `module`; per_sm is a valid out-pointer.
