@@ -11,6 +11,7 @@ set -uo pipefail
 NEW="${1:?new binary}"
 OLD="${2:-}"
 MODE="${3:-full}"
+# skew: only the skewed-rank checks (guarded must pass, unguarded must be caught) and one timing
 OUT="${OUT:-./gpu-out}"
 mkdir -p "$OUT"
 LOG="$OUT/kernels.log"
@@ -65,6 +66,14 @@ step first-call-warm 60 XDG_CACHE_HOME="$CACHE/cold" -- "$NEW" bench-cuda --emul
 step first-call-corrupt 60 XDG_CACHE_HOME="$CACHE/cold" -- bash -c "for f in $CACHE/cold/tpar/*.cubin; do printf garbage | dd of=\$f bs=1 seek=100 conv=notrunc 2>/dev/null; done; $NEW bench-cuda --emulate-ranks 8 --check-only -b 43008 -e 43008 -d bfloat16 --algo oneshot-push"
 step cache-8-procs 120 XDG_CACHE_HOME="$CACHE/par" -- bash -c "for i in 0 1 2 3 4 5 6 7; do $NEW bench-cuda --emulate-ranks 2 --check-only -b 1K -e 64K -f 8 -d all --algo $K >/dev/null 2>&1 & done; wait; ls -la $CACHE/par/tpar | grep -c cubin; ls -a $CACHE/par/tpar | grep -c tmp || true"
 
+if [ "$MODE" = skew ]; then
+    step skew-stress 240 -- "$NEW" bench-cuda --emulate-ranks 8 --stress 3000 --skew-ns 20000 -e 256K -d all --algo "$K"
+    step skew-graph 240 -- "$NEW" bench-cuda --emulate-ranks 2,8 --graph-test 50 --skew-ns 5000 --sequence 122x262144 -d all
+    expect_fail unguarded-skew 200 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/unsafe" -- bash -c "$NEW bench-cuda --emulate-ranks 2,8 --graph-test 50 --skew-ns 5000 --sequence 122x262144 -d bfloat16 --algo oneshot-push,twoshot-push,staged-push --timeout-ms 300"
+    step seq-new 240 -- "$NEW" bench-cuda --emulate-ranks 8 --sequence 122x43008 -n 50 -w 5 -d bfloat16
+    for s in "${summary[@]}"; do echo "$s"; done | tee "$OUT/summary.txt"
+    exit "$failed"
+fi
 if [ "$MODE" = smoke ]; then
     step sweep 240 -- "$NEW" bench-cuda --emulate-ranks 2,3,8 --check-only --odd -b 1 -e 1M -f 8 -d all --algo "$K"
 else
@@ -76,7 +85,7 @@ step stress 240 -- "$NEW" bench-cuda --emulate-ranks 8 --stress 4000 -e 256K -d 
 step skew-stress 240 -- "$NEW" bench-cuda --emulate-ranks 8 --stress 3000 --skew-ns 20000 -e 256K -d all --algo "$K"
 step skew-graph 240 -- "$NEW" bench-cuda --emulate-ranks 8 --graph-test 20 --skew-ns 20000 --sequence 122x43008 -d all
 step skew-graph-nopdl 240 TPAR_PDL=0 -- "$NEW" bench-cuda --emulate-ranks 4 --graph-test 20 --skew-ns 20000 --sequence 122x43008 -d bfloat16
-expect_fail unguarded-skew 120 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/unsafe" -- "$NEW" bench-cuda --emulate-ranks 8 --stress 3000 --skew-ns 20000 -e 64K -d bfloat16 --algo oneshot-push,twoshot-push,staged-push --timeout-ms 500
+expect_fail unguarded-skew 200 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/unsafe" -- bash -c "$NEW bench-cuda --emulate-ranks 2,8 --stress 5000 --skew-ns 20000 -e 1M -d bfloat16 --algo oneshot-push,twoshot-push,staged-push --timeout-ms 300 && $NEW bench-cuda --emulate-ranks 2,8 --graph-test 50 --skew-ns 5000 --sequence 122x262144 -d bfloat16 --timeout-ms 300"
 step timeout-test 120 -- "$NEW" bench-cuda --emulate-ranks 2,8 --timeout-test --timeout-ms 200
 step timeout-env 60 TPAR_TIMEOUT_MS=300 -- "$NEW" bench-cuda --emulate-ranks 4 --timeout-test
 step mismatch-test 120 -- "$NEW" bench-cuda --emulate-ranks 2,8 --mismatch-test --timeout-ms 2000

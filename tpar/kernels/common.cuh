@@ -151,9 +151,18 @@ __device__ __forceinline__ V16 ld_poll_v16(const V16* p) {
 }
 
 // Bulk verbs: plain 16-byte loads and stores the compiler and the hardware may overlap
-// freely. A store to a peer's inbox needs no ordering: the sentinel is per lane.
+// freely (own memory: clears, exposed copies that a barrier's release publishes).
 __device__ __forceinline__ V16 ld_v16(const V16* p) { return *p; }
 __device__ __forceinline__ void st_v16(V16* p, V16 v) { *p = v; }
+
+// Send: a strong (volatile) 16-byte store for data a peer polls, with no memory clobber, so
+// the compiler may still overlap it with other work. Plain (weak) stores were measured
+// 3-4x slower for a chain of sends (staged push, emulated ranks): nothing obliges the
+// hardware to make a weak store visible to another thread soon. The sentinel is per lane,
+// so sends need no ordering among themselves.
+__device__ __forceinline__ void st_send_v16(V16* p, V16 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
 
 // Programmatic dependent launch (sm_90+; no-ops when launched without the attribute and on
 // older architectures). wait: everything the previous kernel on this stream wrote is
@@ -533,14 +542,20 @@ __device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q,
     }
 }
 
+// Skewed-rank test hook (test_delay_ns != 0 only in tests): the rank stalls here. Called
+// when a call starts (a late sender) and again after a push kernel's sends (a slow reader,
+// whose clear one call behind then runs late: the case a buffer-reuse race needs).
+__device__ __forceinline__ void test_pause(const TparArgs& a) {
+    if (a.test_delay_ns == 0u) return;
+    const u64 until = globaltimer_ns() + a.test_delay_ns;
+    while (globaltimer_ns() < until) nanosleep_ns(100);
+}
+
 // Starts a call: waits for the previous kernel on this stream (PDL), reads this block's
 // epoch and buffer, and (descriptor thread) announces the call to every peer.
 __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     pdl_wait();
-    if (a.test_delay_ns != 0u) {  // skewed-rank test hook: this rank arrives late
-        const u64 until = globaltimer_ns() + a.test_delay_ns;
-        while (globaltimer_ns() < until) nanosleep_ns(100);
-    }
+    test_pause(a);  // skewed-rank test hook: this rank arrives late
     const TparState* st = (const TparState*)a.state;
     Frame f;
     f.epoch = st->epoch[blockIdx.x];
@@ -587,24 +602,19 @@ __device__ void clear_previous(const TparArgs& a, const Frame& f) {
     const u32 world = a.world, rank = a.rank;
     const u64 t0 = global_tid(), stride = grid_threads();
     const V16 e = empty_v16<D>();
+    // Source-major loops: no division per item, a warp's stores contiguous.
     if (kind == TPAR_KIND_INBOX) {
-        // items (src != rank, v): src-major, so a warp's stores are contiguous
-        const u64 items = (u64)(world - 1u) * n;
-        for (u64 i = t0; i < items; i += stride) {
-            const u32 k = (u32)(i / n);
-            const u32 src = k < rank ? k : k + 1u;
-            st_v16(inbox_at(a, rank, pb, src, i - (u64)k * n), e);
+        for (u32 src = 0; src < world; ++src) {
+            if (src == rank) continue;
+            for (u64 v = t0; v < n; v += stride) st_v16(inbox_at(a, rank, pb, src, v), e);
         }
     } else {
         const u64 cvec = (n + world - 1u) / world;
         const u64 lo = (u64)rank * cvec;
         const u64 hi = lo + cvec < n ? lo + cvec : n;
-        const u64 mine = hi > lo ? hi - lo : 0ull;
-        const u64 items = (u64)(world - 1u) * mine;
-        for (u64 i = t0; i < items; i += stride) {
-            const u32 k = (u32)(i / mine);
-            const u32 src = k < rank ? k : k + 1u;
-            st_v16(inbox_at(a, rank, pb, src, lo + (i - (u64)k * mine)), e);
+        for (u32 src = 0; src < world; ++src) {
+            if (src == rank) continue;
+            for (u64 v = lo + t0; v < hi; v += stride) st_v16(inbox_at(a, rank, pb, src, v), e);
         }
         for (u64 v = t0; v < n; v += stride) {
             if (v < lo || v >= hi) st_v16(gather_at(a, rank, pb, v), e);

@@ -27,10 +27,11 @@ __device__ void oneshot_push(const TparArgs& a) {
         if (v == first) pre = mine;
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
-            st_v16(inbox_at(a, q, f.buf, rank, v), mine);
+            st_send_v16(inbox_at(a, q, f.buf, rank, v), mine);
         }
     }
     pdl_launch_dependents();
+    test_pause(a);
     clear_previous<D>(a, f);
     // Poll (every peer still missing, in one pass; the descriptors ride along) and reduce.
     const u32 peers = peers_mask<SLOT_INBOX>(a, 0, 0, nvec);

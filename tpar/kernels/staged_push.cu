@@ -25,10 +25,11 @@ __device__ void staged_push(const TparArgs& a) {
         const u32 dst = (a.rank + s) % a.world;
         const u32 src = (a.rank + a.world - s) % a.world;
         for (u64 v = first; v < nvec; v += stride) {
-            st_v16(inbox_at(a, dst, f.buf, a.rank, v), D::canon(load_input<D>(a, v)));
+            st_send_v16(inbox_at(a, dst, f.buf, a.rank, v), D::canon(load_input<D>(a, v)));
         }
         if (s == 1) {
             pdl_launch_dependents();
+            test_pause(a);
             clear_previous<D>(a, f);
         }
         for (u64 v = first; v < nvec; v += stride) {

@@ -47,10 +47,11 @@ __device__ void twoshot_push(const TparArgs& a) {
         }
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u) {
-            if (dst[u]) st_v16(dst[u], val[u]);
+            if (dst[u]) st_send_v16(dst[u], val[u]);
         }
     }
     pdl_launch_dependents();
+    test_pause(a);
     clear_previous<D>(a, f);
     // 2. reduce my chunk (every peer's piece polled in one pass), publish it.
     const u64 lo = (u64)rank * cvec;
@@ -65,7 +66,7 @@ __device__ void twoshot_push(const TparArgs& a) {
         const V16 r = reduce_in_rank_order<D>(a, x, own);
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
-            st_v16(gather_at(a, q, f.buf, v), r);
+            st_send_v16(gather_at(a, q, f.buf, v), r);
         }
         store_output<D>(a, v, r);
     }

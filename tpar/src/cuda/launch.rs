@@ -58,7 +58,11 @@ fn config(var: &'static str, raw: &str, expected: String) -> Error {
 
 /// `TPAR_BLOCKS`: `auto` (or unset) or 1..=[`MAX_BLOCKS`].
 pub fn blocks_from_env() -> Result<Option<u32>> {
-    let Some(raw) = env("TPAR_BLOCKS") else { return Ok(None) };
+    parse_blocks(env("TPAR_BLOCKS"))
+}
+
+fn parse_blocks(raw: Option<String>) -> Result<Option<u32>> {
+    let Some(raw) = raw else { return Ok(None) };
     if raw.eq_ignore_ascii_case("auto") {
         return Ok(None);
     }
@@ -70,7 +74,11 @@ pub fn blocks_from_env() -> Result<Option<u32>> {
 
 /// `TPAR_PDL`: programmatic dependent launch, on (`1`, default) or off (`0`).
 pub fn pdl_from_env() -> Result<bool> {
-    match env("TPAR_PDL").as_deref() {
+    parse_pdl(env("TPAR_PDL"))
+}
+
+fn parse_pdl(raw: Option<String>) -> Result<bool> {
+    match raw.as_deref() {
         None | Some("1") => Ok(true),
         Some("0") => Ok(false),
         Some(raw) => Err(config("TPAR_PDL", raw, "0 or 1".into())),
@@ -79,7 +87,11 @@ pub fn pdl_from_env() -> Result<bool> {
 
 /// `TPAR_TIMEOUT_MS`: the bound on every wait, if set.
 pub fn timeout_from_env() -> Result<Option<Duration>> {
-    let Some(raw) = env("TPAR_TIMEOUT_MS") else { return Ok(None) };
+    parse_timeout(env("TPAR_TIMEOUT_MS"))
+}
+
+fn parse_timeout(raw: Option<String>) -> Result<Option<Duration>> {
+    let Some(raw) = raw else { return Ok(None) };
     match raw.parse::<u64>() {
         Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
         _ => Err(config("TPAR_TIMEOUT_MS", &raw, "a positive number of milliseconds".into())),
@@ -389,25 +401,18 @@ mod tests {
 
     #[test]
     fn settings_parse_and_refuse() {
-        // One test touches these variables (tests of one binary share the environment).
-        std::env::set_var("TPAR_BLOCKS", "12");
-        std::env::set_var("TPAR_PDL", "0");
-        std::env::set_var("TPAR_TIMEOUT_MS", "250");
-        assert_eq!(blocks_from_env().unwrap(), Some(12));
-        assert_eq!(blocks_for(Algorithm::TwoshotPush, Transport::P2p, 1, 2), 12);
-        assert!(!pdl_from_env().unwrap());
-        assert_eq!(timeout_from_env().unwrap(), Some(Duration::from_millis(250)));
-        std::env::set_var("TPAR_BLOCKS", "33");
-        assert!(blocks_from_env().is_err());
-        std::env::set_var("TPAR_BLOCKS", "auto");
-        assert_eq!(blocks_from_env().unwrap(), None);
-        std::env::set_var("TPAR_PDL", "yes");
-        assert!(pdl_from_env().is_err());
-        std::env::set_var("TPAR_TIMEOUT_MS", "0");
-        assert!(timeout_from_env().is_err());
-        for v in ["TPAR_BLOCKS", "TPAR_PDL", "TPAR_TIMEOUT_MS"] {
-            std::env::remove_var(v);
-        }
-        assert!(pdl_from_env().unwrap());
+        // The parsers, not the process environment: other tests read TPAR_* concurrently.
+        let some = |v: &str| Some(v.to_string());
+        assert_eq!(parse_blocks(some("12")).unwrap(), Some(12));
+        assert!(parse_blocks(some("33")).is_err());
+        assert!(parse_blocks(some("0")).is_err());
+        assert_eq!(parse_blocks(some("auto")).unwrap(), None);
+        assert_eq!(parse_blocks(None).unwrap(), None);
+        assert!(!parse_pdl(some("0")).unwrap());
+        assert!(parse_pdl(some("1")).unwrap() && parse_pdl(None).unwrap());
+        assert!(parse_pdl(some("yes")).is_err());
+        assert_eq!(parse_timeout(some("250")).unwrap(), Some(Duration::from_millis(250)));
+        assert!(parse_timeout(some("0")).is_err());
+        assert_eq!(parse_timeout(None).unwrap(), None);
     }
 }
