@@ -51,9 +51,9 @@ if [ "$MODE" = ipc ]; then
     step ipc-test-f32 120 selftest ipc -e 1M -n 20 -w 2 --graph-inner 5 -d float
 elif [ "$MODE" = blocks32 ]; then
     # Up to 32 blocks per call (the plan's NVLink cap since the 4-H200 blocks sweep).
-    step sweep-32 240 check --emulate-ranks 2,4 -e 4M --calls 0 -d all --algo "$K" --max-blocks 32
-    step stress-32 180 check --emulate-ranks 4 --calls 5000 -e 1M -d all --algo "$K" --max-blocks 32
-    step graph-test-32 120 selftest graph --emulate-ranks 4 --replays 20 --sequence 122x43008 -d bfloat16 --max-blocks 32
+    TPAR_BLOCKS=32 step sweep-32 240 check --emulate-ranks 2,4 -e 4M --calls 0 -d all --algo "$K"
+    TPAR_BLOCKS=32 step stress-32 180 check --emulate-ranks 4 --calls 5000 -e 1M -d all --algo "$K"
+    TPAR_BLOCKS=32 step graph-test-32 120 selftest graph --emulate-ranks 4 --replays 20 --sequence 122x43008 -d bfloat16
     step ipc-test 120 selftest ipc -e 1M -n 20 -w 2 --graph-inner 5 -d bfloat16
 elif [ "$MODE" = quick ]; then
     step smoke-check 90 check --emulate-ranks 2,3,8 -e 1M --calls 200 -d all --algo "$K"

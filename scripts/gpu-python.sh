@@ -37,7 +37,7 @@ run() { echo "\$ $*"; local t0=$SECONDS; DEADLINE_S=$((T - 5)) timeout "$T" "$@"
         --preset tiny --tokens 4 --allreduce tpar --same-gpu --iters 10
     T=40 TPAR_ALGO=twoshot-push run python3 "$CHECK" 4 correct --out "$OUT"
     if [ -x "$DIR/tpar" ]; then # the Rust API's eager and graph calls, 2 emulated ranks on this GPU (one process)
-        echo "\$ tpar bench-cuda --emulate-ranks 2 -b 42K -e 42K -d bfloat16 --graph"
-        timeout 25 "$DIR/tpar" bench-cuda --emulate-ranks 2 -b 42K -e 42K -d bfloat16 --graph 2>&1 | tail -60; echo "rc=$?"
+        echo "\$ tpar bench --emulate-ranks 2 -b 42K -e 42K -d bfloat16 --mode graph"
+        timeout 25 "$DIR/tpar" bench --emulate-ranks 2 -b 42K -e 42K -d bfloat16 --mode graph 2>&1 | tail -60; echo "rc=$?"
     fi
 } 2>&1 | tee "$OUT/gpu-python.log"

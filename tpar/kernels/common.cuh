@@ -28,9 +28,13 @@ typedef unsigned long long u64;
 #define TPAR_PHASE_BARRIER1 5u
 #define TPAR_PHASE_STAGED 6u
 #define TPAR_PHASE_DESC 7u
+#define TPAR_PHASE_ABORTED 8u  // another thread of this rank already failed the call
 
 // Spins read %globaltimer once every this many polls (see poll_until_not_sentinel).
 #define TPAR_POLLS_PER_CLOCK 16u
+
+// Independent 16-byte loads a thread keeps in flight in the bulk loops.
+#define TPAR_UNROLL 4
 
 // ---------------------------------------------------------------------------------------
 // Plain-data structs shared with the host (twins in abi.rs).
@@ -49,22 +53,41 @@ struct TparArgs {
     u32 rank;
     u32 world;
     u32 desc_code;              // algorithm code << 4 | dtype code (tpar's Rust codes)
-    u32 pad;
+    u32 test_delay_ns;          // test hook: spin this long before the call (skewed ranks); 0 normally
 };
 // NVRTC has no offsetof: sizes are asserted here at compile time, offsets at run time by
 // tpar_abi_offsets (below), which the host compares with abi.rs when it loads a module.
 static_assert(sizeof(TparArgs) == 328, "TparArgs size: keep in step with abi.rs");
 static_assert(alignof(TparArgs) == 8, "TparArgs alignment");
 
-// Per-rank device-local state. The epoch is the call counter, advanced on the device by
-// the last block to finish, so a captured graph replays with fresh epochs.
+// Per-rank device-local state, touched only by this rank's kernels. Epochs are per block:
+// block b reads epoch[b] and buf[b] when it starts and advances them when it ends, so no
+// block waits for another and no atomic is taken per call (block 0 also advances the words
+// of the blocks this call did not launch). Every word of a rank holds the same value between
+// calls. `buf` is the call's buffer, 0, 1, 2, 0, ... (not epoch % 3: 2^32 is not a multiple
+// of 3). `prev_*[e & 1]` say what the call of epoch e left in the push region, so that the
+// next call clears it (one call behind, off the critical path).
 struct TparState {
-    u32 epoch;        // calls completed by this rank (mod 2^32)
-    u32 done_blocks;  // ticket: blocks of the current call that have finished
-    u32 err_claim;    // 0 until one thread of this rank claims the error record
-    u32 pad[13];
+    u32 epoch[TPAR_MAX_BLOCKS];      // calls completed by this rank (mod 2^32)
+    unsigned char buf[TPAR_MAX_BLOCKS];  // buffer index of the next call, 0..2
+    u32 err_claim;                   // 0 until one thread of this rank claims the error record
+    u32 pad0;
+    u64 prev_nvec[2];                // vectors of that call's message
+    u32 prev_kind[2];                // TPAR_KIND_*: which push regions that call filled
 };
-static_assert(sizeof(TparState) == 64, "TparState size");
+static_assert(sizeof(TparState) == 192, "TparState size");
+
+// What a call leaves in the push region (for the clear one call behind).
+#define TPAR_KIND_NONE 0u     // pull algorithms: nothing
+#define TPAR_KIND_INBOX 1u    // one-shot and staged push: inbox[buf][src][0..nvec)
+#define TPAR_KIND_TWOSHOT 2u  // two-shot push: inbox[buf][src][my chunk], gather[buf][other chunks]
+#ifdef TPAR_TEST_UNSAFE_TWO_BUFFERS
+// Test only: the guard removed (two buffers, the clear one call behind then races a fast
+// peer's next call). The skewed-rank stress must catch it.
+#define TPAR_BUFS 2u
+#else
+#define TPAR_BUFS 3u
+#endif
 
 // Per-rank error record in pinned host memory mapped into the device.
 struct TparError {
@@ -113,6 +136,46 @@ __device__ __forceinline__ void st_volatile_v16(V16* p, V16 v) {
     asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y),
                  "r"(v.z), "r"(v.w)
                  : "memory");
+}
+
+
+// Poll load: volatile (never served from a stale L1 line) but with no memory clobber, so the
+// compiler may issue several polls back to back and other loads around them. Only polls
+// need this; bulk data moves with the plain verbs below.
+__device__ __forceinline__ V16 ld_poll_v16(const V16* p) {
+    V16 v;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Bulk verbs: plain 16-byte loads and stores the compiler and the hardware may overlap
+// freely (own memory: clears, exposed copies that a barrier's release publishes).
+__device__ __forceinline__ V16 ld_v16(const V16* p) { return *p; }
+__device__ __forceinline__ void st_v16(V16* p, V16 v) { *p = v; }
+
+// Send: a strong (volatile) 16-byte store for data a peer polls, with no memory clobber, so
+// the compiler may still overlap it with other work. Plain (weak) stores were measured
+// 3-4x slower for a chain of sends (staged push, emulated ranks): nothing obliges the
+// hardware to make a weak store visible to another thread soon. The sentinel is per lane,
+// so sends need no ordering among themselves.
+__device__ __forceinline__ void st_send_v16(V16* p, V16 v) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
+}
+
+// Programmatic dependent launch (sm_90+; no-ops when launched without the attribute and on
+// older architectures). wait: everything the previous kernel on this stream wrote is
+// visible, it has finished; launch_dependents: the next kernel may start its prologue.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
 }
 
 __device__ __forceinline__ u32 ld_volatile_u32(const u32* p) {
@@ -333,62 +396,104 @@ __device__ __forceinline__ void store_output(const TparArgs& a, u64 v, V16 x) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Workspace layout, in 16-byte vectors from a rank's data area (S = slot_vecs, N = world):
+// Workspace layout, in 16-byte vectors from a rank's data area (S = slot_vecs, N = world,
+// B = TPAR_BUFS = 3 buffers, the call's buffer `buf` cycling 0, 1, 2):
 //
 //   push region (sentinel-managed, all ones when empty):
-//     inbox[par 0..1][src 0..N-1][S]   one-shot push, staged push, two-shot reduce-scatter
-//     gather[par 0..1][S]              two-shot all-gather (the chunk owner is implied)
+//     inbox[buf 0..2][src 0..N-1][S]   one-shot push, staged push, two-shot reduce-scatter
+//     gather[buf 0..2][S]              two-shot all-gather (the chunk owner is implied)
 //   pull region (no sentinel; guarded by barriers):
-//     pull[par 0..1][2][S]             [0] = exposed input, [1] = two-shot partial result
+//     pull[buf 0..2][2][S]             [0] = exposed input, [1] = two-shot partial result
 //
 // Flag area: flags[phase 0..1][block 0..TPAR_MAX_BLOCKS-1][src 0..N-1] (u32 generations),
-// then desc[par 0..1][src 0..TPAR_MAX_RANKS-1] (one 16-byte call descriptor each, below).
+// then desc[buf 0..2][src 0..TPAR_MAX_RANKS-1] (one 16-byte call descriptor each, below).
 //
-// Why parity (epoch & 1) is enough: a rank inside call k has finished call k-1, which needed
-// a contribution from every peer's call k-1, so every peer is inside call k-1, k or k+1;
-// of those only call k has parity k & 1. So buffers of parity (k & 1) are touched by call
-// k alone, whatever algorithm each call ran.
+// Why three buffers: a rank inside call k has finished call k-1, which needed a
+// contribution from every peer's call k-1, so every peer is inside call k-1, k or k+1: three
+// calls, three buffers, each touched by one call at a time. Call k clears what call k-1 left
+// in its buffer (while it waits for peers, off the critical path): the next writer of that
+// buffer is a peer's call k+2, which needs my call k+1's data, which I send only after call k
+// (clears included) has completed. With two buffers a fast peer's call k+1 could already be
+// writing the buffer call k clears.
 
-__device__ __forceinline__ u64 push_region_vecs(const TparArgs& a) { return (2ull * a.world + 2ull) * a.slot_vecs; }
+__device__ __forceinline__ u64 push_region_vecs(const TparArgs& a) { return (u64)TPAR_BUFS * (a.world + 1ull) * a.slot_vecs; }
 
-__device__ __forceinline__ V16* inbox_at(const TparArgs& a, u32 owner, u32 par, u32 src, u64 v) {
-    return (V16*)a.data[owner] + ((u64)(par * a.world + src) * a.slot_vecs + v);
+__device__ __forceinline__ V16* inbox_at(const TparArgs& a, u32 owner, u32 buf, u32 src, u64 v) {
+    return (V16*)a.data[owner] + ((u64)(buf * a.world + src) * a.slot_vecs + v);
 }
-__device__ __forceinline__ V16* gather_at(const TparArgs& a, u32 owner, u32 par, u64 v) {
-    return (V16*)a.data[owner] + (2ull * a.world * a.slot_vecs + (u64)par * a.slot_vecs + v);
+__device__ __forceinline__ V16* gather_at(const TparArgs& a, u32 owner, u32 buf, u64 v) {
+    return (V16*)a.data[owner] + ((u64)TPAR_BUFS * a.world * a.slot_vecs + (u64)buf * a.slot_vecs + v);
 }
-__device__ __forceinline__ V16* pull_at(const TparArgs& a, u32 owner, u32 par, u32 which, u64 v) {
-    return (V16*)a.data[owner] + (push_region_vecs(a) + ((u64)par * 2ull + which) * a.slot_vecs + v);
+__device__ __forceinline__ V16* pull_at(const TparArgs& a, u32 owner, u32 buf, u32 which, u64 v) {
+    return (V16*)a.data[owner] + (push_region_vecs(a) + ((u64)buf * 2ull + which) * a.slot_vecs + v);
 }
 __device__ __forceinline__ u32* flag_at(const TparArgs& a, u32 owner, u32 phase, u32 block, u32 src) {
     return (u32*)a.flags[owner] + ((phase * TPAR_MAX_BLOCKS + block) * TPAR_MAX_RANKS + src);
 }
 #define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)
-__device__ __forceinline__ V16* desc_at(const TparArgs& a, u32 owner, u32 par, u32 src) {
-    return (V16*)((char*)a.flags[owner] + TPAR_DESC_OFFSET) + (par * TPAR_MAX_RANKS + src);
+__device__ __forceinline__ V16* desc_at(const TparArgs& a, u32 owner, u32 buf, u32 src) {
+    return (V16*)((char*)a.flags[owner] + TPAR_DESC_OFFSET) + (buf * TPAR_MAX_RANKS + src);
 }
 
 // ---------------------------------------------------------------------------------------
-// Call frame: the epoch this call runs under and its deadline.
+// Call frame: the epoch and buffer this call runs under, and its deadline. The clock is not
+// read until a poll has failed: a call whose data is there pays nothing for the deadline.
 
 struct Frame {
     u32 epoch;
-    u64 start_ns;
-    u64 deadline_ns;
-    bool ok;  // false once this thread has timed out: it stops waiting, results are void
-    u32 desc_pending;  // desc thread: peers whose descriptor had not arrived at frame_mid
+    u32 buf;
+    u64 deadline_ns;  // 0 until the first failed poll of this thread
+    bool ok;          // false once this thread has failed (timeout, mismatch): results are void
 };
+
+__device__ __forceinline__ u64 global_tid() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * blockDim.x; }
+
+__device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 epoch, u64 waited_ns, u32 peer, u32 phase) {
+    TparState* st = (TparState*)state;
+    if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
+    TparError* e = (TparError*)err;
+    e->rank = rank;
+    e->peer = peer;
+    e->phase = phase;
+    e->block = blockIdx.x;
+    e->epoch = epoch;
+    e->waited_ns = waited_ns;
+    fence_sc_sys();
+    st_volatile_u32(&e->code, TPAR_ERR_TIMEOUT);
+    fence_sc_sys();
+}
+
+// Called after a failed poll. Starts the deadline on the first failure; every
+// TPAR_POLLS_PER_CLOCK failures reads the clock and whether another thread of this rank has
+// already failed the call (then this one stops too: the call is void, the error recorded).
+// Returns false when the thread must stop waiting.
+__device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& polls, u32 peer, u32 phase) {
+    if (f.deadline_ns == 0ull) {
+        f.deadline_ns = globaltimer_ns() + a.timeout_ns;
+        return true;
+    }
+    if (++polls % TPAR_POLLS_PER_CLOCK != 0u) return true;
+    const u64 now = globaltimer_ns();
+    if (now > f.deadline_ns) {
+        f.ok = false;
+        record_timeout(a.err, a.state, a.rank, f.epoch, now - (f.deadline_ns - a.timeout_ns), peer, phase);
+        return false;
+    }
+    if (ld_volatile_u32(&((TparState*)a.state)->err_claim) != 0u) {
+        f.ok = false;
+        return false;
+    }
+    return true;
+}
 
 // Call descriptors: every rank tells every peer what it is calling (epoch, count, algorithm,
 // dtype), so that ranks that disagree get TPAR_ERR_MISMATCH instead of a sum of mismatched
-// data. One thread does it, the last of block 0: it announces in frame_begin, and in
-// frame_mid — which each kernel calls after its first sends, where the thread would wait for
-// peers' data anyway — loads every peer's descriptor at once and compares; one not there yet
-// is polled in frame_end. (Checking only in frame_end put a dependent load after the
-// thread's last vector: +0.4-2.4 us per call on one H200.) The check word makes a torn or
-// stale descriptor (zeros, a reset's fill, an older epoch) never match.
-// Slot reuse: desc[par][src] of mine is written by src in calls e, e+2, ...; src reaches call
-// e+2 only after my call e+1 contributed, i.e. after this check of call e finished.
+// data. Thread 0 of block 0 announces before its first sends and loads the peers'
+// descriptors in the same poll passes as its data (poll_peers below): no load of its own on
+// the critical path. The check word makes a torn or stale descriptor (zeros, a reset's fill,
+// an older epoch) never match. Slot reuse: desc[buf][src] of mine is written by src in calls
+// k, k+3, ...; src reaches call k+3 only after my call k+2 contributed.
 #define TPAR_DESC_SALT 0x9e3779b9u
 __device__ __forceinline__ V16 desc_of(const TparArgs& a, u32 epoch) {
     V16 d;
@@ -401,30 +506,16 @@ __device__ __forceinline__ V16 desc_of(const TparArgs& a, u32 epoch) {
 __device__ __forceinline__ bool desc_is_for(V16 d, u32 epoch) {
     return d.x == epoch && d.w == (d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT);
 }
-// desc_code 0: the host turned the check off (TPAR_CHECK_CALLS=0), on every rank alike.
+// desc_code 0: the host checks calls itself (a captured graph's sequence, TPAR_CHECK_CALLS=0).
 __device__ __forceinline__ bool is_desc_thread(const TparArgs& a) {
-    return blockIdx.x == 0 && threadIdx.x == blockDim.x - 1 && a.desc_code != 0u;
+    return blockIdx.x == 0 && threadIdx.x == 0 && a.desc_code != 0u;
+}
+// Peers whose descriptor the calling thread must still see (0 for every other thread).
+__device__ __forceinline__ u32 desc_mask(const TparArgs& a) {
+    return is_desc_thread(a) ? (((1u << a.world) - 1u) & ~(1u << a.rank)) : 0u;
 }
 
-__device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
-    __shared__ u32 s_epoch;
-    TparState* st = (TparState*)a.state;
-    if (threadIdx.x == 0) s_epoch = ld_volatile_u32(&st->epoch);
-    block_sync();
-    Frame f;
-    f.epoch = s_epoch;
-    f.start_ns = globaltimer_ns();
-    f.deadline_ns = f.start_ns + a.timeout_ns;
-    f.ok = true;
-    f.desc_pending = 0u;
-    if (is_desc_thread(a)) {
-        const V16 d = desc_of(a, f.epoch);
-        for (u32 i = 1; i < a.world; ++i) st_volatile_v16(desc_at(a, (a.rank + i) % a.world, f.epoch & 1u, a.rank), d);
-    }
-    return f;
-}
-
-__device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 epoch, u64 start_ns, u32 peer, u64 ours, u64 theirs) {
+__device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 epoch, u32 peer, u64 ours, u64 theirs) {
     TparState* st = (TparState*)state;
     if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
     TparError* e = (TparError*)err;
@@ -433,7 +524,7 @@ __device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 e
     e->phase = TPAR_PHASE_DESC;
     e->block = blockIdx.x;
     e->epoch = epoch;
-    e->waited_ns = globaltimer_ns() - start_ns;
+    e->waited_ns = 0ull;
     e->ours = ours;
     e->theirs = theirs;
     fence_sc_sys();
@@ -441,129 +532,105 @@ __device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 e
     fence_sc_sys();
 }
 
-__device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q, V16 d, V16 mine) {
+__device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q, V16 d) {
+    const V16 mine = desc_of(a, f.epoch);
     if (d.y != mine.y || d.z != mine.z) {
         const u64 theirs = ((((u64)(d.z & 0xffffffu) << 32) | d.y) << 8) | (d.z >> 24);
         const u64 ours = (a.count << 8) | (a.desc_code & 0xffu);
-        record_mismatch(a.err, a.state, a.rank, f.epoch, f.start_ns, q, ours, theirs);
+        record_mismatch(a.err, a.state, a.rank, f.epoch, q, ours, theirs);
         f.ok = false;
     }
 }
 
-// Desc thread, after its first sends: every peer's descriptor loaded at once, compared;
-// those not there yet are left in f.desc_pending for frame_end. Inlined: a non-inlined
-// function taking the kernel argument by reference makes the compiler copy all of it to
-// local memory in every thread; the rare path, record_mismatch, takes values.
-__device__ __forceinline__ void frame_mid(const TparArgs& a, Frame& f) {
-    if (!is_desc_thread(a) || !f.ok) return;
-    const V16 mine = desc_of(a, f.epoch);
-    V16 d[TPAR_MAX_RANKS];
-#pragma unroll
-    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= a.world) break;
-        if (q != a.rank) d[q] = ld_volatile_v16(desc_at(a, a.rank, f.epoch & 1u, q));
-    }
-#pragma unroll
-    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= a.world) break;
-        if (q == a.rank) continue;
-        if (!desc_is_for(d[q], f.epoch)) {
-            f.desc_pending |= 1u << q;
-        } else if (f.ok) {
-            desc_compare(a, f, q, d[q], mine);
-        }
-    }
+// Skewed-rank test hook (test_delay_ns != 0 only in tests): the rank stalls here. Called
+// when a call starts (a late sender) and again after a push kernel's sends (a slow reader,
+// whose clear one call behind then runs late: the case a buffer-reuse race needs).
+__device__ __forceinline__ void test_pause(const TparArgs& a) {
+    if (a.test_delay_ns == 0u) return;
+    const u64 until = globaltimer_ns() + a.test_delay_ns;
+    while (globaltimer_ns() < until) nanosleep_ns(100);
 }
 
-// Desc thread: polls (bounded by the call's deadline) the descriptors frame_mid did not
-// find. A peer that never announces is left to the data waits, which time out naming it.
-__device__ __forceinline__ void desc_finish(const TparArgs& a, Frame& f) {
-    const V16 mine = desc_of(a, f.epoch);
-    for (u32 q = 0; q < a.world && f.ok && f.desc_pending != 0u; ++q) {
-        if (!(f.desc_pending & (1u << q))) continue;
-        const V16* p = desc_at(a, a.rank, f.epoch & 1u, q);
-        V16 d = ld_volatile_v16(p);
-        u32 polls = 0;
-        while (!desc_is_for(d, f.epoch)) {
-            if (++polls % TPAR_POLLS_PER_CLOCK == 0u && globaltimer_ns() > f.deadline_ns) return;
-            nanosleep_ns(32);  // off the critical path: leave the issue slots to the data polls
-            d = ld_volatile_v16(p);
-        }
-        desc_compare(a, f, q, d, mine);
+// Starts a call: waits for the previous kernel on this stream (PDL), reads this block's
+// epoch and buffer, and (descriptor thread) announces the call to every peer.
+__device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
+    pdl_wait();
+    test_pause(a);  // skewed-rank test hook: this rank arrives late
+    const TparState* st = (const TparState*)a.state;
+    Frame f;
+    f.epoch = st->epoch[blockIdx.x];
+    f.buf = st->buf[blockIdx.x];
+    f.deadline_ns = 0ull;
+    f.ok = true;
+    if (is_desc_thread(a)) {
+        const V16 d = desc_of(a, f.epoch);
+        for (u32 i = 1; i < a.world; ++i) st_volatile_v16(desc_at(a, (a.rank + i) % a.world, f.buf, a.rank), d);
     }
+    return f;
 }
 
-// The last block to finish advances the epoch. Every block read the epoch in frame_begin
-// before taking its ticket, so no block can read the advanced value within this call. No
-// fence: only this rank's next kernel reads the epoch, and the kernel boundary on this
-// rank's stream orders that; a fence here would wait for every outstanding store.
-__device__ __forceinline__ void frame_end(const TparArgs& a, Frame& f) {
-    if (is_desc_thread(a) && f.ok && f.desc_pending != 0u) desc_finish(a, f);
-    block_sync();
-    if (threadIdx.x == 0) {
-        TparState* st = (TparState*)a.state;
-        if (gridDim.x == 1) {
-            st_volatile_u32(&st->epoch, f.epoch + 1u);  // no other block to wait for
-            return;
+// Ends a call: block b advances its own epoch and buffer; block 0 also those of the blocks
+// not launched, and records what this call left in the push region. No fence, no atomic:
+// only this rank's next kernel reads them, after the kernel boundary (or griddepcontrol.wait).
+__device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f, u64 nvec, u32 kind) {
+    block_sync();  // every thread of the block has read the epoch
+    if (threadIdx.x != 0) return;
+    TparState* st = (TparState*)a.state;
+    const unsigned char nb = (unsigned char)(f.buf == TPAR_BUFS - 1u ? 0u : f.buf + 1u);
+    st->epoch[blockIdx.x] = f.epoch + 1u;
+    st->buf[blockIdx.x] = nb;
+    if (blockIdx.x == 0) {
+        for (u32 b = gridDim.x; b < TPAR_MAX_BLOCKS; ++b) {
+            st->epoch[b] = f.epoch + 1u;
+            st->buf[b] = nb;
         }
-        u32 ticket = atom_add_gpu_u32(&st->done_blocks, 1u);
-        if (ticket == gridDim.x - 1) {
-            st_volatile_u32(&st->done_blocks, 0u);
-            st_volatile_u32(&st->epoch, f.epoch + 1u);
-        }
+        st->prev_nvec[f.epoch & 1u] = nvec;
+        st->prev_kind[f.epoch & 1u] = kind;
     }
 }
 
-// First timed-out thread of a rank fills the host-visible record; the code goes last so
-// the host never sees a code with half-written fields. Takes values, not references, so
-// the kernel argument stays in the parameter space (a reference would copy it to local).
-__device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 epoch, u64 start_ns, u32 peer, u32 phase) {
-    TparState* st = (TparState*)state;
-    if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
-    TparError* e = (TparError*)err;
-    e->rank = rank;
-    e->peer = peer;
-    e->phase = phase;
-    e->block = blockIdx.x;
-    e->epoch = epoch;
-    e->waited_ns = globaltimer_ns() - start_ns;
-    fence_sc_sys();
-    st_volatile_u32(&e->code, TPAR_ERR_TIMEOUT);
-    fence_sc_sys();
-}
-
-__device__ __forceinline__ void report_timeout(const TparArgs& a, Frame& f, u32 peer, u32 phase) {
-    f.ok = false;
-    record_timeout(a.err, a.state, a.rank, f.epoch, f.start_ns, peer, phase);
-}
-
-// Sentinel verb: spins on this rank's own memory until no lane holds the empty pattern.
-// The clock is read once every TPAR_POLLS_PER_CLOCK polls: reading %globaltimer costs more
-// than a poll, and the reaction time to arriving data is what the poll loop is for.
-
+// Clears what the previous call left in its buffer (see the layout: its next writer is a
+// peer's call k+2). Every thread of the grid takes its share; plain stores, nothing waits.
 template <class D>
-__device__ __forceinline__ V16 poll_until_not_sentinel(const TparArgs& a, Frame& f, const V16* p, u32 peer, u32 phase) {
-    V16 v = ld_volatile_v16(p);
-    u32 polls = 0;
-    while (D::has_empty_lane(v)) {
-        if (!f.ok) return v;
-        if (++polls % TPAR_POLLS_PER_CLOCK == 0u && globaltimer_ns() > f.deadline_ns) {
-            report_timeout(a, f, peer, phase);
-            return v;
+__device__ void clear_previous(const TparArgs& a, const Frame& f) {
+    const TparState* st = (const TparState*)a.state;
+    const u32 pe = (f.epoch - 1u) & 1u;
+    const u32 kind = st->prev_kind[pe];
+    if (kind == TPAR_KIND_NONE) return;
+    const u64 n = st->prev_nvec[pe];
+    const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
+    const u32 world = a.world, rank = a.rank;
+    const u64 t0 = global_tid(), stride = grid_threads();
+    const V16 e = empty_v16<D>();
+    // Source-major loops: no division per item, a warp's stores contiguous.
+    if (kind == TPAR_KIND_INBOX) {
+        for (u32 src = 0; src < world; ++src) {
+            if (src == rank) continue;
+            for (u64 v = t0; v < n; v += stride) st_v16(inbox_at(a, rank, pb, src, v), e);
         }
-        v = ld_volatile_v16(p);
+    } else {
+        const u64 cvec = (n + world - 1u) / world;
+        const u64 lo = (u64)rank * cvec;
+        const u64 hi = lo + cvec < n ? lo + cvec : n;
+        for (u32 src = 0; src < world; ++src) {
+            if (src == rank) continue;
+            for (u64 v = lo + t0; v < hi; v += stride) st_v16(inbox_at(a, rank, pb, src, v), e);
+        }
+        for (u64 v = t0; v < n; v += stride) {
+            if (v < lo || v >= hi) st_v16(gather_at(a, rank, pb, v), e);
+        }
     }
-    return v;
 }
 
-// Gathering verbs. A loop "for each peer: load, then use" issues one load, stalls on its
-// use, then issues the next: one memory latency per peer (7 at world 8, each a PCIe round
-// trip on a real fabric). These verbs put every peer's load in flight first — the unrolled
-// loop keeps x[] in registers — and only then look at the values.
+// ---------------------------------------------------------------------------------------
+// The poll verb. One pass loads the slot of every peer still missing (a bitmask), and the
+// descriptors still missing (descriptor thread only), all in flight at once; then checks
+// them; then passes again over what is still missing. One late peer costs one load per
+// pass, not one per rank. The loops are unrolled to TPAR_MAX_RANKS (so x[] stays in
+// registers) and leave at q == world.
 
-// Which slot of rank q a gathering verb reads. Chosen at compile time, not by a lambda: a
-// lambda capturing the kernel argument by reference makes the compiler copy all of it to
-// local memory.
+// Which slot of rank q a poll reads. Chosen at compile time, not by a lambda: a lambda
+// capturing the kernel argument by reference makes the compiler copy it to local memory.
 enum SlotKind {
     SLOT_INBOX = 0,          // my inbox, slot [q], vector v
     SLOT_GATHER_CHUNK = 1,   // my gather area, vector q*cvec + v (v = index in the chunk)
@@ -571,60 +638,76 @@ enum SlotKind {
     SLOT_PULL_RESULT_CHUNK = 3,  // rank q's partial result, vector q*cvec + v
 };
 
-// Base of the slots of kind K as seen from this rank: read from the argument once, before
-// the loops (after a volatile poll the compiler would otherwise reload it every time).
 template <int K>
-__device__ __forceinline__ V16* slot_base(const TparArgs& a, u32 par) {
-    if (K == SLOT_INBOX) return inbox_at(a, a.rank, par, 0, 0);
-    if (K == SLOT_GATHER_CHUNK) return gather_at(a, a.rank, par, 0);
-    return (V16*)0;  // pull kinds address each peer's own area
+__device__ __forceinline__ const V16* slot_of(const TparArgs& a, u32 buf, u32 q, u64 v, u64 cvec) {
+    if (K == SLOT_INBOX) return inbox_at(a, a.rank, buf, q, v);
+    if (K == SLOT_GATHER_CHUNK) return gather_at(a, a.rank, buf, (u64)q * cvec + v);
+    if (K == SLOT_PULL_EXPOSED) return pull_at(a, q, buf, 0, v);
+    return pull_at(a, q, buf, 1, (u64)q * cvec + v);
 }
 
-template <int K>
-__device__ __forceinline__ V16* slot_of(const TparArgs& a, V16* base, u32 par, u32 q, u64 v, u64 cvec) {
-    if (K == SLOT_INBOX) return base + ((u64)q * a.slot_vecs + v);
-    if (K == SLOT_GATHER_CHUNK) return base + ((u64)q * cvec + v);
-    if (K == SLOT_PULL_EXPOSED) return pull_at(a, q, par, 0, v);
-    return pull_at(a, q, par, 1, (u64)q * cvec + v);
-}
-
-// Chunked slots exist only inside the message (the last chunks may be short or empty).
-template <int K>
-__device__ __forceinline__ bool slot_valid(u32 q, u64 v, u64 cvec, u64 nvec) {
-    return (K == SLOT_GATHER_CHUNK || K == SLOT_PULL_RESULT_CHUNK) ? (u64)q * cvec + v < nvec : true;
-}
-
-// Sentinel verb over every valid peer q != rank: loads all slots at once, then spins
-// (bounded) on those that still hold the empty pattern. x[rank] is left untouched. The loops are unrolled
-// to TPAR_MAX_RANKS (so x[] stays in registers) and leave at q == world (so small worlds do
-// not pay for 16).
+// Sentinel poll over the peers in `pending` (bit q = rank q), and the descriptors in
+// `desc_pending`. On return every x[q] of `pending` holds data (unless f.ok is false).
 template <class D, int K>
-__device__ __forceinline__ void poll_all_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 par, u64 v, u64 cvec, u64 nvec, u32 phase) {
-    V16* base = slot_base<K>(a, par);
-    const u32 world = a.world, rank = a.rank;
+__device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 pending, u32 desc_pending, u64 v, u64 cvec, u32 phase) {
+    const u32 world = a.world;
+    u32 polls = 0;
+    V16 d[TPAR_MAX_RANKS];
+    while (true) {
 #pragma unroll
-    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= world) break;
-        if (q != rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, base, par, q, v, cvec));
-    }
-#pragma unroll
-    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= world) break;
-        if (q != rank && slot_valid<K>(q, v, cvec, nvec) && D::has_empty_lane(x[q])) {
-            x[q] = poll_until_not_sentinel<D>(a, f, slot_of<K>(a, base, par, q, v, cvec), q, phase);
+        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+            if (q >= world) break;
+            if (pending & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
         }
+        if (desc_pending) {
+#pragma unroll
+            for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+                if (q >= world) break;
+                if (desc_pending & (1u << q)) d[q] = ld_poll_v16(desc_at(a, a.rank, f.buf, q));
+            }
+        }
+#pragma unroll
+        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+            if (q >= world) break;
+            if ((pending & (1u << q)) && !D::has_empty_lane(x[q])) pending &= ~(1u << q);
+        }
+        if (desc_pending) {
+#pragma unroll
+            for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+                if (q >= world) break;
+                if ((desc_pending & (1u << q)) && desc_is_for(d[q], f.epoch)) {
+                    desc_pending &= ~(1u << q);
+                    desc_compare(a, f, q, d[q]);
+                }
+            }
+        }
+        if ((pending | desc_pending) == 0u || !f.ok) return;
+        const u32 late = pending ? pending : desc_pending;
+        if (!still_waiting(a, f, polls, __ffs(late) - 1, pending ? phase : TPAR_PHASE_DESC)) return;
     }
 }
 
-// Loads every valid peer's slot (no sentinel: barrier-guarded data), all loads in flight at once.
+// Every peer except me, and only chunked slots inside the message.
 template <int K>
-__device__ __forceinline__ void load_all_peers(const TparArgs& a, V16 (&x)[TPAR_MAX_RANKS], u32 par, u64 v, u64 cvec, u64 nvec) {
-    V16* base = slot_base<K>(a, par);
-    const u32 world = a.world, rank = a.rank;
+__device__ __forceinline__ u32 peers_mask(const TparArgs& a, u64 v, u64 cvec, u64 nvec) {
+    u32 m = 0u;
 #pragma unroll
     for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= world) break;
-        if (q != rank && slot_valid<K>(q, v, cvec, nvec)) x[q] = ld_volatile_v16(slot_of<K>(a, base, par, q, v, cvec));
+        if (q >= a.world) break;
+        const bool valid = (K == SLOT_GATHER_CHUNK || K == SLOT_PULL_RESULT_CHUNK) ? (u64)q * cvec + v < nvec : true;
+        if (q != a.rank && valid) m |= 1u << q;
+    }
+    return m;
+}
+
+// Loads every peer in `mask` (no sentinel: barrier-guarded data), all loads in flight at once.
+// Volatile (a peer's data must not come from a stale L1 line) but unclobbered: all in flight.
+template <int K>
+__device__ __forceinline__ void load_peers(const TparArgs& a, const Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 mask, u64 v, u64 cvec) {
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= a.world) break;
+        if (mask & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
     }
 }
 
@@ -643,41 +726,88 @@ __device__ __forceinline__ V16 reduce_in_rank_order(const TparArgs& a, const V16
     return D::pack(acc);
 }
 
+// Descriptor thread of a pull kernel: its peers' descriptors are loaded together with its
+// first data loads (desc_prefetch) and checked after them (desc_check), re-polled only if
+// one was not there yet.
+__device__ __forceinline__ void desc_prefetch(const TparArgs& a, const Frame& f, V16 (&d)[TPAR_MAX_RANKS], u32 dm) {
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= a.world) break;
+        if (dm & (1u << q)) d[q] = ld_poll_v16(desc_at(a, a.rank, f.buf, q));
+    }
+}
+template <class D>
+__device__ __forceinline__ void desc_check(const TparArgs& a, Frame& f, const V16 (&d)[TPAR_MAX_RANKS], u32 dm) {
+    u32 missing = 0u;
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= a.world) break;
+        if (!(dm & (1u << q))) continue;
+        if (!desc_is_for(d[q], f.epoch)) missing |= 1u << q;
+        else if (f.ok) desc_compare(a, f, q, d[q]);
+    }
+    if (missing && f.ok) {
+        V16 x[TPAR_MAX_RANKS];
+        poll_peers<D, SLOT_INBOX>(a, f, x, 0u, missing, 0, 0, TPAR_PHASE_DESC);
+    }
+}
+
+// Descriptor thread with no data to poll (its share of the message is empty): the
+// descriptors alone, in one batch.
+template <class D>
+__device__ __forceinline__ void desc_only(const TparArgs& a, Frame& f) {
+    const u32 dm = desc_mask(a);
+    if (dm == 0u) return;
+    V16 x[TPAR_MAX_RANKS];
+    poll_peers<D, SLOT_INBOX>(a, f, x, 0u, dm, 0, 0, TPAR_PHASE_DESC);
+}
+
 // Generations compare modulo 2^32: `have` is at or past `want`.
 __device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(have - want) >= 0; }
 
 // Barrier verb, per block: block b of every rank meets block b of every other rank. Every
-// data store this block made before the barrier is visible to peers that pass it.
+// data store this block made before the barrier is visible to peers that pass it. Thread q
+// (< world) signals rank q and waits for rank q: the waits run in parallel, one per thread.
 __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 phase, u32 gen) {
     block_sync();
     const u32 q = threadIdx.x;
-    if (q < a.world) {
+    if (q < a.world && q != a.rank) {
         // The release is cumulative over the block's stores ordered before it by block_sync.
         st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
         const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
         u32 polls = 0;
         while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
-            if (++polls % TPAR_POLLS_PER_CLOCK == 0u && globaltimer_ns() > f.deadline_ns)
-                report_timeout(a, f, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1);
+            if (!still_waiting(a, f, polls, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1)) break;
         }
     }
     block_sync();
 }
 
-#define TPAR_INSTANTIATE(NAME)                                                                      \
-    extern "C" __global__ void __launch_bounds__(TPAR_THREADS) NAME##_f32(const TparArgs a) { NAME<DF32>(a); } \
-    extern "C" __global__ void __launch_bounds__(TPAR_THREADS) NAME##_f16(const TparArgs a) { NAME<DF16>(a); } \
-    extern "C" __global__ void __launch_bounds__(TPAR_THREADS) NAME##_bf16(const TparArgs a) { NAME<DBF16>(a); }
+// One translation unit per (algorithm, dtype) when the host compiles only what a call needs
+// (-DTPAR_ONLY_F32 / _F16 / _BF16); all three otherwise (the CI compile test).
+#define TPAR_ENTRY(NAME, SUFFIX, D) \
+    extern "C" __global__ void __launch_bounds__(TPAR_THREADS) NAME##_##SUFFIX(const TparArgs a) { NAME<D>(a); }
+#if defined(TPAR_ONLY_F32)
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32)
+#elif defined(TPAR_ONLY_F16)
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f16, DF16)
+#elif defined(TPAR_ONLY_BF16)
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, bf16, DBF16)
+#else
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32) TPAR_ENTRY(NAME, f16, DF16) TPAR_ENTRY(NAME, bf16, DBF16)
+#endif
 
 // Field offsets as this compiler lays them out; the host checks them against abi.rs.
 // out[0..8] = offsets of TparArgs.{flags, state, err, input, count, slot_vecs, timeout_ns, rank},
 // out[8] = TparError.waited_ns, out[9] = TparState.err_claim, out[10] = TparArgs.desc_code,
-// out[11] = TparError.theirs.
+// out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
+// out[14] = TparState.prev_kind.
 extern "C" __global__ void tpar_abi_offsets(u64* out) {
     TparArgs a;
     TparError e;
     TparState s;
     const char* b = (const char*)&a;
+    const char* sb = (const char*)&s;
     out[0] = (u64)((const char*)&a.flags - b);
     out[1] = (u64)((const char*)&a.state - b);
     out[2] = (u64)((const char*)&a.err - b);
@@ -687,9 +817,12 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
     out[6] = (u64)((const char*)&a.timeout_ns - b);
     out[7] = (u64)((const char*)&a.rank - b);
     out[8] = (u64)((const char*)&e.waited_ns - (const char*)&e);
-    out[9] = (u64)((const char*)&s.err_claim - (const char*)&s);
+    out[9] = (u64)((const char*)&s.err_claim - sb);
     out[10] = (u64)((const char*)&a.desc_code - b);
     out[11] = (u64)((const char*)&e.theirs - (const char*)&e);
+    out[12] = (u64)((const char*)&s.buf - sb);
+    out[13] = (u64)((const char*)&s.prev_nvec - sb);
+    out[14] = (u64)((const char*)&s.prev_kind - sb);
 }
 
 // Launch-floor probe: one empty kernel per rank, launched exactly like a collective. What it

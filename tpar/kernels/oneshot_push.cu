@@ -1,51 +1,49 @@
 // oneshot_push.cu — one-shot push all-reduce over the sentinel protocol.
 //
-// Every rank writes its whole input into slot [rank] of every peer's inbox (parity epoch&1),
-// then polls its OWN inbox until no lane of any peer's slot is empty (all ones), reduces in rank order
-// 0..world-1 in f32, writes the output, and clears what it consumed back to empty.
-// Reads nothing remote: only posted writes cross the fabric.
+// Every rank writes its whole input into slot [rank] of every peer's inbox (buffer `buf` of
+// three), then polls its OWN inbox — every peer still missing in one pass — until no lane of
+// any peer's slot is empty (all ones), reduces in rank order 0..world-1 in f32 and writes
+// the output. While it waits it clears what the previous call left in its buffer (see
+// common.cuh: three buffers, cleared one call behind). Reads nothing remote: only posted
+// writes cross the fabric; one one-way trip on the critical path, no fence, no barrier.
 //
-// Buffer reuse: slot [src] of my inbox at parity p is written next by src's call k+2. src
-// reaches call k+2 only after finishing call k+1, which needed my call-k+1 push, which I
-// issue only after my call k — including the clears below — has completed (kernel boundary
-// on my stream). So the clears always land before the next write to the same slot.
+// Buffer reuse: slot [src] of my inbox in buffer b is written next by src's call k+3, and
+// cleared by my call k+1; src reaches call k+2 only after my call k+1 (clears included)
+// completed, so the clears land before the next write.
 #include "common.cuh"
 
 template <class D>
 __device__ void oneshot_push(const TparArgs& a) {
-    const u64 nvec = vecs_for<D>(a.count);
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
-    // The first input vector is loaded before the epoch read so the two latencies overlap.
-    V16 pre = {0u, 0u, 0u, 0u};
-    if (first < nvec) pre = D::canon(load_input<D>(a, first));
     Frame f = frame_begin(a);
-    const u32 par = f.epoch & 1u;
+    const u64 nvec = vecs_for<D>(a.count);
+    const u64 stride = grid_threads();
+    const u64 first = global_tid();
+    const u32 world = a.world, rank = a.rank;
 
     // Push: staggered destination order so that peers are not all written in one order.
+    V16 pre = {0u, 0u, 0u, 0u};
     for (u64 v = first; v < nvec; v += stride) {
-        const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
-        for (u32 i = 1; i < a.world; ++i) {
-            const u32 q = (a.rank + i) % a.world;
-            st_volatile_v16(inbox_at(a, q, par, a.rank, v), mine);
+        const V16 mine = D::canon(load_input<D>(a, v));
+        if (v == first) pre = mine;
+        for (u32 i = 1; i < world; ++i) {
+            const u32 q = rank + i < world ? rank + i : rank + i - world;
+            st_send_v16(inbox_at(a, q, f.buf, rank, v), mine);
         }
     }
-    frame_mid(a, f);
-    // Poll (all peers at once) and reduce in rank order.
+    pdl_launch_dependents();
+    test_pause(a);
+    clear_previous<D>(a, f);
+    // Poll (every peer still missing, in one pass; the descriptors ride along) and reduce.
+    const u32 peers = peers_mask<SLOT_INBOX>(a, 0, 0, nvec);
+    u32 dm = desc_mask(a);
     for (u64 v = first; v < nvec; v += stride) {
-        // Own vector loaded before any poll: a volatile poll is a compiler barrier, so a load
-        // after it would add a memory latency to the critical path.
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
         V16 x[TPAR_MAX_RANKS];
-        poll_all_peers<D, SLOT_INBOX>(a, f, x, par, v, 0, nvec, TPAR_PHASE_PUSH_POLL);
+        poll_peers<D, SLOT_INBOX>(a, f, x, peers, dm, v, 0, TPAR_PHASE_PUSH_POLL);
+        dm = 0u;
         store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
-        if (f.ok) {
-            for (u32 q = 0; q < a.world; ++q) {
-                if (q != a.rank) st_volatile_v16(inbox_at(a, a.rank, par, q, v), empty_v16<D>());
-            }
-        }
     }
-    frame_end(a, f);
+    frame_end(a, f, nvec, TPAR_KIND_INBOX);
 }
 
 TPAR_INSTANTIATE(oneshot_push)

@@ -3,62 +3,69 @@
 //
 // Vectors are cut into world chunks; rank q owns chunk q. Within every chunk, block b
 // covers the same sub-range on every rank, so per-block barriers suffice.
-//  1. copy my input's share into my exposed buffer (parity epoch&1); barrier 0.
-//  2. reduce my chunk by reading it from every peer's exposed buffer, rank order 0..world-1,
-//     f32; write it to my output and my partial-result buffer; barrier 1.
+//  1. copy my input's share into my exposed buffer (buffer `buf`); barrier 0.
+//  2. reduce my chunk by reading it from every peer's exposed buffer (all reads in flight),
+//     rank order 0..world-1, f32; write it to my output and my partial-result buffer;
+//     barrier 1.
 //  3. read every other chunk's result from its owner's partial-result buffer.
 //
-// Buffer reuse: both buffers are double-buffered by parity; a peer still reading my
-// parity-p buffers is inside call k, and I write parity p again only in call k+2, after a
-// barrier of call k+1 that every peer entered after finishing call k.
+// Buffer reuse: both buffers cycle through three; a peer still reading my buffer b is
+// inside call k, and I write buffer b again only in call k+3, after a barrier of call k+2
+// that every peer entered after finishing call k.
 #include "common.cuh"
 
 template <class D>
 __device__ void twoshot_pull(const TparArgs& a) {
     Frame f = frame_begin(a);
-    const u32 par = f.epoch & 1u;
     const u32 gen = f.epoch + 1u;
     const u64 nvec = vecs_for<D>(a.count);
     const u64 cvec = (nvec + a.world - 1) / a.world;
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 stride = grid_threads();
+    const u64 first = global_tid();
 
     // 1. expose my share of every chunk (block b covers sub-range b of each chunk).
     for (u32 q = 0; q < a.world; ++q) {
         const u64 lo = (u64)q * cvec;
         const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
         for (u64 v = lo + first; v < hi; v += stride) {
-            *pull_at(a, a.rank, par, 0, v) = D::canon(load_input<D>(a, v));
+            st_v16(pull_at(a, a.rank, f.buf, 0, v), D::canon(load_input<D>(a, v)));
         }
     }
+    pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
-    frame_mid(a, f);
+    const u32 dm = desc_mask(a);
+    V16 d[TPAR_MAX_RANKS];
+    if (dm) desc_prefetch(a, f, d, dm);
     // 2. reduce-scatter by reads.
     {
         const u64 lo = (u64)a.rank * cvec;
         const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+        const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
         for (u64 v = lo + first; v < hi; v += stride) {
-            const V16 own = *pull_at(a, a.rank, par, 0, v);
+            const V16 own = ld_v16(pull_at(a, a.rank, f.buf, 0, v));
             V16 x[TPAR_MAX_RANKS];
-            load_all_peers<SLOT_PULL_EXPOSED>(a, x, par, v, cvec, nvec);
+            load_peers<SLOT_PULL_EXPOSED>(a, f, x, peers, v, 0);
             const V16 r = reduce_in_rank_order<D>(a, x, own);
-            *pull_at(a, a.rank, par, 1, v) = r;
+            st_v16(pull_at(a, a.rank, f.buf, 1, v), r);
             store_output<D>(a, v, r);
         }
     }
+    if (dm) desc_check<D>(a, f, d, dm);
     barrier_block(a, f, 1, gen);
     // 3. all-gather by reads: thread j takes index j of every other chunk (the same thread
     //    that exposed it in step 1), all reads in flight at once.
     for (u64 j = first; j < cvec; j += stride) {
         V16 x[TPAR_MAX_RANKS];
-        load_all_peers<SLOT_PULL_RESULT_CHUNK>(a, x, par, j, cvec, nvec);
+        const u32 m = peers_mask<SLOT_PULL_RESULT_CHUNK>(a, j, cvec, nvec);
+        load_peers<SLOT_PULL_RESULT_CHUNK>(a, f, x, m, j, cvec);
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
             if (q >= a.world) break;
-            if (q != a.rank && slot_valid<SLOT_PULL_RESULT_CHUNK>(q, j, cvec, nvec)) store_output<D>(a, (u64)q * cvec + j, x[q]);
+            if (m & (1u << q)) store_output<D>(a, (u64)q * cvec + j, x[q]);
         }
     }
-    frame_end(a, f);
+    clear_previous<D>(a, f);  // only after a push call (mixed sequences)
+    frame_end(a, f, nvec, TPAR_KIND_NONE);
 }
 
 TPAR_INSTANTIATE(twoshot_pull)

@@ -1,74 +1,113 @@
 // twoshot_push.cu — two-shot push all-reduce: reduce-scatter by writes, then all-gather by
 // writes, both over the sentinel protocol. Each rank sends 2(world-1)/world of the message.
 //
-// The message's vectors are cut into world chunks; rank q owns chunk q.
+// The message's vectors are cut into world chunks of cvec vectors; rank q owns chunk q.
+// Every thread of every block shares each stage (items flattened over the grid, TPAR_UNROLL
+// independent 16-byte loads in flight per thread):
 //  1. reduce-scatter: rank r writes its input's chunk q into slot [r] of rank q's inbox.
-//  2. rank r polls its inbox for chunk r from every peer, reduces in rank order 0..world-1
-//     in f32, canonicalises (an all-ones lane -> the canonical NaN), writes the result to its own output and into
-//     every peer's gather area, then clears the inbox vectors it consumed.
-//  3. all-gather: rank r polls its gather area for every other chunk, copies it to the
-//     output and clears it. Every rank's output is the owner's bits: bitwise identical.
+//  2. rank r polls its inbox for chunk r from every peer still missing (one pass), reduces
+//     in rank order 0..world-1 in f32, canonicalises, writes the result to its own output
+//     and into every peer's gather area.
+//  3. all-gather: rank r polls its gather area for every other chunk and copies it out.
+// Every rank's output is the owner's bits: bitwise identical. Two one-way trips.
+// In-place calls are safe: a gathered vector of chunk q exists only after q reduced it,
+// which needed my reduce-scatter write of it, which came after my read of that input.
 //
-// Buffer reuse: inbox and gather area at parity p are written next by a peer's call k+2,
-// which it reaches only after my call-k+1 contributions, issued after my call k (and its
-// clears) completed. Same argument as oneshot_push.cu.
+// Buffer reuse: inbox and gather area of buffer b are cleared by my next call (one call
+// behind) and written next by a peer's call k+3. Same argument as oneshot_push.cu.
 #include "common.cuh"
 
 template <class D>
 __device__ void twoshot_push(const TparArgs& a) {
     Frame f = frame_begin(a);
-    const u32 par = f.epoch & 1u;
+    const u32 world = a.world, rank = a.rank;
     const u64 nvec = vecs_for<D>(a.count);
-    const u64 cvec = (nvec + a.world - 1) / a.world;  // vectors per chunk
-    const u64 stride = (u64)gridDim.x * blockDim.x;
-    const u64 first = (u64)blockIdx.x * blockDim.x + threadIdx.x;
+    const u64 cvec = (nvec + world - 1) / world;  // vectors per chunk
+    const u64 stride = grid_threads();
+    const u64 t0 = global_tid();
+    const u64 items = (u64)(world - 1u) * cvec;   // (peer, index in its chunk)
 
-    // 1. reduce-scatter writes.
-    for (u32 i = 1; i < a.world; ++i) {
-        const u32 q = (a.rank + i) % a.world;
-        const u64 lo = (u64)q * cvec;
-        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
-        for (u64 v = lo + first; v < hi; v += stride) {
-            st_volatile_v16(inbox_at(a, q, par, a.rank, v), D::canon(load_input<D>(a, v)));
-        }
-    }
-    frame_mid(a, f);
-    // 2. reduce my chunk (all peers' pieces polled at once), publish it.
-    {
-        const u64 lo = (u64)a.rank * cvec;
-        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
-        for (u64 v = lo + first; v < hi; v += stride) {
-            const V16 own = D::canon(load_input<D>(a, v));  // before the polls (see oneshot_push.cu)
-            V16 x[TPAR_MAX_RANKS];
-            poll_all_peers<D, SLOT_INBOX>(a, f, x, par, v, cvec, nvec, TPAR_PHASE_RS_POLL);
-            const V16 r = reduce_in_rank_order<D>(a, x, own);
-            store_output<D>(a, v, r);
-            for (u32 i = 1; i < a.world; ++i) {
-                st_volatile_v16(gather_at(a, (a.rank + i) % a.world, par, v), r);
-            }
-            if (f.ok) {
-                for (u32 q = 0; q < a.world; ++q) {
-                    if (q != a.rank) st_volatile_v16(inbox_at(a, a.rank, par, q, v), empty_v16<D>());
+    // 1. reduce-scatter writes; item i: k = i / cvec (peer rank+1+k), j = i % cvec.
+    for (u64 base = t0; base < items; base += stride * TPAR_UNROLL) {
+        V16 val[TPAR_UNROLL];
+        V16* dst[TPAR_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TPAR_UNROLL; ++u) {
+            const u64 i = base + (u64)u * stride;
+            dst[u] = (V16*)0;
+            if (i < items) {
+                const u32 k = (u32)(i / cvec);
+                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+                const u64 v = (u64)q * cvec + (i - (u64)k * cvec);
+                if (v < nvec) {
+                    val[u] = D::canon(load_input<D>(a, v));
+                    dst[u] = inbox_at(a, q, f.buf, rank, v);
                 }
             }
         }
-    }
-    // 3. all-gather: thread j takes index j of every other chunk (the same thread that sent
-    //    it in step 1, which keeps in-place calls safe), all chunks polled at once.
-    for (u64 j = first; j < cvec; j += stride) {
-        V16 x[TPAR_MAX_RANKS];
-        poll_all_peers<D, SLOT_GATHER_CHUNK>(a, f, x, par, j, cvec, nvec, TPAR_PHASE_AG_POLL);
-        V16* base = slot_base<SLOT_GATHER_CHUNK>(a, par);
 #pragma unroll
-        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-            if (q >= a.world) break;
-            if (q != a.rank && slot_valid<SLOT_GATHER_CHUNK>(q, j, cvec, nvec)) {
-                store_output<D>(a, (u64)q * cvec + j, x[q]);
-                if (f.ok) st_volatile_v16(slot_of<SLOT_GATHER_CHUNK>(a, base, par, q, j, cvec), empty_v16<D>());
-            }
+        for (int u = 0; u < TPAR_UNROLL; ++u) {
+            if (dst[u]) st_send_v16(dst[u], val[u]);
         }
     }
-    frame_end(a, f);
+    pdl_launch_dependents();
+    test_pause(a);
+    clear_previous<D>(a, f);
+    // 2. reduce my chunk (every peer's piece polled in one pass), publish it.
+    const u64 lo = (u64)rank * cvec;
+    const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+    const u32 peers = peers_mask<SLOT_INBOX>(a, 0, 0, nvec);
+    u32 dm = desc_mask(a);
+    for (u64 v = lo + t0; v < hi; v += stride) {
+        const V16 own = D::canon(load_input<D>(a, v));  // before the polls
+        V16 x[TPAR_MAX_RANKS];
+        poll_peers<D, SLOT_INBOX>(a, f, x, peers, dm, v, 0, TPAR_PHASE_RS_POLL);
+        dm = 0u;
+        const V16 r = reduce_in_rank_order<D>(a, x, own);
+        for (u32 i = 1; i < world; ++i) {
+            const u32 q = rank + i < world ? rank + i : rank + i - world;
+            st_send_v16(gather_at(a, q, f.buf, v), r);
+        }
+        store_output<D>(a, v, r);
+    }
+    if (dm) desc_only<D>(a, f);  // my chunk is empty (tiny message): the descriptors alone
+    // 3. all-gather: items as in step 1, polled TPAR_UNROLL at a time in one pass.
+    for (u64 base = t0; base < items; base += stride * TPAR_UNROLL) {
+        V16 val[TPAR_UNROLL];
+        u64 vv[TPAR_UNROLL];
+        u32 pend = 0u;
+#pragma unroll
+        for (int u = 0; u < TPAR_UNROLL; ++u) {
+            const u64 i = base + (u64)u * stride;
+            vv[u] = 0;
+            if (i < items) {
+                const u32 k = (u32)(i / cvec);
+                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+                vv[u] = (u64)q * cvec + (i - (u64)k * cvec);
+                if (vv[u] < nvec) pend |= 1u << u;
+            }
+        }
+        const u32 valid = pend;
+        u32 polls = 0;
+        while (pend && f.ok) {
+#pragma unroll
+            for (int u = 0; u < TPAR_UNROLL; ++u)
+                if (pend & (1u << u)) val[u] = ld_poll_v16(gather_at(a, rank, f.buf, vv[u]));
+#pragma unroll
+            for (int u = 0; u < TPAR_UNROLL; ++u)
+                if ((pend & (1u << u)) && !D::has_empty_lane(val[u])) pend &= ~(1u << u);
+            if (!pend) break;
+            u32 late = 0u;  // owner of the first missing chunk (static indices: x[] stays in registers)
+#pragma unroll
+            for (int u = TPAR_UNROLL - 1; u >= 0; --u)
+                if (pend & (1u << u)) late = (u32)(vv[u] / cvec);
+            if (!still_waiting(a, f, polls, late, TPAR_PHASE_AG_POLL)) break;
+        }
+#pragma unroll
+        for (int u = 0; u < TPAR_UNROLL; ++u)
+            if (valid & (1u << u)) store_output<D>(a, vv[u], val[u]);
+    }
+    frame_end(a, f, nvec, TPAR_KIND_TWOSHOT);
 }
 
 TPAR_INSTANTIATE(twoshot_push)

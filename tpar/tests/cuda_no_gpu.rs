@@ -42,13 +42,28 @@ fn layout_sizes_cover_every_region() {
     let s = abi::slot_vecs(43008);
     assert_eq!(s, 2688);
     assert_eq!(abi::slot_vecs(1), 1);
-    // push region (2N+2)·S plus pull region 4·S.
-    assert_eq!(abi::data_bytes(8, s), (2 * 8 + 2 + 4) * s * 16);
-    assert_eq!(abi::push_region_bytes(8, s), (2 * 8 + 2) * s * 16);
-    // barrier flags [2][32 blocks][16 ranks] u32, then call descriptors [2][16 ranks] x 16 B
+    // three buffers: push region 3(N+1)·S plus pull region 3·2·S.
+    assert_eq!(abi::data_bytes(8, s), (3 * (8 + 1) + 6) * s * 16);
+    assert_eq!(abi::push_region_bytes(8, s), 3 * (8 + 1) * s * 16);
+    // barrier flags [2][32 blocks][16 ranks] u32, then call descriptors [3][16 ranks] x 16 B
     // (the kernels put the descriptors at byte 2*32*16*4: TPAR_DESC_OFFSET in common.cuh).
-    assert_eq!(abi::FLAG_BYTES, 2 * 32 * 16 * 4 + 2 * 16 * 16);
+    assert_eq!(abi::FLAG_BYTES, 2 * 32 * 16 * 4 + 3 * 16 * 16);
     assert!(tpar::cuda::kernels::COMMON_CUH.contains("#define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)"));
+    assert!(tpar::cuda::kernels::COMMON_CUH.contains("#define TPAR_BUFS 3u"));
+    assert_eq!(abi::BUFS, 3);
+}
+
+#[test]
+fn the_block_policy_is_one_function_and_honours_tpar_blocks() {
+    use tpar::cuda::launch;
+    use tpar::{Algorithm, Transport};
+    // No TPAR_BLOCKS in this test binary's environment unless the caller set one.
+    if std::env::var_os("TPAR_BLOCKS").is_none() {
+        assert_eq!(launch::blocks_for(Algorithm::OneshotPush, Transport::P2p, 43008, 8), 6);
+        assert_eq!(launch::blocks_for(Algorithm::TwoshotPush, Transport::Host, 16 << 20, 8), launch::HOST_MAX_BLOCKS);
+        // The tools' default is the same policy.
+        assert_eq!(tpar::cuda::emulated::default_blocks(43008, 32), 6);
+    }
 }
 
 #[test]

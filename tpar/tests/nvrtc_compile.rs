@@ -1,15 +1,23 @@
-//! CI test without a GPU: every kernel file, with its three dtype instantiations, compiles
-//! with NVRTC for sm_80, sm_90 and sm_120. NVRTC comes from the pinned wheel
-//! `nvidia-cuda-nvrtc==13.0.88` (`scripts/install-nvrtc.sh`), found through
+//! CI test without a GPU: every kernel variant compiles with NVRTC to cubin for sm_80, sm_90
+//! and sm_120 — each file with all three dtype instantiations, and each (file, dtype) alone
+//! as the launch path compiles it — plus the header alone (the ABI probe). NVRTC comes from
+//! the pinned wheel `nvidia-cuda-nvrtc==13.0.88` (`scripts/install-nvrtc.sh`), found through
 //! `TPAR_NVRTC_LIB` or `LD_LIBRARY_PATH`. Without it the test prints `skipped: <why>`;
 //! with `TPAR_REQUIRE_NVRTC=1` a missing NVRTC fails instead.
 #![cfg(feature = "cuda")]
 
-use tpar::cuda::kernels::sources;
+use tpar::cuda::kernels::{sources, PROBE_UNIT};
 use tpar::cuda::nvrtc;
 use tpar::DType;
 
 const ARCHS: [&str; 3] = ["sm_80", "sm_90", "sm_120"];
+
+fn no_local_memory(what: &str, ptx: &str) {
+    // No stack frame: a kernel argument or frame whose address escapes is copied to local
+    // memory in every thread (it once doubled a 1 KiB call on an H200); spills show the same.
+    assert!(!ptx.contains("__local_depot"), "{what} uses local memory (a stack frame)");
+    assert!(!ptx.contains(".local"), "{what} uses local memory");
+}
 
 #[test]
 fn every_kernel_variant_compiles_with_nvrtc() {
@@ -28,24 +36,34 @@ fn every_kernel_variant_compiles_with_nvrtc() {
     };
     assert_eq!(version.major, 13, "pinned NVRTC is 13.0.x (the GPU machine's CUDA); got {version:?}");
     let mut compiled = 0;
-    let all: Vec<_> = sources().collect();
-    for src in &all {
-        for arch in ARCHS {
-            let ptx = nvrtc::compile(src, arch).unwrap_or_else(|e| panic!("{e}"));
+    for arch in ARCHS {
+        let probe = nvrtc::compile_unit("common.cuh", PROBE_UNIT, &nvrtc::options(arch, None)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(probe.ptx.contains(".entry tpar_abi_offsets(") && probe.ptx.contains(".entry tpar_noop("));
+        assert!(!probe.cubin.is_empty());
+        for src in &sources().collect::<Vec<_>>() {
+            let all = nvrtc::compile(src, arch, None).unwrap_or_else(|e| panic!("{e}"));
+            assert!(all.ptx.contains(&format!(".target {arch}")), "{} not compiled for {arch}", src.file);
+            assert!(all.cubin.starts_with(b"\x7fELF"), "{} for {arch}: the cubin is not an ELF image", src.file);
+            if let Ok(dir) = std::env::var("TPAR_DUMP_PTX") {
+                let _ = std::fs::write(format!("{dir}/{}-{arch}.ptx", src.file), &all.ptx);
+            }
+            no_local_memory(&format!("{} for {arch}", src.file), &all.ptx);
             for d in DType::ALL {
                 let entry = format!(".entry {}(", src.entry(d));
-                assert!(ptx.contains(&entry), "{} for {arch}: no `{entry}` in the PTX", src.file);
+                assert!(all.ptx.contains(&entry), "{} for {arch}: no `{entry}` in the PTX", src.file);
+                let one = nvrtc::compile(src, arch, Some(d)).unwrap_or_else(|e| panic!("{e}"));
+                assert!(one.ptx.contains(&entry), "{} {d} alone for {arch}: no `{entry}`", src.file);
+                for other in DType::ALL.into_iter().filter(|o| *o != d) {
+                    assert!(!one.ptx.contains(&format!(".entry {}(", src.entry(other))), "{} {d} alone also holds {other}", src.file);
+                }
+                no_local_memory(&format!("{} {d} for {arch}", src.file), &one.ptx);
+                compiled += 1;
             }
-            assert!(ptx.contains(&format!(".target {arch}")), "{} not compiled for {arch}", src.file);
-            // No stack frame: a kernel argument or frame whose address escapes is copied to
-            // local memory in every thread (it once doubled a 1 KiB call on an H200).
-            if let Ok(dir) = std::env::var("TPAR_DUMP_PTX") {
-                let _ = std::fs::write(format!("{dir}/{}-{arch}.ptx", src.file), &ptx);
-            }
-            assert!(!ptx.contains("__local_depot"), "{} for {arch} uses local memory (a stack frame)", src.file);
+            // griddepcontrol is sm_90+: present there, absent on sm_80 (a no-op there).
+            assert_eq!(all.ptx.contains("griddepcontrol.wait"), arch != "sm_80", "{} for {arch}: griddepcontrol", src.file);
             compiled += 1;
         }
     }
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "compiled {} kernel files x {} archs ({compiled} NVRTC compiles, 3 dtype entries each) with NVRTC {}.{}", all.len(), ARCHS.len(), version.major, version.minor);
+    let _ = writeln!(std::io::stderr(), "compiled {} kernel files x {} archs (all dtypes, and each dtype alone: {compiled} NVRTC compiles to cubin) with NVRTC {}.{}", sources().count(), ARCHS.len(), version.major, version.minor);
 }

@@ -3,10 +3,9 @@
 
 use super::verify::{judge, Outcome, Verdict};
 use super::{Group, Io, Timing};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
-use tpar::cuda::emulated::default_blocks;
 use tpar::cuda::{EmulatedGroup, GroupOptions};
 use tpar::plan::{Backend, CaptureMode};
 use tpar::profile::ProfileFingerprint;
@@ -25,10 +24,7 @@ pub struct RankBufs {
 /// Group options from the environment: `TPAR_TIMEOUT_MS` (default: the emulated default)
 /// and `TPAR_CHECK_CALLS`.
 pub fn options(transport: Transport) -> Result<GroupOptions, String> {
-    let timeout = match std::env::var("TPAR_TIMEOUT_MS") {
-        Ok(v) => Duration::from_millis(v.trim().parse::<u64>().map_err(|_| format!("TPAR_TIMEOUT_MS={v:?}: expected milliseconds"))?.max(1)),
-        Err(_) => tpar::cuda::emulated::DEFAULT_TIMEOUT,
-    };
+    let timeout = tpar::cuda::launch::timeout_from_env().map_err(err)?.unwrap_or(tpar::cuda::emulated::DEFAULT_TIMEOUT);
     let check_calls = tpar::Overrides::from_env().map_err(err)?.check_calls != Some(false);
     Ok(GroupOptions { transport, timeout, check_calls })
 }
@@ -48,11 +44,10 @@ pub fn ptrs(bufs: &[RankBufs]) -> (Vec<u64>, Vec<u64>) {
 pub struct EmulatedRanks {
     pub g: EmulatedGroup,
     pub bufs: Vec<RankBufs>,
-    max_blocks: u32,
 }
 
 impl EmulatedRanks {
-    pub fn new(device: usize, world: usize, max_bytes: usize, transport: Transport, max_blocks: u32) -> Result<EmulatedRanks, String> {
+    pub fn new(device: usize, world: usize, max_bytes: usize, transport: Transport, skew_ns: Option<u32>) -> Result<EmulatedRanks, String> {
         let t0 = Instant::now();
         let max_bytes = max_bytes.max(16);
         let g = EmulatedGroup::new(device, world, max_bytes, options(transport)?).map_err(err)?;
@@ -63,11 +58,19 @@ impl EmulatedRanks {
             t0.elapsed().as_secs_f64() * 1e3
         );
         let bufs = alloc_bufs(&g, max_bytes)?;
-        Ok(EmulatedRanks { g, bufs, max_blocks })
+        let mut g = g;
+        if let Some(ns) = skew_ns {
+            // Fixed seed: a failing skewed run can be repeated exactly.
+            g.set_skew_for_test(Some((0x5_4e3, ns)));
+            eprintln!("# skewed ranks: random delays of 0..{ns} ns on the device before calls, per rank and call");
+        }
+        Ok(EmulatedRanks { g, bufs })
     }
 
-    pub fn blocks(&self, bytes: usize) -> u32 {
-        default_blocks(bytes, self.max_blocks)
+    /// Blocks for a call: 0, the launch policy (`tpar::cuda::launch::blocks_for`, which
+    /// honours `TPAR_BLOCKS`), as for real GPU ranks.
+    pub fn blocks(&self, _bytes: usize) -> u32 {
+        0
     }
 
     /// Uploads every rank's input of `inputs`, poisons the outputs, runs `algo`, and judges

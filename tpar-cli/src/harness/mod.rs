@@ -71,9 +71,11 @@ pub struct RankArgs {
     /// Emulated ranks: the GPU's ordinal
     #[arg(long, default_value_t = 0, help_heading = "Emulated ranks (one GPU)")]
     pub device: usize,
-    /// Emulated ranks: most thread blocks per kernel call
-    #[arg(long = "max-blocks", default_value_t = 8, help_heading = "Emulated ranks (one GPU)")]
-    pub max_blocks: u32,
+    /// Test: before every call each emulated rank waits a random time on the device (half the
+    /// calls 0, else up to NS ns; per rank and call, eager and in graphs), so that fast ranks
+    /// reuse buffers while slow peers still read them. Every output is still checked.
+    #[arg(long = "skew-ns", value_name = "NS", help_heading = "Emulated ranks (one GPU)")]
+    pub skew_ns: Option<u32>,
 }
 
 /// Where the ranks of a run are.
@@ -390,7 +392,7 @@ pub fn run_groups(
         #[cfg(feature = "cuda")]
         Target::Emulated { worlds, transport } => {
             for &w in worlds {
-                let mut g = emulated::EmulatedRanks::new(args.device, w, max_bytes, *transport, args.max_blocks)?;
+                let mut g = emulated::EmulatedRanks::new(args.device, w, max_bytes, *transport, args.skew_ns)?;
                 body(&mut g)?;
             }
         }

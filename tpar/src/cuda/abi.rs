@@ -40,7 +40,8 @@ pub struct TparArgs {
     pub world: u32,
     /// [`desc_code`] of the call, which every rank tells every peer.
     pub desc_code: u32,
-    pub pad: u32,
+    /// Test hook: the kernel spins this long before the call (skewed-rank stress); 0 normally.
+    pub test_delay_ns: u32,
 }
 
 /// What a call's descriptor says besides its count: algorithm code << 4 | dtype code.
@@ -87,14 +88,28 @@ pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
     }
 }
 
-/// Per-rank device-local state. Twin of `struct TparState`.
+/// Buffers of the push and pull regions (calls cycle through them; common.cuh says why three).
+pub const BUFS: usize = 3;
+
+/// Per-rank device-local state. Twin of `struct TparState`: per-block epochs and buffer
+/// indices (equal between calls), the error claim, and what the last two calls left in the
+/// push region (for the clear one call behind).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TparState {
-    pub epoch: u32,
-    pub done_blocks: u32,
+    pub epoch: [u32; MAX_BLOCKS],
+    pub buf: [u8; MAX_BLOCKS],
     pub err_claim: u32,
-    pub pad: [u32; 13],
+    pub pad0: u32,
+    pub prev_nvec: [u64; 2],
+    pub prev_kind: [u32; 2],
+}
+
+impl TparState {
+    /// Idle state at `epoch`: every block at it, buffer 0, nothing left to clear.
+    pub fn at(epoch: u32) -> Self {
+        Self { epoch: [epoch; MAX_BLOCKS], ..Default::default() }
+    }
 }
 
 /// Per-rank error record in pinned mapped host memory. Twin of `struct TparError`.
@@ -122,7 +137,11 @@ const _: () = {
     assert!(offset_of!(TparArgs, count) == 288);
     assert!(offset_of!(TparArgs, timeout_ns) == 304);
     assert!(offset_of!(TparArgs, rank) == 312);
-    assert!(size_of::<TparState>() == 64);
+    assert!(size_of::<TparState>() == 192);
+    assert!(offset_of!(TparState, buf) == 128);
+    assert!(offset_of!(TparState, err_claim) == 160);
+    assert!(offset_of!(TparState, prev_nvec) == 168);
+    assert!(offset_of!(TparState, prev_kind) == 184);
     assert!(size_of::<TparError>() == 48);
     assert!(offset_of!(TparError, waited_ns) == 24);
     assert!(offset_of!(TparError, theirs) == 40);
@@ -148,19 +167,19 @@ pub fn slot_vecs(max_bytes: usize) -> usize {
 }
 
 /// Bytes of a rank's data area (see the layout in common.cuh):
-/// push region `(2N+2)·S` vectors plus pull region `4·S` vectors.
+/// push region `3(N+1)·S` vectors plus pull region `6·S` vectors.
 pub fn data_bytes(world: usize, slot_vecs: usize) -> usize {
-    (2 * world + 2 + 4) * slot_vecs * VEC_BYTES
+    (BUFS * (world + 1) + 2 * BUFS) * slot_vecs * VEC_BYTES
 }
 
-/// Vectors of the push region (the part that must hold the sentinel when idle).
+/// Bytes of the push region (the part that must hold the sentinel when idle).
 pub fn push_region_bytes(world: usize, slot_vecs: usize) -> usize {
-    (2 * world + 2) * slot_vecs * VEC_BYTES
+    BUFS * (world + 1) * slot_vecs * VEC_BYTES
 }
 
 /// Bytes of a rank's flag area: `flags[2][MAX_BLOCKS][MAX_RANKS]` u32 (barrier
-/// generations), then `desc[2][MAX_RANKS]` 16-byte call descriptors.
-pub const FLAG_BYTES: usize = 2 * MAX_BLOCKS * MAX_RANKS * 4 + 2 * MAX_RANKS * VEC_BYTES;
+/// generations), then `desc[3][MAX_RANKS]` 16-byte call descriptors.
+pub const FLAG_BYTES: usize = 2 * MAX_BLOCKS * MAX_RANKS * 4 + BUFS * MAX_RANKS * VEC_BYTES;
 
 #[cfg(test)]
 mod tests {

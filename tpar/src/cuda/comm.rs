@@ -245,7 +245,7 @@ impl GpuCommunicator {
             p.algorithm = algo;
             p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { Transport::P2p };
             if p.blocks == 0 {
-                p.blocks = super::emulated::default_blocks(count.saturating_mul(dtype.size()), super::emulated::DEFAULT_MAX_BLOCKS);
+                p.blocks = super::launch::blocks_for(algo, Transport::P2p, count.saturating_mul(dtype.size()), self.world());
             }
         }
         // SAFETY: the caller's contract is passed on unchanged.

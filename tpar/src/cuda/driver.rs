@@ -423,6 +423,18 @@ impl Module {
         Ok(Self { ctx: dev.ctx.clone(), raw, funcs: HashMap::new() })
     }
 
+    /// Loads a compiled image (cubin for this device's architecture; the driver compiles nothing).
+    pub fn load_image(dev: &Device, image: &[u8]) -> Result<Self> {
+        dev.bind()?;
+        if image.is_empty() {
+            return Err(Error::invalid("cubin", "empty image"));
+        }
+        // SAFETY: image is a whole cubin (checksummed by the cache) that outlives the call;
+        // the driver validates the ELF and copies what it keeps.
+        let raw = cu(|| "cuModuleLoadData (cubin)".into(), unsafe { result::module::load_data(image.as_ptr() as *const c_void) })?;
+        Ok(Self { ctx: dev.ctx.clone(), raw, funcs: HashMap::new() })
+    }
+
     pub fn function(&mut self, name: &str) -> Result<sys::CUfunction> {
         if let Some(f) = self.funcs.get(name) {
             return Ok(*f);

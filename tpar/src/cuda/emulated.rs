@@ -10,27 +10,23 @@
 //! Must never launch a kernel for a subset of ranks except through the explicit test hook,
 //! and never reuse a poisoned group.
 
-use super::abi::{self, TparArgs, TparError, TparState, MAX_BLOCKS, MAX_RANKS, THREADS, VEC_BYTES};
-use super::driver::{launch_with_struct, Device, DeviceBuffer, Event, Graph, HostMapped, Module, Stream};
-use super::kernels::{self, kernel_algorithms};
-use super::nvrtc;
+use super::abi::{self, TparArgs, TparError, TparState, MAX_BLOCKS, MAX_RANKS};
+use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
+use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::{Algorithm, DType, Transport};
-use std::collections::HashMap;
 use std::time::Duration;
 
-/// Default upper bound on blocks per rank per call. Few blocks on purpose: PCIe fabrics
-/// collapse when every SM writes (docs/architecture.md, Kernels); the plan may choose more.
+/// Upper bound on blocks the tools draw from (`--max-blocks`, random blocks in stress runs);
+/// the launch policy itself is [`launch::blocks_for`].
 pub const DEFAULT_MAX_BLOCKS: u32 = 8;
 
-/// Default device-side deadline per call (`TPAR_TIMEOUT_MS` overrides it in the CLI).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Device-side deadline per call when `TPAR_TIMEOUT_MS` is unset: the crate's one default.
+pub const DEFAULT_TIMEOUT: Duration = crate::comm::DEFAULT_TIMEOUT;
 
-/// Blocks for a call of `bytes`: one block per THREADS vectors, at least 1, at most `max`.
+/// The launch policy for `bytes` over p2p, at most `max` blocks (for tools that cap it).
 pub fn default_blocks(bytes: usize, max: u32) -> u32 {
-    let vecs = bytes.div_ceil(VEC_BYTES);
-    let b = vecs.div_ceil(THREADS as usize).max(1);
-    (b.min(max.max(1) as usize) as u32).min(MAX_BLOCKS as u32)
+    launch::policy_blocks(Algorithm::OneshotPush, Transport::P2p, bytes, 2).min(max.max(1)).min(MAX_BLOCKS as u32)
 }
 
 /// Options of an emulated group.
@@ -46,8 +42,10 @@ pub struct GroupOptions {
 }
 
 impl Default for GroupOptions {
+    /// p2p, `TPAR_TIMEOUT_MS` (else [`DEFAULT_TIMEOUT`]), calls checked.
     fn default() -> Self {
-        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true }
+        let timeout = launch::timeout_from_env().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
+        Self { transport: Transport::P2p, timeout, check_calls: true }
     }
 }
 
@@ -91,7 +89,7 @@ impl Mem {
 pub struct EmulatedGroup {
     // Field order is drop order: graphs/modules/streams reference the context in `dev`,
     // which every wrapper also holds by Arc, so any order is safe; keep dev last for clarity.
-    modules: HashMap<Algorithm, Module>,
+    launcher: Launcher,
     streams: Vec<Stream>,
     origin: Stream,
     fork: Event,
@@ -111,6 +109,12 @@ pub struct EmulatedGroup {
     /// Test hook: (rank, descriptor code) that rank announces instead of its call's.
     desc_override: Option<(usize, u32)>,
     check_calls: bool,
+    /// During a capture: what each rank was asked to call, `count << 8 | desc_code`, checked
+    /// across ranks when the capture ends (the kernels then carry no descriptor).
+    captured: Vec<Vec<u64>>,
+    /// Test hook: (seed, most ns) of random per-rank, per-call delays; launches counted.
+    skew: Option<(u64, u32)>,
+    launches: u64,
     dev: Device,
 }
 
@@ -138,8 +142,8 @@ impl EmulatedGroup {
             return Err(Error::invalid("max_bytes", "must be positive"));
         }
         let dev = Device::open(ordinal)?;
-        let arch = dev.arch();
-        let modules = load_modules(&dev, &arch)?;
+        let origin = Stream::new(&dev)?;
+        let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, max_bytes)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let data_bytes = abi::data_bytes(world, slot_vecs);
         let mut data = Vec::with_capacity(world);
@@ -157,11 +161,13 @@ impl EmulatedGroup {
             joins.push(Event::new(&dev)?);
         }
         let err = HostMapped::new(&dev, world * std::mem::size_of::<TparError>())?;
-        let origin = Stream::new(&dev)?;
         let fork = Event::new(&dev)?;
         let timeout_ns = u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX).max(1);
         let mut g = Self {
-            modules,
+            launcher,
+            captured: Vec::new(),
+            skew: None,
+            launches: 0,
             streams,
             origin,
             fork,
@@ -182,7 +188,6 @@ impl EmulatedGroup {
             poisoned: None,
             dev,
         };
-        g.check_abi()?;
         g.reset_workspaces(sentinel_word(DType::BF16), 0)?;
         Ok(g)
     }
@@ -207,8 +212,14 @@ impl EmulatedGroup {
         self.poisoned.is_some()
     }
 
-    fn check_abi(&mut self) -> Result<()> {
-        check_abi(&self.dev, &mut self.modules, &self.origin)
+    /// The launch path (its settings; PDL on or off for comparisons).
+    pub fn launcher(&mut self) -> &mut Launcher {
+        &mut self.launcher
+    }
+
+    /// Compiles and loads the kernels of `calls` now (first calls then compile nothing).
+    pub fn preload(&mut self, calls: &[(Algorithm, DType)]) -> Result<()> {
+        self.launcher.preload(&self.dev, calls)
     }
 
     /// Waits for everything, then refills every push region with `word`, zeroes the error
@@ -220,7 +231,7 @@ impl EmulatedGroup {
         for r in 0..self.world {
             self.data[r].fill_prefix(push, word)?;
             self.flags[r].fill_prefix(abi::FLAG_BYTES, epoch)?;
-            let st = TparState { epoch, ..Default::default() };
+            let st = TparState::at(epoch);
             self.state[r].upload(std::slice::from_ref(&st))?;
             self.err.write(r * std::mem::size_of::<TparError>(), TparError::default());
         }
@@ -236,6 +247,27 @@ impl EmulatedGroup {
         self.desc_override = o;
     }
 
+    /// Test hook (skewed ranks): from now on, before each call every rank waits on the device
+    /// for a random time, drawn per rank and per call (half the time 0, else up to `max_ns`),
+    /// inside the kernel, so that PDL chains and graphs are kept. None: no delays.
+    pub fn set_skew_for_test(&mut self, skew: Option<(u64, u32)>) {
+        self.skew = skew;
+    }
+
+    fn skew_ns(&self, rank: usize) -> u32 {
+        let Some((seed, max)) = self.skew else { return 0 };
+        // splitmix64 of (seed, launch, rank): reproducible, different per rank and call.
+        let mut z = seed ^ self.launches.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (rank as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        if z & 1 == 0 || max == 0 {
+            0
+        } else {
+            ((z >> 1) % u64::from(max)) as u32 + 1
+        }
+    }
+
     /// Test hook: restart every rank's epoch at `epoch` (e.g. near u32::MAX to test wrap-around).
     pub fn set_epoch_for_test(&mut self, epoch: u32) -> Result<()> {
         self.check_usable()?;
@@ -248,7 +280,7 @@ impl EmulatedGroup {
         self.synchronize_streams()?;
         let mut st = [TparState::default()];
         self.state.get(r).ok_or_else(|| Error::invalid("rank", "out of range"))?.download(&mut st)?;
-        Ok(st[0].epoch)
+        Ok(st[0].epoch[0])
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -330,29 +362,13 @@ impl EmulatedGroup {
         if sentinel_word(dtype) != self.sentinel_word {
             self.prepare(dtype)?;
         }
-        let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
-        if count == 0 {
-            return Err(Error::invalid("count", "must be positive"));
-        }
-        if bytes > self.max_bytes {
-            return Err(Error::invalid("count", format!("{bytes} B exceeds the group's max_bytes {}", self.max_bytes)));
-        }
         if inputs.len() != self.world || outputs.len() != self.world || present.len() != self.world {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
         }
-        if let Some(p) = inputs.iter().chain(outputs.iter()).find(|p| **p % VEC_BYTES as u64 != 0 || **p == 0) {
-            return Err(Error::invalid("buffer", format!("pointer {p:#x} is null or not 16-byte aligned")));
-        }
-        if blocks == 0 || blocks as usize > MAX_BLOCKS {
-            return Err(Error::invalid("blocks", format!("{blocks}: must be 1..={MAX_BLOCKS}")));
-        }
-        let src = kernels::source_for(algo).ok_or_else(|| Error::Unsupported {
-            what: format!("algorithm {algo} on the CUDA backend"),
-            reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
-        })?;
-        let entry = src.entry(dtype);
+        let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
-        self.launch_all(algo, &entry, (count, code), inputs, outputs, blocks, present)
+        self.launch_all(&l, (count, code), inputs, outputs, present)
     }
 
     /// Measurement hook: launches the empty kernel `tpar_noop` on every rank exactly as a
@@ -364,18 +380,14 @@ impl EmulatedGroup {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
         }
         let all = vec![true; self.world];
-        self.launch_all(Algorithm::OneshotPush, "tpar_noop", (1, 0), inputs, outputs, blocks.clamp(1, MAX_BLOCKS as u32), &all)
+        let l = self.launcher.floor(blocks)?;
+        self.launch_all(&l, (1, 0), inputs, outputs, &all)
     }
 
-    #[allow(clippy::too_many_arguments)]
     /// `(count, desc_code)`: the call as every rank announces it (see `abi::desc_code`).
-    #[allow(clippy::too_many_arguments)]
-    fn launch_all(&mut self, algo: Algorithm, entry: &str, (count, desc_code): (usize, u32), inputs: &[u64], outputs: &[u64], blocks: u32, present: &[bool]) -> Result<()> {
-        let f = self
-            .modules
-            .get_mut(&algo)
-            .ok_or_else(|| Error::invalid("algorithm", "module not loaded"))?
-            .function(entry)?;
+    /// Inside a capture the kernels get no descriptor: the host records each rank's call and
+    /// checks the sequences across ranks when the capture ends.
+    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), inputs: &[u64], outputs: &[u64], present: &[bool]) -> Result<()> {
         // Eager: fork from and join into the origin stream around every call, so the origin
         // stream carries the collective (and timing events on it cover all ranks). Inside a
         // capture the fork/join happens once around the whole body instead, so each rank's
@@ -388,17 +400,45 @@ impl EmulatedGroup {
             if !present[r] {
                 continue;
             }
-            let a = self.args_for(r, count, inputs[r], outputs[r], desc_code);
+            let mut a = self.args_for(r, count, inputs[r], outputs[r], desc_code);
+            a.test_delay_ns = self.skew_ns(r);
+            if !eager && desc_code != 0 {
+                if let Some(seq) = self.captured.get_mut(r) {
+                    seq.push(((count as u64) << 8) | u64::from(a.desc_code & 0xff));
+                }
+                a.desc_code = 0;
+            }
             if eager {
                 self.streams[r].wait(&self.fork)?;
             }
-            // SAFETY: f takes one TparArgs by value; every pointer in `a` is a live allocation
+            // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is a live allocation
             // of this group (or a caller buffer of >= count elements), kept alive by &mut self
             // until synchronize; the kernel's accesses stay inside the layout in common.cuh.
-            unsafe { launch_with_struct(f, blocks, THREADS, &self.streams[r], &a)? };
+            unsafe { launch::launch(l, &self.streams[r], &a)? };
             if eager {
                 self.streams[r].record(&self.joins[r])?;
                 self.origin.wait(&self.joins[r])?;
+            }
+        }
+        self.launches += 1;
+        Ok(())
+    }
+
+    /// The captured sequences, compared across ranks: the first call where a rank differs
+    /// from rank 0 (or a rank made fewer calls) is a Mismatch, as a device check would report.
+    fn check_captured(&mut self) -> Result<()> {
+        let seqs = std::mem::take(&mut self.captured);
+        let Some(first) = seqs.first() else { return Ok(()) };
+        for (r, seq) in seqs.iter().enumerate().skip(1) {
+            let n = first.len().max(seq.len());
+            for k in 0..n {
+                let (ours, theirs) = (seq.get(k).copied().unwrap_or(0), first.get(k).copied().unwrap_or(0));
+                if ours != theirs {
+                    let rec = TparError { code: abi::ERR_MISMATCH, rank: r as u32, peer: 0, phase: 7, epoch: k as u32, ours, theirs, ..Default::default() };
+                    let e = abi::device_error(&rec, "captured graph").unwrap_or_else(|| Error::invalid("capture", "mismatch"));
+                    self.poisoned = Some(e.to_string());
+                    return Err(e);
+                }
             }
         }
         Ok(())
@@ -446,6 +486,7 @@ impl EmulatedGroup {
         self.check_usable()?;
         self.synchronize_streams()?;
         self.origin.begin_capture()?;
+        self.captured = vec![Vec::new(); self.world];
         let r = self.fork_all().and_then(|()| {
             self.capturing = true;
             let r = body(self);
@@ -457,7 +498,9 @@ impl EmulatedGroup {
         let g = self.origin.end_capture();
         j?;
         r?;
-        g
+        let g = g?;
+        self.check_captured()?;
+        Ok(g)
     }
 
     fn fork_all(&self) -> Result<()> {
@@ -481,53 +524,4 @@ impl EmulatedGroup {
         self.check_usable()?;
         graph.launch(&self.origin)
     }
-}
-
-/// Compiles (or loads from the cache) every kernel file for `arch` and loads it.
-pub(crate) fn load_modules(dev: &Device, arch: &str) -> Result<HashMap<Algorithm, Module>> {
-    let mut modules = HashMap::new();
-    for a in kernel_algorithms() {
-        let src = kernels::source_for(a).ok_or_else(|| Error::Unsupported {
-            what: a.to_string(),
-            reason: "no kernel source".into(),
-        })?;
-        let (ptx, _) = nvrtc::compile_cached(&src, arch)?;
-        modules.insert(a, Module::load_ptx(dev, &ptx)?);
-    }
-    Ok(modules)
-}
-
-/// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
-pub(crate) fn check_abi(dev: &Device, modules: &mut HashMap<Algorithm, Module>, stream: &Stream) -> Result<()> {
-    use std::mem::offset_of;
-    let out = DeviceBuffer::new(dev, 12 * 8)?;
-    let m = modules.get_mut(&Algorithm::OneshotPush).ok_or_else(|| Error::invalid("modules", "missing"))?;
-    let f = m.function("tpar_abi_offsets")?;
-    // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds 12 u64 and outlives the sync below.
-    unsafe { launch_with_struct(f, 1, 1, stream, &out.ptr)? };
-    stream.synchronize()?;
-    let mut got = [0u64; 12];
-    out.download(&mut got)?;
-    let want = [
-        offset_of!(TparArgs, flags),
-        offset_of!(TparArgs, state),
-        offset_of!(TparArgs, err),
-        offset_of!(TparArgs, input),
-        offset_of!(TparArgs, count),
-        offset_of!(TparArgs, slot_vecs),
-        offset_of!(TparArgs, timeout_ns),
-        offset_of!(TparArgs, rank),
-        offset_of!(TparError, waited_ns),
-        offset_of!(TparState, err_claim),
-        offset_of!(TparArgs, desc_code),
-        offset_of!(TparError, theirs),
-    ]
-    .map(|x| x as u64);
-    if got != want {
-        return Err(Error::Unsupported {
-            what: "kernel ABI".into(),
-            reason: format!("device field offsets {got:?} differ from abi.rs {want:?}"),
-        });
-    }
-    Ok(())
 }

@@ -9,13 +9,12 @@
 //! at any time); none is needed: the empty sentinel is the same word for every dtype. Must not be dropped while a peer may still write into it: the caller agrees on
 //! the end (a final barrier over the rendezvous) before dropping.
 
-use super::abi::{self, TparArgs, TparError, TparState, MAX_BLOCKS, MAX_RANKS, THREADS, VEC_BYTES};
-use super::driver::{launch_with_struct, Device, DeviceBuffer, HostMapped, IpcMapping, Module, Stream};
-use super::emulated::{check_abi, load_modules, sentinel_word};
-use super::kernels;
+use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
+use super::driver::{Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
+use super::emulated::sentinel_word;
+use super::launch::{self, CallSpec, Launcher};
 use crate::error::{Error, Result};
-use crate::{Algorithm, DType};
-use std::collections::HashMap;
+use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
 
 /// Bytes of one rank's handle blob: the data-area handle, then the flag-area handle.
@@ -23,7 +22,7 @@ pub const HANDLE_BLOB_BYTES: usize = 128;
 
 /// This process's rank of a CUDA IPC group.
 pub struct IpcWorkspace {
-    modules: HashMap<Algorithm, Module>,
+    launcher: Launcher,
     peer_data: Vec<Option<IpcMapping>>,
     peer_flags: Vec<Option<IpcMapping>>,
     stream: Stream,
@@ -35,7 +34,6 @@ pub struct IpcWorkspace {
     flag_ptrs: [u64; MAX_RANKS],
     rank: usize,
     world: usize,
-    max_bytes: usize,
     slot_vecs: usize,
     timeout_ns: u64,
     sentinel_word: u32,
@@ -56,10 +54,9 @@ impl IpcWorkspace {
             return Err(Error::invalid("max_bytes", "must be positive"));
         }
         let dev = Device::open(ordinal)?;
-        let arch = dev.arch();
-        let mut modules = load_modules(&dev, &arch)?;
         let stream = Stream::new(&dev)?;
-        check_abi(&dev, &mut modules, &stream)?;
+        // One rank per process: its kernels share the GPU with no other rank of this process.
+        let launcher = Launcher::new(&dev, &stream, world, 1, Transport::P2p, max_bytes)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let data = DeviceBuffer::new(&dev, abi::data_bytes(world, slot_vecs))?;
         let flags = DeviceBuffer::new(&dev, abi::FLAG_BYTES)?;
@@ -74,7 +71,7 @@ impl IpcWorkspace {
         let rc = unsafe { cudarc::driver::sys::cuMemsetD32_v2(data.ptr, word, push / 4) };
         super::driver::cu_rc(|| "cuMemsetD32 (push region)".into(), rc)?;
         flags.fill_u32(0)?;
-        state.fill_u32(0)?;
+        state.upload(std::slice::from_ref(&TparState::at(0)))?;
         dev.ctx
             .synchronize()
             .map_err(|e| Error::Cuda { context: "cuCtxSynchronize".into(), code: format!("{:?}", e.0) })?;
@@ -83,7 +80,7 @@ impl IpcWorkspace {
         data_ptrs[rank] = data.ptr;
         flag_ptrs[rank] = flags.ptr;
         Ok(Self {
-            modules,
+            launcher,
             peer_data: (0..world).map(|_| None).collect(),
             peer_flags: (0..world).map(|_| None).collect(),
             stream,
@@ -95,7 +92,6 @@ impl IpcWorkspace {
             flag_ptrs,
             rank,
             world,
-            max_bytes,
             slot_vecs,
             timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1),
             sentinel_word: word,
@@ -159,7 +155,8 @@ impl IpcWorkspace {
     }
 
     /// Enqueues this rank's part of an all-reduce on its stream (asynchronous). Every rank
-    /// must make the same calls in the same order, with the same count and blocks.
+    /// must make the same calls in the same order, with the same count and blocks (0: the
+    /// launch policy, [`launch::blocks_for`], the same on every rank).
     pub fn enqueue(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, blocks: u32) -> Result<()> {
         self.check_poisoned()?;
         if !self.connected {
@@ -171,22 +168,7 @@ impl IpcWorkspace {
                 reason: "the workspace was created with another empty-sentinel word; peers may write into it at any time, so it cannot be refilled".into(),
             });
         }
-        let bytes = count.checked_mul(dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
-        if count == 0 || bytes > self.max_bytes {
-            return Err(Error::invalid("count", format!("{bytes} B: must be 1..={} B", self.max_bytes)));
-        }
-        if input % VEC_BYTES as u64 != 0 || output % VEC_BYTES as u64 != 0 || input == 0 || output == 0 {
-            return Err(Error::invalid("buffer", "null or not 16-byte aligned"));
-        }
-        if blocks == 0 || blocks as usize > MAX_BLOCKS {
-            return Err(Error::invalid("blocks", format!("{blocks}: must be 1..={MAX_BLOCKS}")));
-        }
-        let src = kernels::source_for(algo).ok_or_else(|| Error::Unsupported {
-            what: format!("algorithm {algo} on the CUDA backend"),
-            reason: "it has no kernel (use tpar::cuda::nccl)".into(),
-        })?;
-        let entry = src.entry(dtype);
-        let f = self.modules.get_mut(&algo).ok_or_else(|| Error::invalid("algorithm", "module not loaded"))?.function(&entry)?;
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &[input, output])?;
         let a = TparArgs {
             data: self.data_ptrs,
             flags: self.flag_ptrs,
@@ -200,12 +182,22 @@ impl IpcWorkspace {
             rank: self.rank as u32,
             world: self.world as u32,
             desc_code: if self.check_calls { abi::desc_code(algo, dtype) } else { 0 },
-            pad: 0,
+            test_delay_ns: 0,
         };
-        // SAFETY: f takes one TparArgs by value; every pointer in `a` is this rank's live
+        // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
         // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
         // of >= count elements; the kernel stays inside the layout of common.cuh.
-        unsafe { launch_with_struct(f, blocks, THREADS, &self.stream, &a) }
+        unsafe { launch::launch(&l, &self.stream, &a) }
+    }
+
+    /// The launch path (its settings; PDL on or off for comparisons).
+    pub fn launcher(&mut self) -> &mut Launcher {
+        &mut self.launcher
+    }
+
+    /// Compiles and loads the kernels of `calls` now (first calls then compile nothing).
+    pub fn preload(&mut self, calls: &[(Algorithm, DType)]) -> Result<()> {
+        self.launcher.preload(&self.dev, calls)
     }
 
     /// Points this workspace's launches at `stream` and returns the stream they used before.

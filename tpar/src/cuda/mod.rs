@@ -9,8 +9,9 @@
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
+//! | [`launch`] | the one launch path: block policy, `TPAR_BLOCKS`/`TPAR_PDL`/`TPAR_TIMEOUT_MS`, validation, lazy variants, PDL |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
-//! | [`nvrtc`] | finding libnvrtc, compiling, the on-disk PTX cache |
+//! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
 //!
 //! Contract: nothing here panics because a CUDA library is missing — presence is checked
 //! and absence is an [`Error::Library`](crate::Error::Library) that says what to install.
@@ -23,6 +24,7 @@ pub mod driver;
 pub mod emulated;
 pub mod ipc;
 pub mod kernels;
+pub mod launch;
 pub mod nccl;
 pub mod nvrtc;
 

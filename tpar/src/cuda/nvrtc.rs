@@ -2,11 +2,20 @@
 //!
 //! Owns: finding libnvrtc without panicking (cudarc panics on a missing library, so presence
 //! is checked first; `TPAR_NVRTC_LIB` may name the file, e.g. from the pinned pip wheel), the
-//! compile options, and the PTX cache in `$XDG_CACHE_HOME/tpar` (or `~/.cache/tpar`), keyed
-//! by source hash + arch + NVRTC version. A cache failure is a warning, never an error.
-//! Must never need nvcc, a CUDA header or an include path.
+//! compile options, and the cubin cache in `$XDG_CACHE_HOME/tpar` (or `~/.cache/tpar`).
+//!
+//! Kernels are compiled straight to the device's architecture (`-arch=sm_XX`, cubin), one
+//! (algorithm, dtype) variant at a time, when a call first needs it: the driver then has
+//! nothing left to compile (PTX handed to the driver cost ~20 s of JIT on a fresh H200).
+//! A cache entry's name hashes the source, the options, the architecture and the NVRTC and
+//! driver versions; its content carries a checksum, so a torn, corrupt or foreign file is
+//! rebuilt, never trusted. Entries are written to a unique temporary file and renamed into
+//! place, so eight ranks filling the cache at once never see each other's half-written files.
+//! A cache failure is a warning, never an error. Must never need nvcc, a CUDA header or an
+//! include path.
 
-use super::kernels::{fnv1a64, KernelSource};
+use super::kernels::{fnv1a64_bytes, KernelSource};
+use crate::DType;
 use crate::error::{Error, Result};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
 use std::ffi::CString;
@@ -86,32 +95,42 @@ pub fn probe() -> Result<NvrtcVersion> {
     Ok(NvrtcVersion { major, minor })
 }
 
-/// The options every kernel is compiled with. `arch` is e.g. `sm_90`.
-pub fn options(arch: &str) -> Vec<String> {
-    vec![
+/// The options every kernel is compiled with. `arch` is e.g. `sm_90`; `variant` names the one
+/// dtype instantiation to compile (`None`: all three, as the CI compile test does).
+pub fn options(arch: &str, variant: Option<DType>) -> Vec<String> {
+    let mut o = vec![
+        // A real architecture: NVRTC emits SASS (cubin), the driver compiles nothing.
         format!("--gpu-architecture={arch}"),
         "--std=c++17".into(),
         // Exact f32 adds in rank order: no flush-to-zero, no fast math.
         "--ftz=false".into(),
         "--fmad=false".into(),
         "--restrict".into(),
-    ]
+    ];
+    if let Some(d) = variant {
+        o.push(format!("-DTPAR_ONLY_{}", super::kernels::dtype_suffix(d).to_ascii_uppercase()));
+    }
+    o
 }
 
-/// Compiles one kernel file (all three dtype instantiations) to PTX for `arch`.
-pub fn compile(src: &KernelSource, arch: &str) -> Result<String> {
+/// What one compile produced.
+pub struct Compiled {
+    /// SASS for the architecture (what the driver loads).
+    pub cubin: Vec<u8>,
+    /// The PTX of the same compile (the CI test reads it: entries, no local memory).
+    pub ptx: String,
+}
+
+/// Compiles a translation unit with `opts`. `name` is for messages.
+pub fn compile_unit(name: &str, text: &str, opts: &[String]) -> Result<Compiled> {
     probe()?;
-    let lib_err = |what: &str, e: nvrtc_result::NvrtcError| Error::Library {
-        library: "nvrtc",
-        reason: format!("{what} for {} ({arch}): {e:?}", src.file),
-    };
-    let text = CString::new(src.translation_unit())
-        .map_err(|_| Error::invalid("kernel source", format!("{} contains a NUL byte", src.file)))?;
-    let name = CString::new(src.file).map_err(|_| Error::invalid("kernel name", "NUL byte"))?;
-    let prog = nvrtc_result::create_program(&text, Some(name.as_c_str())).map_err(|e| lib_err("nvrtcCreateProgram", e))?;
+    let lib_err = |what: &str, e: nvrtc_result::NvrtcError| Error::Library { library: "nvrtc", reason: format!("{what} for {name}: {e:?}") };
+    let text = CString::new(text).map_err(|_| Error::invalid("kernel source", format!("{name} contains a NUL byte")))?;
+    let cname = CString::new(name).map_err(|_| Error::invalid("kernel name", "NUL byte"))?;
+    let prog = nvrtc_result::create_program(&text, Some(cname.as_c_str())).map_err(|e| lib_err("nvrtcCreateProgram", e))?;
     let guard = ProgramGuard(prog);
     // SAFETY: prog is a live program (owned by guard); options are plain strings.
-    let compiled = unsafe { nvrtc_result::compile_program(guard.0, &options(arch)) };
+    let compiled = unsafe { nvrtc_result::compile_program(guard.0, opts) };
     if let Err(e) = compiled {
         // SAFETY: prog is live; the log is a NUL-terminated buffer NVRTC filled.
         let log = unsafe { nvrtc_result::get_program_log(guard.0) }
@@ -120,15 +139,30 @@ pub fn compile(src: &KernelSource, arch: &str) -> Result<String> {
                 String::from_utf8_lossy(&bytes).into_owned()
             })
             .unwrap_or_default();
-        return Err(Error::Library {
-            library: "nvrtc",
-            reason: format!("compiling {} for {arch} failed ({e:?}):\n{log}", src.file),
-        });
+        return Err(Error::Library { library: "nvrtc", reason: format!("compiling {name} ({}) failed ({e:?}):\n{log}", opts.join(" ")) });
     }
     // SAFETY: prog compiled successfully; get_ptx copies the PTX out.
     let ptx = unsafe { nvrtc_result::get_ptx(guard.0) }.map_err(|e| lib_err("nvrtcGetPTX", e))?;
     let bytes: Vec<u8> = ptx.iter().map(|c| *c as u8).take_while(|b| *b != 0).collect();
-    String::from_utf8(bytes).map_err(|_| Error::Library { library: "nvrtc", reason: "PTX is not UTF-8".into() })
+    let ptx = String::from_utf8(bytes).map_err(|_| Error::Library { library: "nvrtc", reason: "PTX is not UTF-8".into() })?;
+    let mut size = 0usize;
+    // SAFETY: prog compiled successfully; size is a valid out-pointer.
+    let rc = unsafe { nvrtc_sys::nvrtcGetCUBINSize(guard.0, &mut size) };
+    if rc != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS || size == 0 {
+        return Err(Error::Library { library: "nvrtc", reason: format!("nvrtcGetCUBINSize for {name}: {rc:?} (size {size}); was a real sm_XX architecture given?") });
+    }
+    let mut cubin = vec![0u8; size];
+    // SAFETY: cubin holds exactly `size` bytes, as NVRTC asked for.
+    let rc = unsafe { nvrtc_sys::nvrtcGetCUBIN(guard.0, cubin.as_mut_ptr() as *mut std::ffi::c_char) };
+    if rc != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
+        return Err(Error::Library { library: "nvrtc", reason: format!("nvrtcGetCUBIN for {name}: {rc:?}") });
+    }
+    Ok(Compiled { cubin, ptx })
+}
+
+/// Compiles one kernel file for `arch`: one dtype's instantiation, or all three.
+pub fn compile(src: &KernelSource, arch: &str, variant: Option<DType>) -> Result<Compiled> {
+    compile_unit(src.file, &src.translation_unit(), &options(arch, variant))
 }
 
 struct ProgramGuard(nvrtc_sys::nvrtcProgram);
@@ -140,17 +174,78 @@ impl Drop for ProgramGuard {
     }
 }
 
-/// Directory of the compile cache, if one can be named.
+/// Directory of the compile cache, if one can be named (`TPAR_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/tpar`, else `~/.cache/tpar`).
 pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("TPAR_CACHE_DIR").filter(|x| !x.is_empty()) {
+        return Some(PathBuf::from(x));
+    }
     if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
         return Some(PathBuf::from(x).join("tpar"));
     }
     std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cache").join("tpar"))
 }
 
-/// Cache file name: source hash + arch + NVRTC version.
+/// Everything a compiled image depends on. Two keys are equal only if the images would be.
+#[derive(Clone, Debug)]
+pub struct CacheKey {
+    /// `oneshot_push-bf16`, `common`: for people reading the directory.
+    pub label: String,
+    pub hash: u64,
+}
+
+/// The key of a translation unit compiled with `opts` for `arch`, by NVRTC `v` for a driver
+/// of version `driver` (cuDriverGetVersion; 0 when unknown).
+pub fn cache_key_for(label: &str, text: &str, opts: &[String], arch: &str, v: NvrtcVersion, driver: i32) -> CacheKey {
+    let mut material = Vec::with_capacity(text.len() + 256);
+    material.extend_from_slice(text.as_bytes());
+    for o in opts {
+        material.push(0);
+        material.extend_from_slice(o.as_bytes());
+    }
+    material.extend_from_slice(format!("\0{arch}\0nvrtc{}.{}\0driver{driver}\0{CACHE_FORMAT}", v.major, v.minor).as_bytes());
+    CacheKey { label: label.to_string(), hash: fnv1a64_bytes(&material) }
+}
+
+/// File name of a cache entry.
+pub fn cache_file_name(key: &CacheKey) -> String {
+    format!("{}-{:016x}.cubin", key.label, key.hash)
+}
+
+/// The old name scheme's stand-in, kept for tests: the key of one kernel file for `arch`.
 pub fn cache_key(src: &KernelSource, arch: &str, v: NvrtcVersion) -> String {
-    format!("{}-{:016x}-{arch}-nvrtc{}.{}.ptx", src.stem(), fnv1a64(&src.translation_unit()), v.major, v.minor)
+    let opts = options(arch, None);
+    let k = cache_key_for(src.stem(), &src.translation_unit(), &opts, arch, v, 0);
+    format!("{}-{arch}-nvrtc{}.{}", cache_file_name(&k), v.major, v.minor)
+}
+
+/// Bumped whenever the entry format changes.
+const CACHE_FORMAT: &str = "tpar-cubin-v1";
+/// An entry: this magic, the payload's length (u64 LE), its FNV-1a 64 (u64 LE), the key's
+/// hash (u64 LE), then the payload.
+const MAGIC: &[u8; 8] = b"TPARCUB1";
+const HEADER: usize = 8 + 8 + 8 + 8;
+
+/// The payload of a cache entry, if the bytes are a whole, uncorrupted entry for `key`.
+pub fn decode_entry<'a>(bytes: &'a [u8], key: &CacheKey) -> Option<&'a [u8]> {
+    if bytes.len() < HEADER || &bytes[..8] != MAGIC {
+        return None;
+    }
+    let word = |i: usize| bytes.get(i..i + 8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes);
+    let (len, sum, k) = (word(8)?, word(16)?, word(24)?);
+    let payload = &bytes[HEADER..];
+    (payload.len() as u64 == len && fnv1a64_bytes(payload) == sum && k == key.hash).then_some(payload)
+}
+
+/// A cache entry holding `payload` under `key`.
+pub fn encode_entry(payload: &[u8], key: &CacheKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&fnv1a64_bytes(payload).to_le_bytes());
+    out.extend_from_slice(&key.hash.to_le_bytes());
+    out.extend_from_slice(payload);
+    out
 }
 
 /// Whether a compile came from the cache.
@@ -162,36 +257,122 @@ pub enum CacheOutcome {
     Unavailable,
 }
 
-/// Compiles through the on-disk cache.
-pub fn compile_cached(src: &KernelSource, arch: &str) -> Result<(String, CacheOutcome)> {
+/// Reads a valid entry for `key` from `dir`, or None (missing, torn, corrupt or foreign:
+/// the caller rebuilds it).
+pub fn cache_read(dir: &std::path::Path, key: &CacheKey) -> Option<Vec<u8>> {
+    let path = dir.join(cache_file_name(key));
+    let bytes = std::fs::read(&path).ok()?;
+    match decode_entry(&bytes, key) {
+        Some(p) => Some(p.to_vec()),
+        None => {
+            tracing::warn!("tpar: kernel cache entry {} is corrupt or stale; rebuilding it", path.display());
+            None
+        }
+    }
+}
+
+/// Writes an entry through a temporary file unique to this process and moment, then renames
+/// it into place (atomic on one filesystem): concurrent writers each install a whole entry.
+pub fn cache_write(dir: &std::path::Path, key: &CacheKey, payload: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    std::fs::create_dir_all(dir)?;
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let tmp = dir.join(format!(".{}.{}.{nanos}.tmp", cache_file_name(key), std::process::id()));
+    let r = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&encode_entry(payload, key))?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, dir.join(cache_file_name(key)))
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// The cubin of one translation unit, from the cache or compiled (and then cached).
+/// `rebuild` skips the cache read (an entry the driver refused).
+pub fn cubin_cached(label: &str, text: &str, opts: &[String], arch: &str, driver: i32, rebuild: bool) -> Result<(Vec<u8>, CacheOutcome)> {
     let v = probe()?;
+    let key = cache_key_for(label, text, opts, arch, v, driver);
     let Some(dir) = cache_dir() else {
-        tracing::warn!("tpar: no cache directory (neither XDG_CACHE_HOME nor HOME is set); compiling {}", src.file);
-        return Ok((compile(src, arch)?, CacheOutcome::Unavailable));
+        tracing::warn!("tpar: no cache directory (TPAR_CACHE_DIR, XDG_CACHE_HOME, HOME unset); compiling {label}");
+        return Ok((compile_unit(label, text, opts)?.cubin, CacheOutcome::Unavailable));
     };
-    let path = dir.join(cache_key(src, arch, v));
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        if text.contains(".entry") {
-            return Ok((text, CacheOutcome::Hit));
+    if !rebuild {
+        if let Some(c) = cache_read(&dir, &key) {
+            return Ok((c, CacheOutcome::Hit));
         }
     }
-    let ptx = compile(src, arch)?;
-    let stored = std::fs::create_dir_all(&dir).and_then(|()| {
-        let tmp = dir.join(format!(".{}.{}.tmp", cache_key(src, arch, v), std::process::id()));
-        std::fs::write(&tmp, ptx.as_bytes())?;
-        std::fs::rename(&tmp, &path)
-    });
-    match stored {
-        Ok(()) => Ok((ptx, CacheOutcome::Miss)),
+    let c = compile_unit(label, text, opts)?;
+    match cache_write(&dir, &key, &c.cubin) {
+        Ok(()) => Ok((c.cubin, CacheOutcome::Miss)),
         Err(e) => {
-            tracing::warn!("tpar: kernel cache {} not written: {e}", path.display());
-            Ok((ptx, CacheOutcome::Unavailable))
+            tracing::warn!("tpar: kernel cache {} not written: {e}", dir.display());
+            Ok((c.cubin, CacheOutcome::Unavailable))
         }
     }
 }
 
-/// NUL-terminated copy of a PTX text, for the driver.
-pub fn ptx_cstring(ptx: &str) -> Result<CString> {
-    CString::new(ptx).map_err(|_| Error::Library { library: "nvrtc", reason: "PTX contains a NUL byte".into() })
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
+    fn key(h: u64) -> CacheKey {
+        CacheKey { label: "t".into(), hash: h }
+    }
+
+    #[test]
+    fn entries_round_trip_and_damage_is_refused() {
+        let k = key(7);
+        let e = encode_entry(b"hello cubin", &k);
+        assert_eq!(decode_entry(&e, &k), Some(&b"hello cubin"[..]));
+        assert_eq!(decode_entry(&e, &key(8)), None, "another key's entry");
+        assert_eq!(decode_entry(&e[..e.len() - 1], &k), None, "torn");
+        let mut bad = e.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(decode_entry(&bad, &k), None, "flipped bit");
+        assert_eq!(decode_entry(b"", &k), None);
+        assert_eq!(decode_entry(b"TPARCUB1", &k), None);
+    }
+
+    #[test]
+    fn keys_depend_on_everything() {
+        let v = NvrtcVersion { major: 13, minor: 0 };
+        let o = vec!["-a".to_string()];
+        let base = cache_key_for("x", "src", &o, "sm_90", v, 13000).hash;
+        assert_ne!(base, cache_key_for("x", "src2", &o, "sm_90", v, 13000).hash);
+        assert_ne!(base, cache_key_for("x", "src", &["-b".to_string()], "sm_90", v, 13000).hash);
+        assert_ne!(base, cache_key_for("x", "src", &o, "sm_80", v, 13000).hash);
+        assert_ne!(base, cache_key_for("x", "src", &o, "sm_90", NvrtcVersion { major: 13, minor: 1 }, 13000).hash);
+        assert_ne!(base, cache_key_for("x", "src", &o, "sm_90", v, 13010).hash);
+    }
+
+    #[test]
+    fn concurrent_writers_leave_one_whole_entry() {
+        let dir = std::env::temp_dir().join(format!("tpar-test-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let k = key(42);
+        std::thread::scope(|s| {
+            for t in 0..8u8 {
+                let (dir, k) = (&dir, &k);
+                s.spawn(move || {
+                    for _ in 0..20 {
+                        let payload = vec![t; 64 << 10];
+                        cache_write(dir, k, &payload).unwrap();
+                        // Whatever is there is some writer's whole entry, never a mix.
+                        let got = cache_read(dir, k).unwrap();
+                        assert!(got.len() == 64 << 10 && got.iter().all(|b| *b == got[0]));
+                    }
+                });
+            }
+        });
+        // A corrupt entry is reported as absent (the caller rebuilds it).
+        std::fs::write(dir.join(cache_file_name(&k)), b"TPARCUB1garbage").unwrap();
+        assert!(cache_read(&dir, &k).is_none());
+        let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
+        assert!(leftovers.is_empty(), "temporary files left: {leftovers:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -88,6 +88,25 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
                     Err(e) => return Err(format!("mismatch test {algo} ({field}): expected Mismatch on `{field}` then Poisoned, got: {e}; next: {after:?}")),
                     Ok(()) => return Err(format!("mismatch test {algo} ({field}): a mismatched call succeeded silently")),
                 }
+                // The same lie inside a capture: the captured sequence is checked once, when
+                // the capture ends, on every rank.
+                let mut g = EmulatedGroup::new(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
+                let cap = g.capture(|g| {
+                    g.enqueue(algo, DType::BF16, COUNT_42K, &i, &o, 2)?;
+                    g.set_desc_override_for_test(Some((world - 1, code)));
+                    g.enqueue(algo, DType::BF16, COUNT_42K, &i, &o, 2)
+                });
+                g.set_desc_override_for_test(None);
+                let after = g.all_reduce(algo, DType::BF16, COUNT_42K, &i, &o, 2);
+                match cap {
+                    Err(tpar::Error::Mismatch { field: f, .. }) if f == field && after.is_err() => println!(
+                        "# mismatch test (graph): {algo} {world} ranks, rank {} captured another {field}: {}",
+                        world - 1,
+                        cap.as_ref().err().map_or(String::new(), |e| e.to_string())
+                    ),
+                    Err(e) => return Err(format!("mismatch test (graph) {algo} ({field}): expected Mismatch on `{field}` at capture end, got: {e}; next: {after:?}")),
+                    Ok(_) => return Err(format!("mismatch test (graph) {algo} ({field}): a mismatched capture succeeded silently")),
+                }
             }
         }
     }
@@ -100,7 +119,7 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
 pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize)) -> Result<(), String> {
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     for &world in worlds {
-        let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.max_blocks)?;
+        let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns)?;
         for &d in &dtypes {
             for algo in kernel_algorithms() {
                 let v = match d {
@@ -182,7 +201,7 @@ pub fn epoch_wrap((worlds, transport): &(Vec<usize>, Transport), c: &Common, sta
         quiet: false,
     };
     for &world in worlds {
-        let mut r = EmulatedRanks::new(c.ranks.device, world, c.max_bytes, *transport, c.ranks.max_blocks)?;
+        let mut r = EmulatedRanks::new(c.ranks.device, world, c.max_bytes, *transport, c.ranks.skew_ns)?;
         r.g.set_epoch_for_test(start).map_err(err)?;
         println!("# epochs start at {start} (wrap-around test)");
         crate::cmd::check::check_group(&mut r, &sweep)?;

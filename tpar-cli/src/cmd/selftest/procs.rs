@@ -8,7 +8,6 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
-use tpar::cuda::emulated::default_blocks;
 use tpar::cuda::kernels::kernel_algorithms;
 use tpar::testing::all_inputs;
 use tpar::units::percentiles;
@@ -43,7 +42,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
     }
     let bytes = c.max_bytes;
     if !launch::is_rank() {
-        let timeout = std::env::var("TPAR_TIMEOUT_MS").ok().and_then(|v| v.parse::<u64>().ok()).map_or(tpar::comm::DEFAULT_TIMEOUT, Duration::from_millis);
+        let timeout = tpar::Config::from_env().map(|c| c.timeout).unwrap_or(tpar::comm::DEFAULT_TIMEOUT);
         let t0 = Instant::now();
         let failures = match launch_ranks(world, timeout * 3 + Duration::from_secs(30), shared.is_some()) {
             Ok(()) => return Err(format!("fault test: rank {kill} was to kill itself, but every rank exited 0")),
@@ -238,7 +237,7 @@ pub fn ipc(c: &Common) -> Result<(), String> {
     // 2. Timings, 42 KiB of the first dtype: eager and in a graph of --graph-inner calls.
     let d = first;
     let count = 43008 / d.size();
-    let blocks = default_blocks(43008, c.ranks.max_blocks);
+    let blocks = 0; // the launch policy (honours TPAR_BLOCKS)
     if rank == 0 {
         println!("# ipc timing: 2 processes, 1 rank each, 43008 B {d}, rank 0's stream; eager = one launch per call per process; graph = {} calls per replay", c.graph_inner);
         println!("# NOTE: without MPS, kernels of two processes on one GPU do not run concurrently; the GPU time-slices");
@@ -300,7 +299,7 @@ fn ipc_call<T: Element>(
     let inputs = all_inputs::<T>(seed, call, world, count);
     input.upload(&inputs[rank]).map_err(err)?;
     output.fill_u32(crate::harness::gpu::POISON_WORD).map_err(err)?;
-    ws.enqueue(algo, T::DTYPE, count, input.ptr, output.ptr, default_blocks(count * T::DTYPE.size(), tpar::cuda::emulated::DEFAULT_MAX_BLOCKS)).map_err(err)?;
+    ws.enqueue(algo, T::DTYPE, count, input.ptr, output.ptr, 0).map_err(err)?;
     ws.synchronize().map_err(err)?;
     let mut out = vec![T::from_f32(0.0); count];
     output.download(&mut out).map_err(err)?;

@@ -1,0 +1,418 @@
+//! The one launch path of tpar's kernels, shared by emulated ranks
+//! ([`EmulatedGroup`](super::EmulatedGroup)) and IPC workspaces
+//! ([`IpcWorkspace`](super::ipc::IpcWorkspace)): the block policy, the settings read from the
+//! environment (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_TIMEOUT_MS`), the validation of a call,
+//! loading each (algorithm, dtype) variant when a call first needs it, and the launch itself
+//! (programmatic dependent launch where the device has it).
+//!
+//! Owns: [`blocks_for`] (the block policy: one function, one place), [`Launcher`] (per
+//! process and device: the ABI check, the loaded variants, their co-residency limits).
+//! Must never launch a grid whose blocks cannot all be resident at once together with the
+//! other ranks on the same GPU (the ranks spin on each other: that would deadlock until the
+//! deadline), and never launch a kernel for a call it did not validate.
+
+use super::abi::{self, TparArgs, TparState, MAX_BLOCKS, THREADS, VEC_BYTES};
+use super::driver::{cu_rc, sys, Device, DeviceBuffer, Module, Stream};
+use super::kernels::{self, PROBE_UNIT};
+use super::nvrtc;
+use crate::error::{Error, Result};
+use crate::{Algorithm, DType, Transport};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::time::Duration;
+
+/// Most blocks per rank over the host transport (pinned host memory across PCIe): PCIe
+/// fabrics collapse when every SM writes (the plan's `PCIE_MAX_BLOCKS`).
+pub const HOST_MAX_BLOCKS: u32 = 8;
+/// Most blocks per rank over p2p: the kernels' cap (one flag row per block).
+pub const P2P_MAX_BLOCKS: u32 = MAX_BLOCKS as u32;
+/// Vectors one block takes per call before the policy adds a block: one per thread.
+pub const VECS_PER_BLOCK: usize = THREADS as usize;
+
+/// The block policy: thread blocks per rank for a call of `bytes` of `algo` over
+/// `transport` among `world` ranks. One vector (16 B) per thread, at least one block, at most
+/// [`HOST_MAX_BLOCKS`] over host memory and [`P2P_MAX_BLOCKS`] otherwise; `TPAR_BLOCKS`
+/// overrides it (as it overrides the plan's). Every algorithm moves about one message per
+/// rank per stage, so one rule serves all; two-shot's items are `(world-1)/world` of it.
+pub fn blocks_for(algo: Algorithm, transport: Transport, bytes: usize, world: usize) -> u32 {
+    match blocks_from_env() {
+        Ok(Some(b)) => b,
+        _ => policy_blocks(algo, transport, bytes, world),
+    }
+}
+
+/// [`blocks_for`] without the environment.
+pub fn policy_blocks(_algo: Algorithm, transport: Transport, bytes: usize, _world: usize) -> u32 {
+    let cap = if transport == Transport::Host { HOST_MAX_BLOCKS } else { P2P_MAX_BLOCKS };
+    let vecs = bytes.div_ceil(VEC_BYTES).max(1);
+    (vecs.div_ceil(VECS_PER_BLOCK).min(cap as usize) as u32).max(1)
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
+}
+
+fn config(var: &'static str, raw: &str, expected: String) -> Error {
+    Error::invalid(var, format!("{raw:?}: expected {expected}"))
+}
+
+/// `TPAR_BLOCKS`: `auto` (or unset) or 1..=[`MAX_BLOCKS`].
+pub fn blocks_from_env() -> Result<Option<u32>> {
+    parse_blocks(env("TPAR_BLOCKS"))
+}
+
+fn parse_blocks(raw: Option<String>) -> Result<Option<u32>> {
+    let Some(raw) = raw else { return Ok(None) };
+    if raw.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    match raw.parse::<u32>() {
+        Ok(b) if (1..=MAX_BLOCKS as u32).contains(&b) => Ok(Some(b)),
+        _ => Err(config("TPAR_BLOCKS", &raw, format!("auto or 1..={MAX_BLOCKS}"))),
+    }
+}
+
+/// `TPAR_PDL`: programmatic dependent launch, on (`1`, default) or off (`0`).
+pub fn pdl_from_env() -> Result<bool> {
+    parse_pdl(env("TPAR_PDL"))
+}
+
+fn parse_pdl(raw: Option<String>) -> Result<bool> {
+    match raw.as_deref() {
+        None | Some("1") => Ok(true),
+        Some("0") => Ok(false),
+        Some(raw) => Err(config("TPAR_PDL", raw, "0 or 1".into())),
+    }
+}
+
+/// `TPAR_TIMEOUT_MS`: the bound on every wait, if set.
+pub fn timeout_from_env() -> Result<Option<Duration>> {
+    parse_timeout(env("TPAR_TIMEOUT_MS"))
+}
+
+fn parse_timeout(raw: Option<String>) -> Result<Option<Duration>> {
+    let Some(raw) = raw else { return Ok(None) };
+    match raw.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(config("TPAR_TIMEOUT_MS", &raw, "a positive number of milliseconds".into())),
+    }
+}
+
+/// `TPAR_TEST_UNSAFE_TWO_BUFFERS=1`: compile the kernels with two buffers instead of three —
+/// the buffer-reuse guard removed — so that the skewed-rank stress can show it catches the
+/// race. Never for real use: calls then corrupt or time out under skew.
+pub fn unsafe_two_buffers_for_test() -> bool {
+    env("TPAR_TEST_UNSAFE_TWO_BUFFERS").as_deref() == Some("1")
+}
+
+/// The launch settings, read once per group or workspace.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// `TPAR_BLOCKS`, when set.
+    pub blocks: Option<u32>,
+    /// `TPAR_PDL` (and the device can: sm_90+).
+    pub pdl: bool,
+}
+
+impl Settings {
+    pub fn from_env() -> Result<Self> {
+        Ok(Self { blocks: blocks_from_env()?, pdl: pdl_from_env()? })
+    }
+}
+
+/// One loaded variant.
+struct Variant {
+    _module: Module,
+    f: sys::CUfunction,
+    /// Blocks of this function one SM holds at once.
+    per_sm: u32,
+}
+
+/// A validated call, ready to launch on every rank.
+#[derive(Clone, Copy, Debug)]
+pub struct Launch {
+    pub f: sys::CUfunction,
+    pub grid: u32,
+    pub pdl: bool,
+}
+
+/// What a call asks for, before validation.
+#[derive(Clone, Copy, Debug)]
+pub struct CallSpec {
+    pub algo: Algorithm,
+    pub dtype: DType,
+    pub count: usize,
+    /// 0: the policy ([`blocks_for`], with `TPAR_BLOCKS`).
+    pub blocks: u32,
+}
+
+/// Per device and process: the loaded variants and what one launch may use.
+pub struct Launcher {
+    arch: String,
+    driver: i32,
+    probe: Module,
+    variants: HashMap<(Algorithm, DType), Variant>,
+    settings: Settings,
+    sms: u32,
+    /// Ranks of this process whose kernels share the GPU and spin on each other (emulated
+    /// ranks: the world; one rank per process: 1).
+    ranks_on_device: u32,
+    transport: Transport,
+    world: usize,
+    max_bytes: usize,
+    can_pdl: bool,
+}
+
+impl Launcher {
+    /// Loads the ABI probe (the header alone, compiled for this device), checks the
+    /// device's struct offsets against abi.rs on `stream`, and reads the settings.
+    pub fn new(dev: &Device, stream: &Stream, world: usize, ranks_on_device: usize, transport: Transport, max_bytes: usize) -> Result<Self> {
+        let settings = Settings::from_env()?;
+        let arch = dev.arch();
+        let mut driver = 0i32;
+        // SAFETY: the driver is loaded (Device::open succeeded); driver is a valid out-pointer.
+        let _ = unsafe { sys::cuDriverGetVersion(&mut driver) };
+        let probe = load_unit(dev, "common", PROBE_UNIT, &nvrtc::options(&arch, None), &arch, driver)?;
+        let sms = dev
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| Error::Cuda { context: "SM count".into(), code: format!("{:?}", e.0) })? as u32;
+        let mut l = Self {
+            can_pdl: dev.major >= 9,
+            arch,
+            driver,
+            probe,
+            variants: HashMap::new(),
+            settings,
+            sms,
+            ranks_on_device: ranks_on_device.max(1) as u32,
+            transport,
+            world,
+            max_bytes,
+        };
+        l.check_abi(dev, stream)?;
+        Ok(l)
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings
+    }
+
+    /// Turns programmatic dependent launch on or off (tests and comparisons; `TPAR_PDL`).
+    pub fn set_pdl(&mut self, on: bool) {
+        self.settings.pdl = on;
+    }
+
+    /// Whether launches use programmatic dependent launch (setting and device).
+    pub fn pdl(&self) -> bool {
+        self.settings.pdl && self.can_pdl
+    }
+
+    /// The kernel of (algo, dtype), compiled (or read from the cache) and loaded on first use.
+    fn variant(&mut self, dev: &Device, algo: Algorithm, dtype: DType) -> Result<&Variant> {
+        if !self.variants.contains_key(&(algo, dtype)) {
+            let src = kernels::source_for(algo).ok_or_else(|| Error::Unsupported {
+                what: format!("algorithm {algo} on the CUDA backend"),
+                reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
+            })?;
+            let label = format!("{}-{}", src.stem(), kernels::dtype_suffix(dtype));
+            let mut opts = nvrtc::options(&self.arch, Some(dtype));
+            if unsafe_two_buffers_for_test() {
+                opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());
+            }
+            let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
+            let f = module.function(&src.entry(dtype))?;
+            let mut per_sm = 0i32;
+            // SAFETY: f is a live function of `module`; per_sm is a valid out-pointer.
+            let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, f, THREADS as i32, 0) };
+            cu_rc(|| format!("occupancy of {label}"), rc)?;
+            self.variants.insert((algo, dtype), Variant { _module: module, f, per_sm: per_sm.max(1) as u32 });
+        }
+        self.variants.get(&(algo, dtype)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))
+    }
+
+    /// Loads the variants `calls` will need now, so that nothing compiles later (for example
+    /// before a capture, or before timing).
+    pub fn preload(&mut self, dev: &Device, calls: &[(Algorithm, DType)]) -> Result<()> {
+        for (a, d) in calls {
+            self.variant(dev, *a, *d)?;
+        }
+        Ok(())
+    }
+
+    /// Validates a call (count, size, blocks, pointers) and chooses its grid and whether it
+    /// may use PDL. `ptrs` are every input and output pointer the call uses.
+    pub fn prepare(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
+        let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
+        if call.count == 0 {
+            return Err(Error::invalid("count", "must be positive"));
+        }
+        if bytes > self.max_bytes {
+            return Err(Error::invalid("count", format!("{bytes} B exceeds the workspace's max_bytes {}", self.max_bytes)));
+        }
+        if let Some(p) = ptrs.iter().find(|p| **p % VEC_BYTES as u64 != 0 || **p == 0) {
+            return Err(Error::invalid("buffer", format!("pointer {p:#x} is null or not 16-byte aligned")));
+        }
+        if call.blocks as usize > MAX_BLOCKS {
+            return Err(Error::invalid("blocks", format!("{}: must be 1..={MAX_BLOCKS} (0: the policy)", call.blocks)));
+        }
+        let (ranks, sms, pdl_on, transport, world) = (self.ranks_on_device, self.sms, self.pdl(), self.transport, self.world);
+        let explicit = if call.blocks > 0 { Some(call.blocks) } else { self.settings.blocks };
+        let v = self.variant(dev, call.algo, call.dtype)?;
+        let resident = v.per_sm * sms;
+        let fits = (resident / ranks).max(1);
+        let grid = match explicit {
+            Some(b) if b * ranks > resident => {
+                return Err(Error::Unsupported {
+                    what: format!("{b} blocks per rank x {ranks} ranks on one GPU"),
+                    reason: format!("only {resident} blocks of this kernel are resident at once on this GPU ({} per SM x {sms} SMs); the ranks wait on each other, so all must run at once", v.per_sm),
+                });
+            }
+            Some(b) => b,
+            None => policy_blocks(call.algo, transport, bytes, world).min(fits),
+        };
+        // With PDL a rank's next grid may become resident while this one runs: both must fit.
+        let pdl = pdl_on && 2 * grid * ranks <= resident;
+        Ok(Launch { f: v.f, grid, pdl })
+    }
+
+    /// The empty kernel, launched like a collective (the launch floor).
+    pub fn floor(&mut self, blocks: u32) -> Result<Launch> {
+        let f = self.probe.function("tpar_noop")?;
+        Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), pdl: self.pdl() })
+    }
+
+    /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
+    fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
+        use std::mem::offset_of;
+        const N: usize = 15;
+        let out = DeviceBuffer::new(dev, N * 8)?;
+        let f = self.probe.function("tpar_abi_offsets")?;
+        // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
+        unsafe { super::driver::launch_with_struct(f, 1, 1, stream, &out.ptr)? };
+        stream.synchronize()?;
+        let mut got = [0u64; N];
+        out.download(&mut got)?;
+        let want = [
+            offset_of!(TparArgs, flags),
+            offset_of!(TparArgs, state),
+            offset_of!(TparArgs, err),
+            offset_of!(TparArgs, input),
+            offset_of!(TparArgs, count),
+            offset_of!(TparArgs, slot_vecs),
+            offset_of!(TparArgs, timeout_ns),
+            offset_of!(TparArgs, rank),
+            offset_of!(abi::TparError, waited_ns),
+            offset_of!(TparState, err_claim),
+            offset_of!(TparArgs, desc_code),
+            offset_of!(abi::TparError, theirs),
+            offset_of!(TparState, buf),
+            offset_of!(TparState, prev_nvec),
+            offset_of!(TparState, prev_kind),
+        ]
+        .map(|x| x as u64);
+        if got != want {
+            return Err(Error::Unsupported { what: "kernel ABI".into(), reason: format!("device field offsets {got:?} differ from abi.rs {want:?}") });
+        }
+        Ok(())
+    }
+}
+
+/// Launches one rank's kernel: `cuLaunchKernelEx`, with programmatic stream serialization
+/// when `l.pdl` (the kernel's `griddepcontrol.wait` then orders it after the previous one).
+///
+/// # Safety
+/// `l.f` must take one `TparArgs` by value, and every pointer in `args` must be valid for
+/// the kernel's accesses (the layout of common.cuh) until it completes.
+pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()> {
+    let mut a = *args;
+    let mut params = [&mut a as *mut TparArgs as *mut c_void];
+    // SAFETY: an all-zero launch attribute is a valid "no attribute" value (plain data).
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: l.grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: THREADS,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: stream.raw,
+        attrs: &mut attr,
+        numAttrs: u32::from(l.pdl),
+    };
+    // SAFETY: cfg and params outlive the call (the driver copies the parameter); the caller
+    // vouches for the function and the pointers inside `args`.
+    let rc = unsafe { sys::cuLaunchKernelEx(&cfg, l.f, params.as_mut_ptr(), std::ptr::null_mut()) };
+    cu_rc(|| "cuLaunchKernelEx".into(), rc)
+}
+
+/// Compiles (or reads from the cache) one translation unit and loads it; an entry the
+/// driver refuses is rebuilt once. Module loading is allowed during a stream capture (the
+/// first call of a variant may come inside one): the thread's capture mode is relaxed for it.
+fn load_unit(dev: &Device, label: &str, text: &str, opts: &[String], arch: &str, driver: i32) -> Result<Module> {
+    let _relaxed = RelaxedCapture::enter();
+    let (cubin, outcome) = nvrtc::cubin_cached(label, text, opts, arch, driver, false)?;
+    match Module::load_image(dev, &cubin) {
+        Ok(m) => Ok(m),
+        Err(e) if outcome == nvrtc::CacheOutcome::Hit => {
+            tracing::warn!("tpar: cached kernel {label} refused by the driver ({e}); rebuilding it");
+            let (cubin, _) = nvrtc::cubin_cached(label, text, opts, arch, driver, true)?;
+            Module::load_image(dev, &cubin)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets this thread's stream-capture mode to relaxed, and restores it on drop.
+struct RelaxedCapture(sys::CUstreamCaptureMode);
+impl RelaxedCapture {
+    fn enter() -> Self {
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: mode is a valid in/out pointer; the call only swaps a per-thread setting.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        Self(mode)
+    }
+}
+impl Drop for RelaxedCapture {
+    fn drop(&mut self) {
+        let mut mode = self.0;
+        // SAFETY: as in enter; restores the previous mode, ignoring failure.
+        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_is_one_block_per_512_vectors_capped_by_transport() {
+        let a = Algorithm::OneshotPush;
+        assert_eq!(policy_blocks(a, Transport::P2p, 1, 8), 1);
+        assert_eq!(policy_blocks(a, Transport::P2p, 8192, 8), 1);
+        assert_eq!(policy_blocks(a, Transport::P2p, 8193, 8), 2);
+        assert_eq!(policy_blocks(a, Transport::P2p, 43008, 8), 6);
+        assert_eq!(policy_blocks(a, Transport::P2p, 4 << 20, 8), P2P_MAX_BLOCKS);
+        assert_eq!(policy_blocks(a, Transport::Host, 4 << 20, 8), HOST_MAX_BLOCKS);
+    }
+
+    #[test]
+    fn settings_parse_and_refuse() {
+        // The parsers, not the process environment: other tests read TPAR_* concurrently.
+        let some = |v: &str| Some(v.to_string());
+        assert_eq!(parse_blocks(some("12")).unwrap(), Some(12));
+        assert!(parse_blocks(some("33")).is_err());
+        assert!(parse_blocks(some("0")).is_err());
+        assert_eq!(parse_blocks(some("auto")).unwrap(), None);
+        assert_eq!(parse_blocks(None).unwrap(), None);
+        assert!(!parse_pdl(some("0")).unwrap());
+        assert!(parse_pdl(some("1")).unwrap() && parse_pdl(None).unwrap());
+        assert!(parse_pdl(some("yes")).is_err());
+        assert_eq!(parse_timeout(some("250")).unwrap(), Some(Duration::from_millis(250)));
+        assert!(parse_timeout(some("0")).is_err());
+        assert_eq!(parse_timeout(None).unwrap(), None);
+    }
+}
