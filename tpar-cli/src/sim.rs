@@ -120,38 +120,9 @@ pub fn human(bytes: usize) -> String {
 }
 
 fn print_calibration() -> Result<(), String> {
-    use tpar::sim::calibrate::{table, Quantity};
-    let rows = table(&Params::default()).map_err(|e| e.to_string())?;
-    println!("| figure | machine | what | measured | predicted | error | bound | fitted to it |");
-    println!("|---|---|---|---:|---:|---:|---:|---|");
-    for r in &rows {
-        let what = match r.quantity {
-            Quantity::AllReduce { algorithm, bytes } => format!(
-                "{algorithm} {} ({})",
-                human(bytes),
-                if r.launch == Launch::Graph { "graph" } else { "eager" }
-            ),
-            Quantity::AllToAllRatio => "aggregate / isolated".into(),
-            Quantity::SwitchPairBidirGbps => "GB/s, both ways".into(),
-            Quantity::SingleHopGbps => "GB/s, one copy".into(),
-            Quantity::CrossSocketAllFlowsGbps => "GB/s per GPU across sockets".into(),
-        };
-        let unit = matches!(r.quantity, Quantity::AllReduce { .. });
-        let f = |v: f64| if unit { format!("{v:.1} us") } else { format!("{v:.2}") };
-        println!(
-            "| {} | {} | {} | {} | {} | {:+.0}% | {} | {} |",
-            r.figure,
-            r.machine,
-            what,
-            f(r.measured),
-            f(r.predicted),
-            100.0 * r.error(),
-            r.bound
-                .map(|b| format!("{:.0}%", 100.0 * b))
-                .unwrap_or_else(|| "none (known miss)".into()),
-            if r.fitted_to { "yes" } else { "no" }
-        );
-    }
+    // The same text docs/sim.md holds between its calibration markers (a test checks it).
+    let rows = tpar::sim::calibrate::table(&Params::default()).map_err(|e| e.to_string())?;
+    print!("{}", tpar::sim::calibrate::markdown(&rows));
     Ok(())
 }
 
