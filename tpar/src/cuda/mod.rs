@@ -25,6 +25,7 @@ pub mod ipc;
 pub mod kernels;
 pub mod nccl;
 pub mod nvrtc;
+pub mod probe;
 
 pub use comm::{GpuCommunicator, GpuOptions};
 pub use emulated::{EmulatedGroup, GroupOptions};
