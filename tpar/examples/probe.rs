@@ -2,6 +2,13 @@
 //! (what `tpar topo --probe --json` will print once the CLI calls `tpar::cuda::probe::run`).
 //! `cargo run --release -p tpar --features cuda --example probe [GPUS]`
 
+#[cfg(not(feature = "cuda"))]
+fn main() {
+    eprintln!("skipped: the link probe needs the `cuda` feature (--features cuda)");
+    std::process::exit(2);
+}
+
+#[cfg(feature = "cuda")]
 fn main() {
     let gpus = std::env::args().nth(1).and_then(|s| s.parse().ok());
     let mut topo = tpar::topology::Topology::discover();
