@@ -571,3 +571,65 @@ mod tests {
         assert!(BenchLatency::from_records(&recs, 4, |_| true).is_err());
     }
 }
+
+/// The founding case's question on a topology, from the simulator: per call and per verify
+/// step, the all-reduce time under NCCL and under tpar's pick (what `tpar::plan` chooses,
+/// timed by the same simulator), side by side, naming the topology and where each time came
+/// from. `tpar model --sim TOPOLOGY` prints it above its table.
+pub fn sim_case_report(topology: &crate::topology::Topology, input: &ModelInput, graph: bool) -> Result<String> {
+    use crate::plan::{plan, Backend, CaptureMode, Overrides, PlanInput};
+    use crate::sim::{Launch, Params, Simulator};
+    let sim = Simulator::new(topology, input.tp, &Params::with_launch(if graph { Launch::Graph } else { Launch::Eager }))?;
+    let a = input.ars_per_step() as f64;
+    let mut out = format!(
+        "# modelled topology: {} ({} GPUs, TP {}), {} launches; times from the calibrated simulator (docs/sim.md)\n",
+        topology.name,
+        topology.gpu_count(),
+        input.tp,
+        if graph { "CUDA-graph" } else { "eager" }
+    );
+    out.push_str("step     AR bytes    nccl us  tpar pick      tpar us  x nccl  AR/step nccl ms  AR/step tpar ms\n");
+    for (label, tokens) in [("decode", 1), ("verify", input.verify_width)] {
+        let bytes = input.ar_bytes(tokens);
+        let nccl = sim.predict(crate::Algorithm::Nccl, bytes)?.total_us;
+        let overrides = Overrides::default();
+        let p = plan(&PlanInput {
+            topology,
+            world: input.tp,
+            bytes: bytes as u64,
+            dtype: input.dtype,
+            capture: if graph { CaptureMode::Graph } else { CaptureMode::Eager },
+            backend: Backend::Cuda,
+            profile: None,
+            overrides: &overrides,
+        });
+        let ours = sim.predict(p.algorithm, bytes)?.total_us;
+        out.push_str(&format!(
+            "{label:<8} {:>8} {nccl:>10.1}  {:<13} {ours:>7.1} {:>6.2}x {:>16.2} {:>16.2}\n",
+            crate::units::human_bytes(bytes as u64),
+            p.algorithm.name(),
+            nccl / ours,
+            a * nccl / 1e3,
+            a * ours / 1e3
+        ));
+    }
+    out.push_str("# nccl: the simulator's NCCL ring (LL or Simple, whichever is faster); tpar: tpar::plan's pick (no profile), timed by the same simulator\n");
+    Ok(out)
+}
+
+#[cfg(test)]
+mod sim_case_tests {
+    use super::*;
+
+    #[test]
+    fn founding_case_report_names_the_topology_and_both_times() {
+        let t = crate::topology::presets::rtxpro6000_pcie_switch_8();
+        let r = sim_case_report(&t, &ModelInput::default(), false).unwrap();
+        assert!(r.contains("rtxpro6000-pcie-switch-8"), "{r}");
+        let verify = r.lines().find(|l| l.starts_with("verify")).unwrap();
+        let cols: Vec<&str> = verify.split_whitespace().collect();
+        // verify, 42, KiB, nccl us, pick, tpar us, ratio, nccl ms, tpar ms
+        let (nccl, ours): (f64, f64) = (cols[3].parse().unwrap(), cols[5].parse().unwrap());
+        assert!(ours < nccl, "tpar's pick must beat NCCL in the simulator here: {r}");
+    }
+}

@@ -40,6 +40,12 @@ fn every_kernel_variant_compiles_with_nvrtc() {
         let probe = nvrtc::compile_unit("common.cuh", PROBE_UNIT, &nvrtc::options(arch, None)).unwrap_or_else(|e| panic!("{e}"));
         assert!(probe.ptx.contains(".entry tpar_abi_offsets(") && probe.ptx.contains(".entry tpar_noop("));
         assert!(!probe.cubin.is_empty());
+        // The link probe's kernels (`tpar topo --probe`), compiled the same way.
+        let link = nvrtc::compile_unit("probe.cu", tpar::cuda::probe::PROBE_CU, &nvrtc::options(arch, None)).unwrap_or_else(|e| panic!("{e}"));
+        for k in ["probe_store", "probe_load", "probe_pingpong"] {
+            assert!(link.ptx.contains(&format!(".entry {k}(")), "probe.cu for {arch}: no {k}");
+        }
+        no_local_memory(&format!("probe.cu for {arch}"), &link.ptx);
         for src in &sources().collect::<Vec<_>>() {
             let all = nvrtc::compile(src, arch, None).unwrap_or_else(|e| panic!("{e}"));
             assert!(all.ptx.contains(&format!(".target {arch}")), "{} not compiled for {arch}", src.file);

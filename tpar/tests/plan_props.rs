@@ -21,6 +21,11 @@ fn topologies() -> Vec<Topology> {
     v
 }
 
+/// Whether the topology's probe shows collapsed peer writes among ranks `0..world`.
+fn collapsed_writes(t: &Topology, world: usize) -> bool {
+    t.probe.as_ref().and_then(|p| p.collapsed_writes(world)).is_some()
+}
+
 /// What must be true of any plan for `world` ranks on `t` with `backend`.
 fn preconditions_hold(p: &Plan, t: &Topology, world: usize, backend: Backend) -> Result<(), String> {
     use Algorithm as A;
@@ -172,10 +177,15 @@ proptest! {
                 }
             }
         }
-        // Pull only when forced, or from a matching measured profile.
+        // Pull only when forced, from a matching measured profile, or where the topology's
+        // probe shows collapsed peer writes (then no push algorithm either).
         let pull = matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull);
+        let collapsed = backend == Backend::Cuda && collapsed_writes(t, world);
         if pull && o.algorithm.is_none() {
-            prop_assert!(with_profile && matching, "pull without a measured profile: {}", p);
+            prop_assert!((with_profile && matching) || collapsed, "pull without a measured profile or a write collapse: {}", p);
+        }
+        if collapsed && o.algorithm.is_none() && !(with_profile && matching) && p.transport == Transport::P2p {
+            prop_assert!(registry::spec(p.algorithm).reads_remote, "push picked on a fabric whose probe shows collapsed writes: {}", p);
         }
         // A mismatched profile is never silently used.
         if with_profile && !matching && o.algorithm.is_none() && !o.disable {
@@ -206,7 +216,13 @@ fn default_plans_are_correct_on_the_whole_grid() {
                             if let Err(why) = preconditions_hold(&p, &t, world, backend) {
                                 panic!("{}: world {world}, {bytes} B, {dtype}, {capture}, {backend}: {p}: {why}", t.name);
                             }
-                            assert!(!matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull | Algorithm::GatherBcast));
+                            assert!(p.algorithm != Algorithm::GatherBcast, "{p}");
+                            let pull = matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull);
+                            let collapsed = backend == Backend::Cuda && collapsed_writes(&t, world);
+                            assert!(!pull || collapsed, "pull by default only where writes collapsed: {}: {p}", t.name);
+                            if collapsed && p.transport == Transport::P2p {
+                                assert!(registry::spec(p.algorithm).reads_remote, "push on collapsed writes: {}: {p}", t.name);
+                            }
                             count += 1;
                         }
                     }

@@ -256,6 +256,17 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
 
     let out = model::evaluate(&input, nccl.as_ref(), &[("plan", plan.as_ref())]).map_err(|e| e.to_string())?;
 
+    // Say which topology the simulator models (it was a silent default) and, for it, the
+    // verify step's all-reduce time under tpar's pick and under NCCL side by side.
+    if sim.is_some() {
+        let topo = Topology::load(&sim_name).map_err(|e| e.to_string())?;
+        if args.sim.is_none() {
+            println!("# no --sim given: modelling the {sim_name} preset (the 8x RTX PRO 6000 case); --sim rtxpro6000-pcie-switch-8 for one socket");
+        }
+        print!("{}", model::sim_case_report(&topo, &input, args.graph).map_err(|e| e.to_string())?);
+        println!();
+    }
+
     println!(
         "# tpar model: {} layers x {} all-reduces = {} per step; hidden {}, {}, TP {}",
         input.layers, input.ar_per_layer, out.ars_per_step, input.hidden, dtype, input.tp

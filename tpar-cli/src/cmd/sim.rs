@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 use tpar::plan::{plan, Backend, CaptureMode, Overrides, PlanInput};
+use tpar::units::human_bytes;
 use tpar::sim::{crossovers, Launch, Params, SimRecord, Simulator};
 use tpar::topology::Topology;
 use tpar::{Algorithm, DType};
@@ -107,38 +108,9 @@ pub fn human(bytes: usize) -> String {
 }
 
 fn print_calibration() -> Result<(), String> {
-    use tpar::sim::calibrate::{table, Quantity};
-    let rows = table(&Params::default()).map_err(|e| e.to_string())?;
-    println!("| figure | machine | what | measured | predicted | error | bound | fitted to it |");
-    println!("|---|---|---|---:|---:|---:|---:|---|");
-    for r in &rows {
-        let what = match r.quantity {
-            Quantity::AllReduce { algorithm, bytes } => format!(
-                "{algorithm} {} ({})",
-                human(bytes),
-                if r.launch == Launch::Graph { "graph" } else { "eager" }
-            ),
-            Quantity::AllToAllRatio => "aggregate / isolated".into(),
-            Quantity::SwitchPairBidirGbps => "GB/s, both ways".into(),
-            Quantity::SingleHopGbps => "GB/s, one copy".into(),
-            Quantity::CrossSocketAllFlowsGbps => "GB/s per GPU across sockets".into(),
-        };
-        let unit = matches!(r.quantity, Quantity::AllReduce { .. });
-        let f = |v: f64| if unit { format!("{v:.1} us") } else { format!("{v:.2}") };
-        println!(
-            "| {} | {} | {} | {} | {} | {:+.0}% | {} | {} |",
-            r.figure,
-            r.machine,
-            what,
-            f(r.measured),
-            f(r.predicted),
-            100.0 * r.error(),
-            r.bound
-                .map(|b| format!("{:.0}%", 100.0 * b))
-                .unwrap_or_else(|| "none (known miss)".into()),
-            if r.fitted_to { "yes" } else { "no" }
-        );
-    }
+    // The same text docs/sim.md holds between its calibration markers (a test checks it).
+    let rows = tpar::sim::calibrate::table(&Params::default()).map_err(|e| e.to_string())?;
+    print!("{}", tpar::sim::calibrate::markdown(&rows));
     Ok(())
 }
 
@@ -183,6 +155,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
 
     let mut records = Vec::new();
     let mut winners = Vec::new();
+    let mut disagreements: Vec<String> = Vec::new();
     for &b in &sizes {
         let mut line = format!("{:>10}", human(b));
         let mut best: Option<(Algorithm, f64)> = None;
@@ -216,6 +189,13 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         };
         line.push_str(&format!("  {} ({pl_us})", pl.algorithm));
         println!("{line}");
+        // tpar plan and tpar sim never disagree without saying why.
+        if best.is_some_and(|(a, _)| a != pl.algorithm) {
+            disagreements.push(format!("# {}: tpar plan picks {} rather than the sim pick: {}", human_bytes(b as u64), pl.algorithm, pl.reason));
+        }
+    }
+    for d in &disagreements {
+        println!("{d}");
     }
     for (a, e) in &refused {
         println!("# {a}: not simulated: {e}");

@@ -13,16 +13,42 @@ pub struct TopoArgs {
     /// Print the topology as JSON (the format `--topology FILE` reads).
     #[arg(long)]
     pub json: bool,
+    /// Measure this machine's links (a few seconds): SM store, SM load and copy-engine
+    /// bandwidth between every pair of GPUs (and to host memory), alone and under
+    /// all-to-all load, and one-way flag latency. The figures go into the topology (and its
+    /// JSON), where the plan and the simulator use them instead of a link class's guess.
+    #[arg(long)]
+    pub probe: bool,
 }
 
 pub fn run(args: TopoArgs) -> Result<(), String> {
-    let t = Topology::load(&args.topology).map_err(|e| e.to_string())?;
+    let mut t = Topology::load(&args.topology).map_err(|e| e.to_string())?;
+    if args.probe {
+        probe_into(&mut t, &args.topology)?;
+    }
     if args.json {
         println!("{}", t.to_json());
     } else {
         print!("{}", render(&t));
     }
     Ok(())
+}
+
+/// Runs the link probe on this machine's GPUs and stores it in `t`.
+#[cfg(feature = "cuda")]
+fn probe_into(t: &mut Topology, source: &str) -> Result<(), String> {
+    if source != "discover" {
+        return Err(format!("--probe measures this machine; it cannot be combined with --topology {source}"));
+    }
+    let p = tpar::cuda::probe::run(None, &tpar::cuda::probe::ProbeOptions::default()).map_err(|e| e.to_string())?;
+    eprint!("{}", p.table());
+    t.probe = Some(p);
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn probe_into(_: &mut Topology, _: &str) -> Result<(), String> {
+    Err("this tpar was built without the `cuda` feature: the link probe needs it".into())
 }
 
 /// A square matrix with GPU headers; `cell(i, j)` gives each entry.

@@ -352,7 +352,7 @@ pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()>
 /// Compiles (or reads from the cache) one translation unit and loads it; an entry the
 /// driver refuses is rebuilt once. Module loading is allowed during a stream capture (the
 /// first call of a variant may come inside one): the thread's capture mode is relaxed for it.
-fn load_unit(dev: &Device, label: &str, text: &str, opts: &[String], arch: &str, driver: i32) -> Result<Module> {
+pub(crate) fn load_unit(dev: &Device, label: &str, text: &str, opts: &[String], arch: &str, driver: i32) -> Result<Module> {
     let _relaxed = RelaxedCapture::enter();
     let (cubin, outcome) = nvrtc::cubin_cached(label, text, opts, arch, driver, false)?;
     match Module::load_image(dev, &cubin) {

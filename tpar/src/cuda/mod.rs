@@ -27,6 +27,7 @@ pub mod kernels;
 pub mod launch;
 pub mod nccl;
 pub mod nvrtc;
+pub mod probe;
 
 pub use comm::{GpuCommunicator, GpuOptions};
 pub use emulated::{EmulatedGroup, GroupOptions};

@@ -1,6 +1,7 @@
-//! Floor arithmetic: lower bounds from link rates and hop latencies, used to place the
-//! default crossovers where no measurement (profile) exists, and the thresholds derived from
-//! measurements in bench/results/.
+//! Thresholds (each with where its number came from) and the floor arithmetic left for the
+//! fabrics the simulator does not decide: GPUs without P2P (host memory vs NCCL). PCIe
+//! fabrics with P2P are decided by the calibrated simulator (`sim_cost`, docs/sim.md), not by
+//! floors; NVLink by thresholds measured on H200s.
 
 /// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
 pub const MAX_KERNEL_BLOCKS: u32 = 32;
@@ -41,17 +42,6 @@ pub const PCIE_CUSTOM_MAX_BYTES: u64 = MIB;
 /// P2P write bandwidth as a fraction of the link's spec bandwidth: 53 / 63 GB/s
 /// (docs/references.md: 53-56.6 GB/s measured P2P writes on Gen5 x16, 63 GB/s spec).
 pub const P2P_WRITE_EFFICIENCY: f64 = 53.0 / 63.0;
-/// Fraction of isolated bandwidth each GPU keeps when 8 GPUs all write all peers
-/// (docs/references.md: 0.38-0.44 on 8 GPUs, one CPU). See [`all_to_all_efficiency`] for other
-/// world sizes.
-pub const PCIE_ALL_TO_ALL_EFFICIENCY: f64 = 0.4;
-/// World size at which [`PCIE_ALL_TO_ALL_EFFICIENCY`] was measured.
-pub const PCIE_ALL_TO_ALL_MEASURED_WORLD: usize = 8;
-/// One-way latency of a P2P write, us (docs/references.md: 0.36-0.52 us measured on Gen5, upper end).
-pub const PCIE_HOP_US: f64 = 0.52;
-/// Cost of one synchronised step of staged push or one phase of hierarchical, us: a P2P
-/// write plus the reader observing it. Placeholder until measured: twice [`PCIE_HOP_US`].
-pub const PCIE_STEP_US: f64 = 2.0 * PCIE_HOP_US;
 /// Latency of a copy through host memory when GPUs have no P2P, us
 /// (docs/references.md: about 14 us, rtx6kpro pcie-bandwidth.md).
 pub const HOST_COPY_LATENCY_US: f64 = 14.0;
@@ -82,40 +72,6 @@ pub(crate) fn xfer_us(bytes: f64, gbps: f64) -> f64 {
     }
 }
 
-/// Fraction of isolated P2P bandwidth left when `world` GPUs all write all peers. Known
-/// points: 2 ranks have one flow each way (1.0); 8 ranks measured 0.4 (docs/references.md).
-/// Between them: linear, an assumption until measured. Beyond 8: held at 0.4 (no data).
-pub fn all_to_all_efficiency(world: usize) -> f64 {
-    let m = PCIE_ALL_TO_ALL_MEASURED_WORLD;
-    if world <= 2 {
-        1.0
-    } else if world >= m {
-        PCIE_ALL_TO_ALL_EFFICIENCY
-    } else {
-        let t = (world - 2) as f64 / (m - 2) as f64;
-        1.0 - t * (1.0 - PCIE_ALL_TO_ALL_EFFICIENCY)
-    }
-}
-
-/// One-shot push: each rank writes (n-1)·S out of its own link, all links busy at once.
-pub(crate) fn oneshot_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
-    PCIE_HOP_US + xfer_us((n as f64 - 1.0) * s as f64, gbps * all_to_all_efficiency(n))
-}
-
-/// Staged push: one-shot push in n-1 synchronised steps (step k: rank i writes S to rank
-/// i+k), so each link carries one flow at a time, at full speed. The schedule the CUDA
-/// kernel (`kernels/staged_push.cu`) and the simulator use.
-pub(crate) fn staged_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
-    (n as f64 - 1.0) * (PCIE_STEP_US + xfer_us(s as f64, gbps))
-}
-
-/// Hierarchical: one-shot inside the largest island (k ranks), then exchange island sums
-/// with the other m-1 islands, one flow each: two phases.
-pub(crate) fn hierarchical_floor_us(k: usize, m: usize, s: u64, gbps: f64) -> f64 {
-    2.0 * PCIE_STEP_US
-        + xfer_us((k as f64 - 1.0) * s as f64, gbps * all_to_all_efficiency(k))
-        + xfer_us((m as f64 - 1.0) * s as f64, gbps)
-}
 
 /// One-shot through host memory: write S once, read the other n-1 inputs, through one link.
 pub(crate) fn host_floor_us(n: usize, s: u64, gbps: f64) -> f64 {

@@ -22,6 +22,7 @@ pub mod feasibility;
 pub mod floors;
 pub mod overrides;
 pub mod profile;
+pub(crate) mod sim_cost;
 
 use crate::dtype::DType;
 use crate::topology::Topology;
@@ -186,7 +187,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
 
     // 4. Defaults from the fabric.
-    let p = default_plan(s, &f, forced_transport, reads_win);
+    let p = default_plan(s, &f, forced_transport, reads_win, input.topology, input.capture);
     finish(p, notes)
 }
 
@@ -206,7 +207,7 @@ fn make(a: Algorithm, t: Transport, s: u64, f: &Fabric, reason: String) -> Plan 
 }
 
 /// The default decision for a feasible fabric (world fits, backend known).
-fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool) -> Plan {
+fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, topo: &Topology, capture: CaptureMode) -> Plan {
     let n = f.world;
     let size = human_bytes(s);
     // Pull only where a measured profile says reads beat writes, and reads are possible.
@@ -246,7 +247,7 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool) 
             }
             let use_host = forced == Some(Transport::Host) || !f.p2p_write;
             if use_host {
-                let b = f.pcie_gbps * P2P_WRITE_EFFICIENCY;
+                let b = f.p2p_gbps();
                 let (h, c) = (host_floor_us(n, s, b), nccl_floor_us(n, s, b));
                 let why_host = match f.missing_write {
                     Some((i, j)) if forced != Some(Transport::Host) => format!("no P2P (GPU{i} cannot write GPU{j})"),
@@ -281,48 +282,80 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool) 
                     nccl(format!("NVLink, {n} ranks: {size} > {max}: bandwidth-bound, NCCL"))
                 };
             }
-            let b = f.p2p_gbps();
             let max = human_bytes(PCIE_CUSTOM_MAX_BYTES);
             if s > PCIE_CUSTOM_MAX_BYTES {
                 return nccl(format!("PCIe P2P, {n} ranks: {size} > {max}: no latency left to win, NCCL"));
             }
-            let one = oneshot_floor_us(n, s, b);
-            let eff = all_to_all_efficiency(n);
-            let hier_runs = check(Algorithm::Hierarchical, Transport::P2p, f);
-            let mut hier_note = String::new();
-            if let (true, Err(why)) = (f.islands >= 2, &hier_runs) {
-                hier_note = format!("; {} islands, but hierarchical cannot run here: {why}", f.islands);
-            }
-            if f.islands >= 2 && hier_runs.is_ok() {
-                let k = f.largest_island;
-                let hier = hierarchical_floor_us(k, f.islands, s, b);
-                let numbers = format!(
-                    "one-shot floor {one:.1} us vs hierarchical floor {hier:.1} us ({} islands, {size}, P2P {b:.1} GB/s x {eff:.2} all-to-all)",
-                    f.islands
-                );
-                return if one <= hier {
-                    let (a, why) = pull(Algorithm::OneshotPush);
-                    make(a, Transport::P2p, s, f, format!("PCIe P2P, {n} ranks: {numbers}{why}"))
-                } else {
-                    make(Algorithm::Hierarchical, Transport::P2p, s, f, format!("PCIe P2P, {n} ranks: {numbers}"))
-                };
-            }
-            if n == 2 {
-                let (a, why) = pull(Algorithm::OneshotPush);
-                return make(a, Transport::P2p, s, f, format!("PCIe P2P, 2 ranks: one flow each way, one-shot is already staged; {size} <= {max}{why}{hier_note}"));
-            }
-            let staged = staged_floor_us(n, s, b);
-            let numbers = format!(
-                "one-shot floor {one:.1} us vs staged floor {staged:.1} us ({size}, P2P {b:.1} GB/s x {eff:.2} all-to-all, hop {PCIE_HOP_US} us, step {PCIE_STEP_US} us)"
-            );
-            let place = if f.islands >= 2 { "" } else { ", one island" };
-            if one <= staged {
-                let (a, why) = pull(Algorithm::OneshotPush);
-                make(a, Transport::P2p, s, f, format!("PCIe P2P{place}, {n} ranks: {numbers}{why}{hier_note}"))
-            } else {
-                make(Algorithm::StagedPush, Transport::P2p, s, f, format!("PCIe P2P{place}, {n} ranks: {numbers}{hier_note}"))
-            }
+            pcie_by_simulator(s, f, forced, reads_win, topo, capture)
         }
+    }
+}
+
+/// PCIe with P2P, no profile: the calibrated simulator's fastest algorithm among those that
+/// run here (`feasibility::check`), with no push algorithm where the probe shows collapsed
+/// peer writes or a profile measured reads beating writes.
+fn pcie_by_simulator(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, topo: &Topology, capture: CaptureMode) -> Plan {
+    let n = f.world;
+    let size = human_bytes(s);
+    let collapsed = topo.probe.as_ref().and_then(|p| p.collapsed_writes(n));
+    let mut skipped: Vec<String> = Vec::new();
+    let mut runnable: Vec<(Algorithm, Transport)> = Vec::new();
+    let mut pushes: Vec<&str> = Vec::new();
+    for spec in crate::algorithms::registry::REGISTRY.iter() {
+        let a = spec.algorithm;
+        if !(spec.role == crate::algorithms::registry::Role::Candidate || a == Algorithm::Nccl) {
+            continue;
+        }
+        let t = if a == Algorithm::Nccl { Transport::Nccl } else { forced.unwrap_or_else(|| natural_transport(a, f)) };
+        if let Err(why) = check(a, t, f) {
+            skipped.push(format!("{a} cannot run ({why})"));
+            continue;
+        }
+        if !spec.reads_remote && a != Algorithm::Nccl && (collapsed.is_some() || reads_win) {
+            pushes.push(a.name());
+            continue;
+        }
+        runnable.push((a, t));
+    }
+    if !pushes.is_empty() {
+        let why = match collapsed {
+            Some(c) => format!(
+                "the probe shows collapsed peer writes (GPU{}->GPU{}: SM stores {:.1} vs loads {:.1} GB/s)",
+                c.src,
+                c.dst.unwrap_or(c.src),
+                c.sm_store_gbps.or(c.sm_store_loaded_gbps).unwrap_or(0.0),
+                c.sm_load_gbps.or(c.sm_load_loaded_gbps).unwrap_or(0.0)
+            ),
+            None => "the profile measured reads beating writes".into(),
+        };
+        skipped.insert(0, format!("no push algorithm ({}): {why}", pushes.join(", ")));
+    }
+    let algos: Vec<Algorithm> = runnable.iter().map(|&(a, _)| a).collect();
+    let costs = sim_cost::costs(topo, n, s, capture, &algos);
+    let mut timed: Vec<(Algorithm, Transport, f64)> = Vec::new();
+    for (a, t) in runnable {
+        match costs.iter().find(|(b, _)| *b == a).map(|(_, c)| c.clone()) {
+            Some(Ok(us)) if us.is_finite() => timed.push((a, t, us)),
+            Some(Err(why)) => skipped.push(format!("{a} not timed by the simulator ({why})")),
+            Some(Ok(_)) | None => skipped.push(format!("{a} not timed by the simulator")),
+        }
+    }
+    timed.sort_by(|x, y| x.2.total_cmp(&y.2));
+    let place = if f.islands >= 2 { format!(", {} islands (largest {})", f.islands, f.largest_island) } else { String::new() };
+    let others = timed.iter().skip(1).take(3).map(|(a, _, us)| format!("{a} {us:.1}")).collect::<Vec<_>>().join(", ");
+    let notes = if skipped.is_empty() { String::new() } else { format!("; {}", skipped.join("; ")) };
+    match timed.first() {
+        Some(&(a, _, us)) if a == Algorithm::Nccl => nccl(format!(
+            "PCIe P2P{place}, {n} ranks, {size}: simulator (docs/sim.md) times NCCL fastest at {us:.1} us (then {others}){notes}"
+        )),
+        Some(&(a, t, us)) => make(
+            a,
+            t,
+            s,
+            f,
+            format!("PCIe P2P{place}, {n} ranks, {size}: simulator (docs/sim.md) fastest runnable: {a} {us:.1} us (then {others}){notes}"),
+        ),
+        None => nccl(format!("PCIe P2P{place}, {n} ranks, {size}: the simulator timed nothing that runs here: NCCL{notes}")),
     }
 }
 
@@ -393,15 +426,55 @@ mod tests {
         assert_eq!(plan_logged(&input), plan(&input));
     }
 
+    /// The simulator's fastest algorithm among those `feasibility::check` accepts.
+    fn sim_fastest_runnable(t: &Topology, world: usize, bytes: u64, capture: CaptureMode) -> (Algorithm, f64) {
+        let f = Fabric::of(t, world, Backend::Cuda);
+        let sim = crate::sim::Simulator::new(t, world, &crate::sim::Params::with_launch(if capture == CaptureMode::Graph { crate::sim::Launch::Graph } else { crate::sim::Launch::Eager })).unwrap();
+        let collapsed = t.probe.as_ref().and_then(|p| p.collapsed_writes(world)).is_some();
+        crate::algorithms::registry::REGISTRY
+            .iter()
+            .filter(|sp| sp.role == crate::algorithms::registry::Role::Candidate || sp.algorithm == Algorithm::Nccl)
+            .filter(|sp| check(sp.algorithm, natural_transport(sp.algorithm, &f), &f).is_ok())
+            .filter(|sp| !(collapsed && !sp.reads_remote && sp.algorithm != Algorithm::Nccl))
+            .filter_map(|sp| sim.predict(sp.algorithm, bytes as usize).ok().map(|p| (sp.algorithm, p.total_us)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .unwrap()
+    }
+
     #[test]
-    fn all_to_all_efficiency_runs_from_one_flow_to_the_measured_eight() {
-        assert_eq!(all_to_all_efficiency(2), 1.0);
-        assert!((all_to_all_efficiency(8) - 0.4).abs() < 1e-12);
-        assert!((all_to_all_efficiency(16) - 0.4).abs() < 1e-12);
-        assert!((all_to_all_efficiency(5) - 0.7).abs() < 1e-12);
-        for n in 2..16 {
-            assert!(all_to_all_efficiency(n + 1) <= all_to_all_efficiency(n));
+    fn pcie_switch_plan_is_the_simulators_fastest_runnable_algorithm() {
+        // Issue 14: on rtxpro6000-pcie-switch-8 at the Kimi sizes (1-8 tokens: 14-112 KiB).
+        let t = presets::rtxpro6000_pcie_switch_8();
+        for capture in CaptureMode::ALL {
+            for kib in [14u64, 28, 42, 56, 84, 112] {
+                let bytes = kib * 1024;
+                let p = plan(&PlanInput { topology: &t, world: 8, bytes, dtype: DType::BF16, capture, backend: Backend::Cuda, profile: None, overrides: &Overrides::default() });
+                let (want, us) = sim_fastest_runnable(&t, 8, bytes, capture);
+                assert_eq!(p.algorithm, want, "{kib} KiB {capture}: {p}");
+                assert!(p.reason.contains(&format!("{us:.1} us")), "{p}");
+            }
         }
+    }
+
+    #[test]
+    fn collapsed_peer_writes_pick_no_push_algorithm() {
+        // The dual-socket preset carries the ASUS box's published 2.7 GB/s SM stores.
+        let ds = presets::rtxpro6000_dualsocket_8();
+        assert!(ds.probe.as_ref().and_then(|p| p.collapsed_writes(8)).is_some());
+        // The same collapse on the one-CPU switch box.
+        let mut sw = presets::rtxpro6000_pcie_switch_8();
+        sw.probe = ds.probe.clone();
+        for t in [&ds, &sw] {
+            for world in 2..=8 {
+                for bytes in [256u64, 14 * 1024, 43008, 112 * 1024, 1 << 20] {
+                    let p = run(t, world, bytes, Backend::Cuda, &Overrides::default());
+                    let spec = crate::algorithms::registry::spec(p.algorithm);
+                    assert!(spec.reads_remote || p.algorithm == Algorithm::Nccl, "{} world {world} {bytes}: {p}", t.name);
+                }
+            }
+        }
+        let p = run(&sw, 8, 43008, Backend::Cuda, &Overrides::default());
+        assert!(p.reason.contains("collapsed peer writes"), "{p}");
     }
 
     #[test]
@@ -411,7 +484,7 @@ mod tests {
         let p = run(&t, 8, 42 * 1024, Backend::Cuda, &Overrides::default());
         assert_eq!(p.transport, Transport::P2p, "{p}");
         assert_ne!(p.algorithm, Algorithm::Nccl, "{p}");
-        assert!(p.reason.contains("floor"), "{p}");
+        assert!(p.reason.contains("simulator"), "{p}");
         assert!(p.blocks >= 1 && p.blocks <= PCIE_MAX_BLOCKS);
     }
 
@@ -424,13 +497,13 @@ mod tests {
         assert_eq!(run(&h, 8, 64 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
         let sw = presets::rtxpro6000_pcie_switch_8();
         assert_eq!(run(&sw, 8, 1024, Backend::Cuda, &o).algorithm, Algorithm::OneshotPush);
-        assert_eq!(run(&sw, 8, 512 * 1024, Backend::Cuda, &o).algorithm, Algorithm::StagedPush);
+        assert_eq!(run(&sw, 8, 512 * 1024, Backend::Cuda, &o).algorithm, sim_fastest_runnable(&sw, 8, 512 * 1024, CaptureMode::Graph).0);
         assert_eq!(run(&sw, 8, 16 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
         let ds = presets::rtxpro6000_dualsocket_8();
         // Two sockets: hierarchical has no kernel yet, so the plan says so and picks what runs.
         let p = run(&ds, 8, 256 * 1024, Backend::Cuda, &o);
         assert_ne!(p.algorithm, Algorithm::Hierarchical, "{p}");
-        assert!(p.reason.contains("hierarchical cannot run here"), "{p}");
+        assert!(p.reason.contains("hierarchical cannot run"), "{p}");
         // No P2P: the host transport runs only in emulated groups so far, so NCCL, saying why.
         let np = presets::rtx4090_nop2p_4();
         let p = run(&np, 4, 14 * 1024, Backend::Cuda, &o);

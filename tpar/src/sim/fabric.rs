@@ -65,6 +65,15 @@ pub struct Fabric {
     classes: Vec<Vec<LinkClass>>,
     p2p_read: Vec<Vec<bool>>,
     p2p_write: Vec<Vec<bool>>,
+    /// From the topology's probe, per ordered pair: SM-store and SM-load rate of the pair
+    /// alone (a cap on each flow) and the one-way flag latency.
+    store_cap: Vec<Vec<Option<f64>>>,
+    load_cap: Vec<Vec<Option<f64>>>,
+    flag_us: Vec<Vec<Option<f64>>>,
+    /// Per GPU, what its SM stores / loads to all peers together sustained under the probe's
+    /// all-to-all load (a resource), when the probe measured every peer.
+    store_loaded: Vec<Option<usize>>,
+    load_loaded: Vec<Option<usize>>,
     params: Params,
 }
 
@@ -100,6 +109,10 @@ impl Fabric {
             .unwrap_or(1)
             .max(topo.cpu.sockets as usize);
         let mean_link = topo.gpus.iter().take(world).map(|g| g.pcie_gbps).sum::<f64>() / world as f64;
+        // A round trip through a root complex on one socket, and across the socket link: what
+        // the outstanding-read trackers' capacities are reckoned against (Little's law).
+        let rtt_rc = 2.0 * (params.pcie_egress_us + params.rc_hop_us) + params.completer_us;
+        let rtt_cross = rtt_rc + 2.0 * (params.socket_hop_us + params.rc_hop_us);
         let mut rc = Vec::new();
         let mut rc_reads = Vec::new();
         let mut mem = Vec::new();
@@ -110,7 +123,7 @@ impl Fabric {
             )?);
             rc_reads.push(add(
                 format!("rc{s}.reads"),
-                params.rc_read_outstanding_bytes / params.pcie_read_rtt_us / 1e3,
+                params.rc_read_outstanding_bytes / rtt_rc / 1e3,
             )?);
             mem.push(add(format!("mem{s}"), params.host_memory_gbps)?);
         }
@@ -126,7 +139,7 @@ impl Fabric {
         let socket_reads = if sockets > 1 {
             Some(add(
                 "socket.reads".into(),
-                params.socket_read_outstanding_bytes / (params.pcie_read_rtt_us + 2.0 * params.socket_hop_us) / 1e3,
+                params.socket_read_outstanding_bytes / rtt_cross / 1e3,
             )?)
         } else {
             None
@@ -187,7 +200,36 @@ impl Fabric {
                 p2p_write[i][j] = i == j || l.p2p_write;
             }
         }
+        let mut store_cap = vec![vec![None; n]; n];
+        let mut load_cap = vec![vec![None; n]; n];
+        let mut flag_us = vec![vec![None; n]; n];
+        let mut store_loaded = vec![None; n];
+        let mut load_loaded = vec![None; n];
+        if let Some(probe) = &topo.probe {
+            for a in 0..n {
+                let (mut st, mut ld) = (Some(0.0f64), Some(0.0f64));
+                for b in (0..n).filter(|&b| b != a) {
+                    let q = probe.pair(a, Some(b));
+                    store_cap[a][b] = q.and_then(|q| q.sm_store_gbps);
+                    load_cap[a][b] = q.and_then(|q| q.sm_load_gbps);
+                    flag_us[a][b] = q.and_then(|q| q.flag_us);
+                    st = st.zip(q.and_then(|q| q.sm_store_loaded_gbps)).map(|(x, y)| x + y);
+                    ld = ld.zip(q.and_then(|q| q.sm_load_loaded_gbps)).map(|(x, y)| x + y);
+                }
+                if let Some(g) = st {
+                    store_loaded[a] = Some(add(format!("gpu{a}.stores.probed"), g)?);
+                }
+                if let Some(g) = ld {
+                    load_loaded[a] = Some(add(format!("gpu{a}.loads.probed"), g)?);
+                }
+            }
+        }
         Ok(Fabric {
+            store_cap,
+            load_cap,
+            flag_us,
+            store_loaded,
+            load_loaded,
             resources: res,
             gpus,
             sw_up,
@@ -291,9 +333,14 @@ impl Fabric {
                 return Ok((vec![tx, rx], p.nvlink_write_us, false, true));
             }
         }
+        let probed = |lat: f64| match self.flag_us[a][b] {
+            // A probed flag is a store plus the poll that sees it.
+            Some(f) => (f - p.poll_us).max(0.1 * f),
+            None => lat,
+        };
         if let (Some(sa), Some(sb)) = (ga.switch, gb.switch) {
             if sa == sb && !self.sw_acs[sa] {
-                return Ok((vec![ga.tx, gb.rx], p.pcie_write_us, false, false));
+                return Ok((vec![ga.tx, gb.rx], probed(p.pcie_egress_us + p.switch_hop_us), false, false));
             }
         }
         let (mut v, s_a) = self.up(a)?;
@@ -301,12 +348,24 @@ impl Fabric {
         let (down, s_b) = self.down(b)?;
         v.extend(self.across(s_a, s_b)?);
         v.extend(down);
-        let lat = p.pcie_write_us + if s_a != s_b { p.socket_hop_us } else { 0.0 };
-        Ok((v, lat, true, false))
+        let switches = [ga.switch, gb.switch].iter().filter(|s| s.is_some()).count() as f64;
+        let mut lat = p.pcie_egress_us + switches * p.switch_hop_us + p.rc_hop_us;
+        if s_a != s_b {
+            lat += p.socket_hop_us + p.rc_hop_us;
+        }
+        Ok((v, probed(lat), true, false))
     }
 
-    /// A flow of `bytes` from `src` to `dst` by `op`, starting at 0.
+    /// A flow of `bytes` from `src` to `dst` by `op`, starting at 0, moved by bulk SM stores or
+    /// loads (tpar's kernels, the probe's pattern).
     pub fn flow(&self, src: Endpoint, dst: Endpoint, bytes: f64, op: Op) -> Result<FlowSpec> {
+        self.flow_of(src, dst, bytes, op, true)
+    }
+
+    /// As [`Fabric::flow`]; `bulk` false for NCCL's LL hand-offs, which a probed SM-store
+    /// collapse does not cap: on the Broadcom box whose stores collapse to 2.7 GB/s, NCCL
+    /// still measured 26.2 us at 32 KB (docs/sim.md, G), which a 2.7 GB/s cap cannot give.
+    pub fn flow_of(&self, src: Endpoint, dst: Endpoint, bytes: f64, op: Op, bulk: bool) -> Result<FlowSpec> {
         let p = &self.params;
         match (src, dst, op) {
             (Endpoint::Gpu(a), Endpoint::Gpu(b), Op::Write) => {
@@ -318,7 +377,16 @@ impl Fabric {
                 }
                 let (mut r, lat, _, nv) = self.p2p_route(a, b)?;
                 r.push(self.inject(a, nv)?);
-                Ok(FlowSpec::new(r, bytes, lat))
+                let mut f = FlowSpec::new(r, bytes, lat);
+                if bulk {
+                    if let Some(cap) = self.store_cap[a][b] {
+                        f.rate_cap_gbps = cap;
+                    }
+                    if let Some(res) = self.store_loaded[a] {
+                        f.resources.push(res);
+                    }
+                }
+                Ok(f)
             }
             (Endpoint::Gpu(a), Endpoint::Gpu(b), Op::Read) => {
                 if !self.p2p_read[b][a] {
@@ -327,13 +395,9 @@ impl Fabric {
                         reason: "the topology says P2P reads are off for this pair".into(),
                     });
                 }
-                let (mut r, _, via_rc, nv) = self.p2p_route(a, b)?;
+                let (mut r, lat, via_rc, nv) = self.p2p_route(a, b)?;
                 let cross = self.gpus[a].socket != self.gpus[b].socket;
-                let rtt = if nv {
-                    p.nvlink_read_rtt_us
-                } else {
-                    p.pcie_read_rtt_us + if cross { 2.0 * p.socket_hop_us } else { 0.0 }
-                };
+                let rtt = if nv { p.nvlink_read_rtt_us } else { 2.0 * lat + p.completer_us };
                 if via_rc {
                     // The requester's root complex tracks the request.
                     r.push(self.rc_reads[self.gpus[b].socket]);
@@ -344,8 +408,14 @@ impl Fabric {
                     }
                 }
                 r.push(self.inject(b, nv)?);
+                if let Some(res) = self.load_loaded[b] {
+                    r.push(res);
+                }
                 let mut f = FlowSpec::new(r, bytes, rtt);
                 f.rate_cap_gbps = p.read_window_bytes / rtt / 1e3;
+                if let Some(cap) = self.load_cap[b][a] {
+                    f.rate_cap_gbps = f.rate_cap_gbps.min(cap);
+                }
                 Ok(f)
             }
             (Endpoint::Gpu(a), Endpoint::Gpu(b), Op::ViaHost) => {
@@ -363,7 +433,7 @@ impl Fabric {
                 r.extend(self.across(sa, s)?.into_iter().filter(|x| !self.rc.contains(x)));
                 r.push(*self.mem.get(s).ok_or_else(|| Error::invalid("socket", format!("no socket {s}")))?);
                 r.push(self.gpus[a].inject_pcie);
-                let lat = p.pcie_write_us + if sa != s { p.socket_hop_us } else { 0.0 };
+                let lat = p.pcie_egress_us + p.rc_hop_us + if sa != s { p.socket_hop_us + p.rc_hop_us } else { 0.0 };
                 Ok(FlowSpec::new(r, bytes, lat))
             }
             (Endpoint::Host(s), Endpoint::Gpu(b), Op::Read) => {
@@ -372,7 +442,7 @@ impl Fabric {
                 r.extend(self.across(s, sb)?.into_iter().filter(|x| !self.rc.contains(x)));
                 r.extend(down);
                 r.push(self.gpus[b].inject_pcie);
-                let rtt = p.pcie_read_rtt_us + if s != sb { 2.0 * p.socket_hop_us } else { 0.0 };
+                let rtt = p.host_poll_us + if s != sb { 2.0 * (p.socket_hop_us + p.rc_hop_us) } else { 0.0 };
                 let mut f = FlowSpec::new(r, bytes, rtt);
                 f.rate_cap_gbps = p.read_window_bytes / rtt / 1e3;
                 Ok(f)
@@ -398,8 +468,24 @@ impl Fabric {
         if self.p2p_write[a][b] {
             Ok(self.p2p_route(a, b)?.1)
         } else {
-            Ok(self.params.host_poll_us + self.params.pcie_write_us)
+            Ok(self.params.host_poll_us + self.params.pcie_egress_us + self.params.rc_hop_us)
         }
+    }
+
+    /// Round trip of an idle read of a few bytes by `reader` from `completer`'s memory.
+    pub fn read_rtt(&self, completer: usize, reader: usize) -> Result<f64> {
+        let (_, lat, _, nv) = self.p2p_route(completer, reader)?;
+        Ok(if nv { self.params.nvlink_read_rtt_us } else { 2.0 * lat + self.params.completer_us })
+    }
+
+    /// One-way flag latency: a store and the poll that sees it (what a ping-pong halves).
+    pub fn flag_latency(&self, a: usize, b: usize) -> Result<f64> {
+        Ok(self.write_latency(a, b)? + self.params.poll_us)
+    }
+
+    /// Capacity of rank `b`'s receive link, GB/s.
+    pub fn rx_gbps(&self, b: usize) -> Result<f64> {
+        Ok(self.resources[self.gpu(b)?.rx].gbps)
     }
 
     /// The parameters the fabric was built with.
@@ -453,7 +539,7 @@ mod tests {
         let flow = f.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), 1e6, Op::Write).unwrap();
         let done = simulate(&f.capacities(), &[flow]).unwrap()[0];
         let rate = 63.0 * p.pcie_efficiency * p.pcie_kernel_fraction;
-        assert!(close(done, p.pcie_write_us + 1e6 / (rate * 1e3), 1e-9), "{done}");
+        assert!(close(done, p.pcie_egress_us + p.switch_hop_us + 1e6 / (rate * 1e3), 1e-9), "{done}");
     }
 
     #[test]
@@ -467,7 +553,8 @@ mod tests {
             let bytes = k * p.read_window_bytes;
             let flow = f.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), bytes, Op::Read).unwrap();
             let done = simulate(&f.capacities(), &[flow]).unwrap()[0];
-            assert!(close(done, (1.0 + k) * p.pcie_read_rtt_us, 1e-9), "k={k}: {done}");
+            let rtt = f.read_rtt(0, 1).unwrap();
+            assert!(close(done, (1.0 + k) * rtt, 1e-9), "k={k}: {done}");
         }
     }
 

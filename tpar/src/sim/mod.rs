@@ -29,7 +29,7 @@ use crate::{Algorithm, Transport};
 use fabric::Fabric;
 pub use params::{Launch, Params};
 use crate::algorithms::registry;
-use crate::algorithms::schedule::{Schedule, Sync};
+use crate::algorithms::schedule::{Op, Schedule, Sync};
 use serde::{Deserialize, Serialize};
 
 /// One prediction, as `tpar sim --json` writes it.
@@ -80,6 +80,8 @@ pub struct Prediction {
 #[derive(Clone, Debug)]
 pub struct Simulator {
     fabric: Fabric,
+    /// The same fabric with NCCL's Simple protocol (NCCL takes the faster of LL and Simple).
+    nccl_simple: Fabric,
     islands: Vec<Vec<u32>>,
     name: String,
 }
@@ -89,6 +91,7 @@ impl Simulator {
     pub fn new(topo: &Topology, world: usize, params: &Params) -> Result<Simulator> {
         Ok(Simulator {
             fabric: Fabric::new(topo, world, params)?,
+            nccl_simple: Fabric::new(topo, world, &params.nccl_simple())?,
             islands: topo.islands_of(world),
             name: topo.name.clone(),
         })
@@ -107,11 +110,23 @@ impl Simulator {
         if bytes == 0 {
             return Err(Error::invalid("bytes", "an all-reduce of 0 bytes"));
         }
-        let (transport, steps) = (registry::spec(algorithm).schedule)(bytes as f64, &self.fabric, &self.islands)?;
+        let ll = self.predict_on(&self.fabric, algorithm, bytes)?;
+        if algorithm != Algorithm::Nccl {
+            return Ok(ll);
+        }
+        // NCCL picks its protocol per size: LL (flags in the data, twice the wire bytes,
+        // cheap hand-off) for small messages, Simple for large.
+        let simple = self.predict_on(&self.nccl_simple, algorithm, bytes)?;
+        Ok(if simple.total_us < ll.total_us { simple } else { ll })
+    }
+
+    fn predict_on(&self, fabric: &Fabric, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
+        let bulk = algorithm != Algorithm::Nccl;
+        let (transport, steps) = (registry::spec(algorithm).schedule)(bytes as f64, fabric, &self.islands)?;
         let sched = Schedule { algorithm, transport, steps };
-        let p = self.fabric.params();
+        let p = fabric.params();
         let n = self.world();
-        let caps = self.fabric.capacities();
+        let caps = fabric.capacities();
         let fixed = match algorithm {
             Algorithm::Nccl => p.nccl_fixed_us,
             _ => p.kernel_fixed_us + p.launch_us(),
@@ -120,7 +135,7 @@ impl Simulator {
         for a in 0..n {
             for b in 0..n {
                 if a != b {
-                    barrier = barrier.max(self.fabric.write_latency(a, b)?);
+                    barrier = barrier.max(fabric.write_latency(a, b)?);
                 }
             }
         }
@@ -130,9 +145,20 @@ impl Simulator {
             let specs = st
                 .flows
                 .iter()
-                .map(|f| self.fabric.flow(f.src, f.dst, f.bytes, f.op))
+                .map(|f| fabric.flow_of(f.src, f.dst, f.bytes, f.op, bulk))
                 .collect::<Result<Vec<_>>>()?;
-            let land = flows::simulate(&caps, &specs)?.into_iter().fold(0.0f64, f64::max);
+            let done = flows::simulate(&caps, &specs)?;
+            let all_p2p = st.flows.iter().all(|f| f.op == Op::Write);
+            let land = if st.sync == Sync::NcclStep && all_p2p && !specs.is_empty() {
+                // A ring's critical path passes every hop in turn, so each step pays the mean
+                // hop latency, not the worst (on two sockets two hops of eight cross the link).
+                // Assumed not to hold where some hop goes through host memory (SHM): G's
+                // untuned 48.2 us needs the ring to run at its slowest hop's pace there.
+                let drained = specs.iter().zip(&done).map(|(f, t)| t - f.latency_us).fold(0.0f64, f64::max);
+                drained + specs.iter().map(|f| f.latency_us).sum::<f64>() / specs.len() as f64
+            } else {
+                done.into_iter().fold(0.0f64, f64::max)
+            };
             let sync = match st.sync {
                 Sync::Poll => p.poll_us,
                 Sync::Barrier => barrier + p.poll_us,

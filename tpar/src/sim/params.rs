@@ -33,18 +33,29 @@ pub struct Params {
     pub pcie_kernel_fraction: f64,
     /// The same over NVLink. Fitted: MSCCL++ all-pair on H200 adds ~0.8 us per 16 KiB x 7.
     pub nvlink_kernel_fraction: f64,
-    /// One-way latency of a posted P2P write over PCIe, same socket. Measured:
-    /// p2pBandwidthLatencyTest 0.36-0.52 us (docs/references.md) -> 0.45.
-    pub pcie_write_us: f64,
-    /// Extra one-way latency for crossing the socket link. Assumed (not in docs/references.md).
+    /// One-way latency of a posted write, split by what it crosses: the GPU's own egress and
+    /// ingress (`pcie_egress_us`), each switch traversal (`switch_hop_us`), each root-complex
+    /// traversal (`rc_hop_us`), the socket link (`socket_hop_us`). Fitted (docs/sim.md, group
+    /// P) to p2pBandwidthLatencyTest on root ports (0.36-0.52 us) and across the ASUS box's
+    /// switches (0.71-0.74 us), and the flag ping-pong inside one switch (633-727 ns); the
+    /// other latency figures are held out.
+    pub pcie_egress_us: f64,
+    pub switch_hop_us: f64,
+    pub rc_hop_us: f64,
+    /// Extra one-way latency for crossing the socket link (and the far root complex's hop).
+    /// Fitted to the ASUS box's cross-NUMA 1.27-1.36 us.
     pub socket_hop_us: f64,
     /// One-way latency of an NVLink write through NVSwitch. Fitted (H200 NCCL, 14 ring hops).
     pub nvlink_write_us: f64,
-    /// Round trip of a non-posted P2P read over PCIe, idle. Measured: 4.1 us for 128 B
-    /// (p2pmark, docs/references.md).
-    pub pcie_read_rtt_us: f64,
+    /// A read's round trip is two one-way trips plus the completer's memory access. Assumed
+    /// (a DRAM access, ~60 ns); the 128 B read figures (group P) test the sum.
+    pub completer_us: f64,
     /// Round trip of an NVLink read. Assumed: a few write latencies.
     pub nvlink_read_rtt_us: f64,
+    /// Non-posted read bytes one GPU can have outstanding: 768 tags (PCIe 10-bit tags) x
+    /// 512 B read requests. Spec-level; by Little's law this is what makes a loaded read
+    /// round trip long: 393 KiB queued at a 55 GB/s link is ~7 us (group P's 7.48 us).
+    pub gpu_read_outstanding_bytes: f64,
     /// Bytes one reading GPU keeps outstanding per peer (the kernel's window). Assumed:
     /// 16 blocks x 1 KiB in flight per peer.
     pub read_window_bytes: f64,
@@ -62,12 +73,14 @@ pub struct Params {
     pub socket_link_gbps: f64,
     /// Host DRAM rate for staged copies, per socket. Spec-level guess (DDR5, 8+ channels).
     pub host_memory_gbps: f64,
-    /// Detecting that data landed (a sentinel or flag flips in local memory), per step. Fitted.
+    /// Detecting that data landed (a sentinel or flag flips in local memory), per step. Fitted
+    /// to the flag ping-pong inside one switch (group P: 633-727 ns one way = write + poll).
     pub poll_us: f64,
     /// Fixed kernel-side work per call (prologue, clearing, reduction of small messages). Fitted.
     pub kernel_fixed_us: f64,
-    /// A poll of host memory by a GPU (host transport): one PCIe read round trip. Measured
-    /// as the idle read round trip (4.1 us).
+    /// A poll of host memory by a GPU (host transport): one PCIe read round trip of host
+    /// memory. Assumed: p2pmark's 4.1 us idle 128 B read (docs/references.md), a conservative
+    /// figure (the switch-box reads of group P are 0.7-1.5 us).
     pub host_poll_us: f64,
     /// Latency of one NCCL ring hop through host memory (SHM transport, P2P off for the
     /// pair). Fitted: docs/references.md's AMD figure, 48.2 us untuned vs 26.2 us with P2P at SYS,
@@ -80,6 +93,11 @@ pub struct Params {
     pub nccl_fixed_us: f64,
     /// NCCL's cost per ring step besides the hop's own latency (LL hand-off). Fitted, as above.
     pub nccl_step_us: f64,
+    /// NCCL's cost per ring step with its Simple protocol (no flag per 8 bytes, so one wire
+    /// byte per byte, but a full hand-off per chunk). NCCL takes whichever protocol is faster
+    /// for the size; the simulator does the same. Fitted: 4x V100 at 384 KiB (C); the
+    /// 12-96 MB NCCL figures (O) are held out.
+    pub nccl_simple_step_us: f64,
     /// Bytes on the wire per payload byte for NCCL's LL protocol (8-byte flag per 8 bytes:
     /// spec of the protocol) -> 2.
     pub nccl_ll_wire_factor: f64,
@@ -96,30 +114,42 @@ impl Default for Params {
             launch_graph_us: 0.5,
             pcie_efficiency: 0.87,
             nvlink_efficiency: 0.83,
-            pcie_kernel_fraction: 0.65,
+            pcie_kernel_fraction: PCIE_KERNEL_FRACTION,
             nvlink_kernel_fraction: 0.40,
-            pcie_write_us: 0.45,
-            socket_hop_us: 0.3,
+            pcie_egress_us: 0.19,
+            switch_hop_us: 0.14,
+            rc_hop_us: 0.25,
+            socket_hop_us: 0.34,
             nvlink_write_us: 0.5,
-            pcie_read_rtt_us: 4.1,
+            completer_us: 0.06,
             nvlink_read_rtt_us: 2.0,
-            read_window_bytes: 16384.0,
-            rc_read_outstanding_bytes: 65536.0,
-            socket_read_outstanding_bytes: 18432.0,
+            gpu_read_outstanding_bytes: 768.0 * 512.0,
+            read_window_bytes: READ_WINDOW_BYTES,
+            rc_read_outstanding_bytes: RC_READ_OUTSTANDING_BYTES,
+            socket_read_outstanding_bytes: SOCKET_READ_OUTSTANDING_BYTES,
             rc_forward_links: 3.3,
             socket_link_gbps: 45.0,
             host_memory_gbps: 200.0,
-            poll_us: 1.0,
-            kernel_fixed_us: 1.5,
+            poll_us: 0.35,
+            kernel_fixed_us: KERNEL_FIXED_US,
             host_poll_us: 4.1,
             nccl_shm_hop_us: 1.5,
             nccl_fixed_us: 12.5,
             nccl_step_us: 0.3,
+            nccl_simple_step_us: NCCL_SIMPLE_STEP_US,
             nccl_ll_wire_factor: 2.0,
             nccl_p2p_across_sockets: false,
         }
     }
 }
+
+// Fitted values, named so docs/sim.md and the calibration share them (see the fields).
+const PCIE_KERNEL_FRACTION: f64 = 0.65;
+const READ_WINDOW_BYTES: f64 = 16384.0;
+const RC_READ_OUTSTANDING_BYTES: f64 = 262144.0;
+const SOCKET_READ_OUTSTANDING_BYTES: f64 = 8192.0;
+const KERNEL_FIXED_US: f64 = 2.1;
+const NCCL_SIMPLE_STEP_US: f64 = 4.5;
 
 impl Params {
     /// Defaults with the given launch mode.
@@ -136,5 +166,12 @@ impl Params {
             Launch::Eager => self.launch_eager_us,
             Launch::Graph => self.launch_graph_us,
         }
+    }
+}
+
+impl Params {
+    /// NCCL with its Simple protocol instead of LL: one wire byte per byte, the Simple step cost.
+    pub fn nccl_simple(&self) -> Params {
+        Params { nccl_ll_wire_factor: 1.0, nccl_step_us: self.nccl_simple_step_us, ..self.clone() }
     }
 }

@@ -18,6 +18,7 @@ use std::str::FromStr;
 
 pub mod nvml;
 pub mod presets;
+pub mod probe;
 
 /// Version of the JSON schema. Bump when a field changes meaning.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -64,6 +65,13 @@ pub struct Topology {
     /// Where the data came from and what could not be discovered. Not part of the hash.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Measured (or published) link behaviour between the GPUs: SM stores, SM loads and
+    /// copy-engine copies alone and under all-to-all load, and one-way flag latency. The
+    /// simulator and the plan use these instead of a link class's assumed figures. Absent
+    /// until `tpar topo --probe` ran (or a preset carries its machine's published figures);
+    /// skipped in JSON when absent, so topologies without one keep their hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<probe::Probe>,
 }
 
 fn schema_version() -> u32 {
@@ -313,6 +321,7 @@ impl Topology {
             islands: Vec::new(),
             cpu: CpuInfo::detect(),
             notes: Vec::new(),
+            probe: None,
         }
     }
 
@@ -409,6 +418,9 @@ impl Topology {
         }
         if seen.iter().any(|s| !s) {
             return Err(Error::invalid("topology", "islands must partition the GPUs; some GPU is in no island"));
+        }
+        if let Some(p) = &self.probe {
+            p.validate(n)?;
         }
         Ok(())
     }

@@ -129,7 +129,7 @@ pub fn discover() -> Result<Topology> {
     let islands = Topology::compute_islands(&gpus, &links);
     let mut cpu = CpuInfo::detect();
     cpu.inter_socket_gbps = None;
-    Ok(Topology { schema: SCHEMA_VERSION, name: "discovered".into(), gpus, links, switches, islands, cpu, notes })
+    Ok(Topology { schema: SCHEMA_VERSION, name: "discovered".into(), gpus, links, switches, islands, cpu, notes, probe: None })
 }
 
 /// NVML has no switch inventory: GPUs joined by PIX paths share a switch, so each connected

@@ -41,9 +41,15 @@ const GIB: u64 = 1 << 30;
 const NVLINK4_GBPS: f64 = 450.0;
 /// NVLink links per H100/H200 (NVLink 4, 18 links x 25 GB/s per direction = 450 GB/s).
 const NVLINK4_LINKS: u32 = 18;
-/// Cross-socket bandwidth for Gen5 P2P: midpoint of 39-51 GB/s measured across sockets
-/// (docs/references.md, rtx6kpro pcie-bandwidth.md).
-const GEN5_CROSS_SOCKET_GBPS: f64 = 45.0;
+/// Cross-chip (socket-to-socket) bandwidth of GPU peer traffic on the ASUS ESC8000A-E13P:
+/// midpoint of 35.9-40.2 GB/s (docs/references.md, rtx6kpro asus-esc8000a doc).
+const ASUS_CROSS_SOCKET_GBPS: f64 = 38.0;
+/// SM stores to peer memory through that box's Broadcom PEX890xx switches, GB/s
+/// (docs/references.md: ~2.7 GB/s; b12x PR #139: 2.6), against SM loads of ~51 GB/s and
+/// copy-engine copies of ~56 GB/s on the same pairs.
+const BROADCOM_SM_STORE_GBPS: f64 = 2.7;
+const BROADCOM_SM_LOAD_GBPS: f64 = 51.0;
+const BROADCOM_CE_GBPS: f64 = 56.0;
 
 /// Builds GPUs for a preset (or another described machine, e.g. the simulator's calibration
 /// boxes): `sockets[i]`, `switches[i]` per GPU.
@@ -97,6 +103,7 @@ pub(crate) fn finish(name: &str, gpus: Vec<Gpu>, links: Vec<Vec<Link>>, switches
         islands,
         cpu,
         notes: notes.iter().map(|s| s.to_string()).collect(),
+        probe: None,
     }
 }
 
@@ -148,15 +155,29 @@ pub fn rtxpro6000_dualsocket_8() -> Topology {
         switch(2, "PEX1a", 1, 1, 5),
         switch(3, "PEX1b", 1, 1, 5),
     ];
-    let cpu = CpuInfo { cores: 256, numa_nodes: 2, sockets: 2, inter_socket_gbps: Some(GEN5_CROSS_SOCKET_GBPS) };
-    finish(
+    let cpu = CpuInfo { cores: 256, numa_nodes: 2, sockets: 2, inter_socket_gbps: Some(ASUS_CROSS_SOCKET_GBPS) };
+    let mut t = finish(
         name,
         g,
         links,
         switches,
         cpu,
-        &["preset: ACS redirect off (with it on, a switch pair drops from 103 to 50 GB/s bidirectional, docs/references.md)"],
-    )
+        &[
+            "preset: ACS redirect off (with it on, a switch pair drops from 103 to 50 GB/s bidirectional, docs/references.md)",
+            "preset: SM stores to peers collapse through the Broadcom switches (2.7 vs 51 GB/s loads): the published figures stand in for a probe",
+        ],
+    );
+    t.probe = Some(super::probe::Probe::uniform(
+        "published: rtx6kpro asus-esc8000a-e13p-broadcom-switches.md, b12x PR #139 (docs/references.md); not measured by tpar",
+        8,
+        |a, b| super::probe::PairProbe {
+            sm_store_gbps: Some(BROADCOM_SM_STORE_GBPS),
+            sm_load_gbps: Some(BROADCOM_SM_LOAD_GBPS),
+            ce_gbps: Some(BROADCOM_CE_GBPS),
+            ..super::probe::PairProbe::empty(a as u32, Some(b as u32))
+        },
+    ));
+    t
 }
 
 /// 8x L40S, Gen4, every GPU on its own CPU root port, four per socket (docs/references.md:

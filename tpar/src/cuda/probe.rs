@@ -1,0 +1,346 @@
+//! The link probe: measures, between this machine's GPUs, SM store, SM load and copy-engine
+//! bandwidth (each pair alone, then every pair at once) and one-way flag latency, and on
+//! each GPU the same against its own memory and pinned host memory. `tpar topo --probe`
+//! puts the result into the topology ([`crate::topology::probe::Probe`]); the simulator and
+//! the plan then use it instead of a link class's assumed figures.
+//!
+//! Owns: the probe kernels' launch (`kernels/probe.cu`), peer access, timing with events.
+//! Must never: register an algorithm (a probe is not one), or leave peer access half set up
+//! on error (access stays enabled; that is harmless). Runs in one process over all GPUs.
+
+use super::driver::{cu_rc, launch_with_struct, sys, Device, DeviceBuffer, Event, HostMapped, Module, Stream};
+use super::nvrtc;
+use crate::error::{Error, Result};
+use crate::topology::probe::{PairProbe, Probe};
+
+/// The probe kernels' source (not an algorithm: compiled here, never through the registry).
+pub const PROBE_CU: &str = include_str!("../../kernels/probe.cu");
+
+/// How much and how long to measure.
+#[derive(Clone, Copy, Debug)]
+pub struct ProbeOptions {
+    /// Bytes per transfer: large enough that launch cost is noise (64 MiB: ~1.2 ms at 55 GB/s).
+    pub bytes: usize,
+    /// Timed repetitions per figure (the fastest counts: interference only slows a transfer).
+    pub reps: u32,
+    /// Blocks and threads of the store/load kernels (enough to fill a link).
+    pub blocks: u32,
+    pub threads: u32,
+    /// Round trips of the flag ping-pong.
+    pub pings: u32,
+}
+
+impl Default for ProbeOptions {
+    fn default() -> Self {
+        ProbeOptions { bytes: 64 << 20, reps: 3, blocks: 128, threads: 512, pings: 2000 }
+    }
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct ProbeArgs {
+    target: u64,
+    bytes: u64,
+    sink: u64,
+    pad: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct PingArgs {
+    mine: u64,
+    theirs: u64,
+    iters: u32,
+    role: u32,
+    deadline_ns: u64,
+}
+
+/// A ping-pong that takes longer than this per round trip did not complete (its deadline
+/// fired), us.
+const PING_GIVE_UP_US: f64 = 1000.0;
+/// Deadline of one ping-pong kernel, ns.
+const PING_DEADLINE_NS: u64 = 2_000_000_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Store,
+    Load,
+    Copy,
+}
+
+/// Where a transfer goes: a GPU's target buffer, or pinned host memory of the source GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Gpu(usize),
+    Host,
+}
+
+struct PerGpu {
+    dev: Device,
+    /// Keeps the functions below loaded.
+    _module: Module,
+    f_store: sys::CUfunction,
+    f_load: sys::CUfunction,
+    f_ping: sys::CUfunction,
+    /// Peers store into / load from this.
+    target: DeviceBuffer,
+    /// Copy-engine source.
+    local: DeviceBuffer,
+    host: HostMapped,
+    sink: DeviceBuffer,
+    flags: DeviceBuffer,
+    streams: Vec<Stream>,
+}
+
+fn enable_peer_access(from: &Device, to: &Device) -> Result<()> {
+    from.bind()?;
+    // SAFETY: `from`'s context is current; `to.ctx` is a live context of another device.
+    let rc = unsafe { sys::cuCtxEnablePeerAccess(to.ctx.cu_ctx(), 0) };
+    if rc == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+        return Ok(());
+    }
+    cu_rc(|| format!("cuCtxEnablePeerAccess GPU{} -> GPU{}", from.ordinal, to.ordinal), rc)
+}
+
+/// Measures GPUs `0..gpus` (all of them when `None`).
+pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
+    super::driver::init_driver()?;
+    let mut count: i32 = 0;
+    // SAFETY: the driver is initialised; count is an out-pointer.
+    cu_rc(|| "cuDeviceGetCount".into(), unsafe { sys::cuDeviceGetCount(&mut count) })?;
+    let n = gpus.unwrap_or(count.max(0) as usize).min(count.max(0) as usize);
+    if n == 0 {
+        return Err(Error::Unsupported { what: "the link probe".into(), reason: "no CUDA GPU is visible".into() });
+    }
+    if opts.bytes < 16 || opts.bytes % 16 != 0 {
+        return Err(Error::invalid("probe bytes", format!("{} is not a positive multiple of 16", opts.bytes)));
+    }
+    let mut g: Vec<PerGpu> = Vec::with_capacity(n);
+    for i in 0..n {
+        let dev = Device::open(i)?;
+        let arch = dev.arch();
+        let mut driver: i32 = 0;
+        // SAFETY: the driver is initialised; driver is an out-pointer (0 stays if it fails).
+        let _ = unsafe { sys::cuDriverGetVersion(&mut driver) };
+        // Compiled and cached like the kernels (cubin for this device, checksummed entry).
+        let mut module = super::launch::load_unit(&dev, "probe", PROBE_CU, &nvrtc::options(&arch, None), &arch, driver)?;
+        let (f_store, f_load, f_ping) = (module.function("probe_store")?, module.function("probe_load")?, module.function("probe_pingpong")?);
+        let streams = (0..n + 2).map(|_| Stream::new(&dev)).collect::<Result<Vec<_>>>()?;
+        g.push(PerGpu {
+            target: DeviceBuffer::new(&dev, opts.bytes)?,
+            local: DeviceBuffer::new(&dev, opts.bytes)?,
+            host: HostMapped::new(&dev, opts.bytes)?,
+            sink: DeviceBuffer::new(&dev, 256)?,
+            flags: DeviceBuffer::new(&dev, 256)?,
+            _module: module,
+            f_store,
+            f_load,
+            f_ping,
+            streams,
+            dev,
+        });
+    }
+    for a in 0..n {
+        for b in 0..n {
+            if a != b {
+                enable_peer_access(&g[a].dev, &g[b].dev)?;
+            }
+        }
+    }
+    let mut pairs: Vec<PairProbe> = Vec::new();
+    let targets = |a: usize| -> Vec<Target> {
+        let mut v: Vec<Target> = (0..n).filter(|&b| b != a).map(Target::Gpu).collect();
+        v.push(Target::Gpu(a));
+        v.push(Target::Host);
+        v
+    };
+    for a in 0..n {
+        for t in targets(a) {
+            let dst = match t {
+                Target::Gpu(b) => Some(b as u32),
+                Target::Host => None,
+            };
+            pairs.push(PairProbe::empty(a as u32, dst));
+        }
+    }
+    let index = |pairs: &[PairProbe], a: usize, t: Target| -> Option<usize> {
+        let dst = match t {
+            Target::Gpu(b) => Some(b as u32),
+            Target::Host => None,
+        };
+        pairs.iter().position(|p| p.src as usize == a && p.dst == dst)
+    };
+    for kind in [Kind::Store, Kind::Load, Kind::Copy] {
+        // Alone.
+        for a in 0..n {
+            for t in targets(a) {
+                let mut best = 0.0f64;
+                for _ in 0..opts.reps.max(1) + 1 {
+                    best = best.max(timed(&g, opts, kind, &[(a, t)])?[0]);
+                }
+                if let Some(i) = index(&pairs, a, t) {
+                    let slot = match kind {
+                        Kind::Store => &mut pairs[i].sm_store_gbps,
+                        Kind::Load => &mut pairs[i].sm_load_gbps,
+                        Kind::Copy => &mut pairs[i].ce_gbps,
+                    };
+                    *slot = Some(best);
+                }
+            }
+        }
+        // Under load: every GPU to every peer at once (all-to-all); on one GPU, its own memory
+        // and host memory at once.
+        let all: Vec<(usize, Target)> = if n > 1 {
+            (0..n).flat_map(|a| (0..n).filter(move |&b| b != a).map(move |b| (a, Target::Gpu(b)))).collect()
+        } else {
+            vec![(0, Target::Gpu(0)), (0, Target::Host)]
+        };
+        let mut best = vec![0.0f64; all.len()];
+        for _ in 0..opts.reps.max(1) + 1 {
+            for (b, r) in best.iter_mut().zip(timed(&g, opts, kind, &all)?) {
+                *b = b.max(r);
+            }
+        }
+        for (&(a, t), r) in all.iter().zip(best) {
+            if let Some(i) = index(&pairs, a, t) {
+                let slot = match kind {
+                    Kind::Store => &mut pairs[i].sm_store_loaded_gbps,
+                    Kind::Load => &mut pairs[i].sm_load_loaded_gbps,
+                    Kind::Copy => &mut pairs[i].ce_loaded_gbps,
+                };
+                *slot = Some(r);
+            }
+        }
+    }
+    // Flags: between every pair of GPUs; on each GPU within its own memory and through host
+    // memory (two blocks of one kernel ping-pong).
+    for a in 0..n {
+        for t in [Target::Gpu(a), Target::Host] {
+            let us = ping_local(&g[a], opts, t == Target::Host)?;
+            if let Some(i) = index(&pairs, a, t) {
+                pairs[i].flag_us = us;
+            }
+        }
+        for b in (a + 1)..n {
+            let us = ping_pair(&g, opts, a, b)?;
+            for (x, y) in [(a, b), (b, a)] {
+                if let Some(i) = index(&pairs, x, Target::Gpu(y)) {
+                    pairs[i].flag_us = us;
+                }
+            }
+        }
+    }
+    let source = format!(
+        "measured by tpar's link probe (tpar::cuda::probe): {} GPU(s), {} per transfer, {} x {} threads, best of {}",
+        n,
+        crate::units::human_bytes(opts.bytes as u64),
+        opts.blocks,
+        opts.threads,
+        opts.reps
+    );
+    Ok(Probe { source, pairs })
+}
+
+/// Runs every (GPU, target) transfer of `kind` at once, each on its own stream, and returns
+/// each one's rate in GB/s.
+fn timed(g: &[PerGpu], opts: &ProbeOptions, kind: Kind, ops: &[(usize, Target)]) -> Result<Vec<f64>> {
+    let mut evs: Vec<(Event, Event)> = Vec::with_capacity(ops.len());
+    let mut used = vec![0usize; g.len()];
+    let mut streams: Vec<&Stream> = Vec::with_capacity(ops.len());
+    for &(a, _) in ops {
+        let s = g[a].streams.get(used[a]).ok_or_else(|| Error::invalid("probe", "more transfers than streams"))?;
+        used[a] += 1;
+        streams.push(s);
+        evs.push((Event::new(&g[a].dev)?, Event::new(&g[a].dev)?));
+    }
+    for (k, &(a, t)) in ops.iter().enumerate() {
+        let me = &g[a];
+        me.dev.bind()?;
+        let target = match t {
+            Target::Gpu(b) => g[b].target.ptr,
+            Target::Host => me.host.dev,
+        };
+        streams[k].record(&evs[k].0)?;
+        match kind {
+            Kind::Store | Kind::Load => {
+                let f = if kind == Kind::Store { me.f_store } else { me.f_load };
+                let args = ProbeArgs { target, bytes: opts.bytes as u64, sink: me.sink.ptr, pad: 0 };
+                // SAFETY: f takes one ProbeArgs; target, sink are live allocations of at least
+                // `bytes` / 256 bytes reachable from this GPU (peer access enabled, host mapped).
+                unsafe { launch_with_struct(f, opts.blocks, opts.threads, streams[k], &args)? };
+            }
+            Kind::Copy => {
+                // SAFETY: both pointers are live UVA allocations of `bytes`; the stream is this
+                // GPU's and current.
+                let rc = unsafe { sys::cuMemcpyAsync(target, me.local.ptr, opts.bytes, streams[k].raw) };
+                cu_rc(|| format!("cuMemcpyAsync GPU{a} -> {t:?}"), rc)?;
+            }
+        }
+        streams[k].record(&evs[k].1)?;
+    }
+    let mut out = Vec::with_capacity(ops.len());
+    for (k, &(a, _)) in ops.iter().enumerate() {
+        g[a].dev.bind()?;
+        streams[k].synchronize()?;
+        let ms = evs[k].0.elapsed_ms(&evs[k].1)? as f64;
+        out.push(if ms > 0.0 { opts.bytes as f64 / (ms * 1e6) } else { 0.0 });
+    }
+    Ok(out)
+}
+
+/// Half the round trip of a flag bounced between two blocks of one GPU, through its own
+/// memory or through pinned host memory, us; `None` if it did not complete.
+fn ping_local(me: &PerGpu, opts: &ProbeOptions, host: bool) -> Result<Option<f64>> {
+    me.dev.bind()?;
+    let base = if host {
+        me.host.fill_u32(0);
+        me.host.dev
+    } else {
+        me.flags.fill_u32(0)?;
+        me.flags.ptr
+    };
+    let args = PingArgs { mine: base, theirs: base + 128, iters: opts.pings, role: 0, deadline_ns: PING_DEADLINE_NS };
+    let f = me.f_ping;
+    let s = &me.streams[0];
+    let (e0, e1) = (Event::new(&me.dev)?, Event::new(&me.dev)?);
+    s.record(&e0)?;
+    // SAFETY: f takes one PingArgs; both flags lie in a live allocation of >= 256 bytes.
+    unsafe { launch_with_struct(f, 2, 32, s, &args)? };
+    s.record(&e1)?;
+    s.synchronize()?;
+    let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (2.0 * f64::from(opts.pings.max(1)));
+    Ok((us * 2.0 < PING_GIVE_UP_US).then_some(us))
+}
+
+/// Half the round trip of a flag bounced between GPU a and GPU b (each polls its own memory,
+/// stores into the other's), us; `None` if it did not complete.
+fn ping_pair(g: &[PerGpu], opts: &ProbeOptions, a: usize, b: usize) -> Result<Option<f64>> {
+    for x in [a, b] {
+        g[x].dev.bind()?;
+        g[x].flags.fill_u32(0)?;
+    }
+    let (e0, e1) = (Event::new(&g[a].dev)?, Event::new(&g[a].dev)?);
+    // The answering side first, so it is polling when the first ping lands.
+    for (x, y, role) in [(b, a, 1u32), (a, b, 0u32)] {
+        let me = &g[x];
+        me.dev.bind()?;
+        let args = PingArgs { mine: me.flags.ptr, theirs: g[y].flags.ptr, iters: opts.pings, role, deadline_ns: PING_DEADLINE_NS };
+        let f = me.f_ping;
+        if role == 0 {
+            me.streams[0].record(&e0)?;
+        }
+        // SAFETY: f takes one PingArgs; both flags are live allocations reachable through
+        // peer access.
+        unsafe { launch_with_struct(f, 1, 32, &me.streams[0], &args)? };
+        if role == 0 {
+            me.streams[0].record(&e1)?;
+        }
+    }
+    for x in [a, b] {
+        g[x].dev.bind()?;
+        g[x].streams[0].synchronize()?;
+    }
+    g[a].dev.bind()?;
+    let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (2.0 * f64::from(opts.pings.max(1)));
+    Ok((us * 2.0 < PING_GIVE_UP_US).then_some(us))
+}
