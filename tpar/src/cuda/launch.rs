@@ -21,19 +21,18 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::time::Duration;
 
-/// Most blocks per rank over the host transport (pinned host memory across PCIe): PCIe
-/// fabrics collapse when every SM writes (the plan's `PCIE_MAX_BLOCKS`).
-pub const HOST_MAX_BLOCKS: u32 = 8;
+/// Most blocks per rank over the host transport (pinned host memory across PCIe): the
+/// plan's `PCIE_MAX_BLOCKS` (PCIe fabrics collapse when every SM writes).
+pub const HOST_MAX_BLOCKS: u32 = crate::plan::floors::PCIE_MAX_BLOCKS;
 /// Most blocks per rank over p2p: the kernels' cap (one flag row per block).
 pub const P2P_MAX_BLOCKS: u32 = MAX_BLOCKS as u32;
 /// Vectors one block takes per call before the policy adds a block: one per thread.
 pub const VECS_PER_BLOCK: usize = THREADS as usize;
 
-/// The block policy: thread blocks per rank for a call of `bytes` of `algo` over
-/// `transport` among `world` ranks. One vector (16 B) per thread, at least one block, at most
-/// [`HOST_MAX_BLOCKS`] over host memory and [`P2P_MAX_BLOCKS`] otherwise; `TPAR_BLOCKS`
-/// overrides it (as it overrides the plan's). Every algorithm moves about one message per
-/// rank per stage, so one rule serves all; two-shot's items are `(world-1)/world` of it.
+/// The block policy for calls the plan did not size: thread blocks per rank for a call of
+/// `bytes` of `algo` over `transport` among `world` ranks, by the plan's one rule
+/// (`plan::floors::kernel_blocks`); `TPAR_BLOCKS` overrides it (as it overrides the plan's).
+/// Every algorithm moves about one message per rank per stage, so one rule serves all.
 pub fn blocks_for(algo: Algorithm, transport: Transport, bytes: usize, world: usize) -> u32 {
     match blocks_from_env() {
         Ok(Some(b)) => b,
@@ -41,11 +40,12 @@ pub fn blocks_for(algo: Algorithm, transport: Transport, bytes: usize, world: us
     }
 }
 
-/// [`blocks_for`] without the environment.
+/// [`blocks_for`] without the environment: the plan's one block policy
+/// (`plan::floors::kernel_blocks`), p2p as one GPU's memory or NVLink, host memory as PCIe.
 pub fn policy_blocks(_algo: Algorithm, transport: Transport, bytes: usize, _world: usize) -> u32 {
-    let cap = if transport == Transport::Host { HOST_MAX_BLOCKS } else { P2P_MAX_BLOCKS };
-    let vecs = bytes.div_ceil(VEC_BYTES).max(1);
-    (vecs.div_ceil(VECS_PER_BLOCK).min(cap as usize) as u32).max(1)
+    use crate::plan::floors::{kernel_blocks, BlockClass};
+    let class = if transport == Transport::Host { BlockClass::Pcie } else { BlockClass::NvLink };
+    kernel_blocks(bytes as u64, class).clamp(1, P2P_MAX_BLOCKS)
 }
 
 fn env(name: &str) -> Option<String> {
@@ -389,7 +389,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn policy_is_one_block_per_512_vectors_capped_by_transport() {
+    fn policy_is_the_plans_rule_capped_by_transport() {
         let a = Algorithm::OneshotPush;
         assert_eq!(policy_blocks(a, Transport::P2p, 1, 8), 1);
         assert_eq!(policy_blocks(a, Transport::P2p, 8192, 8), 1);
@@ -397,6 +397,7 @@ mod tests {
         assert_eq!(policy_blocks(a, Transport::P2p, 43008, 8), 6);
         assert_eq!(policy_blocks(a, Transport::P2p, 4 << 20, 8), P2P_MAX_BLOCKS);
         assert_eq!(policy_blocks(a, Transport::Host, 4 << 20, 8), HOST_MAX_BLOCKS);
+        assert_eq!(policy_blocks(a, Transport::Host, 43008, 8), 1, "PCIe: one block per 64 KiB");
     }
 
     #[test]

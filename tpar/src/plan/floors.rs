@@ -84,7 +84,25 @@ pub(crate) fn nccl_floor_us(n: usize, s: u64, gbps: f64) -> f64 {
     NCCL_PCIE_FLOOR_US + xfer_us(2.0 * (n_f - 1.0) / n_f * s as f64, gbps)
 }
 
-pub(crate) fn blocks_for(bytes: u64, per_block: u64, max: u32) -> u32 {
+/// Which block rule a call follows: where the bytes travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockClass {
+    /// NVLink peers, or one GPU's own memory (emulated ranks over p2p): many SMs pay.
+    NvLink,
+    /// PCIe: peer memory behind switches or the root complex, or pinned host memory.
+    Pcie,
+}
+
+/// The block policy, the one place it lives: thread blocks per rank for a call of `bytes`.
+/// NVLink: one block per [`NVLINK_BYTES_PER_BLOCK`], at most [`NVLINK_MAX_BLOCKS`]; PCIe:
+/// one per [`PCIE_BYTES_PER_BLOCK`], at most [`PCIE_MAX_BLOCKS`]. The plan calls it for its
+/// decisions and the CUDA launch layer for calls the plan did not size (forced algorithms,
+/// emulated ranks); `TPAR_BLOCKS` overrides both.
+pub fn kernel_blocks(bytes: u64, class: BlockClass) -> u32 {
+    let (per_block, max) = match class {
+        BlockClass::NvLink => (NVLINK_BYTES_PER_BLOCK, NVLINK_MAX_BLOCKS),
+        BlockClass::Pcie => (PCIE_BYTES_PER_BLOCK, PCIE_MAX_BLOCKS),
+    };
     let want = bytes.div_ceil(per_block.max(1)).max(1);
     u32::try_from(want).unwrap_or(u32::MAX).min(max)
 }

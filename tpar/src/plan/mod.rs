@@ -200,8 +200,8 @@ fn make(a: Algorithm, t: Transport, s: u64, f: &Fabric, reason: String) -> Plan 
     let blocks = match t {
         Transport::Nccl => 0,
         Transport::Shm => 1,
-        Transport::P2p if f.nvlink => blocks_for(s, NVLINK_BYTES_PER_BLOCK, NVLINK_MAX_BLOCKS),
-        Transport::P2p | Transport::Host => blocks_for(s, PCIE_BYTES_PER_BLOCK, PCIE_MAX_BLOCKS),
+        Transport::P2p if f.nvlink => kernel_blocks(s, BlockClass::NvLink),
+        Transport::P2p | Transport::Host => kernel_blocks(s, BlockClass::Pcie),
     };
     Plan { algorithm: a, transport: t, blocks, reason }
 }
