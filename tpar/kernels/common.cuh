@@ -489,11 +489,15 @@ __device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& 
 
 // Call descriptors: every rank tells every peer what it is calling (epoch, count, algorithm,
 // dtype), so that ranks that disagree get TPAR_ERR_MISMATCH instead of a sum of mismatched
-// data. Thread 0 of block 0 announces before its first sends and loads the peers'
-// descriptors in the same poll passes as its data (poll_peers below): no load of its own on
-// the critical path. The check word makes a torn or stale descriptor (zeros, a reset's fill,
-// an older epoch) never match. Slot reuse: desc[buf][src] of mine is written by src in calls
-// k, k+3, ...; src reaches call k+3 only after my call k+2 contributed.
+// data. One thread per peer: thread q (q < world, q != rank) of block 0 announces this call
+// to rank q before its first sends, and loads rank q's descriptor in the same poll passes as
+// its data (poll_peers below): no load of its own on the critical path, and one descriptor
+// in registers per thread. (One thread checking every peer kept 16 descriptors live beside
+// the 16 data vectors of a poll: past 128 registers, the push kernels spilled 0.6-3 KB per
+// thread to local memory and ran 1.2-3.7x slower.) The check word makes a torn or stale
+// descriptor (zeros, a reset's fill, an older epoch) never match. Slot reuse: desc[buf][src]
+// of mine is written by src in calls k, k+3, ...; src reaches call k+3 only after my call
+// k+2 contributed.
 #define TPAR_DESC_SALT 0x9e3779b9u
 __device__ __forceinline__ V16 desc_of(const TparArgs& a, u32 epoch) {
     V16 d;
@@ -507,12 +511,14 @@ __device__ __forceinline__ bool desc_is_for(V16 d, u32 epoch) {
     return d.x == epoch && d.w == (d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT);
 }
 // desc_code 0: the host checks calls itself (a captured graph's sequence, TPAR_CHECK_CALLS=0).
+// Thread q of block 0 is rank q's descriptor thread (none for q == rank).
 __device__ __forceinline__ bool is_desc_thread(const TparArgs& a) {
-    return blockIdx.x == 0 && threadIdx.x == 0 && a.desc_code != 0u;
+    return blockIdx.x == 0 && threadIdx.x < a.world && threadIdx.x != a.rank && a.desc_code != 0u;
 }
-// Peers whose descriptor the calling thread must still see (0 for every other thread).
+// The peer whose descriptor the calling thread must still see, as a one-bit mask (0 for
+// every thread that is not a descriptor thread).
 __device__ __forceinline__ u32 desc_mask(const TparArgs& a) {
-    return is_desc_thread(a) ? (((1u << a.world) - 1u) & ~(1u << a.rank)) : 0u;
+    return is_desc_thread(a) ? 1u << threadIdx.x : 0u;
 }
 
 __device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 epoch, u32 peer, u64 ours, u64 theirs) {
@@ -562,10 +568,7 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     f.buf = st->buf[blockIdx.x];
     f.deadline_ns = 0ull;
     f.ok = true;
-    if (is_desc_thread(a)) {
-        const V16 d = desc_of(a, f.epoch);
-        for (u32 i = 1; i < a.world; ++i) st_volatile_v16(desc_at(a, (a.rank + i) % a.world, f.buf, a.rank), d);
-    }
+    if (is_desc_thread(a)) st_volatile_v16(desc_at(a, threadIdx.x, f.buf, a.rank), desc_of(a, f.epoch));
     return f;
 }
 
@@ -589,6 +592,22 @@ __device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f, u64
     }
 }
 
+// What the previous call left in the push region (TPAR_KIND_*).
+__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) {
+    return ((const TparState*)a.state)->prev_kind[(f.epoch - 1u) & 1u];
+}
+
+// Clears slot [src] of my inbox in the previous call's buffer, when that call was a
+// TPAR_KIND_INBOX one (staged push clears one source per step, before it waits on it).
+template <class D>
+__device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Frame& f, u32 src) {
+    const u64 n = ((const TparState*)a.state)->prev_nvec[(f.epoch - 1u) & 1u];
+    const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
+    const u64 stride = grid_threads();
+    const V16 e = empty_v16<D>();
+    for (u64 v = global_tid(); v < n; v += stride) st_v16(inbox_at(a, a.rank, pb, src, v), e);
+}
+
 // Clears what the previous call left in its buffer (see the layout: its next writer is a
 // peer's call k+2). Every thread of the grid takes its share; plain stores, nothing waits.
 template <class D>
@@ -609,7 +628,7 @@ __device__ void clear_previous(const TparArgs& a, const Frame& f) {
             for (u64 v = t0; v < n; v += stride) st_v16(inbox_at(a, rank, pb, src, v), e);
         }
     } else {
-        const u64 cvec = (n + world - 1u) / world;
+        const u64 cvec = (u32)(n + world - 1u) / world;  // 32-bit: a message has < 2^32 vectors
         const u64 lo = (u64)rank * cvec;
         const u64 hi = lo + cvec < n ? lo + cvec : n;
         for (u32 src = 0; src < world; ++src) {
@@ -646,44 +665,56 @@ __device__ __forceinline__ const V16* slot_of(const TparArgs& a, u32 buf, u32 q,
     return pull_at(a, q, buf, 1, (u64)q * cvec + v);
 }
 
-// Sentinel poll over the peers in `pending` (bit q = rank q), and the descriptors in
-// `desc_pending`. On return every x[q] of `pending` holds data (unless f.ok is false).
+// Sentinel poll over the peers in `pending` (bit q = rank q), and the one descriptor in
+// `desc_pending` (a descriptor thread's peer, or 0). On return every x[q] of `pending` holds
+// data (unless f.ok is false).
 template <class D, int K>
 __device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 pending, u32 desc_pending, u64 v, u64 cvec, u32 phase) {
     const u32 world = a.world;
+    const u32 dq = desc_pending ? (u32)(__ffs(desc_pending) - 1) : 0u;
     u32 polls = 0;
-    V16 d[TPAR_MAX_RANKS];
+    V16 d;
     while (true) {
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
             if (q >= world) break;
             if (pending & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
         }
-        if (desc_pending) {
-#pragma unroll
-            for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-                if (q >= world) break;
-                if (desc_pending & (1u << q)) d[q] = ld_poll_v16(desc_at(a, a.rank, f.buf, q));
-            }
-        }
+        if (desc_pending) d = ld_poll_v16(desc_at(a, a.rank, f.buf, dq));
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
             if (q >= world) break;
             if ((pending & (1u << q)) && !D::has_empty_lane(x[q])) pending &= ~(1u << q);
         }
-        if (desc_pending) {
-#pragma unroll
-            for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-                if (q >= world) break;
-                if ((desc_pending & (1u << q)) && desc_is_for(d[q], f.epoch)) {
-                    desc_pending &= ~(1u << q);
-                    desc_compare(a, f, q, d[q]);
-                }
-            }
+        if (desc_pending && desc_is_for(d, f.epoch)) {
+            desc_pending = 0u;
+            desc_compare(a, f, dq, d);
         }
         if ((pending | desc_pending) == 0u || !f.ok) return;
         const u32 late = pending ? pending : desc_pending;
         if (!still_waiting(a, f, polls, __ffs(late) - 1, pending ? phase : TPAR_PHASE_DESC)) return;
+    }
+}
+
+// Sentinel poll of one slot `p` (rank `peer`'s data), and the one descriptor in
+// `desc_pending` as in poll_peers. For a step that awaits a single peer (staged push): no
+// array of peer slots, so nothing else competes for registers.
+template <class D>
+__device__ __forceinline__ void poll_one(const TparArgs& a, Frame& f, const V16* p, u32 peer, u32 desc_pending, u32 phase) {
+    const u32 dq = desc_pending ? (u32)(__ffs(desc_pending) - 1) : 0u;
+    bool pending = true;
+    u32 polls = 0;
+    V16 d;
+    while (true) {
+        const V16 x = ld_poll_v16(p);
+        if (desc_pending) d = ld_poll_v16(desc_at(a, a.rank, f.buf, dq));
+        if (!D::has_empty_lane(x)) pending = false;
+        if (desc_pending && desc_is_for(d, f.epoch)) {
+            desc_pending = 0u;
+            desc_compare(a, f, dq, d);
+        }
+        if ((!pending && desc_pending == 0u) || !f.ok) return;
+        if (!still_waiting(a, f, polls, pending ? peer : dq, pending ? phase : TPAR_PHASE_DESC)) return;
     }
 }
 
@@ -726,38 +757,28 @@ __device__ __forceinline__ V16 reduce_in_rank_order(const TparArgs& a, const V16
     return D::pack(acc);
 }
 
-// Descriptor thread of a pull kernel: its peers' descriptors are loaded together with its
+// Descriptor thread of a pull kernel: its peer's descriptor is loaded together with its
 // first data loads (desc_prefetch) and checked after them (desc_check), re-polled only if
-// one was not there yet.
-__device__ __forceinline__ void desc_prefetch(const TparArgs& a, const Frame& f, V16 (&d)[TPAR_MAX_RANKS], u32 dm) {
-#pragma unroll
-    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= a.world) break;
-        if (dm & (1u << q)) d[q] = ld_poll_v16(desc_at(a, a.rank, f.buf, q));
-    }
+// it was not there yet.
+__device__ __forceinline__ V16 desc_prefetch(const TparArgs& a, const Frame& f, u32 dm) {
+    return ld_poll_v16(desc_at(a, a.rank, f.buf, (u32)(__ffs(dm) - 1)));
 }
 template <class D>
-__device__ __forceinline__ void desc_check(const TparArgs& a, Frame& f, const V16 (&d)[TPAR_MAX_RANKS], u32 dm) {
-    u32 missing = 0u;
-#pragma unroll
-    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= a.world) break;
-        if (!(dm & (1u << q))) continue;
-        if (!desc_is_for(d[q], f.epoch)) missing |= 1u << q;
-        else if (f.ok) desc_compare(a, f, q, d[q]);
+__device__ __forceinline__ void desc_check(const TparArgs& a, Frame& f, V16 d, u32 dm) {
+    if (!f.ok) return;
+    if (desc_is_for(d, f.epoch)) {
+        desc_compare(a, f, (u32)(__ffs(dm) - 1), d);
+        return;
     }
-    if (missing && f.ok) {
-        V16 x[TPAR_MAX_RANKS];
-        poll_peers<D, SLOT_INBOX>(a, f, x, 0u, missing, 0, 0, TPAR_PHASE_DESC);
-    }
+    V16 x[TPAR_MAX_RANKS];
+    poll_peers<D, SLOT_INBOX>(a, f, x, 0u, dm, 0, 0, TPAR_PHASE_DESC);
 }
 
-// Descriptor thread with no data to poll (its share of the message is empty): the
-// descriptors alone, in one batch.
+// A descriptor thread that polled no data (the message has no vector for it, or its share
+// is empty): its descriptor alone. `dm` is what is still pending (0: nothing to do).
 template <class D>
-__device__ __forceinline__ void desc_only(const TparArgs& a, Frame& f) {
-    const u32 dm = desc_mask(a);
-    if (dm == 0u) return;
+__device__ __forceinline__ void desc_only(const TparArgs& a, Frame& f, u32 dm) {
+    if (dm == 0u || !f.ok) return;
     V16 x[TPAR_MAX_RANKS];
     poll_peers<D, SLOT_INBOX>(a, f, x, 0u, dm, 0, 0, TPAR_PHASE_DESC);
 }

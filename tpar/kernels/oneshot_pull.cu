@@ -32,8 +32,8 @@ __device__ void oneshot_pull(const TparArgs& a) {
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
     const u32 dm = desc_mask(a);
-    V16 d[TPAR_MAX_RANKS];
-    if (dm) desc_prefetch(a, f, d, dm);
+    V16 d = {0u, 0u, 0u, 0u};
+    if (dm) d = desc_prefetch(a, f, dm);
     const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
     for (u64 v = first; v < nvec; v += stride) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));

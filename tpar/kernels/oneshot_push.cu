@@ -43,6 +43,7 @@ __device__ void oneshot_push(const TparArgs& a) {
         dm = 0u;
         store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
     }
+    desc_only<D>(a, f, dm);  // a descriptor thread past the message's last vector
     frame_end(a, f, nvec, TPAR_KIND_INBOX);
 }
 

@@ -34,8 +34,8 @@ __device__ void twoshot_pull(const TparArgs& a) {
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
     const u32 dm = desc_mask(a);
-    V16 d[TPAR_MAX_RANKS];
-    if (dm) desc_prefetch(a, f, d, dm);
+    V16 d = {0u, 0u, 0u, 0u};
+    if (dm) d = desc_prefetch(a, f, dm);
     // 2. reduce-scatter by reads.
     {
         const u64 lo = (u64)a.rank * cvec;

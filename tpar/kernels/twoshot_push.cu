@@ -22,7 +22,7 @@ __device__ void twoshot_push(const TparArgs& a) {
     Frame f = frame_begin(a);
     const u32 world = a.world, rank = a.rank;
     const u64 nvec = vecs_for<D>(a.count);
-    const u64 cvec = (nvec + world - 1) / world;  // vectors per chunk
+    const u64 cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
     const u64 stride = grid_threads();
     const u64 t0 = global_tid();
     const u64 items = (u64)(world - 1u) * cvec;   // (peer, index in its chunk)
@@ -36,7 +36,7 @@ __device__ void twoshot_push(const TparArgs& a) {
             const u64 i = base + (u64)u * stride;
             dst[u] = (V16*)0;
             if (i < items) {
-                const u32 k = (u32)(i / cvec);
+                const u32 k = (u32)i / (u32)cvec;  // 32-bit: a message has < 2^32 vectors
                 const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
                 const u64 v = (u64)q * cvec + (i - (u64)k * cvec);
                 if (v < nvec) {
@@ -70,19 +70,22 @@ __device__ void twoshot_push(const TparArgs& a) {
         }
         store_output<D>(a, v, r);
     }
-    if (dm) desc_only<D>(a, f);  // my chunk is empty (tiny message): the descriptors alone
+    desc_only<D>(a, f, dm);  // no vector of my chunk for this thread: the descriptor alone
     // 3. all-gather: items as in step 1, polled TPAR_UNROLL at a time in one pass.
     for (u64 base = t0; base < items; base += stride * TPAR_UNROLL) {
         V16 val[TPAR_UNROLL];
         u64 vv[TPAR_UNROLL];
+        u32 owner[TPAR_UNROLL];  // the chunk owner of each item (named by a timeout)
         u32 pend = 0u;
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u) {
             const u64 i = base + (u64)u * stride;
             vv[u] = 0;
+            owner[u] = 0;
             if (i < items) {
-                const u32 k = (u32)(i / cvec);
+                const u32 k = (u32)i / (u32)cvec;
                 const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+                owner[u] = q;
                 vv[u] = (u64)q * cvec + (i - (u64)k * cvec);
                 if (vv[u] < nvec) pend |= 1u << u;
             }
@@ -100,7 +103,7 @@ __device__ void twoshot_push(const TparArgs& a) {
             u32 late = 0u;  // owner of the first missing chunk (static indices: x[] stays in registers)
 #pragma unroll
             for (int u = TPAR_UNROLL - 1; u >= 0; --u)
-                if (pend & (1u << u)) late = (u32)(vv[u] / cvec);
+                if (pend & (1u << u)) late = owner[u];
             if (!still_waiting(a, f, polls, late, TPAR_PHASE_AG_POLL)) break;
         }
 #pragma unroll

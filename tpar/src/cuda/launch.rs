@@ -253,6 +253,10 @@ impl Launcher {
         if let Some(p) = ptrs.iter().find(|p| **p % VEC_BYTES as u64 != 0 || **p == 0) {
             return Err(Error::invalid("buffer", format!("pointer {p:#x} is null or not 16-byte aligned")));
         }
+        if bytes as u64 / VEC_BYTES as u64 >= 1u64 << 32 {
+            // The kernels index a message's vectors in 32 bits (chunk arithmetic).
+            return Err(Error::invalid("count", format!("{bytes} B: a message must have fewer than 2^32 16-byte vectors")));
+        }
         if call.blocks as usize > MAX_BLOCKS {
             return Err(Error::invalid("blocks", format!("{}: must be 1..={MAX_BLOCKS} (0: the policy)", call.blocks)));
         }

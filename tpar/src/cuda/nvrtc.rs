@@ -119,6 +119,9 @@ pub struct Compiled {
     pub cubin: Vec<u8>,
     /// The PTX of the same compile (the CI test reads it: entries, no local memory).
     pub ptx: String,
+    /// The compiler's log of a successful compile (with `--ptxas-options=-v`: each
+    /// function's registers, stack frame and spills; the CI test reads it).
+    pub log: String,
 }
 
 /// Compiles a translation unit with `opts`. `name` is for messages.
@@ -132,13 +135,7 @@ pub fn compile_unit(name: &str, text: &str, opts: &[String]) -> Result<Compiled>
     // SAFETY: prog is a live program (owned by guard); options are plain strings.
     let compiled = unsafe { nvrtc_result::compile_program(guard.0, opts) };
     if let Err(e) = compiled {
-        // SAFETY: prog is live; the log is a NUL-terminated buffer NVRTC filled.
-        let log = unsafe { nvrtc_result::get_program_log(guard.0) }
-            .map(|v| {
-                let bytes: Vec<u8> = v.iter().map(|c| *c as u8).take_while(|b| *b != 0).collect();
-                String::from_utf8_lossy(&bytes).into_owned()
-            })
-            .unwrap_or_default();
+        let log = program_log(&guard);
         return Err(Error::Library { library: "nvrtc", reason: format!("compiling {name} ({}) failed ({e:?}):\n{log}", opts.join(" ")) });
     }
     // SAFETY: prog compiled successfully; get_ptx copies the PTX out.
@@ -157,7 +154,19 @@ pub fn compile_unit(name: &str, text: &str, opts: &[String]) -> Result<Compiled>
     if rc != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
         return Err(Error::Library { library: "nvrtc", reason: format!("nvrtcGetCUBIN for {name}: {rc:?}") });
     }
-    Ok(Compiled { cubin, ptx })
+    let log = program_log(&guard);
+    Ok(Compiled { cubin, ptx, log })
+}
+
+/// The program's log (empty if NVRTC cannot give it).
+fn program_log(guard: &ProgramGuard) -> String {
+    // SAFETY: guard.0 is a live program; the log is a NUL-terminated buffer NVRTC filled.
+    unsafe { nvrtc_result::get_program_log(guard.0) }
+        .map(|v| {
+            let bytes: Vec<u8> = v.iter().map(|c| *c as u8).take_while(|b| *b != 0).collect();
+            String::from_utf8_lossy(&bytes).into_owned()
+        })
+        .unwrap_or_default()
 }
 
 /// Compiles one kernel file for `arch`: one dtype's instantiation, or all three.
