@@ -401,7 +401,7 @@ mod tests {
         assert_eq!(policy_blocks(a, Transport::P2p, 43008, 8), 6);
         assert_eq!(policy_blocks(a, Transport::P2p, 4 << 20, 8), P2P_MAX_BLOCKS);
         assert_eq!(policy_blocks(a, Transport::Host, 4 << 20, 8), HOST_MAX_BLOCKS);
-        assert_eq!(policy_blocks(a, Transport::Host, 43008, 8), 1, "PCIe: one block per 64 KiB");
+        assert_eq!(policy_blocks(a, Transport::Host, 43008, 8), 6, "PCIe: one block per 8 KiB");
     }
 
     #[test]

@@ -49,11 +49,14 @@ pub const HOST_COPY_LATENCY_US: f64 = 14.0;
 /// 8 B, nccl #1530; 8x RTX 3090 about 54 us). The lower figure, to favour NCCL when unsure.
 pub const NCCL_PCIE_FLOOR_US: f64 = 42.0;
 
-/// Most blocks a PCIe kernel uses (docs/architecture.md: PCIe fabrics collapse when every SM writes).
-/// Placeholder until measured.
-pub const PCIE_MAX_BLOCKS: u32 = 4;
-/// Bytes per block on PCIe before another block is added. Placeholder until measured.
-pub const PCIE_BYTES_PER_BLOCK: u64 = 64 * KIB;
+/// Most blocks a PCIe kernel uses: few, since PCIe fabrics collapse when every SM writes.
+/// The only PCIe measurement so far is the host transport (pinned host memory over one H200's
+/// Gen5 x16 link, 4 emulated ranks, 122 x 42 KiB in a graph; bench/results/h200-1gpu-final.md):
+/// one block per 8 KiB (6 at 42 KiB) took 18.6 us per call (two-shot push) and 27.9 (one-shot),
+/// a single block 20.6 and 34.2. Peer-to-peer PCIe not measured.
+pub const PCIE_MAX_BLOCKS: u32 = 8;
+/// Bytes per block on PCIe before another block is added (the measurement above).
+pub const PCIE_BYTES_PER_BLOCK: u64 = 8 * KIB;
 /// Most blocks an NVLink kernel uses: the kernels' cap. Measured on 4 H200s (blocks sweep,
 /// bench/results/h200-x4.md): at 1 MiB, 32 blocks beat 16 (one-shot, 4 ranks: 18.75 vs 25.66 us).
 pub const NVLINK_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
