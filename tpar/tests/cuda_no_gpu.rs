@@ -48,8 +48,8 @@ fn layout_sizes_cover_every_region() {
     // barrier flags [2][32 blocks][16 ranks] u32, then call descriptors [3][16 ranks] x 16 B
     // (the kernels put the descriptors at byte 2*32*16*4: TPAR_DESC_OFFSET in common.cuh).
     assert_eq!(abi::FLAG_BYTES, 2 * 32 * 16 * 4 + 3 * 16 * 16);
-    assert!(tpar::cuda::kernels::COMMON_CUH.contains("#define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)"));
-    assert!(tpar::cuda::kernels::COMMON_CUH.contains("#define TPAR_BUFS 3u"));
+    assert!(tpar::cuda::kernels::header().contains("#define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)"));
+    assert!(tpar::cuda::kernels::header().contains("#define TPAR_BUFS 3u"));
     assert_eq!(abi::BUFS, 3);
 }
 

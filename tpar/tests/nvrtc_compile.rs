@@ -6,7 +6,7 @@
 //! with `TPAR_REQUIRE_NVRTC=1` a missing NVRTC fails instead.
 #![cfg(feature = "cuda")]
 
-use tpar::cuda::kernels::{sources, PROBE_UNIT};
+use tpar::cuda::kernels::{probe_unit, sources};
 use tpar::cuda::nvrtc;
 use tpar::DType;
 
@@ -49,7 +49,7 @@ fn every_kernel_variant_compiles_with_nvrtc() {
     assert_eq!(version.major, 13, "pinned NVRTC is 13.0.x (the GPU machine's CUDA); got {version:?}");
     let mut compiled = 0;
     for arch in ARCHS {
-        let probe = nvrtc::compile_unit("common.cuh", PROBE_UNIT, &nvrtc::options(arch, None)).unwrap_or_else(|e| panic!("{e}"));
+        let probe = nvrtc::compile_unit("common.cuh", &probe_unit(), &nvrtc::options(arch, None)).unwrap_or_else(|e| panic!("{e}"));
         assert!(probe.ptx.contains(".entry tpar_abi_offsets(") && probe.ptx.contains(".entry tpar_noop("));
         assert!(!probe.cubin.is_empty());
         // The link probe's kernels (`tpar topo --probe`), compiled the same way.

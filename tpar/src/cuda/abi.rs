@@ -88,7 +88,7 @@ pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
     }
 }
 
-/// Buffers of the push and pull regions (calls cycle through them; common.cuh says why three).
+/// Buffers of the push and pull regions (calls cycle through them; frame.cuh says why three).
 pub const BUFS: usize = 3;
 
 /// Per-rank device-local state. Twin of `struct TparState`: per-block epochs and buffer
@@ -166,7 +166,7 @@ pub fn slot_vecs(max_bytes: usize) -> usize {
     max_bytes.div_ceil(VEC_BYTES).max(1)
 }
 
-/// Bytes of a rank's data area (see the layout in common.cuh):
+/// Bytes of a rank's data area (see the layout in frame.cuh):
 /// push region `3(N+1)·S` vectors plus pull region `6·S` vectors.
 pub fn data_bytes(world: usize, slot_vecs: usize) -> usize {
     (BUFS * (world + 1) + 2 * BUFS) * slot_vecs * VEC_BYTES

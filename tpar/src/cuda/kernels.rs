@@ -11,6 +11,15 @@ use crate::{Algorithm, DType};
 /// needs no include path.
 pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 
+/// The header's second half (layout, frame, descriptors, polls), spliced into
+/// [`COMMON_CUH`] where it says `#include "frame.cuh"`.
+pub const FRAME_CUH: &str = include_str!("../../kernels/frame.cuh");
+
+/// The whole header every kernel includes: [`COMMON_CUH`] with [`FRAME_CUH`] spliced in.
+pub fn header() -> String {
+    COMMON_CUH.replace("#include \"frame.cuh\"", FRAME_CUH)
+}
+
 /// One kernel source file.
 #[derive(Clone, Copy, Debug)]
 pub struct KernelSource {
@@ -38,7 +47,7 @@ impl KernelSource {
 
     /// The full translation unit handed to NVRTC: the header spliced in.
     pub fn translation_unit(&self) -> String {
-        self.text.replace("#include \"common.cuh\"", COMMON_CUH)
+        self.text.replace("#include \"common.cuh\"", &header())
     }
 
     /// Entry name of the instantiation for `dtype`, e.g. `oneshot_push_bf16`.
@@ -72,7 +81,9 @@ pub fn fnv1a64_bytes(bytes: &[u8]) -> u64 {
 }
 
 /// The header alone as a translation unit: the ABI probe and the empty kernel (no algorithm).
-pub const PROBE_UNIT: &str = COMMON_CUH;
+pub fn probe_unit() -> String {
+    header()
+}
 
 #[cfg(test)]
 mod tests {
@@ -93,9 +104,11 @@ mod tests {
 
     #[test]
     fn header_mentions_the_abi_sizes_it_asserts() {
-        assert!(COMMON_CUH.contains("sizeof(TparArgs) == 328"));
-        assert!(COMMON_CUH.contains("#define TPAR_MAX_RANKS 16"));
-        assert!(COMMON_CUH.contains("#define TPAR_MAX_BLOCKS 32"));
-        assert!(COMMON_CUH.contains("#define TPAR_THREADS 512"));
+        let h = header();
+        assert!(!h.contains("#include"), "the header splices in everything it includes");
+        assert!(h.contains("sizeof(TparArgs) == 328"));
+        assert!(h.contains("#define TPAR_MAX_RANKS 16"));
+        assert!(h.contains("#define TPAR_MAX_BLOCKS 32"));
+        assert!(h.contains("#define TPAR_THREADS 512"));
     }
 }

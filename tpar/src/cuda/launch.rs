@@ -13,7 +13,7 @@
 
 use super::abi::{self, TparArgs, TparState, MAX_BLOCKS, THREADS, VEC_BYTES};
 use super::driver::{cu_rc, sys, Device, DeviceBuffer, Module, Stream};
-use super::kernels::{self, PROBE_UNIT};
+use super::kernels::{self, probe_unit};
 use super::nvrtc;
 use crate::error::{Error, Result};
 use crate::{Algorithm, DType, Transport};
@@ -172,7 +172,7 @@ impl Launcher {
         let mut driver = 0i32;
         // SAFETY: the driver is loaded (Device::open succeeded); driver is a valid out-pointer.
         let _ = unsafe { sys::cuDriverGetVersion(&mut driver) };
-        let probe = load_unit(dev, "common", PROBE_UNIT, &nvrtc::options(&arch, None), &arch, driver)?;
+        let probe = load_unit(dev, "common", &probe_unit(), &nvrtc::options(&arch, None), &arch, driver)?;
         let sms = dev
             .ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)

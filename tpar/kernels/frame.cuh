@@ -1,0 +1,459 @@
+// frame.cuh — the second half of common.cuh (which splices it in): the workspace layout,
+// the call frame (epochs, buffers, deadline), call descriptors, the clears one call behind,
+// and the poll verbs every kernel waits with. Needs common.cuh's types and helpers before it.
+
+// ---------------------------------------------------------------------------------------
+// Workspace layout, in 16-byte vectors from a rank's data area (S = slot_vecs, N = world,
+// B = TPAR_BUFS = 3 buffers, the call's buffer `buf` cycling 0, 1, 2):
+//
+//   push region (sentinel-managed, all ones when empty):
+//     inbox[buf 0..2][src 0..N-1][S]   one-shot push, staged push, two-shot reduce-scatter
+//     gather[buf 0..2][S]              two-shot all-gather (the chunk owner is implied)
+//   pull region (no sentinel; guarded by barriers):
+//     pull[buf 0..2][2][S]             [0] = exposed input, [1] = two-shot partial result
+//
+// Flag area: flags[phase 0..1][block 0..TPAR_MAX_BLOCKS-1][src 0..N-1] (u32 generations),
+// then desc[buf 0..2][src 0..TPAR_MAX_RANKS-1] (one 16-byte call descriptor each, below).
+//
+// Why three buffers: a rank inside call k has finished call k-1, which needed a
+// contribution from every peer's call k-1, so every peer is inside call k-1, k or k+1: three
+// calls, three buffers, each touched by one call at a time. Call k clears what call k-1 left
+// in its buffer (while it waits for peers, off the critical path): the next writer of that
+// buffer is a peer's call k+2, which needs my call k+1's data, which I send only after call k
+// (clears included) has completed. With two buffers a fast peer's call k+1 could already be
+// writing the buffer call k clears.
+
+__device__ __forceinline__ u64 push_region_vecs(const TparArgs& a) { return (u64)TPAR_BUFS * (a.world + 1ull) * a.slot_vecs; }
+
+__device__ __forceinline__ V16* inbox_at(const TparArgs& a, u32 owner, u32 buf, u32 src, u64 v) {
+    return (V16*)a.data[owner] + ((u64)(buf * a.world + src) * a.slot_vecs + v);
+}
+__device__ __forceinline__ V16* gather_at(const TparArgs& a, u32 owner, u32 buf, u64 v) {
+    return (V16*)a.data[owner] + ((u64)TPAR_BUFS * a.world * a.slot_vecs + (u64)buf * a.slot_vecs + v);
+}
+__device__ __forceinline__ V16* pull_at(const TparArgs& a, u32 owner, u32 buf, u32 which, u64 v) {
+    return (V16*)a.data[owner] + (push_region_vecs(a) + ((u64)buf * 2ull + which) * a.slot_vecs + v);
+}
+__device__ __forceinline__ u32* flag_at(const TparArgs& a, u32 owner, u32 phase, u32 block, u32 src) {
+    return (u32*)a.flags[owner] + ((phase * TPAR_MAX_BLOCKS + block) * TPAR_MAX_RANKS + src);
+}
+#define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)
+__device__ __forceinline__ V16* desc_at(const TparArgs& a, u32 owner, u32 buf, u32 src) {
+    return (V16*)((char*)a.flags[owner] + TPAR_DESC_OFFSET) + (buf * TPAR_MAX_RANKS + src);
+}
+
+// ---------------------------------------------------------------------------------------
+// Call frame: the epoch and buffer this call runs under, and its deadline. The clock is not
+// read until a poll has failed: a call whose data is there pays nothing for the deadline.
+
+struct Frame {
+    u32 epoch;
+    u32 buf;
+    u64 deadline_ns;  // 0 until the first failed poll of this thread
+    bool ok;          // false once this thread has failed (timeout, mismatch): results are void
+};
+
+__device__ __forceinline__ u64 global_tid() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * blockDim.x; }
+
+__device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 epoch, u64 waited_ns, u32 peer, u32 phase) {
+    TparState* st = (TparState*)state;
+    if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
+    TparError* e = (TparError*)err;
+    e->rank = rank;
+    e->peer = peer;
+    e->phase = phase;
+    e->block = blockIdx.x;
+    e->epoch = epoch;
+    e->waited_ns = waited_ns;
+    fence_sc_sys();
+    st_volatile_u32(&e->code, TPAR_ERR_TIMEOUT);
+    fence_sc_sys();
+}
+
+// Called after a failed poll. Starts the deadline on the first failure; every
+// TPAR_POLLS_PER_CLOCK failures reads the clock and whether another thread of this rank has
+// already failed the call (then this one stops too: the call is void, the error recorded).
+// Returns false when the thread must stop waiting.
+__device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& polls, u32 peer, u32 phase) {
+    if (f.deadline_ns == 0ull) {
+        f.deadline_ns = globaltimer_ns() + a.timeout_ns;
+        return true;
+    }
+    if (++polls % TPAR_POLLS_PER_CLOCK != 0u) return true;
+    const u64 now = globaltimer_ns();
+    if (now > f.deadline_ns) {
+        f.ok = false;
+        record_timeout(a.err, a.state, a.rank, f.epoch, now - (f.deadline_ns - a.timeout_ns), peer, phase);
+        return false;
+    }
+    if (ld_volatile_u32(&((TparState*)a.state)->err_claim) != 0u) {
+        f.ok = false;
+        return false;
+    }
+    return true;
+}
+
+// Call descriptors: every rank tells every peer what it is calling (epoch, count, algorithm,
+// dtype), so that ranks that disagree get TPAR_ERR_MISMATCH instead of a sum of mismatched
+// data. One thread per peer: thread q (q < world, q != rank) of block 0 announces this call
+// to rank q before its first sends, and loads rank q's descriptor in the same poll passes as
+// its data (poll_peers below): no load of its own on the critical path, and one descriptor
+// in registers per thread. (One thread checking every peer kept 16 descriptors live beside
+// the 16 data vectors of a poll: past 128 registers, the push kernels spilled 0.6-3 KB per
+// thread to local memory and ran 1.2-3.7x slower.) The check word makes a torn or stale
+// descriptor (zeros, a reset's fill, an older epoch) never match. Slot reuse: desc[buf][src]
+// of mine is written by src in calls k, k+3, ...; src reaches call k+3 only after my call
+// k+2 contributed.
+#define TPAR_DESC_SALT 0x9e3779b9u
+__device__ __forceinline__ V16 desc_of(const TparArgs& a, u32 epoch) {
+    V16 d;
+    d.x = epoch;
+    d.y = (u32)a.count;
+    d.z = (u32)(a.count >> 32) | (a.desc_code << 24);
+    d.w = d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT;
+    return d;
+}
+__device__ __forceinline__ bool desc_is_for(V16 d, u32 epoch) {
+    return d.x == epoch && d.w == (d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT);
+}
+// desc_code 0: the host checks calls itself (a captured graph's sequence, TPAR_CHECK_CALLS=0).
+// Thread q of block 0 is rank q's descriptor thread (none for q == rank).
+__device__ __forceinline__ bool is_desc_thread(const TparArgs& a) {
+    return blockIdx.x == 0 && threadIdx.x < a.world && threadIdx.x != a.rank && a.desc_code != 0u;
+}
+// The peer whose descriptor the calling thread must still see, as a one-bit mask (0 for
+// every thread that is not a descriptor thread).
+__device__ __forceinline__ u32 desc_mask(const TparArgs& a) {
+    return is_desc_thread(a) ? 1u << threadIdx.x : 0u;
+}
+
+__device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 epoch, u32 peer, u64 ours, u64 theirs) {
+    TparState* st = (TparState*)state;
+    if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
+    TparError* e = (TparError*)err;
+    e->rank = rank;
+    e->peer = peer;
+    e->phase = TPAR_PHASE_DESC;
+    e->block = blockIdx.x;
+    e->epoch = epoch;
+    e->waited_ns = 0ull;
+    e->ours = ours;
+    e->theirs = theirs;
+    fence_sc_sys();
+    st_volatile_u32(&e->code, TPAR_ERR_MISMATCH);
+    fence_sc_sys();
+}
+
+__device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q, V16 d) {
+    const V16 mine = desc_of(a, f.epoch);
+    if (d.y != mine.y || d.z != mine.z) {
+        const u64 theirs = ((((u64)(d.z & 0xffffffu) << 32) | d.y) << 8) | (d.z >> 24);
+        const u64 ours = (a.count << 8) | (a.desc_code & 0xffu);
+        record_mismatch(a.err, a.state, a.rank, f.epoch, q, ours, theirs);
+        f.ok = false;
+    }
+}
+
+// Skewed-rank test hook (test_delay_ns != 0 only in tests): the rank stalls here. Called
+// when a call starts (a late sender) and again after a push kernel's sends (a slow reader,
+// whose clear one call behind then runs late: the case a buffer-reuse race needs).
+__device__ __forceinline__ void test_pause(const TparArgs& a) {
+    if (a.test_delay_ns == 0u) return;
+    const u64 until = globaltimer_ns() + a.test_delay_ns;
+    while (globaltimer_ns() < until) nanosleep_ns(100);
+}
+
+// Starts a call: waits for the previous kernel on this stream (PDL), reads this block's
+// epoch and buffer, and (descriptor thread) announces the call to every peer.
+__device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
+    pdl_wait();
+    test_pause(a);  // skewed-rank test hook: this rank arrives late
+    const TparState* st = (const TparState*)a.state;
+    Frame f;
+    f.epoch = st->epoch[blockIdx.x];
+    f.buf = st->buf[blockIdx.x];
+    f.deadline_ns = 0ull;
+    f.ok = true;
+    if (is_desc_thread(a)) st_volatile_v16(desc_at(a, threadIdx.x, f.buf, a.rank), desc_of(a, f.epoch));
+    return f;
+}
+
+// Ends a call: block b advances its own epoch and buffer; block 0 also those of the blocks
+// not launched, and records what this call left in the push region. No fence, no atomic:
+// only this rank's next kernel reads them, after the kernel boundary (or griddepcontrol.wait).
+__device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f, u64 nvec, u32 kind) {
+    block_sync();  // every thread of the block has read the epoch
+    if (threadIdx.x != 0) return;
+    TparState* st = (TparState*)a.state;
+    const unsigned char nb = (unsigned char)(f.buf == TPAR_BUFS - 1u ? 0u : f.buf + 1u);
+    st->epoch[blockIdx.x] = f.epoch + 1u;
+    st->buf[blockIdx.x] = nb;
+    if (blockIdx.x == 0) {
+        for (u32 b = gridDim.x; b < TPAR_MAX_BLOCKS; ++b) {
+            st->epoch[b] = f.epoch + 1u;
+            st->buf[b] = nb;
+        }
+        st->prev_nvec[f.epoch & 1u] = nvec;
+        st->prev_kind[f.epoch & 1u] = kind;
+    }
+}
+
+// What the previous call left in the push region (TPAR_KIND_*).
+__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) {
+    return ((const TparState*)a.state)->prev_kind[(f.epoch - 1u) & 1u];
+}
+
+// Clears slot [src] of my inbox in the previous call's buffer, when that call was a
+// TPAR_KIND_INBOX one (staged push clears one source per step, before it waits on it).
+template <class D>
+__device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Frame& f, u32 src) {
+    const u64 n = ((const TparState*)a.state)->prev_nvec[(f.epoch - 1u) & 1u];
+    const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
+    const u64 stride = grid_threads();
+    const V16 e = empty_v16<D>();
+    for (u64 v = global_tid(); v < n; v += stride) st_v16(inbox_at(a, a.rank, pb, src, v), e);
+}
+
+// Clears what the previous call left in its buffer (see the layout: its next writer is a
+// peer's call k+2). Every thread of the grid takes its share; plain stores, nothing waits.
+template <class D>
+__device__ void clear_previous(const TparArgs& a, const Frame& f) {
+    const TparState* st = (const TparState*)a.state;
+    const u32 pe = (f.epoch - 1u) & 1u;
+    const u32 kind = st->prev_kind[pe];
+    if (kind == TPAR_KIND_NONE) return;
+    const u64 n = st->prev_nvec[pe];
+    const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
+    const u32 world = a.world, rank = a.rank;
+    const u64 t0 = global_tid(), stride = grid_threads();
+    const V16 e = empty_v16<D>();
+    // Source-major loops: no division per item, a warp's stores contiguous.
+    if (kind == TPAR_KIND_INBOX) {
+        for (u32 src = 0; src < world; ++src) {
+            if (src == rank) continue;
+            for (u64 v = t0; v < n; v += stride) st_v16(inbox_at(a, rank, pb, src, v), e);
+        }
+    } else {
+        const u64 cvec = (u32)(n + world - 1u) / world;  // 32-bit: a message has < 2^32 vectors
+        const u64 lo = (u64)rank * cvec;
+        const u64 hi = lo + cvec < n ? lo + cvec : n;
+        for (u32 src = 0; src < world; ++src) {
+            if (src == rank) continue;
+            for (u64 v = lo + t0; v < hi; v += stride) st_v16(inbox_at(a, rank, pb, src, v), e);
+        }
+        for (u64 v = t0; v < n; v += stride) {
+            if (v < lo || v >= hi) st_v16(gather_at(a, rank, pb, v), e);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The poll verb. One pass loads the slot of every peer still missing (a bitmask), and the
+// descriptors still missing (descriptor thread only), all in flight at once; then checks
+// them; then passes again over what is still missing. One late peer costs one load per
+// pass, not one per rank. The loops are unrolled to TPAR_MAX_RANKS (so x[] stays in
+// registers) and leave at q == world.
+
+// Which slot of rank q a poll reads. Chosen at compile time, not by a lambda: a lambda
+// capturing the kernel argument by reference makes the compiler copy it to local memory.
+enum SlotKind {
+    SLOT_INBOX = 0,          // my inbox, slot [q], vector v
+    SLOT_GATHER_CHUNK = 1,   // my gather area, vector q*cvec + v (v = index in the chunk)
+    SLOT_PULL_EXPOSED = 2,   // rank q's exposed input, vector v
+    SLOT_PULL_RESULT_CHUNK = 3,  // rank q's partial result, vector q*cvec + v
+};
+
+template <int K>
+__device__ __forceinline__ const V16* slot_of(const TparArgs& a, u32 buf, u32 q, u64 v, u64 cvec) {
+    if (K == SLOT_INBOX) return inbox_at(a, a.rank, buf, q, v);
+    if (K == SLOT_GATHER_CHUNK) return gather_at(a, a.rank, buf, (u64)q * cvec + v);
+    if (K == SLOT_PULL_EXPOSED) return pull_at(a, q, buf, 0, v);
+    return pull_at(a, q, buf, 1, (u64)q * cvec + v);
+}
+
+// Sentinel poll over the peers in `pending` (bit q = rank q), and the one descriptor in
+// `desc_pending` (a descriptor thread's peer, or 0). On return every x[q] of `pending` holds
+// data (unless f.ok is false).
+template <class D, int K>
+__device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 pending, u32 desc_pending, u64 v, u64 cvec, u32 phase) {
+    const u32 world = a.world;
+    const u32 dq = desc_pending ? (u32)(__ffs(desc_pending) - 1) : 0u;
+    u32 polls = 0;
+    V16 d;
+    while (true) {
+#pragma unroll
+        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+            if (q >= world) break;
+            if (pending & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
+        }
+        if (desc_pending) d = ld_poll_v16(desc_at(a, a.rank, f.buf, dq));
+#pragma unroll
+        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+            if (q >= world) break;
+            if ((pending & (1u << q)) && !D::has_empty_lane(x[q])) pending &= ~(1u << q);
+        }
+        if (desc_pending && desc_is_for(d, f.epoch)) {
+            desc_pending = 0u;
+            desc_compare(a, f, dq, d);
+        }
+        if ((pending | desc_pending) == 0u || !f.ok) return;
+        const u32 late = pending ? pending : desc_pending;
+        if (!still_waiting(a, f, polls, __ffs(late) - 1, pending ? phase : TPAR_PHASE_DESC)) return;
+    }
+}
+
+// Sentinel poll of one slot `p` (rank `peer`'s data), and the one descriptor in
+// `desc_pending` as in poll_peers. For a step that awaits a single peer (staged push): no
+// array of peer slots, so nothing else competes for registers.
+template <class D>
+__device__ __forceinline__ void poll_one(const TparArgs& a, Frame& f, const V16* p, u32 peer, u32 desc_pending, u32 phase) {
+    const u32 dq = desc_pending ? (u32)(__ffs(desc_pending) - 1) : 0u;
+    bool pending = true;
+    u32 polls = 0;
+    V16 d;
+    while (true) {
+        const V16 x = ld_poll_v16(p);
+        if (desc_pending) d = ld_poll_v16(desc_at(a, a.rank, f.buf, dq));
+        if (!D::has_empty_lane(x)) pending = false;
+        if (desc_pending && desc_is_for(d, f.epoch)) {
+            desc_pending = 0u;
+            desc_compare(a, f, dq, d);
+        }
+        if ((!pending && desc_pending == 0u) || !f.ok) return;
+        if (!still_waiting(a, f, polls, pending ? peer : dq, pending ? phase : TPAR_PHASE_DESC)) return;
+    }
+}
+
+// Every peer except me, and only chunked slots inside the message.
+template <int K>
+__device__ __forceinline__ u32 peers_mask(const TparArgs& a, u64 v, u64 cvec, u64 nvec) {
+    u32 m = 0u;
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= a.world) break;
+        const bool valid = (K == SLOT_GATHER_CHUNK || K == SLOT_PULL_RESULT_CHUNK) ? (u64)q * cvec + v < nvec : true;
+        if (q != a.rank && valid) m |= 1u << q;
+    }
+    return m;
+}
+
+// Loads every peer in `mask` (no sentinel: barrier-guarded data), all loads in flight at once.
+// Volatile (a peer's data must not come from a stale L1 line) but unclobbered: all in flight.
+template <int K>
+__device__ __forceinline__ void load_peers(const TparArgs& a, const Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 mask, u64 v, u64 cvec) {
+#pragma unroll
+    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= a.world) break;
+        if (mask & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
+    }
+}
+
+// Sum in rank order 0..world-1 in f32, packed and canonicalised; rank `a.rank` contributes
+// `own`, every other rank x[q].
+template <class D>
+__device__ __forceinline__ V16 reduce_in_rank_order(const TparArgs& a, const V16 (&x)[TPAR_MAX_RANKS], V16 own) {
+    float acc[8];
+    const u32 world = a.world, rank = a.rank;
+    D::set(acc, rank == 0 ? own : x[0]);
+#pragma unroll
+    for (u32 q = 1; q < TPAR_MAX_RANKS; ++q) {
+        if (q >= world) break;
+        D::add(acc, q == rank ? own : x[q]);
+    }
+    return D::pack(acc);
+}
+
+// Descriptor thread of a pull kernel: its peer's descriptor is loaded together with its
+// first data loads (desc_prefetch) and checked after them (desc_check), re-polled only if
+// it was not there yet.
+__device__ __forceinline__ V16 desc_prefetch(const TparArgs& a, const Frame& f, u32 dm) {
+    return ld_poll_v16(desc_at(a, a.rank, f.buf, (u32)(__ffs(dm) - 1)));
+}
+template <class D>
+__device__ __forceinline__ void desc_check(const TparArgs& a, Frame& f, V16 d, u32 dm) {
+    if (!f.ok) return;
+    if (desc_is_for(d, f.epoch)) {
+        desc_compare(a, f, (u32)(__ffs(dm) - 1), d);
+        return;
+    }
+    V16 x[TPAR_MAX_RANKS];
+    poll_peers<D, SLOT_INBOX>(a, f, x, 0u, dm, 0, 0, TPAR_PHASE_DESC);
+}
+
+// A descriptor thread that polled no data (the message has no vector for it, or its share
+// is empty): its descriptor alone. `dm` is what is still pending (0: nothing to do).
+template <class D>
+__device__ __forceinline__ void desc_only(const TparArgs& a, Frame& f, u32 dm) {
+    if (dm == 0u || !f.ok) return;
+    V16 x[TPAR_MAX_RANKS];
+    poll_peers<D, SLOT_INBOX>(a, f, x, 0u, dm, 0, 0, TPAR_PHASE_DESC);
+}
+
+// Generations compare modulo 2^32: `have` is at or past `want`.
+__device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(have - want) >= 0; }
+
+// Barrier verb, per block: block b of every rank meets block b of every other rank. Every
+// data store this block made before the barrier is visible to peers that pass it. Thread q
+// (< world) signals rank q and waits for rank q: the waits run in parallel, one per thread.
+__device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 phase, u32 gen) {
+    block_sync();
+    const u32 q = threadIdx.x;
+    if (q < a.world && q != a.rank) {
+        // The release is cumulative over the block's stores ordered before it by block_sync.
+        st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
+        const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
+        u32 polls = 0;
+        while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
+            if (!still_waiting(a, f, polls, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1)) break;
+        }
+    }
+    block_sync();
+}
+
+// One translation unit per (algorithm, dtype) when the host compiles only what a call needs
+// (-DTPAR_ONLY_F32 / _F16 / _BF16); all three otherwise (the CI compile test).
+#define TPAR_ENTRY(NAME, SUFFIX, D) \
+    extern "C" __global__ void __launch_bounds__(TPAR_THREADS) NAME##_##SUFFIX(const TparArgs a) { NAME<D>(a); }
+#if defined(TPAR_ONLY_F32)
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32)
+#elif defined(TPAR_ONLY_F16)
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f16, DF16)
+#elif defined(TPAR_ONLY_BF16)
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, bf16, DBF16)
+#else
+#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32) TPAR_ENTRY(NAME, f16, DF16) TPAR_ENTRY(NAME, bf16, DBF16)
+#endif
+
+// Field offsets as this compiler lays them out; the host checks them against abi.rs.
+// out[0..8] = offsets of TparArgs.{flags, state, err, input, count, slot_vecs, timeout_ns, rank},
+// out[8] = TparError.waited_ns, out[9] = TparState.err_claim, out[10] = TparArgs.desc_code,
+// out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
+// out[14] = TparState.prev_kind.
+extern "C" __global__ void tpar_abi_offsets(u64* out) {
+    TparArgs a;
+    TparError e;
+    TparState s;
+    const char* b = (const char*)&a;
+    const char* sb = (const char*)&s;
+    out[0] = (u64)((const char*)&a.flags - b);
+    out[1] = (u64)((const char*)&a.state - b);
+    out[2] = (u64)((const char*)&a.err - b);
+    out[3] = (u64)((const char*)&a.input - b);
+    out[4] = (u64)((const char*)&a.count - b);
+    out[5] = (u64)((const char*)&a.slot_vecs - b);
+    out[6] = (u64)((const char*)&a.timeout_ns - b);
+    out[7] = (u64)((const char*)&a.rank - b);
+    out[8] = (u64)((const char*)&e.waited_ns - (const char*)&e);
+    out[9] = (u64)((const char*)&s.err_claim - sb);
+    out[10] = (u64)((const char*)&a.desc_code - b);
+    out[11] = (u64)((const char*)&e.theirs - (const char*)&e);
+    out[12] = (u64)((const char*)&s.buf - sb);
+    out[13] = (u64)((const char*)&s.prev_nvec - sb);
+    out[14] = (u64)((const char*)&s.prev_kind - sb);
+}
+
+// Launch-floor probe: one empty kernel per rank, launched exactly like a collective. What it
+// costs is what emulating ranks as concurrent kernels on one GPU costs before any
+// communication; the bench prints it beside the algorithms.
+extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparArgs a) {}
