@@ -11,7 +11,7 @@ use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides
 use crate::profile::{Profile, ProfileFingerprint};
 use crate::topology::Topology;
 use std::collections::HashMap;
-use crate::dtype::{pack, words_for, Element};
+use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
 use crate::control::ControlPlane;
@@ -261,6 +261,35 @@ impl Wait for Spinner<'_> {
     }
 }
 
+/// Elements per epoch for a call of `n` elements of `T` with `algo`, the same on every rank
+/// (a function of the call and the layout only). Large calls run in steps of
+/// `plan::floors::CPU_STEP_BYTES` so that what a peer wrote is read while it is still in
+/// cache, and the two parity buffers let one step's writes overlap the previous step's
+/// reads; never more than the workspace's chunk capacity.
+fn chunk_elems<T: Element>(algo: Algorithm, n: usize, cap_words: usize) -> usize {
+    let cap = cap_words * T::LANES;
+    let step = match algo {
+        Algorithm::TwoshotPush | Algorithm::TwoshotPull | Algorithm::OneshotPush | Algorithm::OneshotPull => {
+            (crate::plan::floors::CPU_STEP_BYTES as usize / std::mem::size_of::<T>()).max(1)
+        }
+        _ => cap,
+    };
+    if n <= cap && n <= 2 * step {
+        // One epoch when it fits and is not much larger than a step (saves a round).
+        return n.max(1);
+    }
+    step.min(cap)
+}
+
+/// The first `n` elements of `scratch` (u64 words) as `T`.
+fn as_elems_mut<T: Element>(scratch: &mut [u64], n: usize) -> &mut [T] {
+    let n = n.min(scratch.len() * T::LANES);
+    // SAFETY: `scratch` owns `scratch.len() * 8` bytes, at least `n * size_of::<T>()`,
+    // 8-byte aligned (more than any `T` needs); every bit pattern is a valid f32/f16/bf16;
+    // the result borrows `scratch` mutably, so nothing else aliases it.
+    unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut T, n) }
+}
+
 /// What the plan needs, fixed at init and identical on every rank (checked at rendezvous).
 struct Dispatch {
     topology: Topology,
@@ -488,21 +517,21 @@ impl Communicator {
         crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::Transport::Shm)
             .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
         let ws = Workspace::new(self.layout, self.shm.words())?;
-        let chunk = self.layout.cap * T::LANES;
+        let chunk = chunk_elems::<T>(algo, n, self.layout.cap);
         let chunks = n.div_ceil(chunk).max(1);
         for c in 0..chunks {
             let (a, b) = (c * chunk, ((c + 1) * chunk).min(n));
-            let nw = words_for::<T>(b - a);
-            {
-                let src: &[T] = match input {
-                    Some(i) => &i[a..b],
-                    None => &output[a..b],
-                };
-                for (i, w) in self.scratch.iter_mut().take(nw).enumerate() {
-                    let e = (i * T::LANES + T::LANES).min(src.len());
-                    *w = pack(&src[i * T::LANES..e]);
+            let out = &mut output[a..b];
+            let src: &[T] = match input {
+                Some(i) => &i[a..b],
+                None => {
+                    // In place: the algorithms read my input while writing my output, so
+                    // the chunk's input is copied aside first (into cache-resident scratch).
+                    let s = as_elems_mut::<T>(&mut self.scratch, b - a);
+                    s.copy_from_slice(out);
+                    s
                 }
-            }
+            };
             let desc = Desc {
                 epoch: self.epoch,
                 algorithm: algo,
@@ -528,7 +557,7 @@ impl Communicator {
                 desc,
                 waiter: &mut spinner,
             };
-            let r = run_chunk(algo, &mut call, &self.scratch[..nw], &mut output[a..b]);
+            let r = run_chunk(algo, &mut call, src, out);
             self.epoch = self.epoch.wrapping_add(1);
             if let Err(e) = r {
                 self.fail(&e);

@@ -14,6 +14,10 @@ const MIB: u64 = 1024 * KIB;
 /// ranks the two tie to within a few percent up to 32 KiB.
 pub const CPU_ONESHOT_MAX_BYTES: u64 = 256;
 
+/// CPU ranks: bytes per epoch of a large call (a step of the chunk loop in `comm.rs`).
+/// Placeholder until measured below.
+pub const CPU_STEP_BYTES: u64 = 128 * KIB;
+
 /// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
 /// (NV18 each pair), one process per GPU, bf16 in CUDA graphs, with one block per 8 KiB
 /// (bench/results/h200-x4.md, blocks sweep): one-shot stays ahead to 1 MiB (9.05 vs 10.67

@@ -202,12 +202,11 @@ pub fn barrier<W: Word, S: Wait>(ws: &Workspace<'_, W>, rank: usize, desc: &Desc
     let word = gen as u64 | ((desc.check32() as u64) << 32);
     for i in 0..world {
         let p = (rank + i) % world;
-        ws.barrier_slots(p)[rank].store_release(word);
+        ws.barrier_slot(p, rank).store_release(word);
     }
-    let my_slots = ws.barrier_slots(rank);
     for i in 1..world {
         let p = (rank + i) % world;
-        let v = spin_until(&my_slots[p], |v| gen_reached(v as u32, gen), waiter, p, Phase::Barrier(k))?;
+        let v = spin_until(ws.barrier_slot(rank, p), |v| gen_reached(v as u32, gen), waiter, p, Phase::Barrier(k))?;
         if v as u32 == gen && (v >> 32) as u32 != desc.check32() {
             return Err(Error::Mismatch {
                 rank,
