@@ -28,6 +28,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default size of the shared workspace (`TPAR_SHM_BYTES`): large enough for ~0.4 MiB
 /// chunks at 8 ranks, small enough for a container's default /dev/shm of 64 MiB.
 pub const DEFAULT_SHM_BYTES: usize = 48 << 20;
+/// Polls per pause when ranks outnumber cores: the peer a wait waits for may need this very
+/// core, so a wait yields after a few polls instead of `protocol::SPINS_PER_PAUSE`.
+const OVERSUBSCRIBED_SPINS: u32 = 4;
 /// Pauses (each after `protocol::SPINS_PER_PAUSE` vain polls, about 2-3 us) that yield
 /// the core before a wait starts sleeping. Yielding matters: ranks may outnumber cores (CI
 /// has 2 cores and runs 8 ranks), and a spinning rank there steals its peer's core.
@@ -194,6 +197,9 @@ struct Spinner<'a> {
     timeout: Duration,
     next_liveness: Option<Instant>,
     suspect: Option<usize>,
+    /// More ranks than cores: a spinning rank would hold the core its peer needs, so every
+    /// wait yields after [`OVERSUBSCRIBED_SPINS`] polls.
+    oversubscribed: bool,
 }
 
 impl Spinner<'_> {
@@ -259,6 +265,14 @@ impl Wait for Spinner<'_> {
         }
         Ok(())
     }
+
+    fn spins_per_pause(&self) -> u32 {
+        if self.oversubscribed {
+            OVERSUBSCRIBED_SPINS
+        } else {
+            crate::protocol::SPINS_PER_PAUSE
+        }
+    }
 }
 
 /// Elements per epoch for a call of `n` elements of `T` with `algo`, the same on every rank
@@ -315,6 +329,8 @@ pub struct Communicator {
     timeout: Duration,
     poisoned: Option<String>,
     scratch: Vec<u64>,
+    /// More ranks than this process may run on cores (waits yield at once).
+    oversubscribed: bool,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -375,6 +391,7 @@ impl Communicator {
             epoch: joined.first_epoch,
             timeout: cfg.timeout,
             poisoned: None,
+            oversubscribed: std::thread::available_parallelism().map_or(true, |c| cfg.world > c.get()),
         })
     }
 
@@ -550,6 +567,7 @@ impl Communicator {
                 timeout: self.timeout,
                 next_liveness: None,
                 suspect: None,
+                oversubscribed: self.oversubscribed,
             };
             let mut call = Call {
                 ws: &ws,
