@@ -3,6 +3,7 @@
 #
 #   bench/compare/vs-mpi.sh                      # 2 and 4 ranks, 8 B .. 8 MiB by x4, 5 repetitions
 #   bench/compare/vs-mpi.sh --world 2 --reps 3 -b 1K -e 1M -f 2 --algo auto
+#   bench/compare/vs-mpi.sh --tpar /path/to/another/tpar      # e.g. an older build, for a before/after
 #
 # For each world size and repetition it runs MPI_Allreduce (float, bench/compare/mpi_allreduce.c)
 # and `tpar bench` (float and bfloat16; the plan's pick per size unless --algo says otherwise)
@@ -17,7 +18,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-worlds="2 4"; reps=5; minb=8; maxb=8M; factor=4; iters=50; warmup=10; algo=auto; keep=""
+worlds="2 4"; reps=5; minb=8; maxb=8M; factor=4; iters=50; warmup=10; algo=auto; keep=""; tpar=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --world) worlds="$2"; shift 2 ;;
@@ -29,7 +30,8 @@ while [ $# -gt 0 ]; do
         -w) warmup="$2"; shift 2 ;;
         --algo) algo="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
-        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+        --tpar) tpar="$2"; shift 2 ;;
+        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -43,12 +45,14 @@ work=${keep:-$(mktemp -d)}
 mkdir -p "$work"
 [ -n "$keep" ] || trap 'rm -rf "$work"' EXIT
 mpicc -O2 -o "$work/mpi_allreduce" "$here/mpi_allreduce.c" -lm
-(cd "$root" && cargo build --release -q -p tpar-cli)
-tpar="$root/target/release/tpar"
+if [ -z "$tpar" ]; then
+    (cd "$root" && cargo build --release -q -p tpar-cli)
+    tpar="$root/target/release/tpar"
+fi
 mpirun_flags="--allow-run-as-root --oversubscribe --bind-to none"
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
-echo "# Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), tpar $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?')"
+echo "# Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), tpar: $tpar ($(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for w in $worlds; do
     for r in $(seq 1 "$reps"); do

@@ -8,15 +8,21 @@ pub const MAX_KERNEL_BLOCKS: u32 = 32;
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
-/// CPU ranks: one-shot push up to this size, two-shot push above. Measured
-/// (bench/results/h200-host.md, cpu-bench-{2,4,8}.json, 16-core host; cpu-2core-dev.md): with
-/// 4 and 8 ranks two-shot push is faster from 512 B (8 ranks, 512 B: 4.2 vs 7.5 us); with 2
-/// ranks the two tie to within a few percent up to 32 KiB.
-pub const CPU_ONESHOT_MAX_BYTES: u64 = 256;
+/// CPU ranks: one-shot push up to this size, two-shot push above. Re-measured after the CPU
+/// bodies moved to flagged bulk copies (bench/results/cpu-vs-mpi-2core.md, "thresholds",
+/// 2-core development machine): with 4 ranks (oversubscribed) one-shot leads to 8 KiB
+/// (4 KiB: 12.6 vs 17.5 us; 8 KiB: 17.0 vs 19.4 us) and two-shot from 16 KiB; with 2 ranks
+/// the two are within 10% up to 4 KiB (9.7 vs 9.1 us under load) and two-shot leads from
+/// 8 KiB (11.0 vs 9.6 us). 4 KiB splits the difference.
+pub const CPU_ONESHOT_MAX_BYTES: u64 = 4 * KIB;
 
-/// CPU ranks: bytes per epoch of a large call (a step of the chunk loop in `comm.rs`).
-/// Placeholder until measured below.
-pub const CPU_STEP_BYTES: u64 = 128 * KIB;
+/// CPU ranks: bytes per epoch of a large call (a step of the chunk loop in `comm.rs`; a call
+/// up to twice this runs in one epoch). Measured (same file, "step size"), 2 ranks, two-shot
+/// push: steps of 32 / 128 / 512 KiB / 2 MiB took 208 / 112 / 86-96 / 86 us at 512 KiB and
+/// 5.3 / 3.5 / 2.1-2.4 / 2.4 ms at 8 MiB. Every epoch boundary is a wait, and a wait that
+/// yields costs a scheduling round trip, so fewer, larger steps win over cache-sized ones
+/// on this machine.
+pub const CPU_STEP_BYTES: u64 = 512 * KIB;
 
 /// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
 /// (NV18 each pair), one process per GPU, bf16 in CUDA graphs, with one block per 8 KiB
