@@ -6,7 +6,8 @@
 //! header (16 words): magic, version, world, cap, job id, abort, first epoch, total words
 //! rank block r (every region cache-line aligned; every flag on a line of its own):
 //!   status      [8]                       pid, entered descriptor, entered epoch, state
-//!   push_desc   [2 parity][world] x line  one-shot push: peers' call descriptors (flags)
+//!   push_desc   [2 parity][world] x line  one-shot push: peers' call descriptors (flags),
+//!                                         and calls of up to 56 bytes beside them
 //!   push_data   [2 parity][world][cap]    one-shot push: peers' inputs
 //!   rs_desc     [2 parity][world] x line  two-shot push, reduce-scatter: flags
 //!   rs_data     [2 parity][world][piece]  two-shot push: peers' pieces of my share
@@ -17,9 +18,12 @@
 //!   barrier     [world] x line            barrier generations, one slot per peer
 //! ```
 //!
-//! A flag never shares a 64-byte line with data or with another writer's flag: a reader
-//! polling a flag must not pull away a line its writer is still filling, and ranks writing
-//! their flags into one owner's array must not take the line from each other.
+//! A flag never shares a 64-byte line with another writer's flag, nor with data its writer
+//! is still filling: a reader polling a flag must not pull away a line being filled, and
+//! ranks raising their flags in one owner's array must not take the line from each other.
+//! The one exception is deliberate: a one-shot push of at most 56 bytes is written into
+//! the rest of its flag's line *before* the flag, so the reader's poll brings data and flag
+//! in one transfer instead of two.
 //!
 //! Owns: offsets and bounds. Must never hand out a slice outside the mapping: `Workspace::new`
 //! checks the length once, and every accessor stays inside the layout it was built from.
@@ -66,6 +70,8 @@ pub mod st {
 
 /// Words per 64-byte cache line.
 pub const LINE_WORDS: usize = 8;
+/// Words of data that fit beside a one-shot push flag in its line (56 bytes).
+pub const INLINE_WORDS: usize = LINE_WORDS - 1;
 
 fn line(n: usize) -> usize {
     n.div_ceil(LINE_WORDS) * LINE_WORDS
@@ -288,6 +294,15 @@ impl<'a, W: Word> Workspace<'a, W> {
         &self.block(owner)[self.layout.push_desc + (parity * self.layout.world + from) * LINE_WORDS]
     }
 
+    /// In `owner`'s block: the rest of the line of `from`'s one-shot push flag
+    /// ([`INLINE_WORDS`] words): a call that small travels in the flag's own line, so the
+    /// reader's one poll brings the data too.
+    #[inline]
+    pub fn push_inline(&self, owner: usize, parity: usize, from: usize) -> &'a [W] {
+        let at = self.layout.push_desc + (parity * self.layout.world + from) * LINE_WORDS + 1;
+        &self.block(owner)[at..at + INLINE_WORDS]
+    }
+
     /// In `owner`'s block: the data slot (`cap` words) that `from` writes in one-shot push.
     #[inline]
     pub fn push_data(&self, owner: usize, parity: usize, from: usize) -> &'a [W] {
@@ -386,6 +401,7 @@ mod tests {
                         spans.push(span(ws.push_data(r, p, f)));
                         spans.push(span(ws.rs_data(r, p, f)));
                         spans.push(span(std::slice::from_ref(ws.push_desc(r, p, f))));
+                        spans.push(span(ws.push_inline(r, p, f)));
                         spans.push(span(std::slice::from_ref(ws.rs_desc(r, p, f))));
                         spans.push(span(std::slice::from_ref(ws.ag_desc(r, p, f))));
                     }

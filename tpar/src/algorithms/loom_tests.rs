@@ -109,6 +109,12 @@ fn oneshot_push_reuses_buffers_safely() {
 }
 
 #[test]
+fn oneshot_push_reuses_out_of_line_buffers_safely() {
+    // 16 floats (64 bytes) do not fit beside the flag: the data slot path.
+    check(&[Algorithm::OneshotPush, Algorithm::OneshotPush, Algorithm::OneshotPush], 16, 3, 2);
+}
+
+#[test]
 fn twoshot_push_reuses_buffers_safely() {
     check(&[Algorithm::TwoshotPush, Algorithm::TwoshotPush, Algorithm::TwoshotPush], 4, 7, 2);
 }

@@ -4,7 +4,8 @@
 //! (its own contribution from its input). Reads nothing remote; one hop of latency; each
 //! rank sends (N-1)·S bytes.
 //!
-//! Buffers: `push_desc` (flags, one line each) / `push_data`, parity `epoch & 1`. Data words
+//! Buffers: `push_desc` (flags, one line each; a call of at most 56 bytes travels in the
+//! rest of the flag's line) / `push_data`, parity `epoch & 1`. Data words
 //! are never cleared: a slot is read only after its flag for this call, and the flag is
 //! cleared by its owner (argument at `protocol::clear`). Must never read a peer's block.
 
@@ -12,6 +13,7 @@ use super::call::{slices, views, Call};
 use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
 use crate::protocol::{take_descriptor, Wait, Word};
+use crate::workspace::INLINE_WORDS;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, host_reads, host_write, step};
 use crate::Transport;
 use std::borrow::Cow;
@@ -20,17 +22,20 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, inpu
     let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
     let d = c.desc.encode();
     let n = input.len();
+    // At most 56 bytes travel in the flag's own line (one transfer instead of two).
+    let inline = std::mem::size_of_val(input) <= INLINE_WORDS * 8;
+    let slot = |owner: usize, from: usize| if inline { ws.push_inline(owner, parity, from) } else { ws.push_data(owner, parity, from) };
     // Start with the right-hand neighbour so ranks do not all write rank 0 first.
     for i in 1..world {
         let p = (me + i) % world;
-        W::store_plain(ws.push_data(p, parity, me), input);
+        W::store_plain(slot(p, me), input);
         ws.push_desc(p, parity, me).store_release(d);
     }
     for i in 1..world {
         let s = (me + i) % world;
         take_descriptor(ws.push_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
     }
-    let v = views(world, |s| if s == me { Cow::Borrowed(input) } else { W::view(ws.push_data(me, parity, s), n) });
+    let v = views(world, |s| if s == me { Cow::Borrowed(input) } else { W::view(slot(me, s), n) });
     reduce_into(&slices(&v[..world])[..world], out);
     Ok(())
 }
