@@ -319,6 +319,9 @@ const REDUCE_BLOCK: usize = 512;
 /// loops run compiled for AVX2 (the same IEEE additions in the same order, so the same bits).
 #[inline]
 pub fn reduce_into<T: Element>(srcs: &[&[T]], out: &mut [T]) {
+    if out.len() <= SMALL_REDUCE {
+        return reduce_small(srcs, out);
+    }
     #[cfg(target_arch = "x86_64")]
     {
         if std::arch::is_x86_feature_detected!("avx2") {
@@ -328,6 +331,20 @@ pub fn reduce_into<T: Element>(srcs: &[&[T]], out: &mut [T]) {
         }
     }
     reduce_blocks(srcs, out)
+}
+
+/// Calls up to this many elements reduce without the block's accumulator array: filling
+/// 512 accumulators costs more than the whole sum of a 2-element call.
+const SMALL_REDUCE: usize = 64;
+
+#[inline(always)]
+fn reduce_small<T: Element>(srcs: &[&[T]], out: &mut [T]) {
+    let mut acc = [-0.0f32; SMALL_REDUCE];
+    let acc = &mut acc[..out.len()];
+    for s in srcs {
+        T::add_into(s, acc);
+    }
+    T::narrow_from(acc, out);
 }
 
 /// [`reduce_blocks`] compiled for AVX2 (eight f32 lanes per instruction instead of four).

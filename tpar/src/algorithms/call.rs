@@ -35,11 +35,23 @@ pub(crate) fn expose_and_meet<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_,
 }
 
 /// Per-rank read-only views (rank order), so the reduce reads peers' buffers in place.
+/// Only the first `world` entries are built: this runs on every call, and a 2-byte call
+/// should not pay for sixteen.
+#[inline(always)]
 pub(crate) fn views<'w, T: Element>(world: usize, f: impl Fn(usize) -> Cow<'w, [T]>) -> [Cow<'w, [T]>; MAX_WORLD] {
-    std::array::from_fn(|s| if s < world { f(s) } else { Cow::Borrowed(&[][..]) })
+    let mut v = [const { Cow::Borrowed(&[] as &[T]) }; MAX_WORLD];
+    for (s, slot) in v.iter_mut().enumerate().take(world) {
+        *slot = f(s);
+    }
+    v
 }
 
 /// The views as plain slices, for `dtype::reduce_into`.
+#[inline(always)]
 pub(crate) fn slices<'a, T: Element>(v: &'a [Cow<'_, [T]>]) -> [&'a [T]; MAX_WORLD] {
-    std::array::from_fn(|s| v.get(s).map_or(&[][..], |c| &c[..]))
+    let mut out: [&'a [T]; MAX_WORLD] = [&[]; MAX_WORLD];
+    for (o, c) in out.iter_mut().zip(v) {
+        *o = c;
+    }
+    out
 }

@@ -5,11 +5,12 @@
 //! before its next call can overwrite it; `result` is overwritten only after barrier 0 of a
 //! later call, which no rank passes before every rank has finished this one.
 
-use super::call::{expose_and_meet, views, Call};
+use super::call::{expose_and_meet, slices, views, Call};
 use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
-use crate::workspace::{piece_range, MAX_WORLD};
+use crate::workspace::piece_range;
+use std::borrow::Cow;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, step, unsupported};
 use crate::{Algorithm, Transport};
 
@@ -19,9 +20,8 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, inpu
     expose_and_meet(c, input)?;
     let (a, b) = piece_range::<T>(n, world, me);
     {
-        let v = views(world, |s| W::view(ws.exposed(s), b));
-        let v: [&[T]; MAX_WORLD] = std::array::from_fn(|s| v[s].get(a..b).unwrap_or(&[]));
-        reduce_into(&v[..world], &mut out[a..b]);
+        let v = views(world, |s| if s == me { Cow::Borrowed(&input[a..b]) } else { W::view(&ws.exposed(s)[a / T::LANES..], b - a) });
+        reduce_into(&slices(&v[..world])[..world], &mut out[a..b]);
     }
     // My piece of `result` sits at the same element offset as in the input.
     W::store_plain(&ws.result(me)[a / T::LANES..], &out[a..b]);

@@ -11,11 +11,11 @@
 //! dependency per call holds); data words are read only after their flag and never
 //! cleared. Must never read a peer's block.
 
-use super::call::Call;
+use super::call::{slices, views, Call};
 use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
 use crate::protocol::{take_descriptor, Wait, Word};
-use crate::workspace::{piece_range, MAX_WORLD};
+use crate::workspace::piece_range;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, host_reads, host_write, step};
 use crate::Transport;
 use std::borrow::Cow;
@@ -37,17 +37,8 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, inpu
     }
     let (a, b) = piece_range::<T>(n, world, me);
     {
-        let v: [Cow<'_, [T]>; MAX_WORLD] = std::array::from_fn(|s| {
-            if s >= world {
-                Cow::Borrowed(&[][..])
-            } else if s == me {
-                Cow::Borrowed(&input[a..b])
-            } else {
-                W::view(ws.rs_data(me, parity, s), b - a)
-            }
-        });
-        let v: [&[T]; MAX_WORLD] = std::array::from_fn(|s| &v[s][..]);
-        reduce_into(&v[..world], &mut out[a..b]);
+        let v = views(world, |s| if s == me { Cow::Borrowed(&input[a..b]) } else { W::view(ws.rs_data(me, parity, s), b - a) });
+        reduce_into(&slices(&v[..world])[..world], &mut out[a..b]);
     }
     // All-gather: my reduced piece into every peer's gather buffer, at its element offset.
     for i in 1..world {
