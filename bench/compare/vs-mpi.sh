@@ -45,14 +45,16 @@ work=${keep:-$(mktemp -d)}
 mkdir -p "$work"
 [ -n "$keep" ] || trap 'rm -rf "$work"' EXIT
 mpicc -O2 -o "$work/mpi_allreduce" "$here/mpi_allreduce.c" -lm
+built_here=""
 if [ -z "$tpar" ]; then
+    built_here=1
     (cd "$root" && cargo build --release -q -p tpar-cli)
     tpar="$root/target/release/tpar"
 fi
 mpirun_flags="--allow-run-as-root --oversubscribe --bind-to none"
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
-echo "# Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), tpar: $tpar ($(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "# Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), tpar: $tpar${built_here:+ (built from $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?'))}"
 echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 for w in $worlds; do
     for r in $(seq 1 "$reps"); do

@@ -17,11 +17,11 @@ const MIB: u64 = 1024 * KIB;
 pub const CPU_ONESHOT_MAX_BYTES: u64 = 4 * KIB;
 
 /// CPU ranks: bytes per epoch of a large call (a step of the chunk loop in `comm.rs`; a call
-/// up to twice this runs in one epoch). Measured (same file, "step size"), 2 ranks, two-shot
-/// push: steps of 32 / 128 / 512 KiB / 2 MiB took 208 / 112 / 86-96 / 86 us at 512 KiB and
-/// 5.3 / 3.5 / 2.1-2.4 / 2.4 ms at 8 MiB. Every epoch boundary is a wait, and a wait that
-/// yields costs a scheduling round trip, so fewer, larger steps win over cache-sized ones
-/// on this machine.
+/// up to twice this runs in one epoch). Measured (bench/results/cpu-vs-mpi-2core.md, "step
+/// size"), 2 ranks, two-shot push float, three alternating runs: steps of 256 KiB / 512 KiB /
+/// 1 MiB / 2 MiB took 158-162 / 122-124 / 135-148 / 136-138 us at 2 MiB and 1143-1194 /
+/// 960-991 / 944-1174 / 1203-1284 us at 8 MiB. Smaller steps pay a wait per step (and a
+/// wait that yields, a scheduling round trip); larger ones fall out of the 1 MiB L2.
 pub const CPU_STEP_BYTES: u64 = 512 * KIB;
 
 /// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
