@@ -9,11 +9,13 @@ const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
 /// CPU ranks: one-shot push up to this size, two-shot push above. Re-measured after the CPU
-/// bodies moved to flagged bulk copies (bench/results/cpu-vs-mpi-2core.md, "thresholds",
-/// 2-core development machine): with 4 ranks (oversubscribed) one-shot leads to 8 KiB
-/// (4 KiB: 12.6 vs 17.5 us; 8 KiB: 17.0 vs 19.4 us) and two-shot from 16 KiB; with 2 ranks
-/// the two are within 10% up to 4 KiB (9.7 vs 9.1 us under load) and two-shot leads from
-/// 8 KiB (11.0 vs 9.6 us). 4 KiB splits the difference.
+/// bodies moved to flagged bulk copies (bench/results/cpu-vs-mpi-2core.md, "one-shot
+/// limit"; 2-core development machine, median us, one-shot vs two-shot): 2 ranks float,
+/// one-shot leads to 4 KiB (2 KiB 0.36 vs 0.43, 4 KiB 0.52 vs 0.60), ties at 8 KiB (1.37 vs
+/// 1.39), trails from 16 KiB; 2 ranks bf16, two-shot leads from 1 KiB (0.54 vs 0.44); 4 ranks
+/// (two per core), one-shot leads to 8 KiB (float 4 KiB 13.0 vs 20.4, bf16 8 KiB 20.9 vs
+/// 23.0). The plan's limit is one byte count for every dtype and world: 4 KiB costs 2-rank
+/// bf16 a quarter of a microsecond at 1-4 KiB and keeps the larger wins at 4 ranks.
 pub const CPU_ONESHOT_MAX_BYTES: u64 = 4 * KIB;
 
 /// CPU ranks: bytes per epoch of a large call (a step of the chunk loop in `comm.rs`; a call
