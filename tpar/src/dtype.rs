@@ -489,7 +489,7 @@ mod tests {
 
     #[test]
     fn bf16_rounding_matches_half_on_every_class_of_input() {
-        let mut check = |x: u32| {
+        let check = |x: u32| {
             let v = f32::from_bits(x);
             let want = {
                 let b = bf16::from_f32(v).to_bits();
