@@ -11,7 +11,7 @@ use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides
 use crate::profile::{Profile, ProfileFingerprint};
 use crate::topology::Topology;
 use std::collections::HashMap;
-use crate::dtype::{pack, words_for, Element};
+use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
 use crate::control::ControlPlane;
@@ -28,6 +28,9 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default size of the shared workspace (`TPAR_SHM_BYTES`): large enough for ~0.4 MiB
 /// chunks at 8 ranks, small enough for a container's default /dev/shm of 64 MiB.
 pub const DEFAULT_SHM_BYTES: usize = 48 << 20;
+/// Polls per pause when ranks outnumber cores: the peer a wait waits for may need this very
+/// core, so a wait yields after a few polls instead of `protocol::SPINS_PER_PAUSE`.
+const OVERSUBSCRIBED_SPINS: u32 = 4;
 /// Pauses (each after `protocol::SPINS_PER_PAUSE` vain polls, about 2-3 us) that yield
 /// the core before a wait starts sleeping. Yielding matters: ranks may outnumber cores (CI
 /// has 2 cores and runs 8 ranks), and a spinning rank there steals its peer's core.
@@ -194,6 +197,9 @@ struct Spinner<'a> {
     timeout: Duration,
     next_liveness: Option<Instant>,
     suspect: Option<usize>,
+    /// More ranks than cores: a spinning rank would hold the core its peer needs, so every
+    /// wait yields after [`OVERSUBSCRIBED_SPINS`] polls.
+    oversubscribed: bool,
 }
 
 impl Spinner<'_> {
@@ -259,6 +265,43 @@ impl Wait for Spinner<'_> {
         }
         Ok(())
     }
+
+    fn spins_per_pause(&self) -> u32 {
+        if self.oversubscribed {
+            OVERSUBSCRIBED_SPINS
+        } else {
+            crate::protocol::SPINS_PER_PAUSE
+        }
+    }
+}
+
+/// Elements per epoch for a call of `n` elements of `T` with `algo`, the same on every rank
+/// (a function of the call and the layout only). Large calls run in steps of
+/// `plan::floors::CPU_STEP_BYTES` so that what a peer wrote is read while it is still in
+/// cache, and the two parity buffers let one step's writes overlap the previous step's
+/// reads; never more than the workspace's chunk capacity.
+fn chunk_elems<T: Element>(algo: Algorithm, n: usize, cap_words: usize) -> usize {
+    let cap = cap_words * T::LANES;
+    let step = match algo {
+        Algorithm::TwoshotPush | Algorithm::TwoshotPull | Algorithm::OneshotPush | Algorithm::OneshotPull => {
+            (crate::plan::floors::CPU_STEP_BYTES as usize / std::mem::size_of::<T>()).max(1)
+        }
+        _ => cap,
+    };
+    if n <= cap && n <= 2 * step {
+        // One epoch when it fits and is not much larger than a step (saves a round).
+        return n.max(1);
+    }
+    step.min(cap)
+}
+
+/// The first `n` elements of `scratch` (u64 words) as `T`.
+fn as_elems_mut<T: Element>(scratch: &mut [u64], n: usize) -> &mut [T] {
+    let n = n.min(scratch.len() * T::LANES);
+    // SAFETY: `scratch` owns `scratch.len() * 8` bytes, at least `n * size_of::<T>()`,
+    // 8-byte aligned (more than any `T` needs); every bit pattern is a valid f32/f16/bf16;
+    // the result borrows `scratch` mutably, so nothing else aliases it.
+    unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut T, n) }
 }
 
 /// What the plan needs, fixed at init and identical on every rank (checked at rendezvous).
@@ -286,6 +329,8 @@ pub struct Communicator {
     timeout: Duration,
     poisoned: Option<String>,
     scratch: Vec<u64>,
+    /// More ranks than this process may run on cores (waits yield at once).
+    oversubscribed: bool,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -346,6 +391,7 @@ impl Communicator {
             epoch: joined.first_epoch,
             timeout: cfg.timeout,
             poisoned: None,
+            oversubscribed: std::thread::available_parallelism().map_or(true, |c| cfg.world > c.get()),
         })
     }
 
@@ -488,21 +534,21 @@ impl Communicator {
         crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::Transport::Shm)
             .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
         let ws = Workspace::new(self.layout, self.shm.words())?;
-        let chunk = self.layout.cap * T::LANES;
+        let chunk = chunk_elems::<T>(algo, n, self.layout.cap);
         let chunks = n.div_ceil(chunk).max(1);
         for c in 0..chunks {
             let (a, b) = (c * chunk, ((c + 1) * chunk).min(n));
-            let nw = words_for::<T>(b - a);
-            {
-                let src: &[T] = match input {
-                    Some(i) => &i[a..b],
-                    None => &output[a..b],
-                };
-                for (i, w) in self.scratch.iter_mut().take(nw).enumerate() {
-                    let e = (i * T::LANES + T::LANES).min(src.len());
-                    *w = pack(&src[i * T::LANES..e]);
+            let out = &mut output[a..b];
+            let src: &[T] = match input {
+                Some(i) => &i[a..b],
+                None => {
+                    // In place: the algorithms read my input while writing my output, so
+                    // the chunk's input is copied aside first (into cache-resident scratch).
+                    let s = as_elems_mut::<T>(&mut self.scratch, b - a);
+                    s.copy_from_slice(out);
+                    s
                 }
-            }
+            };
             let desc = Desc {
                 epoch: self.epoch,
                 algorithm: algo,
@@ -521,6 +567,7 @@ impl Communicator {
                 timeout: self.timeout,
                 next_liveness: None,
                 suspect: None,
+                oversubscribed: self.oversubscribed,
             };
             let mut call = Call {
                 ws: &ws,
@@ -528,7 +575,7 @@ impl Communicator {
                 desc,
                 waiter: &mut spinner,
             };
-            let r = run_chunk(algo, &mut call, &self.scratch[..nw], &mut output[a..b]);
+            let r = run_chunk(algo, &mut call, src, out);
             self.epoch = self.epoch.wrapping_add(1);
             if let Err(e) = r {
                 self.fail(&e);

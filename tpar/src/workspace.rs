@@ -4,22 +4,32 @@
 //!
 //! ```text
 //! header (16 words): magic, version, world, cap, job id, abort, first epoch, total words
-//! rank block r (every region cache-line aligned):
+//! rank block r (every region cache-line aligned; every flag on a line of its own):
 //!   status      [8]                       pid, entered descriptor, entered epoch, state
-//!   push_desc   [2 parity][world]         one-shot push: peers' call descriptors
-//!   push_data   [2 parity][world][cap]    one-shot push: peers' packed inputs
-//!   rs_desc     [2 parity][world]         two-shot push, reduce-scatter: descriptors
+//!   push_desc   [2 parity][world] x line  one-shot push: peers' call descriptors (flags),
+//!                                         and calls of up to 56 bytes beside them
+//!   push_data   [2 parity][world][cap]    one-shot push: peers' inputs
+//!   rs_desc     [2 parity][world] x line  two-shot push, reduce-scatter: flags
 //!   rs_data     [2 parity][world][piece]  two-shot push: peers' pieces of my share
+//!   ag_desc     [2 parity][world] x line  two-shot push, all-gather: flags
 //!   ag_data     [2 parity][cap]           two-shot push, all-gather: reduced pieces
-//!   exposed     [cap]                     pull algorithms: my packed input, read by peers
+//!   exposed     [cap]                     pull algorithms: my input, read by peers
 //!   result      [cap]                     pull algorithms: my reduced piece, read by peers
-//!   barrier     [world]                   barrier generations, one slot per peer
+//!   barrier     [world] x line            barrier generations, one slot per peer
 //! ```
+//!
+//! A flag never shares a 64-byte line with another writer's flag, nor with data its writer
+//! is still filling: a reader polling a flag must not pull away a line being filled, and
+//! ranks raising their flags in one owner's array must not take the line from each other.
+//! The one exception is deliberate: a one-shot push of at most 56 bytes is written into
+//! the rest of its flag's line *before* the flag, so the reader's poll brings data and flag
+//! in one transfer instead of two.
 //!
 //! Owns: offsets and bounds. Must never hand out a slice outside the mapping: `Workspace::new`
 //! checks the length once, and every accessor stays inside the layout it was built from.
 
-use crate::dtype::EMPTY;
+use crate::dtype::{Element, EMPTY};
+use std::borrow::Cow;
 use crate::error::{Error, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -30,7 +40,7 @@ pub const STATUS_WORDS: usize = 8;
 /// Header magic ("TPARSHM1").
 pub const MAGIC: u64 = 0x5450_4152_5348_4d31;
 /// Layout version; bump on any change.
-pub const LAYOUT_VERSION: u64 = 1;
+pub const LAYOUT_VERSION: u64 = 2;
 /// Largest world size the workspace supports.
 pub const MAX_WORLD: usize = 16;
 /// Smallest chunk capacity in words.
@@ -58,8 +68,13 @@ pub mod st {
     pub const EPOCH: usize = 2;
 }
 
+/// Words per 64-byte cache line.
+pub const LINE_WORDS: usize = 8;
+/// Words of data that fit beside a one-shot push flag in its line (56 bytes).
+pub const INLINE_WORDS: usize = LINE_WORDS - 1;
+
 fn line(n: usize) -> usize {
-    n.div_ceil(8) * 8
+    n.div_ceil(LINE_WORDS) * LINE_WORDS
 }
 
 /// Offsets (in words) of every region.
@@ -75,6 +90,7 @@ pub struct Layout {
     push_data: usize,
     rs_desc: usize,
     rs_data: usize,
+    ag_desc: usize,
     ag: usize,
     exposed: usize,
     result: usize,
@@ -100,14 +116,15 @@ impl Layout {
             at
         };
         let status = take(STATUS_WORDS);
-        let push_desc = take(2 * world);
+        let push_desc = take(2 * world * LINE_WORDS);
         let push_data = take(2 * world * cap);
-        let rs_desc = take(2 * world);
+        let rs_desc = take(2 * world * LINE_WORDS);
         let rs_data = take(2 * world * piece);
+        let ag_desc = take(2 * world * LINE_WORDS);
         let ag = take(2 * cap);
         let exposed = take(cap);
         let result = take(cap);
-        let barrier = take(world);
+        let barrier = take(world * LINE_WORDS);
         let block = o;
         Ok(Layout {
             world,
@@ -118,6 +135,7 @@ impl Layout {
             push_data,
             rs_desc,
             rs_data,
+            ag_desc,
             ag,
             exposed,
             result,
@@ -158,10 +176,18 @@ pub struct Workspace<'a, W> {
 
 /// A shared 64-bit cell. Implemented for `std` atomics (shared memory) and, in tests, for
 /// loom's atomics.
-pub trait Word: Sync {
+pub trait Word: Sync + Sized {
     fn load_acquire(&self) -> u64;
     fn store_release(&self, v: u64);
     fn store_relaxed(&self, v: u64);
+    /// Copies `src` into `dst`'s bytes, lane 0 of each word first, with plain stores: no
+    /// ordering of its own; a later release (a flag, a barrier) publishes it. At most
+    /// `dst.len()` words are written.
+    fn store_plain<T: Element>(dst: &[Self], src: &[T]);
+    /// The first `count` elements stored in `src` (at most what `src` holds). Only for
+    /// words that no peer writes while the view lives: the protocol's acquire made them
+    /// visible and the buffer-reuse argument keeps writers away until this call ends.
+    fn view<T: Element>(src: &[Self], count: usize) -> Cow<'_, [T]>;
 }
 
 impl Word for AtomicU64 {
@@ -176,6 +202,27 @@ impl Word for AtomicU64 {
     #[inline(always)]
     fn store_relaxed(&self, v: u64) {
         self.store(v, Ordering::Relaxed)
+    }
+    #[inline]
+    fn store_plain<T: Element>(dst: &[Self], src: &[T]) {
+        let bytes = std::mem::size_of_val(src).min(std::mem::size_of_val(dst));
+        // SAFETY: both ranges are valid for `bytes` bytes (the smaller of the two slices)
+        // and do not overlap (`src` is private memory, `dst` the shared mapping, or two
+        // distinct regions of it). The words are `AtomicU64`, whose interior mutability
+        // allows writes through a shared reference; no other thread or process accesses
+        // these words now (buffer-reuse argument, `protocol::clear`), so the plain stores do
+        // not race, and the release that follows orders them before the reader's acquire.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, dst.as_ptr() as *mut u8, bytes) }
+    }
+    #[inline]
+    fn view<T: Element>(src: &[Self], count: usize) -> Cow<'_, [T]> {
+        let n = count.min(src.len() * T::LANES);
+        // SAFETY: `src` holds `src.len() * 8` bytes, at least `n * size_of::<T>()`, 8-byte
+        // aligned (more than any `T` needs); every bit pattern is a valid f32/f16/bf16; the
+        // slice borrows `src`, so it cannot outlive the mapping. Nobody writes these words
+        // while the view lives (the caller's contract above), so reading them plainly is
+        // not a data race.
+        Cow::Borrowed(unsafe { std::slice::from_raw_parts(src.as_ptr() as *const T, n) })
     }
 }
 
@@ -215,8 +262,8 @@ impl<'a, W: Word> Workspace<'a, W> {
             for w in self.status(r) {
                 w.store_relaxed(0);
             }
-            for w in self.barrier_slots(r) {
-                w.store_relaxed(barrier_initial);
+            for p in 0..l.world {
+                self.barrier_slot(r, p).store_relaxed(barrier_initial);
             }
         }
         // Magic last, with release: a mapping that shows the magic is initialised.
@@ -244,7 +291,16 @@ impl<'a, W: Word> Workspace<'a, W> {
     /// In `owner`'s block: the descriptor slot that `from` writes in one-shot push.
     #[inline]
     pub fn push_desc(&self, owner: usize, parity: usize, from: usize) -> &'a W {
-        &self.block(owner)[self.layout.push_desc + parity * self.layout.world + from]
+        &self.block(owner)[self.layout.push_desc + (parity * self.layout.world + from) * LINE_WORDS]
+    }
+
+    /// In `owner`'s block: the rest of the line of `from`'s one-shot push flag
+    /// ([`INLINE_WORDS`] words): a call that small travels in the flag's own line, so the
+    /// reader's one poll brings the data too.
+    #[inline]
+    pub fn push_inline(&self, owner: usize, parity: usize, from: usize) -> &'a [W] {
+        let at = self.layout.push_desc + (parity * self.layout.world + from) * LINE_WORDS + 1;
+        &self.block(owner)[at..at + INLINE_WORDS]
     }
 
     /// In `owner`'s block: the data slot (`cap` words) that `from` writes in one-shot push.
@@ -258,7 +314,14 @@ impl<'a, W: Word> Workspace<'a, W> {
     /// In `owner`'s block: the reduce-scatter descriptor slot that `from` writes.
     #[inline]
     pub fn rs_desc(&self, owner: usize, parity: usize, from: usize) -> &'a W {
-        &self.block(owner)[self.layout.rs_desc + parity * self.layout.world + from]
+        &self.block(owner)[self.layout.rs_desc + (parity * self.layout.world + from) * LINE_WORDS]
+    }
+
+    /// In `owner`'s block: the all-gather flag that `from` raises once its reduced piece is
+    /// in `owner`'s gather buffer.
+    #[inline]
+    pub fn ag_desc(&self, owner: usize, parity: usize, from: usize) -> &'a W {
+        &self.block(owner)[self.layout.ag_desc + (parity * self.layout.world + from) * LINE_WORDS]
     }
 
     /// In `owner`'s block: the reduce-scatter slot (`piece` words) that `from` writes.
@@ -289,18 +352,22 @@ impl<'a, W: Word> Workspace<'a, W> {
         &self.block(owner)[self.layout.result..self.layout.result + self.layout.cap]
     }
 
-    /// `owner`'s barrier slots, one per peer.
+    /// `owner`'s barrier slot for `peer` (each on a line of its own).
     #[inline]
-    pub fn barrier_slots(&self, owner: usize) -> &'a [W] {
-        &self.block(owner)[self.layout.barrier..self.layout.barrier + self.layout.world]
+    pub fn barrier_slot(&self, owner: usize, peer: usize) -> &'a W {
+        &self.block(owner)[self.layout.barrier + peer * LINE_WORDS]
     }
 }
 
-/// The word range `[start, end)` of rank `j`'s piece when `nw` words are split over `world`
-/// ranks as evenly as possible.
+/// The element range `[start, end)` of rank `j`'s piece when `n` elements of `T` are split
+/// over `world` ranks as evenly as whole cache lines allow: pieces start on a line, so two
+/// owners never write the same line of a gather buffer or an output, and a piece of `n`
+/// elements fits a slot of `Layout::piece` words whenever `n` fits `cap`.
 #[inline]
-pub fn piece_range(nw: usize, world: usize, j: usize) -> (usize, usize) {
-    (j * nw / world, (j + 1) * nw / world)
+pub fn piece_range<T: Element>(n: usize, world: usize, j: usize) -> (usize, usize) {
+    let unit = LINE_WORDS * T::LANES;
+    let lines = n.div_ceil(unit);
+    ((j * lines / world * unit).min(n), ((j + 1) * lines / world * unit).min(n))
 }
 
 #[cfg(test)]
@@ -325,14 +392,18 @@ mod tests {
                 spans.push(span(ws.status(r)));
                 spans.push(span(ws.exposed(r)));
                 spans.push(span(ws.result(r)));
-                spans.push(span(ws.barrier_slots(r)));
+                for p in 0..world {
+                    spans.push(span(std::slice::from_ref(ws.barrier_slot(r, p))));
+                }
                 for p in 0..2 {
                     spans.push(span(ws.ag_data(r, p)));
                     for f in 0..world {
                         spans.push(span(ws.push_data(r, p, f)));
                         spans.push(span(ws.rs_data(r, p, f)));
                         spans.push(span(std::slice::from_ref(ws.push_desc(r, p, f))));
+                        spans.push(span(ws.push_inline(r, p, f)));
                         spans.push(span(std::slice::from_ref(ws.rs_desc(r, p, f))));
+                        spans.push(span(std::slice::from_ref(ws.ag_desc(r, p, f))));
                     }
                 }
             }
@@ -357,17 +428,23 @@ mod tests {
     }
 
     #[test]
-    fn pieces_cover_everything() {
-        for nw in [0, 1, 7, 100, 1025] {
+    fn pieces_cover_everything_and_fit_their_slots() {
+        for cap in [8, 1000, 4096] {
             for world in 2..=16 {
-                let mut next = 0;
-                for j in 0..world {
-                    let (a, b) = piece_range(nw, world, j);
-                    assert_eq!(a, next);
-                    assert!(b - a <= nw.div_ceil(world));
-                    next = b;
+                let l = Layout::new(world, cap).unwrap();
+                for n in [0, 1, 7, 100, 1025, 2 * l.cap - 1, 2 * l.cap] {
+                    let mut next = 0;
+                    for j in 0..world {
+                        let (a, b) = piece_range::<half::bf16>(n, world, j);
+                        assert_eq!(a, next);
+                        assert!(a == n || a % (LINE_WORDS * 4) == 0, "piece starts on a line");
+                        if n <= l.cap * 4 {
+                            assert!((b - a).div_ceil(4) <= l.piece, "n {n} world {world}: piece {} words > {}", (b - a).div_ceil(4), l.piece);
+                        }
+                        next = b;
+                    }
+                    assert_eq!(next, n);
                 }
-                assert_eq!(next, nw);
             }
         }
     }

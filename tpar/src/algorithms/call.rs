@@ -1,10 +1,11 @@
 //! What an algorithm's CPU body works with: one chunk of one call, and the small helpers
-//! every body shares (packing results out, the pull prologue, per-peer slices).
+//! every body shares (the pull prologue, per-rank views).
 
-use crate::dtype::{pack_acc, unpack_into, Element};
+use crate::dtype::Element;
 use crate::error::Result;
 use crate::protocol::{Desc, Wait, Word};
 use crate::workspace::{Workspace, MAX_WORLD};
+use std::borrow::Cow;
 
 /// One chunk of one call, as an algorithm sees it: the workspace, who I am, what every rank
 /// agreed to do, and the bounded waiter every spin goes through.
@@ -25,41 +26,32 @@ impl<W: Word, S: Wait> Call<'_, '_, W, S> {
     }
 }
 
-/// Writes the lanes of reduced word `i` into `out`.
-#[inline(always)]
-pub(crate) fn write_word<T: Element>(out: &mut [T], i: usize, acc: &[f32; 4]) {
-    let a = i * T::LANES;
-    let b = (a + T::LANES).min(out.len());
-    if a < b {
-        unpack_into(pack_acc::<T>(acc), &mut out[a..b]);
-    }
-}
-
-/// Copies word `w` (already reduced and packed) into `out` at word `i`.
-#[inline(always)]
-pub(crate) fn copy_word<T: Element>(out: &mut [T], i: usize, w: u64) {
-    let a = i * T::LANES;
-    let b = (a + T::LANES).min(out.len());
-    if a < b {
-        unpack_into(w, &mut out[a..b]);
-    }
-}
-
-/// The pull algorithms' prologue: publish my packed input in my `exposed` region, then meet
-/// every rank at barrier 0, after which every rank's exposed input may be read.
-pub(crate) fn expose_and_meet<W: Word, S: Wait>(c: &mut Call<'_, '_, W, S>, packed: &[u64]) -> Result<()> {
-    for (slot, w) in c.ws.exposed(c.rank).iter().zip(packed) {
-        slot.store_relaxed(*w);
-    }
+/// The pull algorithms' prologue: publish my input in my `exposed` region, then meet every
+/// rank at barrier 0 (its release publishes the copy), after which every rank's exposed
+/// input may be read.
+pub(crate) fn expose_and_meet<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T]) -> Result<()> {
+    W::store_plain(c.ws.exposed(c.rank), input);
     crate::protocol::barrier(c.ws, c.rank, &c.desc, 0, c.waiter)
 }
 
-/// A fixed array of per-peer slices, so hot loops index instead of recomputing offsets.
-pub(crate) fn per_peer<'w, W>(world: usize, f: impl Fn(usize) -> &'w [W]) -> [&'w [W]; MAX_WORLD] {
-    let mut a: [&'w [W]; MAX_WORLD] = [&[]; MAX_WORLD];
-    for (s, slot) in a.iter_mut().enumerate().take(world) {
+/// Per-rank read-only views (rank order), so the reduce reads peers' buffers in place.
+/// Only the first `world` entries are built: this runs on every call, and a 2-byte call
+/// should not pay for sixteen.
+#[inline(always)]
+pub(crate) fn views<'w, T: Element>(world: usize, f: impl Fn(usize) -> Cow<'w, [T]>) -> [Cow<'w, [T]>; MAX_WORLD] {
+    let mut v = [const { Cow::Borrowed(&[] as &[T]) }; MAX_WORLD];
+    for (s, slot) in v.iter_mut().enumerate().take(world) {
         *slot = f(s);
     }
-    a
+    v
 }
 
+/// The views as plain slices, for `dtype::reduce_into`.
+#[inline(always)]
+pub(crate) fn slices<'a, T: Element>(v: &'a [Cow<'_, [T]>]) -> [&'a [T]; MAX_WORLD] {
+    let mut out: [&'a [T]; MAX_WORLD] = [&[]; MAX_WORLD];
+    for (o, c) in out.iter_mut().zip(v) {
+        *o = c;
+    }
+    out
+}

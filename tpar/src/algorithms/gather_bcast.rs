@@ -5,31 +5,25 @@
 //! Buffers: `exposed`, rank 0's `result`, barrier slots; the same no-third-barrier argument
 //! as two-shot pull.
 
-use super::call::{expose_and_meet, copy_word, per_peer, Call};
-use crate::dtype::{pack_acc, unpack_add, Element};
+use super::call::{expose_and_meet, slices, views, Call};
+use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
 use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step, unsupported};
 use crate::{Algorithm, Transport};
 
-pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
-    let nw = packed.len();
-    expose_and_meet(c, packed)?;
-    let root = ws.result(0);
+    let n = input.len();
+    expose_and_meet(c, input)?;
     if me == 0 {
-        let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
-        for (i, slot) in root.iter().enumerate().take(nw) {
-            let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
-            for slots in peers.iter().take(world) {
-                unpack_add::<T>(slots[i].load_acquire(), &mut acc);
-            }
-            slot.store_relaxed(pack_acc::<T>(&acc));
-        }
+        let v = views(world, |s| W::view(ws.exposed(s), n));
+        reduce_into(&slices(&v[..world])[..world], out);
+        W::store_plain(ws.result(0), out);
     }
     barrier(ws, me, &c.desc, 1, c.waiter)?;
-    for (i, slot) in root.iter().enumerate().take(nw) {
-        copy_word(out, i, slot.load_acquire());
+    if me != 0 {
+        out.copy_from_slice(&W::view(ws.result(0), n));
     }
     Ok(())
 }

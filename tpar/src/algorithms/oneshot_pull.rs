@@ -6,24 +6,20 @@
 //! Buffers: `exposed` (written by its owner only at call start, read by peers only between
 //! the two barriers) and the barrier slots. Must never write a peer's data region.
 
-use super::call::{expose_and_meet, per_peer, write_word, Call};
-use crate::dtype::{unpack_add, Element};
+use super::call::{expose_and_meet, slices, views, Call};
+use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, step, unsupported};
 use crate::{Algorithm, Transport};
+use std::borrow::Cow;
 
-pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
-    let nw = packed.len();
-    expose_and_meet(c, packed)?;
-    let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
-    for i in 0..nw {
-        let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
-        for slots in peers.iter().take(world) {
-            unpack_add::<T>(slots[i].load_acquire(), &mut acc);
-        }
-        write_word(out, i, &acc);
+    expose_and_meet(c, input)?;
+    {
+        let v = views(world, |s| if s == me { Cow::Borrowed(input) } else { W::view(ws.exposed(s), input.len()) });
+        reduce_into(&slices(&v[..world])[..world], out);
     }
     barrier(ws, me, &c.desc, 1, c.waiter)
 }

@@ -1,49 +1,42 @@
-//! One-shot push: every rank writes its packed input into every peer's inbox, then polls
-//! only its own inbox (sentinel protocol), reduces in rank order, and clears each word as
-//! it consumes it. Reads nothing remote; one hop of latency; each rank sends (N-1)·S bytes.
+//! One-shot push: every rank copies its input into every peer's inbox and raises its flag
+//! there (the call descriptor, stored with release after the data); each rank waits for
+//! every peer's flag in its own inbox and reduces in rank order straight from the inbox
+//! (its own contribution from its input). Reads nothing remote; one hop of latency; each
+//! rank sends (N-1)·S bytes.
 //!
-//! Buffers: `push_desc` / `push_data`, parity `epoch & 1`. The reuse argument is at
-//! `protocol::clear`. Must never read a peer's block.
+//! Buffers: `push_desc` (flags, one line each; a call of at most 56 bytes travels in the
+//! rest of the flag's line) / `push_data`, parity `epoch & 1`. Data words
+//! are never cleared: a slot is read only after its flag for this call, and the flag is
+//! cleared by its owner (argument at `protocol::clear`). Must never read a peer's block.
 
-use super::call::{per_peer, write_word, Call};
-use crate::dtype::{unpack_add, Element, EMPTY};
+use super::call::{slices, views, Call};
+use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
-use crate::protocol::{poll_until_not_empty, take_descriptor, Phase, Wait, Word};
+use crate::protocol::{take_descriptor, Wait, Word};
+use crate::workspace::INLINE_WORDS;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, host_reads, host_write, step};
 use crate::Transport;
+use std::borrow::Cow;
 
-pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {
     let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
     let d = c.desc.encode();
-    // My own contribution is read from `packed` directly; only peers' inboxes are written.
+    let n = input.len();
+    // At most 56 bytes travel in the flag's own line (one transfer instead of two).
+    let inline = std::mem::size_of_val(input) <= INLINE_WORDS * 8;
+    let slot = |owner: usize, from: usize| if inline { ws.push_inline(owner, parity, from) } else { ws.push_data(owner, parity, from) };
     // Start with the right-hand neighbour so ranks do not all write rank 0 first.
     for i in 1..world {
         let p = (me + i) % world;
+        W::store_plain(slot(p, me), input);
         ws.push_desc(p, parity, me).store_release(d);
-        for (slot, w) in ws.push_data(p, parity, me).iter().zip(packed) {
-            slot.store_release(*w);
-        }
     }
-    for s in (0..world).filter(|&s| s != me) {
+    for i in 1..world {
+        let s = (me + i) % world;
         take_descriptor(ws.push_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
     }
-    let nw = packed.len();
-    let inbox = per_peer(world, |s| &ws.push_data(me, parity, s)[..nw]);
-    for i in 0..nw {
-        let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
-        for (s, slots) in inbox.iter().enumerate().take(world) {
-            let w = if s == me {
-                packed[i]
-            } else {
-                let w = poll_until_not_empty(&slots[i], c.waiter, s, Phase::Data)?;
-                // Consumed: clear at once, while the line is in cache (argument at `clear`).
-                slots[i].store_relaxed(EMPTY);
-                w
-            };
-            unpack_add::<T>(w, &mut acc);
-        }
-        write_word(out, i, &acc);
-    }
+    let v = views(world, |s| if s == me { Cow::Borrowed(input) } else { W::view(slot(me, s), n) });
+    reduce_into(&slices(&v[..world])[..world], out);
     Ok(())
 }
 

@@ -5,36 +5,30 @@
 //! before its next call can overwrite it; `result` is overwritten only after barrier 0 of a
 //! later call, which no rank passes before every rank has finished this one.
 
-use super::call::{expose_and_meet, copy_word, per_peer, write_word, Call};
-use crate::dtype::{pack_acc, unpack_add, Element};
+use super::call::{expose_and_meet, slices, views, Call};
+use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
 use crate::workspace::piece_range;
+use std::borrow::Cow;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, step, unsupported};
 use crate::{Algorithm, Transport};
 
-pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());
-    let nw = packed.len();
-    expose_and_meet(c, packed)?;
-    let (a, b) = piece_range(nw, world, me);
-    let peers = per_peer(world, |s| &ws.exposed(s)[..nw]);
-    let result = ws.result(me);
-    for i in a..b {
-        let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
-        for slots in peers.iter().take(world) {
-            unpack_add::<T>(slots[i].load_acquire(), &mut acc);
-        }
-        let r = pack_acc::<T>(&acc);
-        result[i].store_relaxed(r);
-        write_word(out, i, &acc);
+    let n = input.len();
+    expose_and_meet(c, input)?;
+    let (a, b) = piece_range::<T>(n, world, me);
+    {
+        let v = views(world, |s| if s == me { Cow::Borrowed(&input[a..b]) } else { W::view(&ws.exposed(s)[a / T::LANES..], b - a) });
+        reduce_into(&slices(&v[..world])[..world], &mut out[a..b]);
     }
+    // My piece of `result` sits at the same element offset as in the input.
+    W::store_plain(&ws.result(me)[a / T::LANES..], &out[a..b]);
     barrier(ws, me, &c.desc, 1, c.waiter)?;
     for j in (0..world).filter(|&j| j != me) {
-        let (ja, jb) = piece_range(nw, world, j);
-        for (i, slot) in ws.result(j).iter().enumerate().take(jb).skip(ja) {
-            copy_word(out, i, slot.load_acquire());
-        }
+        let (ja, jb) = piece_range::<T>(n, world, j);
+        out[ja..jb].copy_from_slice(&W::view(&ws.result(j)[ja / T::LANES..], jb - ja));
     }
     Ok(())
 }

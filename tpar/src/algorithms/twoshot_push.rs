@@ -1,66 +1,60 @@
-//! Two-shot push: reduce-scatter by writes (rank j owns piece j of the words: every rank
-//! writes its piece j into rank j's inbox), the owner reduces its piece in rank order, then
-//! all-gather by writes (the owner writes the reduced piece into every rank's gather
-//! buffer). Each rank sends about 2·(N-1)/N·S bytes instead of (N-1)·S; two hops.
+//! Two-shot push: reduce-scatter by writes (rank j owns piece j of the elements: every rank
+//! copies its piece j into rank j's inbox and raises its flag there), the owner reduces its
+//! piece in rank order straight from its inbox (its own part from its input), then
+//! all-gather by writes (the owner copies the reduced piece into every rank's gather buffer
+//! and raises its flag there). Each rank sends about 2·(N-1)/N·S bytes instead of (N-1)·S;
+//! two hops. Pieces start on cache lines, so owners never share a line of a gather buffer.
 //!
-//! Buffers: `rs_desc` / `rs_data` / `ag_data`, parity `epoch & 1`, each cleared by its owner
-//! after consuming (argument at `protocol::clear`: every rank's gather words come from every
-//! owner, and each owner's reduction needed every rank's piece, so the all-to-all dependency
-//! per call holds). Must never read a peer's block.
+//! Buffers: `rs_desc` / `rs_data` / `ag_desc` / `ag_data`, parity `epoch & 1`. Flags are
+//! cleared by their owner (argument at `protocol::clear`: every rank's gather flags come
+//! from every owner, and each owner's reduction needed every rank's flag, so the all-to-all
+//! dependency per call holds); data words are read only after their flag and never
+//! cleared. Must never read a peer's block.
 
-use super::call::{copy_word, per_peer, Call};
-use crate::dtype::{pack_acc, unpack_add, Element};
+use super::call::{slices, views, Call};
+use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
-use crate::protocol::{clear, poll_until_not_empty, take_descriptor, Phase, Wait, Word};
+use crate::protocol::{take_descriptor, Wait, Word};
 use crate::workspace::piece_range;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, host_reads, host_write, step};
 use crate::Transport;
+use std::borrow::Cow;
 
-pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, packed: &[u64], out: &mut [T]) -> Result<()> {
+pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {
     let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
     let d = c.desc.encode();
-    let nw = packed.len();
-    // Reduce-scatter: piece j of my input goes to owner j.
-    for i in 1..=world {
+    let n = input.len();
+    // Reduce-scatter: piece j of my input goes to owner j (mine stays where it is).
+    for i in 1..world {
         let j = (me + i) % world;
-        let (a, b) = piece_range(nw, world, j);
+        let (a, b) = piece_range::<T>(n, world, j);
+        W::store_plain(ws.rs_data(j, parity, me), &input[a..b]);
         ws.rs_desc(j, parity, me).store_release(d);
-        for (slot, w) in ws.rs_data(j, parity, me).iter().zip(&packed[a..b]) {
-            slot.store_release(*w);
-        }
     }
-    for s in 0..world {
+    for i in 1..world {
+        let s = (me + i) % world;
         take_descriptor(ws.rs_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
     }
-    let (a, b) = piece_range(nw, world, me);
-    let inbox = per_peer(world, |s| &ws.rs_data(me, parity, s)[..b - a]);
-    let gather = per_peer(world, |p| ws.ag_data(p, parity));
-    for k in 0..b - a {
-        let mut acc = [-0.0f32; 4]; // -0.0 is the additive identity: -0.0 + x == x
-        for (s, slots) in inbox.iter().enumerate().take(world) {
-            let w = poll_until_not_empty(&slots[k], c.waiter, s, Phase::Data)?;
-            unpack_add::<T>(w, &mut acc);
-        }
-        let r = pack_acc::<T>(&acc);
-        for i in 1..=world {
-            gather[(me + i) % world][a + k].store_release(r);
-        }
+    let (a, b) = piece_range::<T>(n, world, me);
+    {
+        let v = views(world, |s| if s == me { Cow::Borrowed(&input[a..b]) } else { W::view(ws.rs_data(me, parity, s), b - a) });
+        reduce_into(&slices(&v[..world])[..world], &mut out[a..b]);
     }
-    for slots in inbox.iter().take(world) {
-        clear(slots);
+    // All-gather: my reduced piece into every peer's gather buffer, at its element offset.
+    for i in 1..world {
+        let p = (me + i) % world;
+        W::store_plain(&ws.ag_data(p, parity)[a / T::LANES..], &out[a..b]);
+        ws.ag_desc(p, parity, me).store_release(d);
     }
-    // All-gather: every owner's reduced piece lands in my gather buffer.
-    let mine = &ws.ag_data(me, parity)[..nw];
-    for j in 0..world {
-        let (ja, jb) = piece_range(nw, world, j);
-        for (i, slot) in mine.iter().enumerate().take(jb).skip(ja) {
-            let w = poll_until_not_empty(slot, c.waiter, j, Phase::Data)?;
-            copy_word(out, i, w);
-        }
+    for i in 1..world {
+        let j = (me + i) % world;
+        take_descriptor(ws.ag_desc(me, parity, j), &c.desc, me, j, c.waiter)?;
+        let (ja, jb) = piece_range::<T>(n, world, j);
+        out[ja..jb].copy_from_slice(&W::view(&ws.ag_data(me, parity)[ja / T::LANES..], jb - ja));
     }
-    clear(mine);
     Ok(())
 }
+
 
 /// The communication schedule the simulator replays: reduce-scatter then all-gather, each an
 /// all-to-all of one chunk; without P2P, both halves through host memory.

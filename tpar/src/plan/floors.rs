@@ -9,11 +9,23 @@ pub const MAX_KERNEL_BLOCKS: u32 = 32;
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
 
-/// CPU ranks: one-shot push up to this size, two-shot push above. Measured
-/// (bench/results/h200-host.md, cpu-bench-{2,4,8}.json, 16-core host; cpu-2core-dev.md): with
-/// 4 and 8 ranks two-shot push is faster from 512 B (8 ranks, 512 B: 4.2 vs 7.5 us); with 2
-/// ranks the two tie to within a few percent up to 32 KiB.
-pub const CPU_ONESHOT_MAX_BYTES: u64 = 256;
+/// CPU ranks: one-shot push up to this size, two-shot push above. Re-measured after the CPU
+/// bodies moved to flagged bulk copies (bench/results/cpu-vs-mpi-2core.md, "one-shot
+/// limit"; 2-core development machine, median us, one-shot vs two-shot): 2 ranks float,
+/// one-shot leads to 4 KiB (2 KiB 0.36 vs 0.43, 4 KiB 0.52 vs 0.60), ties at 8 KiB (1.37 vs
+/// 1.39), trails from 16 KiB; 2 ranks bf16, two-shot leads from 1 KiB (0.54 vs 0.44); 4 ranks
+/// (two per core), one-shot leads to 8 KiB (float 4 KiB 13.0 vs 20.4, bf16 8 KiB 20.9 vs
+/// 23.0). The plan's limit is one byte count for every dtype and world: 4 KiB costs 2-rank
+/// bf16 a quarter of a microsecond at 1-4 KiB and keeps the larger wins at 4 ranks.
+pub const CPU_ONESHOT_MAX_BYTES: u64 = 4 * KIB;
+
+/// CPU ranks: bytes per epoch of a large call (a step of the chunk loop in `comm.rs`; a call
+/// up to twice this runs in one epoch). Measured (bench/results/cpu-vs-mpi-2core.md, "step
+/// size"), 2 ranks, two-shot push float, three alternating runs: steps of 256 KiB / 512 KiB /
+/// 1 MiB / 2 MiB took 158-162 / 122-124 / 135-148 / 136-138 us at 2 MiB and 1143-1194 /
+/// 960-991 / 944-1174 / 1203-1284 us at 8 MiB. Smaller steps pay a wait per step (and a
+/// wait that yields, a scheduling round trip); larger ones fall out of the 1 MiB L2.
+pub const CPU_STEP_BYTES: u64 = 512 * KIB;
 
 /// NVLink, 2 ranks: one-shot push up to this size, two-shot above. Measured on 4 H200s
 /// (NV18 each pair), one process per GPU, bf16 in CUDA graphs, with one block per 8 KiB

@@ -2,9 +2,11 @@
 //! with acquire/release ordering, so the same code runs over shared memory between processes
 //! and under the loom model checker.
 //!
-//! - `sentinel`: slots hold [`EMPTY`] when empty; a writer stores packed words (never
-//!   `EMPTY`, see [`crate::dtype`]); the reader polls *its own* memory until a word is not
-//!   `EMPTY`, consumes it, and clears it back. No remote reads, no fences beyond the word.
+//! - `flagged copy` (push): a writer copies a slot's data with plain stores
+//!   ([`Word::store_plain`]), then stores its call descriptor into its flag in the owner's
+//!   block with release; the owner polls *its own* flag until it is not [`EMPTY`]
+//!   ([`take_descriptor`]), checks and clears it, and reads the slot in place
+//!   ([`Word::view`]). No remote reads, one release per slot.
 //! - `barrier`: generation counters stored into each peer's slot and polled locally, compared
 //!   modulo 2^32 so they may wrap.
 //!
@@ -156,16 +158,17 @@ pub fn take_descriptor<W: Word, S: Wait>(slot: &W, ours: &Desc, rank: usize, pee
     Ok(())
 }
 
-/// Owner-only: returns consumed slots to [`EMPTY`].
+/// Owner-only: returns consumed words (flags) to [`EMPTY`].
 ///
-/// Buffer-reuse argument (the rule that makes push protocols correct): a slot of parity
-/// `e & 1` is cleared by its owner during call `e`, after consuming it and before the owner
-/// stores anything for call `e + 1`. A peer writes that slot again only in call `e + 2`,
-/// which it can enter only after finishing call `e + 1`, and every algorithm makes each
-/// rank acquire, during a call, a word that every other rank released during that same call
-/// (directly, or through an owner in two-shot). So the clear happens-before the next write,
-/// and the writer's store is later in the slot's modification order. Relaxed stores suffice
-/// for the clear: the release that publishes the owner's next-call data orders them.
+/// Buffer-reuse argument (the rule that makes push protocols correct): a slot and its flag
+/// of parity `e & 1` are read and cleared by their owner during call `e`, before the owner
+/// stores anything for call `e + 1`. A peer writes them again only in call `e + 2`, which it
+/// can enter only after finishing call `e + 1`, and every algorithm makes each rank acquire,
+/// during a call, a word that every other rank released during that same call (directly, or
+/// through an owner in two-shot). So the owner's reads and clear happen-before the next
+/// write: the writer's flag store is later in the flag's modification order, and its plain
+/// data copy cannot overlap the owner's reads. Relaxed stores suffice for the clear: the
+/// release that publishes the owner's next-call data orders them.
 #[inline]
 pub fn clear<W: Word>(slots: &[W]) {
     for s in slots {
@@ -202,12 +205,11 @@ pub fn barrier<W: Word, S: Wait>(ws: &Workspace<'_, W>, rank: usize, desc: &Desc
     let word = gen as u64 | ((desc.check32() as u64) << 32);
     for i in 0..world {
         let p = (rank + i) % world;
-        ws.barrier_slots(p)[rank].store_release(word);
+        ws.barrier_slot(p, rank).store_release(word);
     }
-    let my_slots = ws.barrier_slots(rank);
     for i in 1..world {
         let p = (rank + i) % world;
-        let v = spin_until(&my_slots[p], |v| gen_reached(v as u32, gen), waiter, p, Phase::Barrier(k))?;
+        let v = spin_until(ws.barrier_slot(rank, p), |v| gen_reached(v as u32, gen), waiter, p, Phase::Barrier(k))?;
         if v as u32 == gen && (v >> 32) as u32 != desc.check32() {
             return Err(Error::Mismatch {
                 rank,

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::protocol::Word;
 use crate::rendezvous::JoinSpec;
 use crate::transport::shm::ShmSegment;
-use crate::workspace::{hdr, Layout, Workspace, MAGIC};
+use crate::workspace::{hdr, Layout, Workspace, LAYOUT_VERSION, MAGIC};
 
 /// The mapped workspace of a CPU job.
 pub struct ShmWorkspace {
@@ -61,6 +61,11 @@ impl DataPlane for ShmWorkspace {
             let magic = h[hdr::MAGIC].load_acquire();
             if magic != MAGIC {
                 return Err(field(rank, "shm magic", format!("{MAGIC:#x}"), format!("{magic:#x}")));
+            }
+            // A rank of another build must not read this layout as its own.
+            let version = h[hdr::VERSION].load_acquire();
+            if version != LAYOUT_VERSION {
+                return Err(field(rank, "shm layout version", LAYOUT_VERSION, version));
             }
             let job = h[hdr::JOB].load_acquire();
             if job != spec.job_id {
