@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ def run_ranks(world: int, scenario: str, deadline_s: float = 120.0, env: Dict[st
     for p in procs:
         if p.poll() is None:
             p.kill()
+    shutil.rmtree(tmp, ignore_errors=True)  # the suite leaves nothing in /tmp
     return records
 
 

@@ -8,13 +8,37 @@ use std::sync::Arc;
 use std::time::Duration;
 use tpar::{Communicator, Config};
 
-/// A private directory (0700) holding the rendezvous socket.
+/// A private directory (0700) holding the rendezvous socket, under this test process's own
+/// directory, which is removed when the process exits (so the suite leaves nothing in /tmp).
 pub fn rdzv_path(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("tpar-test-{}-{}-{}", tag, std::process::id(), rand_u32()));
+    let dir = test_root().join(format!("{tag}-{}", rand_u32()));
     std::fs::create_dir_all(&dir).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
     dir.join("rdzv.sock")
+}
+
+fn root_path() -> PathBuf {
+    std::env::temp_dir().join(format!("tpar-test-{}", std::process::id()))
+}
+
+extern "C" fn remove_root() {
+    let _ = std::fs::remove_dir_all(root_path());
+}
+
+/// `/tmp/tpar-test-PID`, made once; removed at process exit (the test harness exits through
+/// `exit`, which runs `atexit` handlers).
+fn test_root() -> PathBuf {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = std::fs::create_dir_all(root_path());
+        // SAFETY: registers a plain extern "C" function with no captured state; it only
+        // removes a directory this process made.
+        unsafe {
+            libc::atexit(remove_root);
+        }
+    });
+    root_path()
 }
 
 pub fn rand_u32() -> u32 {
