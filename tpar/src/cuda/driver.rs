@@ -44,7 +44,8 @@ pub struct Device {
 
 impl Device {
     /// Opens device `ordinal`. Event tracking is disabled: collectives order themselves
-    /// (see GPU.md: cudarc's per-buffer events serialise ranks that share a buffer).
+    /// (cudarc's per-buffer events would order launches of ranks that share a buffer, one after
+    /// the other: every rank then waits for the previous one and the collective times out).
     pub fn open(ordinal: usize) -> Result<Self> {
         init_driver()?;
         let ctx = cu(|| format!("opening device {ordinal}"), CudaContext::new(ordinal))?;
