@@ -228,7 +228,6 @@ pub struct GpuComm {
     inner: Option<SendGpu>,
     /// The plan's decisions per (dtype, bytes, captured): planning formats a reason string,
     /// which an eager call should not pay every time.
-    plans: HashMap<(DType, usize, bool), Plan>,
     rank: usize,
     world: usize,
 }
@@ -261,18 +260,11 @@ impl GpuComm {
         self.inner.as_mut().ok_or_else(|| PoisonedError::new_err(format!("rank {rank}: communicator is closed")))
     }
 
-    fn plan_for(&mut self, d: DType, nbytes: usize, graph: bool) -> PyResult<Plan> {
-        if let Some(p) = self.plans.get(&(d, nbytes, graph)) {
-            return Ok(p.clone());
-        }
+    /// The plan for `nbytes` of `d`, from the communicator's own memo (`tpar::plan::cache`).
+    fn plan_for(&mut self, d: DType, nbytes: usize, graph: bool) -> PyResult<std::sync::Arc<Plan>> {
         let comm = self.comm()?;
         comm.set_capture_mode(if graph { CaptureMode::Graph } else { CaptureMode::Eager });
-        let p = comm.plan(d, nbytes);
-        if self.plans.len() >= 4096 {
-            self.plans.clear();
-        }
-        self.plans.insert((d, nbytes, graph), p.clone());
-        Ok(p)
+        Ok(comm.cached_plan(d, nbytes))
     }
 }
 
@@ -290,7 +282,7 @@ impl GpuComm {
         let topology = topology.map(|t| tpar::Topology::load(&t)).transpose().map_err(py_err)?;
         let opts = GpuOptions { device: Some(device), max_bytes, topology };
         let comm = py.detach(|| GpuCommunicator::init(&cfg, &opts).map(SendGpu)).map_err(py_err)?;
-        Ok(GpuComm { inner: Some(comm), plans: HashMap::new(), rank, world })
+        Ok(GpuComm { inner: Some(comm), rank, world })
     }
 
     #[getter]
@@ -368,7 +360,6 @@ impl GpuComm {
     /// Leaves the job. Every rank must have finished its calls (a barrier first): peers may
     /// still write into this rank's workspace until they have.
     fn close(&mut self) {
-        self.plans.clear();
         self.inner = None;
     }
 }

@@ -7,10 +7,9 @@
 //! Must never panic, hang past the timeout, or leave shared memory behind.
 
 use crate::algorithms::{run_chunk, Algorithm, Call};
-use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides, PlanInput};
+use crate::plan::{plan_fingerprint, Backend, CaptureMode, Overrides, PlanInput};
 use crate::profile::{Profile, ProfileFingerprint};
 use crate::topology::Topology;
-use std::collections::HashMap;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
@@ -311,11 +310,9 @@ struct Dispatch {
     overrides: Overrides,
     /// Decisions already made, by (dtype, bytes): planning formats a reason, which has no
     /// place on the hot path.
-    cache: HashMap<(crate::DType, usize), Algorithm>,
+    cache: crate::plan::cache::PlanCache,
 }
 
-/// Entries the decision cache keeps before it starts over.
-const PLAN_CACHE_MAX: usize = 4096;
 
 /// A member of an all-reduce group on the CPU shared-memory backend.
 pub struct Communicator {
@@ -380,7 +377,7 @@ impl Communicator {
                 topology,
                 profile,
                 overrides: cfg.overrides.clone(),
-                cache: HashMap::new(),
+                cache: crate::plan::cache::PlanCache::default(),
             },
             rank: cfg.rank,
             world: cfg.world,
@@ -425,25 +422,19 @@ impl Communicator {
 
     /// The algorithm the plan picks for `bytes` of `dtype` on this communicator.
     pub fn planned(&mut self, dtype: crate::DType, bytes: usize) -> Algorithm {
-        if let Some(a) = self.dispatch.cache.get(&(dtype, bytes)) {
-            return *a;
-        }
-        let d = &self.dispatch;
-        let p = plan_logged(&PlanInput {
-            topology: &d.topology,
-            world: self.world,
-            bytes: bytes as u64,
-            dtype,
-            capture: CaptureMode::Eager,
-            backend: Backend::Cpu,
-            profile: d.profile.as_ref(),
-            overrides: &d.overrides,
-        });
-        if self.dispatch.cache.len() >= PLAN_CACHE_MAX {
-            self.dispatch.cache.clear();
-        }
-        self.dispatch.cache.insert((dtype, bytes), p.algorithm);
-        p.algorithm
+        let d = &mut self.dispatch;
+        d.cache
+            .get(&PlanInput {
+                topology: &d.topology,
+                world: self.world,
+                bytes: bytes as u64,
+                dtype,
+                capture: CaptureMode::Eager,
+                backend: Backend::Cpu,
+                profile: d.profile.as_ref(),
+                overrides: &d.overrides,
+            })
+            .algorithm
     }
 
     /// Sums `input` over all ranks into `output`, with the algorithm the plan picks.

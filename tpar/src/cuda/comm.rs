@@ -20,7 +20,9 @@ use crate::comm::Config;
 use crate::control::{ControlPlane, NoDataPlane};
 use crate::rendezvous::JoinSpec;
 use crate::error::{Error, Result};
+use crate::plan::cache::PlanCache;
 use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use std::sync::{Arc, Mutex};
 use crate::profile::Profile;
 use crate::topology::Topology;
 use crate::{Algorithm, DType, Transport};
@@ -61,6 +63,8 @@ pub struct GpuCommunicator {
     after_calls: Event,
     /// Bound on any wait (`Config::timeout`).
     timeout: Duration,
+    /// Decisions already made (eager calls do not re-plan).
+    plans: Mutex<PlanCache>,
 }
 
 impl GpuCommunicator {
@@ -114,6 +118,7 @@ impl GpuCommunicator {
             overrides,
             profile,
             capture: CaptureMode::Eager,
+            plans: Mutex::new(PlanCache::default()),
         })
     }
 
@@ -181,16 +186,28 @@ impl GpuCommunicator {
 
     /// The decision for `bytes` of `dtype` (logged once under `TPAR_DEBUG=INFO`).
     pub fn plan(&self, dtype: DType, bytes: usize) -> Plan {
-        plan_logged(&PlanInput {
+        (*self.cached_plan(dtype, bytes)).clone()
+    }
+
+    /// [`plan`](Self::plan) from this communicator's memo (`plan::cache`): one decision per
+    /// (dtype, size, capture mode), shared, so an eager call does not re-plan (nor format a
+    /// reason). What bindings pass to [`all_reduce_on`](Self::all_reduce_on).
+    pub fn cached_plan(&self, dtype: DType, bytes: usize) -> Arc<Plan> {
+        let input = PlanInput {
             topology: &self.topology,
-            world: self.world(),
+            world: self.control.world(),
             bytes: bytes as u64,
             dtype,
             capture: self.capture,
             backend: Backend::Cuda,
             profile: self.profile.as_ref(),
             overrides: &self.overrides,
-        })
+        };
+        match self.plans.lock() {
+            Ok(mut c) => c.get(&input),
+            // A poisoned lock only means a panic elsewhere mid-insert; plan afresh.
+            Err(_) => Arc::new(plan_logged(&input)),
+        }
     }
 
     /// Enqueues a sum all-reduce of `count` elements on [`stream`](Self::stream) and returns
@@ -205,7 +222,7 @@ impl GpuCommunicator {
     /// so it does not wait for the legacy default stream (a plain `cuMemcpyHtoD` from
     /// pageable memory may still be landing when it returns).
     pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
-        let p = self.plan(dtype, count.saturating_mul(dtype.size()));
+        let p = self.cached_plan(dtype, count.saturating_mul(dtype.size()));
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { self.dispatch(&p, dtype, count, input, output) }
     }

@@ -5,6 +5,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `mod.rs` | the decision ([`plan`]), the debug log, the digest ranks compare ([`plan_fingerprint`]) |
+//! | [`cache`] | one communicator's memo of decisions per (dtype, size, capture mode) |
 //! | [`feasibility`] | what runs here: the registry's gates plus the fabric's conditions (P2P, islands) |
 //! | [`floors`] | thresholds (each with where its number came from) and floor arithmetic |
 //! | [`overrides`] | `TPAR_*` settings and their validation |
@@ -18,6 +19,7 @@
 //! looks at the first W GPUs only. World W > G on the CUDA backend means ranks this topology
 //! does not describe (other hosts, or GPUs shared by ranks): NCCL, with that reason.
 
+pub mod cache;
 pub mod feasibility;
 pub mod floors;
 pub mod overrides;
