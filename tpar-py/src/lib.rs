@@ -19,7 +19,6 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use tpar::cuda::{GpuCommunicator, GpuOptions};

@@ -347,7 +347,7 @@ fn pcie_by_simulator(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: b
     let others = timed.iter().skip(1).take(3).map(|(a, _, us)| format!("{a} {us:.1}")).collect::<Vec<_>>().join(", ");
     let notes = if skipped.is_empty() { String::new() } else { format!("; {}", skipped.join("; ")) };
     match timed.first() {
-        Some(&(a, _, us)) if a == Algorithm::Nccl => nccl(format!(
+        Some(&(Algorithm::Nccl, _, us)) => nccl(format!(
             "PCIe P2P{place}, {n} ranks, {size}: simulator (docs/sim.md) times NCCL fastest at {us:.1} us (then {others}){notes}"
         )),
         Some(&(a, t, us)) => make(
