@@ -34,6 +34,27 @@ def enabled() -> bool:
     return os.environ.get("TPAR_ENABLE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def patch_engine(engine: str, module: str, attr: str, replacement) -> None:
+    """Replaces ``module.attr`` with ``replacement`` when ``TPAR_ENABLE`` is on: the one
+    mechanism behind both plug-ins. Idempotent; the original is kept as
+    ``module._tpar_original_<attr>``; an engine that cannot be imported is logged, never
+    raised (the engine must start without tpar)."""
+    if not enabled():
+        return
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - the engine must start without tpar
+        logger.warning("tpar: cannot patch %s (%s): %s", engine, module, e)
+        return
+    if getattr(mod, attr, None) is replacement:
+        return
+    setattr(mod, "_tpar_original_" + attr, getattr(mod, attr, None))
+    setattr(mod, attr, replacement)
+    _say("tpar: %s's %s replaced by tpar (TPAR_ENABLE=1)" % (engine, attr))
+
+
 def _debug() -> bool:
     return os.environ.get("TPAR_DEBUG", "").strip().upper() in ("INFO", "DEBUG", "TRACE")
 

@@ -8,7 +8,7 @@ calls it for the class to instantiate; its signature changes between versions, s
 replacement takes ``*args, **kwargs``. ``--disable-custom-all-reduce`` still switches it off.
 """
 
-from tpar.engines.common import TparCustomAllreduce, _say, enabled, logger
+from tpar.engines.common import TparCustomAllreduce, patch_engine
 
 TARGET_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
 TARGET_ATTR = "dispatch_custom_allreduce"
@@ -21,17 +21,4 @@ def dispatch_custom_allreduce(*args, **kwargs):
 
 def register() -> None:
     """The entry point. Idempotent; does nothing unless ``TPAR_ENABLE=1``."""
-    if not enabled():
-        return
-    import importlib
-
-    try:
-        mod = importlib.import_module(TARGET_MODULE)
-    except Exception as e:  # noqa: BLE001 - SGLang must start without tpar
-        logger.warning("tpar: cannot patch SGLang (%s): %s", TARGET_MODULE, e)
-        return
-    if getattr(mod, TARGET_ATTR, None) is dispatch_custom_allreduce:
-        return
-    mod._tpar_original_dispatch_custom_allreduce = getattr(mod, TARGET_ATTR, None)
-    setattr(mod, TARGET_ATTR, dispatch_custom_allreduce)
-    _say("tpar: SGLang's dispatch_custom_allreduce replaced by tpar (TPAR_ENABLE=1)")
+    patch_engine("SGLang", TARGET_MODULE, TARGET_ATTR, dispatch_custom_allreduce)

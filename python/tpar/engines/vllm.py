@@ -8,7 +8,7 @@ that module attribute before the groups are built (plug-ins load first) is enoug
 ``--disable-custom-all-reduce`` still switches it off, as for vLLM's own class.
 """
 
-from tpar.engines.common import TparCustomAllreduce, _say, enabled, logger
+from tpar.engines.common import TparCustomAllreduce, patch_engine
 
 #: Where vLLM looks the class up, and its name there.
 TARGET_MODULE = "vllm.distributed.device_communicators.custom_all_reduce"
@@ -17,17 +17,4 @@ TARGET_ATTR = "CustomAllreduce"
 
 def register() -> None:
     """The entry point. Idempotent; does nothing unless ``TPAR_ENABLE=1``."""
-    if not enabled():
-        return
-    import importlib
-
-    try:
-        mod = importlib.import_module(TARGET_MODULE)
-    except Exception as e:  # noqa: BLE001 - vLLM must start without tpar
-        logger.warning("tpar: cannot patch vLLM (%s): %s", TARGET_MODULE, e)
-        return
-    if getattr(mod, TARGET_ATTR, None) is TparCustomAllreduce:
-        return
-    mod._tpar_original_CustomAllreduce = getattr(mod, TARGET_ATTR, None)
-    setattr(mod, TARGET_ATTR, TparCustomAllreduce)
-    _say("tpar: vLLM's CustomAllreduce replaced by tpar (TPAR_ENABLE=1)")
+    patch_engine("vLLM", TARGET_MODULE, TARGET_ATTR, TparCustomAllreduce)
