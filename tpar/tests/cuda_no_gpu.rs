@@ -61,8 +61,6 @@ fn the_block_policy_is_one_function_and_honours_tpar_blocks() {
     if std::env::var_os("TPAR_BLOCKS").is_none() {
         assert_eq!(launch::blocks_for(Algorithm::OneshotPush, Transport::P2p, 43008, 8), 6);
         assert_eq!(launch::blocks_for(Algorithm::TwoshotPush, Transport::Host, 16 << 20, 8), launch::HOST_MAX_BLOCKS);
-        // The tools' default is the same policy.
-        assert_eq!(tpar::cuda::emulated::default_blocks(43008, 32), 6);
     }
 }
 

@@ -10,24 +10,15 @@
 //! Must never launch a kernel for a subset of ranks except through the explicit test hook,
 //! and never reuse a poisoned group.
 
-use super::abi::{self, TparArgs, TparError, TparState, MAX_BLOCKS, MAX_RANKS};
+use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
 use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
 use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
 
-/// Upper bound on blocks the tools draw from (`--max-blocks`, random blocks in stress runs);
-/// the launch policy itself is [`launch::blocks_for`].
-pub const DEFAULT_MAX_BLOCKS: u32 = 8;
-
 /// Device-side deadline per call when `TPAR_TIMEOUT_MS` is unset: the crate's one default.
 pub const DEFAULT_TIMEOUT: Duration = crate::comm::DEFAULT_TIMEOUT;
-
-/// The launch policy for `bytes` over p2p, at most `max` blocks (for tools that cap it).
-pub fn default_blocks(bytes: usize, max: u32) -> u32 {
-    launch::policy_blocks(Algorithm::OneshotPush, Transport::P2p, bytes, 2).min(max.max(1)).min(MAX_BLOCKS as u32)
-}
 
 /// Options of an emulated group.
 #[derive(Clone, Debug)]

@@ -26,8 +26,6 @@ use std::time::Duration;
 pub const HOST_MAX_BLOCKS: u32 = crate::plan::floors::PCIE_MAX_BLOCKS;
 /// Most blocks per rank over p2p: the kernels' cap (one flag row per block).
 pub const P2P_MAX_BLOCKS: u32 = MAX_BLOCKS as u32;
-/// Vectors one block takes per call before the policy adds a block: one per thread.
-pub const VECS_PER_BLOCK: usize = THREADS as usize;
 
 /// The block policy for calls the plan did not size: thread blocks per rank for a call of
 /// `bytes` of `algo` over `transport` among `world` ranks, by the plan's one rule
