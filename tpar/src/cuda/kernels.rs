@@ -70,16 +70,6 @@ pub fn dtype_suffix(dtype: DType) -> &'static str {
     }
 }
 
-/// FNV-1a 64 over a string (the crate's one stable hash, `units::fnv1a64`).
-pub fn fnv1a64(text: &str) -> u64 {
-    crate::units::fnv1a64(text.as_bytes())
-}
-
-/// FNV-1a 64 over bytes (cache keys and entry checksums): `units::fnv1a64`.
-pub fn fnv1a64_bytes(bytes: &[u8]) -> u64 {
-    crate::units::fnv1a64(bytes)
-}
-
 /// The header alone as a translation unit: the ABI probe and the empty kernel (no algorithm).
 pub fn probe_unit() -> String {
     header()

@@ -14,7 +14,8 @@
 //! A cache failure is a warning, never an error. Must never need nvcc, a CUDA header or an
 //! include path.
 
-use super::kernels::{fnv1a64_bytes, KernelSource};
+use super::kernels::KernelSource;
+use crate::units::fnv1a64;
 use crate::DType;
 use crate::error::{Error, Result};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
@@ -213,7 +214,7 @@ pub fn cache_key_for(label: &str, text: &str, opts: &[String], arch: &str, v: Nv
         material.extend_from_slice(o.as_bytes());
     }
     material.extend_from_slice(format!("\0{arch}\0nvrtc{}.{}\0driver{driver}\0{CACHE_FORMAT}", v.major, v.minor).as_bytes());
-    CacheKey { label: label.to_string(), hash: fnv1a64_bytes(&material) }
+    CacheKey { label: label.to_string(), hash: fnv1a64(&material) }
 }
 
 /// File name of a cache entry.
@@ -243,7 +244,7 @@ pub fn decode_entry<'a>(bytes: &'a [u8], key: &CacheKey) -> Option<&'a [u8]> {
     let word = |i: usize| bytes.get(i..i + 8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes);
     let (len, sum, k) = (word(8)?, word(16)?, word(24)?);
     let payload = &bytes[HEADER..];
-    (payload.len() as u64 == len && fnv1a64_bytes(payload) == sum && k == key.hash).then_some(payload)
+    (payload.len() as u64 == len && fnv1a64(payload) == sum && k == key.hash).then_some(payload)
 }
 
 /// A cache entry holding `payload` under `key`.
@@ -251,7 +252,7 @@ pub fn encode_entry(payload: &[u8], key: &CacheKey) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&fnv1a64_bytes(payload).to_le_bytes());
+    out.extend_from_slice(&fnv1a64(payload).to_le_bytes());
     out.extend_from_slice(&key.hash.to_le_bytes());
     out.extend_from_slice(payload);
     out
