@@ -459,10 +459,7 @@ fn guest<D: DataPlane>(spec: &JoinSpec) -> Result<Joined<D>> {
 
 /// Maps a field name from a Reject message onto the static names this module uses.
 fn static_field(f: &str) -> &'static str {
-    const KNOWN: [&str; 15] = [
-        "shm magic",
-        "shm job_id",
-        "shm world",
+    const KNOWN: [&str; 12] = [
         "job_id",
         "world",
         "rank",
