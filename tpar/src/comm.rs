@@ -360,16 +360,7 @@ impl Communicator {
             None => None,
         };
         let digest = plan_fingerprint(&topology, profile.as_ref(), &cfg.overrides);
-        let (control, joined) = ControlPlane::join::<ShmWorkspace>(&JoinSpec {
-            rank: cfg.rank,
-            world: cfg.world,
-            path: cfg.rendezvous.clone(),
-            job_id: cfg.job_id,
-            fingerprint: digest ^ cfg.fingerprint,
-            timeout: cfg.timeout,
-            shm_budget: cfg.shm_budget,
-            first_epoch: cfg.first_epoch,
-        })?;
+        let (control, joined) = ControlPlane::join::<ShmWorkspace>(&JoinSpec { fingerprint: digest ^ cfg.fingerprint, ..cfg.join_spec() })?;
         let ws = Workspace::new(joined.layout, joined.shm.words())?;
         ws.status(cfg.rank)[st::PID].store_relaxed(std::process::id() as u64);
         Ok(Communicator {

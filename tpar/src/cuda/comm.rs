@@ -88,16 +88,8 @@ impl GpuCommunicator {
             None => None,
         };
         // The control plane alone (no CPU workspace): rendezvous, gather/broadcast, liveness.
-        let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec {
-            rank: cfg.rank,
-            world: cfg.world,
-            path: cfg.rendezvous.clone(),
-            job_id: cfg.job_id,
-            fingerprint: cfg.fingerprint ^ plan_fingerprint(&topology, profile.as_ref(), &overrides),
-            timeout: cfg.timeout,
-            shm_budget: 0,
-            first_epoch: 0,
-        })?;
+        let fingerprint = cfg.fingerprint ^ plan_fingerprint(&topology, profile.as_ref(), &overrides);
+        let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec { fingerprint, ..cfg.join_spec() })?;
         let device = opts.device.unwrap_or(cfg.rank % topology.gpu_count().max(1));
         let mut ws = IpcWorkspace::new(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
