@@ -32,6 +32,7 @@ run() { echo "\$ $*"; local t0=$SECONDS; DEADLINE_S=$((T - 5)) timeout "$T" "$@"
         T=$((30 + 15 * w)) TPAR_ALGO=oneshot-push run python3 "$CHECK" "$w" correct --out "$OUT"
     done
     T=30 TPAR_ALGO=oneshot-push TPAR_TIMEOUT_MS=3000 run python3 "$CHECK" 4 dead --out "$OUT"
+    T=30 TPAR_ALGO=oneshot-push run python3 "$CHECK" 4 gmismatch --out "$OUT"
     T=30 TPAR_ALGO=oneshot-push run python3 "$CHECK" 2 cost --out "$OUT"
     T=45 TPAR_ALGO=oneshot-push run python3 -m torch.distributed.run --standalone --nproc-per-node 2 "$DIR/tp_decode.py" \
         --preset tiny --tokens 4 --allreduce tpar --same-gpu --iters 10

@@ -5,7 +5,8 @@
 
 STAGE: `correct` (eager calls, every dtype and size class, in and out of place; then a
 122-call step captured with torch.cuda.graph, replayed with fresh inputs interleaved with eager
-calls), `dead` (the last rank dies; the others must raise within the timeout), `cost` (host
+calls, inside ``comm.capture()``), `gmismatch` (one rank captures another dtype: every rank
+must raise MismatchError when the capture block ends), `dead` (the last rank dies; the others must raise within the timeout), `cost` (host
 time of an eager call through tpar.torch and through the raw binding, and per-call time of a
 graph replay). Ranks: processes with a gloo group for torch's own collectives (NCCL refuses
 two ranks on one GPU); tpar's kernels forced with TPAR_ALGO, planned on a preset topology
@@ -97,10 +98,12 @@ def rank_main(stage, rank, world, out):
         for i in range(calls):  # warm-up (and the same calls on every rank)
             ins[i].fill_(1.0)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            graph_algo = comm.plan(ins[0])
-            for i in range(calls):
-                comm.all_reduce(ins[i], out=outs[i])
+        with comm.capture():  # checked capture: no per-call descriptors, sequences compared at the end
+            with torch.cuda.graph(g):
+                graph_algo = comm.plan(ins[0])
+                for i in range(calls):
+                    comm.all_reduce(ins[i], out=outs[i])
+        rec["captured_calls"] = comm.captured_calls
         gwrong = 0
         replays = max(5, 40 // world)  # every call waits for the GPU's time slices of all ranks
         for rep in range(replays):
@@ -121,6 +124,35 @@ def rank_main(stage, rank, world, out):
                     gwrong += int((outs[i].cpu().view(torch.int16) != refs[i].view(torch.int16)).sum())
                 h.update(bits(outs[i]))
         rec.update(graph_calls=calls * replays, graph_wrong=gwrong, graph_algo=graph_algo, digest=h.hexdigest())
+    elif stage == "gmismatch":
+        # The last rank captures bfloat16 at call 5 of 8 where the others capture float16
+        # (same bytes): every rank must raise MismatchError when the capture block ends.
+        n = 21504
+        xs = {dt: torch.ones(n, dtype=dt, device=dev) for dt in (torch.float16, torch.bfloat16)}
+        comm.all_reduce(xs[torch.float16])
+        comm.check()
+        g = torch.cuda.CUDAGraph()
+        t1 = time.monotonic()
+        try:
+            with comm.capture():
+                with torch.cuda.graph(g):
+                    for k in range(8):
+                        dt = torch.bfloat16 if (k == 5 and rank == world - 1) else torch.float16
+                        comm.all_reduce(xs[dt])
+            rec["error"] = None
+        except tpar.TparError as e:
+            rec.update(error=type(e).__name__, message=str(e), seconds=time.monotonic() - t1)
+        try:
+            comm.all_reduce(xs[torch.float16])
+            comm.check()
+            rec["after"] = None
+        except tpar.TparError as e:
+            rec["after"] = type(e).__name__
+        comm.close()
+        rec["ok"] = True
+        with open(out, "w") as f:
+            json.dump(rec, f)
+        os._exit(0)
     elif stage == "dead":
         x = torch.ones(21504, dtype=torch.bfloat16, device=dev)
         comm.all_reduce(x)
@@ -233,12 +265,45 @@ if __name__ == "__main__":
         print(f"RESULT correct world={world} algo={os.environ.get('TPAR_ALGO')} eager_cases={r0.get('eager_cases')} "
               f"eager_wrong={sum(r.get('eager_wrong', -1) for r in recs)} graph_calls={r0.get('graph_calls')} "
               f"graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} graph_algo={r0.get('graph_algo')} "
-              f"ranks_identical={len({r.get('digest') for r in recs}) == 1} init_s={r0.get('init_s', 0):.2f} -> {'PASS' if ok else 'FAIL'}")
+              f"captured={r0.get('captured_calls')} ranks_identical={len({r.get('digest') for r in recs}) == 1} init_s={r0.get('init_s', 0):.2f} -> {'PASS' if ok else 'FAIL'}")
+    elif stage == "gmismatch":
+        # The last rank captures bfloat16 at call 5 of 8 where the others capture float16
+        # (same bytes): every rank must raise MismatchError when the capture block ends.
+        n = 21504
+        xs = {dt: torch.ones(n, dtype=dt, device=dev) for dt in (torch.float16, torch.bfloat16)}
+        comm.all_reduce(xs[torch.float16])
+        comm.check()
+        g = torch.cuda.CUDAGraph()
+        t1 = time.monotonic()
+        try:
+            with comm.capture():
+                with torch.cuda.graph(g):
+                    for k in range(8):
+                        dt = torch.bfloat16 if (k == 5 and rank == world - 1) else torch.float16
+                        comm.all_reduce(xs[dt])
+            rec["error"] = None
+        except tpar.TparError as e:
+            rec.update(error=type(e).__name__, message=str(e), seconds=time.monotonic() - t1)
+        try:
+            comm.all_reduce(xs[torch.float16])
+            comm.check()
+            rec["after"] = None
+        except tpar.TparError as e:
+            rec["after"] = type(e).__name__
+        comm.close()
+        rec["ok"] = True
+        with open(out, "w") as f:
+            json.dump(rec, f)
+        os._exit(0)
     elif stage == "dead":
         others = recs[:-1]
         ok = all(r.get("error") in ("PeerDiedError", "TparTimeoutError", "AbortedError", "PoisonedError") for r in others)
         print(f"RESULT dead world={world} " + " ".join(f"rank{r['rank']}={r.get('error')}@{r.get('seconds', -1):.2f}s" for r in others)
               + f" msg0={others[0].get('message')!r} -> {'PASS' if ok else 'FAIL'}")
+    elif stage == "gmismatch":
+        ok = all(r.get("error") == "MismatchError" and r.get("after") is not None for r in recs)
+        print(f"RESULT gmismatch world={world} " + " ".join(f"rank{r['rank']}={r.get('error')}/{r.get('after')}" for r in recs)
+              + f" msg0={recs[0].get('message')!r} -> {'PASS' if ok else 'FAIL'}")
     else:
         c = recs[0].get("cost", {})
         print(f"RESULT cost world={world} " + json.dumps(c))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from contextlib import contextmanager
 import shutil
 import tempfile
 from typing import Dict, Optional
@@ -122,6 +123,8 @@ class Communicator:
         self._native = None
         self._cuda = device.type == "cuda"
         self.handle = next(_handles)
+        #: How many calls the last ``capture()`` block captured on this rank.
+        self.captured_calls = 0
         if self.world > 1:
             path = _rendezvous_path(self.group, self.rank)
             try:
@@ -204,6 +207,32 @@ class Communicator:
     def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sums ``tensor`` over all ranks in place and returns it."""
         return self.all_reduce(tensor, out=tensor)
+
+    @contextmanager
+    def capture(self):
+        """Brackets CUDA-graph capture (``with comm.capture(): with torch.cuda.graph(g): ...``).
+
+        Calls captured inside run without the per-call check on the device (one exchange of
+        call descriptors fewer in every kernel); instead, on leaving the block, every rank's
+        captured call sequence is compared over tpar's control plane, and ranks that captured
+        different calls (count, dtype, algorithm) all raise ``MismatchError`` (the
+        communicator is then closed for use: such a graph must not be replayed). Every rank
+        must enter and leave it together. Captures outside this block keep the per-call check.
+        """
+        gpu = self._cuda and self._native is not None
+        if gpu:
+            self._native.begin_capture()
+        try:
+            yield self
+        except BaseException:
+            if gpu:
+                try:
+                    self._native.end_capture()  # the peers are waiting for this exchange
+                except TparError:
+                    pass  # the body's own exception says more
+            raise
+        if gpu:
+            self.captured_calls = self._native.end_capture()
 
     def check(self) -> None:
         """Waits for this rank's work on the current stream (GPU; bounded by the timeout, a

@@ -350,6 +350,21 @@ impl GpuComm {
         .map_err(py_err)
     }
 
+    /// Starts a checked capture (`GpuCommunicator::begin_capture_check`): calls captured
+    /// from now on carry no per-call descriptor; their sequence is compared across ranks by
+    /// `end_capture`.
+    fn begin_capture(&mut self) -> PyResult<()> {
+        self.comm()?.begin_capture_check().map_err(py_err)
+    }
+
+    /// Ends a checked capture: compares every rank's captured calls over the control plane
+    /// (GIL released) and returns how many this rank captured; `MismatchError` on every rank
+    /// when they differ (the communicator is then poisoned).
+    fn end_capture(&mut self, py: Python<'_>) -> PyResult<usize> {
+        let held = self.held()?;
+        py.detach(|| held.get().end_capture_check()).map_err(py_err)
+    }
+
     /// Waits until every rank gets here, over the control plane (GIL released).
     fn barrier(&mut self, py: Python<'_>) -> PyResult<()> {
         let held = self.held()?;

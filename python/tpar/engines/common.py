@@ -151,10 +151,16 @@ class TparCustomAllreduce:
     @contextmanager
     def capture(self):
         """Entered by the engines around CUDA-graph capture. tpar reads the capture state
-        from the stream itself, so this only records it."""
+        from the stream itself; the block is ``tpar.torch.Communicator.capture``: the calls
+        captured inside carry no per-call check on the device, and the ranks' captured
+        sequences are compared when it ends (``MismatchError`` on every rank if they differ)."""
+        if self._comm is None:
+            yield
+            return
         try:
             self._IS_CAPTURING = True
-            yield
+            with self._comm.capture():
+                yield
         finally:
             self._IS_CAPTURING = False
             if not self.disabled:

@@ -52,7 +52,21 @@ impl GpuGroup {
     /// Joins on GPU `rank` with the discovered topology, or, with `shared`, on GPU 0 planning
     /// for that topology instead (correctness tests of several processes on one GPU).
     pub fn join(max_bytes: usize, shared: Option<&tpar::Topology>) -> Result<GpuGroup, String> {
-        let cfg = tpar::Config::from_env().map_err(err)?;
+        Self::join_with(tpar::Config::from_env().map_err(err)?, max_bytes, shared)
+    }
+
+    /// A second job of the same rank processes (a test's fresh group after one it poisoned):
+    /// its own rendezvous socket beside the first (`<path>-<tag>`) and its own job id.
+    pub fn rejoin(max_bytes: usize, shared: Option<&tpar::Topology>, tag: &str) -> Result<GpuGroup, String> {
+        let mut cfg = tpar::Config::from_env().map_err(err)?;
+        let mut path = cfg.rendezvous.into_os_string();
+        path.push(format!("-{tag}"));
+        cfg.rendezvous = path.into();
+        cfg.job_id ^= tpar::units::fnv1a64(tag.as_bytes());
+        Self::join_with(cfg, max_bytes, shared)
+    }
+
+    fn join_with(cfg: tpar::Config, max_bytes: usize, shared: Option<&tpar::Topology>) -> Result<GpuGroup, String> {
         let max_bytes = max_bytes.max(VEC_BYTES).div_ceil(VEC_BYTES) * VEC_BYTES;
         let opts = GpuOptions { device: shared.map(|_| 0), max_bytes, topology: shared.cloned() };
         let comm = GpuCommunicator::init(&cfg, &opts).map_err(err)?;
@@ -142,6 +156,9 @@ impl GpuGroup {
         let graph: Option<Graph> = match t.mode {
             CaptureMode::Eager => None,
             CaptureMode::Graph => {
+                // A checked capture: the ranks' sequences are compared when it ends, and the
+                // captured kernels run without per-call descriptors (as engines capture).
+                self.comm.begin_capture_check().map_err(err)?;
                 self.comm.stream().begin_capture().map_err(err)?;
                 let mut cap = Ok(algo);
                 for _ in 0..inner {
@@ -150,7 +167,9 @@ impl GpuGroup {
                     cap = cap.and_then(|_| unsafe { self.comm.all_reduce_with(algo, d, count, i, o) });
                 }
                 let g = self.comm.stream().end_capture().map_err(err);
+                let checked = self.comm.end_capture_check().map_err(err);
                 cap.map_err(err)?;
+                checked?;
                 Some(g?)
             }
         };

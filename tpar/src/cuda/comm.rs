@@ -33,6 +33,42 @@ const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
 /// How long a dead peer's work may still complete before the wait is abandoned (a peer that
 /// finished its part and exited is not a failure).
 const DEAD_PEER_GRACE: Duration = Duration::from_millis(200);
+/// A call as a checked capture records it: `count << 8 | desc_code` (as the kernels'
+/// descriptors and mismatch records pack it; `abi::describe_call` reads it).
+fn packed_call(algo: Algorithm, dtype: DType, count: usize) -> u64 {
+    ((count as u64) << 8) | u64::from(super::abi::desc_code(algo, dtype) & 0xff)
+}
+
+/// The first call where the captured sequences differ (the lowest call index, then the
+/// lowest rank that differs from rank 0 there), as every rank reports it: `rank` against the
+/// differing rank, or rank 0 when `rank` is the one that differs.
+fn first_difference(rank: usize, seqs: &[Vec<u64>]) -> Error {
+    let n = seqs.iter().map(Vec::len).max().unwrap_or(0);
+    let base = seqs.first().map(Vec::as_slice).unwrap_or(&[]);
+    for k in 0..n {
+        for (r, s) in seqs.iter().enumerate().skip(1) {
+            if s.get(k) != base.get(k) {
+                let peer = if r == rank { 0 } else { r };
+                let at = |q: usize| -> String {
+                    match seqs.get(q).and_then(|s| s.get(k)) {
+                        Some(c) => super::abi::describe_call(*c).1,
+                        None => format!("no call (captured {} calls)", seqs.get(q).map_or(0, Vec::len)),
+                    }
+                };
+                let (ours, theirs) = (at(rank), at(peer));
+                let field = match (seqs.get(rank).and_then(|s| s.get(k)), seqs.get(peer).and_then(|s| s.get(k))) {
+                    (Some(a), Some(b)) if a >> 8 != b >> 8 => "count",
+                    (Some(a), Some(b)) if (a ^ b) & 0xf != 0 => "dtype",
+                    (Some(_), Some(_)) => "algorithm",
+                    _ => "number of captured calls",
+                };
+                return Error::Mismatch { rank, peer, field, ours: format!("{ours} at captured call {k}"), theirs };
+            }
+        }
+    }
+    Error::invalid("capture", "the captured sequences' digests differ but their calls do not")
+}
+
 /// Beyond the device-side deadline, so that a kernel's own timeout (which names the peer and
 /// phase) is what the caller sees when it can be.
 const HOST_GRACE: Duration = Duration::from_secs(1);
@@ -65,6 +101,14 @@ pub struct GpuCommunicator {
     timeout: Duration,
     /// Decisions already made (eager calls do not re-plan).
     plans: Mutex<PlanCache>,
+    /// Whether calls are checked across ranks (TPAR_CHECK_CALLS, on by default).
+    check_calls: bool,
+    /// Between [`begin_capture_check`](Self::begin_capture_check) and
+    /// [`end_capture_check`](Self::end_capture_check): every call captured in graph mode,
+    /// `count << 8 | desc_code` (the call as the kernels' descriptors would announce it).
+    /// Those kernels run with no descriptor; the sequences are compared over the control
+    /// plane when the capture ends.
+    captured: Option<Vec<u64>>,
 }
 
 impl GpuCommunicator {
@@ -95,7 +139,8 @@ impl GpuCommunicator {
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;
         // The setting is in the plan digest, so every rank that got this far has the same.
-        ws.set_check_calls(overrides.check_calls != Some(false));
+        let check_calls = overrides.check_calls != Some(false);
+        ws.set_check_calls(check_calls);
         let nccl = nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string());
         let after_caller = Event::ordering(ws.device())?;
         let after_calls = Event::ordering(ws.device())?;
@@ -111,6 +156,8 @@ impl GpuCommunicator {
             profile,
             capture: CaptureMode::Eager,
             plans: Mutex::new(PlanCache::default()),
+            check_calls,
+            captured: None,
         })
     }
 
@@ -174,6 +221,56 @@ impl GpuCommunicator {
     /// Tells the plan whether calls are being captured into a CUDA graph.
     pub fn set_capture_mode(&mut self, capture: CaptureMode) {
         self.capture = capture;
+    }
+
+    /// Starts a checked capture: from now until [`end_capture_check`](Self::end_capture_check),
+    /// calls made in graph mode ([`set_capture_mode`](Self::set_capture_mode)) are recorded
+    /// on the host and launched without a per-call descriptor (the kernels then skip the
+    /// descriptor exchange); eager calls in between keep theirs. Every rank must bracket the
+    /// same capture. Without this bracket, captured calls carry descriptors as eager ones do.
+    pub fn begin_capture_check(&mut self) -> Result<()> {
+        self.ws.check_poisoned()?;
+        if self.captured.is_some() {
+            return Err(Error::invalid("capture", "begin_capture_check called twice without end_capture_check"));
+        }
+        if self.check_calls {
+            self.captured = Some(Vec::new());
+        }
+        Ok(())
+    }
+
+    /// Ends a checked capture: every rank's captured call sequence is compared over the
+    /// control plane (a 16-byte digest; the sequences themselves only when digests differ).
+    /// Returns how many calls this rank captured. When the ranks differ, every rank gets
+    /// `Error::Mismatch` naming the first differing call, and the communicator is poisoned
+    /// (the captured graph must not be replayed: its kernels carry no descriptor to catch it).
+    pub fn end_capture_check(&mut self) -> Result<usize> {
+        self.ws.set_check_calls(self.check_calls);
+        let Some(seq) = self.captured.take() else {
+            self.ws.check_poisoned()?;
+            return Ok(0);
+        };
+        let digest = |s: &[u64]| {
+            let bytes: Vec<u8> = s.iter().flat_map(|c| c.to_le_bytes()).collect();
+            crate::units::fnv1a64(&bytes)
+        };
+        let mut mine = Vec::with_capacity(16);
+        mine.extend_from_slice(&(seq.len() as u64).to_le_bytes());
+        mine.extend_from_slice(&digest(&seq).to_le_bytes());
+        let all = self.control.all_gather_bytes(&mine)?;
+        if all.iter().all(|d| *d == mine) {
+            return Ok(seq.len());
+        }
+        let bytes: Vec<u8> = seq.iter().flat_map(|c| c.to_le_bytes()).collect();
+        let seqs: Vec<Vec<u64>> = self
+            .control
+            .all_gather_bytes(&bytes)?
+            .iter()
+            .map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
+            .collect();
+        let e = first_difference(self.rank(), &seqs);
+        self.ws.poison(e.to_string());
+        Err(e)
     }
 
     /// The decision for `bytes` of `dtype` (logged once under `TPAR_DEBUG=INFO`).
@@ -270,8 +367,13 @@ impl GpuCommunicator {
         }
         match p.algorithm {
             Algorithm::Nccl => match &self.nccl {
-                // SAFETY: the caller's contract on input/output is NCCL's.
-                Ok(n) => unsafe { n.all_reduce(input, output, count, dtype, self.ws.stream()) }.map(|()| Algorithm::Nccl),
+                Ok(n) => {
+                    if let (Some(seq), CaptureMode::Graph) = (&mut self.captured, self.capture) {
+                        seq.push(packed_call(Algorithm::Nccl, dtype, count));
+                    }
+                    // SAFETY: the caller's contract on input/output is NCCL's.
+                    unsafe { n.all_reduce(input, output, count, dtype, self.ws.stream()) }.map(|()| Algorithm::Nccl)
+                }
                 Err(why) => Err(Error::Unsupported {
                     what: format!("the plan's choice of NCCL ({})", p.reason),
                     reason: format!("NCCL did not join: {why}"),
@@ -291,6 +393,15 @@ impl GpuCommunicator {
                     reason,
                 })?;
                 let blocks = p.blocks.clamp(1, MAX_BLOCKS as u32);
+                // A checked capture records the call on the host instead of a descriptor.
+                let recorded = match (&mut self.captured, self.capture) {
+                    (Some(seq), CaptureMode::Graph) => {
+                        seq.push(packed_call(p.algorithm, dtype, count));
+                        true
+                    }
+                    _ => false,
+                };
+                self.ws.set_check_calls(self.check_calls && !recorded);
                 self.ws.enqueue(p.algorithm, dtype, count, input, output, blocks)?;
                 Ok(p.algorithm)
             }
@@ -363,5 +474,52 @@ impl GpuCommunicator {
     pub fn barrier(&mut self) -> Result<()> {
         self.ws.check_poisoned()?;
         self.control.barrier()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seq(calls: &[(Algorithm, DType, usize)]) -> Vec<u64> {
+        calls.iter().map(|&(a, d, n)| packed_call(a, d, n)).collect()
+    }
+
+    #[test]
+    fn first_difference_names_the_call_field_and_peer_on_every_rank() {
+        let honest = seq(&[(Algorithm::OneshotPush, DType::BF16, 21504); 3]);
+        let mut odd = honest.clone();
+        odd[1] = packed_call(Algorithm::OneshotPush, DType::F16, 21504);
+        let seqs = vec![honest.clone(), honest.clone(), odd];
+        for rank in 0..3 {
+            match first_difference(rank, &seqs) {
+                Error::Mismatch { rank: r, peer, field, ours, theirs } => {
+                    assert_eq!(r, rank);
+                    assert_eq!(peer, if rank == 2 { 0 } else { 2 });
+                    assert_eq!(field, "dtype");
+                    assert!(ours.ends_with("at captured call 1"), "{ours}");
+                    let (mine, other) = if rank == 2 { ("half", "bfloat16") } else { ("bfloat16", "half") };
+                    assert!(ours.contains(mine) && theirs.contains(other), "{ours} / {theirs}");
+                }
+                e => panic!("expected a mismatch, got {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn first_difference_reports_a_shorter_sequence_and_counts() {
+        let a = seq(&[(Algorithm::TwoshotPull, DType::F32, 100), (Algorithm::Nccl, DType::F32, 1 << 20)]);
+        let short = a[..1].to_vec();
+        match first_difference(1, &[a.clone(), short]) {
+            Error::Mismatch { field, ours, theirs, .. } => {
+                assert_eq!(field, "number of captured calls");
+                assert!(ours.starts_with("no call (captured 1 calls)"), "{ours}");
+                assert!(theirs.contains("nccl"), "{theirs}");
+            }
+            e => panic!("expected a mismatch, got {e}"),
+        }
+        let mut b = a.clone();
+        b[0] = packed_call(Algorithm::TwoshotPull, DType::F32, 101);
+        assert!(matches!(first_difference(0, &[a, b]), Error::Mismatch { field: "count", peer: 1, .. }));
     }
 }

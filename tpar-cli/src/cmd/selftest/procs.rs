@@ -111,7 +111,7 @@ pub fn mismatch(c: &Common) -> Result<(), String> {
     let world = world(c, shared.is_some())?;
     if !launch::is_rank() {
         launch_ranks(world, launch::FAIL_GRACE, shared.is_some())?;
-        println!("PASS: every rank got an error for a call whose dtype differed on rank {}", world - 1);
+        println!("PASS: every rank got an error for a call whose dtype differed on rank {}, eager and at the end of a checked capture", world - 1);
         return Ok(());
     }
     let mut r = GpuGroup::join(64 << 10, shared.as_ref())?;
@@ -130,7 +130,46 @@ pub fn mismatch(c: &Common) -> Result<(), String> {
         Ok(()) => return Err(format!("rank {rank}: a call whose dtype differed on rank {} succeeded", world - 1)),
         Err(e) => say_err(format!("[rank {rank}] mismatch test, dtype: {e}")),
     }
-    Ok(())
+    drop(r);
+    mismatch_graph(shared.as_ref(), world)
+}
+
+/// A checked capture (`begin_capture_check` .. `end_capture_check`) in which the last rank
+/// captures bf16 where the others capture f16 at call 5 of 8: every rank must get
+/// `Mismatch` when the capture ends (the captured kernels carry no descriptor), and the
+/// communicator must refuse the next call. A second job on a fresh rendezvous.
+fn mismatch_graph(shared: Option<&tpar::Topology>, world: usize) -> Result<(), String> {
+    let mut r = GpuGroup::rejoin(64 << 10, shared, "graph")?;
+    let rank = r.comm.rank();
+    let count = 21504;
+    r.input.fill_u32(TIMING_WORD).map_err(err)?;
+    let (i, o) = (r.input.ptr, r.output.ptr);
+    r.comm.set_capture_mode(tpar::CaptureMode::Graph);
+    r.comm.begin_capture_check().map_err(err)?;
+    r.comm.stream().begin_capture().map_err(err)?;
+    let mut cap = Ok(Algorithm::OneshotPush);
+    for k in 0..8 {
+        let d = if k == 5 && rank + 1 == world { DType::BF16 } else { DType::F16 };
+        // SAFETY: both buffers hold 64 KiB >= count elements; the graph is never launched.
+        cap = cap.and_then(|_| unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, count, i, o) });
+    }
+    let g = r.comm.stream().end_capture();
+    let checked = r.comm.end_capture_check();
+    r.comm.set_capture_mode(tpar::CaptureMode::Eager);
+    cap.map_err(|e| format!("rank {rank}: capturing failed: {e}"))?;
+    drop(g.map_err(err)?);
+    match checked {
+        Ok(n) => Err(format!("rank {rank}: a capture whose call 5 differed on rank {} passed the check ({n} calls)", world - 1)),
+        Err(e @ tpar::Error::Mismatch { .. }) => {
+            say_err(format!("[rank {rank}] mismatch test, graph: {e}"));
+            // SAFETY: as above; the call must be refused before anything is enqueued.
+            match unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, DType::F16, count, i, o) } {
+                Ok(_) => Err(format!("rank {rank}: a call after the captured mismatch was accepted")),
+                Err(_) => Ok(()),
+            }
+        }
+        Err(e) => Err(format!("rank {rank}: expected Mismatch at the end of the capture, got {e}")),
+    }
 }
 
 /// For the two-process tests: outside a launcher, starts 2 rank processes of this command,
