@@ -23,39 +23,13 @@ import sys
 import tempfile
 import time
 
-INT = None
-
-
-def make_inputs(torch, seed, world, n, dtype):
-    xs = []
-    for r in range(world):
-        g = torch.Generator().manual_seed(seed * 1_000_003 + r * 7919 + n)
-        mag = torch.exp2(torch.randint(-6, 6, (n,), generator=g).to(torch.float64))
-        x = (torch.rand(n, generator=g, dtype=torch.float64) + 0.5) * mag
-        sign = torch.randint(0, 2, (n,), generator=g) * 2 - 1
-        xs.append((x * sign).to(dtype))
-    return xs
-
-
-def reference(xs, dtype):
-    acc = xs[0].float().clone()
-    for x in xs[1:]:
-        acc += x.float()
-    return acc.to(dtype)
-
-
 def rank_main(stage, rank, world, out):
     import torch
     import torch.distributed as dist
 
     import tpar
     import tpar.torch as tt
-
-    global INT
-    INT = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
-
-    def bits(t):
-        return t.detach().cpu().contiguous().view(INT[t.dtype]).numpy().tobytes()
+    from tpar.testing import INT_VIEW as INT, bits, make_inputs, reference
 
     dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank, world_size=world)
     torch.cuda.set_device(0)
@@ -75,7 +49,7 @@ def rank_main(stage, rank, world, out):
                     continue
                 for mode in ("out", "inplace"):
                     seed += 1
-                    xs = make_inputs(torch, seed, world, n, dt)
+                    xs = make_inputs(seed, world, n, dt)
                     ref = reference(xs, dt)
                     x = xs[rank].to(dev)
                     if mode == "out":
@@ -109,12 +83,12 @@ def rank_main(stage, rank, world, out):
         for rep in range(replays):
             refs = []
             for i in range(calls):
-                xs = make_inputs(torch, 10_000 + rep * calls + i, world, n, dt)
+                xs = make_inputs(10_000 + rep * calls + i, world, n, dt)
                 ins[i].copy_(xs[rank])
                 outs[i].fill_(float("nan"))
                 refs.append(reference(xs, dt))
             g.replay()
-            e = make_inputs(torch, 50_000 + rep, world, 3001 + rep, torch.float16)
+            e = make_inputs(50_000 + rep, world, 3001 + rep, torch.float16)
             eo = comm.all_reduce(e[rank].to(dev))
             comm.check()
             if bits(eo) != bits(reference(e, torch.float16)):

@@ -12,34 +12,8 @@ import torch.distributed as dist
 
 import tpar
 import tpar.torch as tt
-
-INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+from tpar.testing import INT_VIEW, bits, make_inputs, reference
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def make_inputs(seed: int, world: int, n: int, dtype: torch.dtype):
-    """Every rank's input (each rank regenerates all of them): fresh random values in
-    +-[2^-6, 2^6), never zero, so that sums round and their order matters."""
-    xs = []
-    for r in range(world):
-        g = torch.Generator().manual_seed(seed * 1_000_003 + r * 7919 + n)
-        mag = torch.exp2(torch.randint(-6, 6, (n,), generator=g).to(torch.float64))
-        x = (torch.rand(n, generator=g, dtype=torch.float64) + 0.5) * mag
-        sign = torch.randint(0, 2, (n,), generator=g) * 2 - 1
-        xs.append((x * sign).to(dtype))
-    return xs
-
-
-def reference(xs, dtype):
-    """The rank-order float32 sum, rounded once to the dtype: what tpar promises bitwise."""
-    acc = xs[0].to(torch.float32).clone()
-    for x in xs[1:]:
-        acc += x.to(torch.float32)
-    return acc.to(dtype)
-
-
-def bits(t: torch.Tensor) -> bytes:
-    return t.contiguous().view(INT_VIEW[t.dtype]).numpy().tobytes()
 
 
 def correctness(rank, world, sizes, dtypes, seed=1):
