@@ -154,6 +154,10 @@ pub fn render(t: &Topology) -> String {
     for note in &t.notes {
         out.push_str(&format!("note: {note}\n"));
     }
+    if let Some(p) = &t.probe {
+        out.push('\n');
+        out.push_str(&p.table());
+    }
     out.push_str("\nLegend:\n");
     for (k, v) in [
         ("X", "the GPU itself"),
