@@ -178,6 +178,15 @@ fn build(name: &str, gpus: Vec<Gpu>, switches: Vec<PcieSwitch>, class: impl Fn(u
     presets::finish(name, gpus, links, switches, cpu, &["calibration machine (sim::calibrate), not a preset"])
 }
 
+/// `rtxpro6000-pcie-switch-8` without its preset probe: the probe carries the very flag
+/// latencies group P tests (the WRX90 box's published figures), so the calibration times that
+/// box from the model's own hop latencies.
+fn switch_box() -> Topology {
+    let mut t = presets::rtxpro6000_pcie_switch_8();
+    t.probe = None;
+    t
+}
+
 /// `n` Gen5 RTX PRO 6000 on CPU root ports of one socket (rtx6kpro's one-socket boxes).
 pub fn rtxpro6000_root_ports(n: usize) -> Topology {
     let machine = format!("rtxpro6000-1socket-{n}");
@@ -249,7 +258,7 @@ pub fn table(params: &Params) -> Result<Vec<Row>> {
     use Algorithm::*;
     use Launch::*;
     let dual = presets::rtxpro6000_dualsocket_8();
-    let sw8 = presets::rtxpro6000_pcie_switch_8();
+    let sw8 = switch_box();
     let one4 = rtxpro6000_root_ports(4);
     let v100 = v100_switch_4();
     let h200 = presets::h200_nvswitch_8();
@@ -311,7 +320,7 @@ fn latency_rows(params: &Params) -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let one8 = rtxpro6000_root_ports(8);
     let dual = presets::rtxpro6000_dualsocket_8();
-    let sw8 = presets::rtxpro6000_pcie_switch_8();
+    let sw8 = switch_box();
     let f1 = Fabric::new(&one8, 8, params)?;
     let fd = Fabric::new(&dual, 8, params)?;
     let fs = Fabric::new(&sw8, 8, params)?;
@@ -381,7 +390,7 @@ fn fabric_rows(params: &Params) -> Result<Vec<Row>> {
     rows.push(row("I. RTX 4090 Gen4 P2P write, one copy (GB/s)", "tinygrad/open-gpu-kernel-modules README", &g4, Quantity::SingleHopGbps, 24.4, one4090, Set::HeldOut));
 
     // J. Switch pair both ways, ACS redirect off / on.
-    let mut sw = presets::rtxpro6000_pcie_switch_8();
+    let mut sw = switch_box();
     let off: f64 = rate(&Fabric::new(&sw, 8, &p)?, &[(0, 1), (1, 0)])?.iter().sum();
     for s in &mut sw.switches {
         s.acs_redirect = true;
