@@ -121,7 +121,7 @@ fn profile_for(t: &Topology, world: usize, backend: Backend, capture: CaptureMod
         .enumerate()
         .map(|(k, &algorithm)| Bucket { max_bytes: 1u64 << (6 + 3 * k), algorithm, median_us: 1.0 + k as f64 })
         .collect();
-    Profile { reads_beat_writes: reads, fingerprint, tables: vec![Table { dtype: DType::BF16, buckets }] }
+    Profile { reads_beat_writes: reads, fingerprint, tables: vec![Table { dtype: DType::BF16, buckets }], probe: None }
 }
 
 proptest! {

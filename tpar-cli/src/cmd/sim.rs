@@ -14,7 +14,7 @@ const DEFAULT_BYTES: &str = "256,1K,4K,14K,16K,42K,64K,112K,256K,1M,4M,16M";
 
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "Examples:\n  tpar sim --topology rtxpro6000-dualsocket-8 --bytes 14K,42K,112K\n  tpar sim --topology h200-nvswitch-8 --graph --svg h200.svg --json h200.json\n  tpar sim --topology my-box.json --world 4 --algo oneshot-push,twoshot-push,nccl\n\nModel parameters and their sources (spec, measured, fitted): docs/sim.md."
+    after_help = "Examples:\n  tpar sim --topology rtxpro6000-dualsocket-8 --bytes 14K,42K,112K\n  tpar sim --topology h200-nvswitch-8 --graph --svg h200.svg --json h200.json\n  tpar sim --topology my-box.json --world 4 --algo oneshot-push,twoshot-push,nccl\n  tpar sim --topology discover --profile tpar-profile.toml   # links from tune's probe\n\nModel parameters and their sources (spec, measured, fitted): docs/sim.md."
 )]
 pub struct SimArgs {
     /// Topology: a preset (h200-nvswitch-8, rtxpro6000-pcie-switch-8, rtxpro6000-dualsocket-8,
@@ -50,6 +50,11 @@ pub struct SimArgs {
     /// Write a latency-versus-size plot (SVG).
     #[arg(long)]
     svg: Option<PathBuf>,
+    /// A tuned profile (`tpar tune`'s TOML): its link probe replaces the link class's
+    /// assumed figures (unless the topology carries a probe of its own), and the "tpar
+    /// plan" column plans with the profile, as the library does under TPAR_PROFILE.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
 }
 
 /// One size of `--bytes`: the one grammar (`tpar::units`), and positive.
@@ -89,6 +94,11 @@ pub fn parse_algos(s: Option<&str>) -> Result<Vec<Algorithm>, String> {
 
 /// What `tpar::plan` (no profile, no overrides) runs for `bytes` of bf16 on this topology.
 pub fn planned(topo: &Topology, world: usize, bytes: usize, graph: bool) -> tpar::plan::Plan {
+    planned_with(topo, world, bytes, graph, None)
+}
+
+/// [`planned`] with a tuned profile.
+pub fn planned_with(topo: &Topology, world: usize, bytes: usize, graph: bool, profile: Option<&tpar::profile::Profile>) -> tpar::plan::Plan {
     let overrides = Overrides::default();
     plan(&PlanInput {
         topology: topo,
@@ -97,7 +107,7 @@ pub fn planned(topo: &Topology, world: usize, bytes: usize, graph: bool) -> tpar
         dtype: DType::BF16,
         capture: if graph { CaptureMode::Graph } else { CaptureMode::Eager },
         backend: Backend::Cuda,
-        profile: None,
+        profile,
         overrides: &overrides,
     })
 }
@@ -119,8 +129,24 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         return print_calibration();
     }
     let name = args.topology.as_deref().ok_or("--topology is required")?;
-    let topo = Topology::load(name).map_err(|e| e.to_string())?;
+    let mut topo = Topology::load(name).map_err(|e| e.to_string())?;
     let world = args.world.unwrap_or(topo.gpu_count());
+    let profile = match &args.profile {
+        Some(p) => Some(tpar::profile::Profile::load(p).map_err(|e| e.to_string())?),
+        None => None,
+    };
+    let mut links_from = topo.probe.as_ref().map(|p| format!("links: the topology's probe ({})", p.source));
+    if let Some(p) = &profile {
+        let here = tpar::profile::ProfileFingerprint::new(&topo, None, Backend::Cuda, world, if args.graph { CaptureMode::Graph } else { CaptureMode::Eager });
+        if let Some(why) = p.mismatch(&here) {
+            println!("# profile {}: does not apply to this topology and call ({why}); the plan ignores it", args.profile.as_ref().map(|x| x.display().to_string()).unwrap_or_default());
+        }
+        // The probe describes the links whatever the fingerprint says about world or mode.
+        if let Some(with) = p.topology_with_probe(&topo) {
+            links_from = with.probe.as_ref().map(|q| format!("links: the profile's probe ({})", q.source));
+            topo = with;
+        }
+    }
     let sizes = parse_sizes(&args.bytes)?;
     let algos = parse_algos(args.algo.as_deref())?;
     let params = Params {
@@ -145,6 +171,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         if args.graph { "CUDA-graph" } else { "eager" },
         if args.nccl_p2p_sys { ", NCCL P2P across sockets" } else { "" }
     );
+    println!("# {}", links_from.as_deref().unwrap_or("links: the link classes' assumed figures (no probe)"));
     println!("# predicted time per all-reduce, us (flow-level model; see docs/sim.md for its error bounds)");
     let mut header = format!("{:>10}", "size");
     for a in &runnable {
@@ -182,7 +209,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             line.push_str(&format!("  {:<13} {:>9}", a.name(), ratio));
             winners.push((b, a));
         }
-        let pl = planned(&topo, world, b, args.graph);
+        let pl = planned_with(&topo, world, b, args.graph, profile.as_ref());
         let pl_us = match sim.predict(pl.algorithm, b) {
             Ok(p) => format!("{:.2}", p.total_us),
             Err(_) => "not simulated".into(),
@@ -200,7 +227,10 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     for (a, e) in &refused {
         println!("# {a}: not simulated: {e}");
     }
-    println!("# sim pick: the fastest simulated algorithm; tpar plan: what tpar::plan runs with no tuned profile");
+    println!(
+        "# sim pick: the fastest simulated algorithm; tpar plan: what tpar::plan runs {}",
+        if profile.is_some() { "with this profile" } else { "with no tuned profile" }
+    );
     if args.steps {
         println!("# where the time goes, us: fixed (launch + kernel work) | step: time ...");
         for &b in &sizes {

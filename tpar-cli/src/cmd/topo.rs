@@ -17,11 +17,21 @@ pub struct TopoArgs {
     /// bandwidth between every pair of GPUs (and to host memory), alone and under
     /// all-to-all load, and one-way flag latency. The figures go into the topology (and its
     /// JSON), where the plan and the simulator use them instead of a link class's guess.
+    /// (`tpar tune` runs the same probe and keeps it in the profile.) Presets instead carry
+    /// their machines' published figures, where there are any (--published lists them).
     #[arg(long)]
     pub probe: bool,
+    /// Print the published link figures the PCIe presets carry (with their sources) as
+    /// docs/topology.md shows them, and exit.
+    #[arg(long)]
+    pub published: bool,
 }
 
 pub fn run(args: TopoArgs) -> Result<(), String> {
+    if args.published {
+        print!("{}", tpar::topology::presets::published_markdown());
+        return Ok(());
+    }
     let mut t = Topology::load(&args.topology).map_err(|e| e.to_string())?;
     if args.probe {
         probe_into(&mut t, &args.topology)?;
@@ -153,6 +163,10 @@ pub fn render(t: &Topology) -> String {
     out.push_str(&cpu);
     for note in &t.notes {
         out.push_str(&format!("note: {note}\n"));
+    }
+    if let Some(p) = &t.probe {
+        out.push('\n');
+        out.push_str(&p.table());
     }
     out.push_str("\nLegend:\n");
     for (k, v) in [

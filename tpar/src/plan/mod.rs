@@ -157,12 +157,16 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
 
     // 3. A tuned profile, when it was measured here.
     let mut reads_win = false;
+    // The topology with the profile's link probe, when the profile carries one and the
+    // topology does not: the defaults below then see the measured links.
+    let mut probed: Option<Topology> = None;
     if let Some(p) = input.profile {
         let here = ProfileFingerprint::of_input(input.topology, world, input.backend, input.capture);
         match p.mismatch(&here) {
             Some(why) => notes.push(format!("profile ignored: {why}")),
             None => {
                 reads_win = p.reads_beat_writes;
+                probed = p.topology_with_probe(input.topology);
                 match p.lookup(input.dtype, s) {
                     Some(bucket) => {
                         let a = bucket.algorithm;
@@ -189,7 +193,10 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     }
 
     // 4. Defaults from the fabric.
-    let p = default_plan(s, &f, forced_transport, reads_win, input.topology, input.capture);
+    if probed.is_some() {
+        notes.push("links from the profile's probe".into());
+    }
+    let p = default_plan(s, &f, forced_transport, reads_win, probed.as_ref().unwrap_or(input.topology), input.capture);
     finish(p, notes)
 }
 
@@ -366,12 +373,14 @@ fn pcie_by_simulator(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: b
 // ---------------------------------------------------------------------------------------
 
 /// Digest of everything besides (world, bytes, dtype, capture) that the plan depends on:
-/// the topology's [`Topology::hash`], the profile's contents and the overrides that change
+/// the topology's [`Topology::hash`] and its probe, the profile's contents (its probe
+/// included) and the overrides that change
 /// decisions (not `TPAR_DEBUG`, not the profile's path). FNV-1a over canonical JSON. Ranks
 /// compare it at init; unequal digests mean ranks could pick different algorithms.
 pub fn plan_fingerprint(topology: &Topology, profile: Option<&Profile>, overrides: &Overrides) -> u64 {
     let canon = serde_json::json!({
         "topology": format!("{:016x}", topology.hash()),
+        "probe": format!("{:016x}", topology.probe_digest()),
         "profile": profile,
         "overrides": overrides,
     });

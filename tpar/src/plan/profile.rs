@@ -28,6 +28,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::plan::{human_bytes, Backend, CaptureMode};
 use crate::report::Record;
+use crate::topology::probe::Probe;
 use crate::topology::Topology;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -89,6 +90,13 @@ pub struct Profile {
     pub reads_beat_writes: bool,
     pub fingerprint: ProfileFingerprint,
     pub tables: Vec<Table>,
+    /// The link probe `tpar tune` ran before timing (SM store / SM load / copy-engine rates
+    /// alone and under all-to-all load, flag latency), when it ran one. Where the profile
+    /// applies and the topology carries no probe of its own, the plan's defaults (sizes and
+    /// dtypes without a bucket) and the simulator use these figures instead of the link
+    /// class's assumed ones ([`Profile::topology_with_probe`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe: Option<Probe>,
 }
 
 impl Profile {
@@ -134,7 +142,22 @@ impl Profile {
             reads_beat_writes: comparisons > 0 && 2 * pull_wins > comparisons,
             fingerprint,
             tables: tables.into_iter().map(|(dtype, buckets)| Table { dtype, buckets }).collect(),
+            probe: None,
         }
+    }
+
+    /// `t` with this profile's link probe, when `t` has none of its own and the probe
+    /// names only GPUs `t` has; `None` otherwise (use `t` as it is). The caller has checked
+    /// that the profile applies to `t` ([`Profile::mismatch`]): the probe was measured on
+    /// this fabric, whose [`Topology::hash`] leaves probes out.
+    pub fn topology_with_probe(&self, t: &Topology) -> Option<Topology> {
+        let probe = self.probe.as_ref()?;
+        if t.probe.is_some() || probe.validate(t.gpu_count()).is_err() {
+            return None;
+        }
+        let mut with = t.clone();
+        with.probe = Some(probe.clone());
+        Some(with)
     }
 
     /// The bucket covering `bytes` of `dtype`: the first with `bytes <= max_bytes`. None
@@ -183,6 +206,10 @@ impl Profile {
 
     pub fn from_toml(text: &str) -> Result<Profile> {
         let p: Profile = toml::from_str(text).map_err(|e| Error::invalid("profile", format!("bad profile TOML: {e}")))?;
+        if let Some(probe) = &p.probe {
+            // GPU indices are checked against the topology when the probe is used.
+            probe.validate(usize::MAX)?;
+        }
         for t in &p.tables {
             if t.buckets.windows(2).any(|w| w[0].max_bytes >= w[1].max_bytes) {
                 return Err(Error::invalid("profile", format!("{} buckets must have strictly ascending max_bytes", t.dtype)));
@@ -276,6 +303,73 @@ mod tests {
         assert_eq!(p.lookup(DType::BF16, 16385).map(|b| b.algorithm), Some(Algorithm::StagedPush));
         assert!(p.lookup(DType::BF16, (1 << 20) + 1).is_none());
         assert!(p.lookup(DType::F32, 100).is_none());
+    }
+
+    /// A probe of all 8 GPUs of the switch box with SM stores collapsed (the Broadcom
+    /// figures: 2.7 vs 51 GB/s), plus each GPU against host memory (`dst` None).
+    fn collapsed_probe() -> Probe {
+        use crate::topology::probe::PairProbe;
+        let mut p = Probe::uniform("test: published Broadcom figures", 8, |a, b| PairProbe {
+            sm_store_gbps: Some(2.7),
+            sm_load_gbps: Some(51.0),
+            ce_gbps: Some(56.0),
+            flag_us: Some(0.9),
+            ..PairProbe::empty(a as u32, Some(b as u32))
+        });
+        for a in 0..8 {
+            p.pairs.push(PairProbe { sm_store_gbps: Some(52.7), sm_load_gbps: Some(51.1), ..PairProbe::empty(a, None) });
+        }
+        p
+    }
+
+    #[test]
+    fn a_profile_with_a_probe_round_trips_and_its_links_change_the_defaults() {
+        // The preset without its published figures (the flag latencies), as a discovered
+        // topology would be.
+        let mut t = presets::rtxpro6000_pcie_switch_8();
+        t.probe = None;
+        // Tuned up to 8 KiB only: 42 KiB falls to the defaults, where the probe matters.
+        let records = vec![rec(Algorithm::OneshotPull, 8192, 9.0, 0), rec(Algorithm::OneshotPush, 8192, 8.0, 0)];
+        let mut with_probe = t.clone();
+        with_probe.probe = Some(collapsed_probe());
+        // tpar tune fingerprints the topology it probed; the discovered one (no probe) matches.
+        let mut p = Profile::from_measurements(&records, fp(&with_probe));
+        p.probe = with_probe.probe.clone();
+        assert!(p.mismatch(&fp(&t)).is_none(), "a probe is not part of the fabric's identity");
+
+        let text = p.to_toml().unwrap();
+        assert!(text.contains("sm_store_gbps = 2.7"), "{text}");
+        let back = Profile::from_toml(&text).unwrap();
+        assert_eq!(back, p, "the probe (host entries without dst included) survives TOML");
+        assert!(back.probe.as_ref().unwrap().pairs.iter().any(|q| q.dst.is_none()));
+        assert_eq!(back.topology_with_probe(&t).unwrap().probe, p.probe);
+        assert!(back.topology_with_probe(&with_probe).is_none(), "a topology's own probe wins");
+
+        let o = Overrides::default();
+        let input = |profile| PlanInput {
+            topology: &t,
+            world: 8,
+            bytes: 43008,
+            dtype: DType::BF16,
+            capture: CaptureMode::Graph,
+            backend: crate::plan::Backend::Cuda,
+            profile,
+            overrides: &o,
+        };
+        let mut no_probe = back.clone();
+        no_probe.probe = None;
+        let before = plan(&input(Some(&no_probe)));
+        let after = plan(&input(Some(&back)));
+        assert!(!crate::algorithms::registry::spec(before.algorithm).reads_remote && before.algorithm != Algorithm::Nccl, "healthy links: a push algorithm: {before}");
+        assert!(crate::algorithms::registry::spec(after.algorithm).reads_remote || after.algorithm == Algorithm::Nccl, "collapsed writes: no push: {after}");
+        assert!(after.reason.contains("collapsed peer writes") && after.reason.contains("profile's probe"), "{after}");
+        // The simulator on the probed topology times pushes with the measured store rate.
+        let sim = |t: &Topology| crate::sim::Simulator::new(t, 8, &crate::sim::Params::default()).unwrap().predict(Algorithm::OneshotPush, 43008).unwrap().total_us;
+        let (probed, assumed) = (sim(&back.topology_with_probe(&t).unwrap()), sim(&t));
+        assert!(probed > assumed, "one-shot push at 42 KiB: {probed} us with the probe, {assumed} us without");
+        // A bad probe in a profile is refused at load.
+        let bad = text.replace("sm_store_gbps = 2.7", "sm_store_gbps = -2.7");
+        assert!(Profile::from_toml(&bad).is_err());
     }
 
     #[test]

@@ -16,7 +16,9 @@ use std::sync::{Mutex, OnceLock};
 /// a property test sees thousands).
 const MEMO_ENTRIES: usize = 1 << 16;
 
-type Key = (u64, usize, u64, bool);
+/// (topology hash, probe digest, world, bytes, graph): the hash leaves the probe out, and the
+/// probe changes predictions.
+type Key = (u64, u64, usize, u64, bool);
 /// Per algorithm: the predicted time in us, or why the simulator cannot time it.
 pub(crate) type Costs = Vec<(Algorithm, Result<f64, String>)>;
 
@@ -28,7 +30,7 @@ fn memo() -> &'static Mutex<HashMap<Key, Costs>> {
 /// The simulator's time for each of `algorithms` on ranks `0..world` of `t` at `bytes`.
 pub(crate) fn costs(t: &Topology, world: usize, bytes: u64, capture: CaptureMode, algorithms: &[Algorithm]) -> Costs {
     let graph = capture == CaptureMode::Graph;
-    let key = (t.hash(), world, bytes, graph);
+    let key = (t.hash(), t.probe_digest(), world, bytes, graph);
     if let Some(hit) = memo().lock().ok().and_then(|m| m.get(&key).cloned()) {
         if algorithms.iter().all(|a| hit.iter().any(|(b, _)| b == a)) {
             return hit.into_iter().filter(|(a, _)| algorithms.contains(a)).collect();

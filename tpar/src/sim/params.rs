@@ -63,7 +63,10 @@ pub struct Params {
     /// together; with the round trip this is a capacity (Little's law). Fitted to the
     /// derived pull one-shot time of docs/references.md's 38 tok/s (docs/sim.md).
     pub rc_read_outstanding_bytes: f64,
-    /// The same for reads that cross the socket link. Fitted, as above.
+    /// The same for reads that cross the socket link. Fitted to p2pmark's all-to-all reads on
+    /// the ASUS dual-socket box (46.4 GB/s for 8 GPUs, docs/sim.md group R). It was 8 KiB,
+    /// fitted to a pull one-shot time derived from a serving run (H), which put 8 GPUs'
+    /// cross-socket reads at 3.9 GB/s in all, 12x below that box's own measurement.
     pub socket_read_outstanding_bytes: f64,
     /// Peer traffic a root complex forwards, in multiples of one GPU link. Fitted: 8 GPUs
     /// writing all peers get 0.38-0.44 of their isolated rate on one CPU (docs/references.md).
@@ -147,7 +150,7 @@ impl Default for Params {
 const PCIE_KERNEL_FRACTION: f64 = 0.65;
 const READ_WINDOW_BYTES: f64 = 16384.0;
 const RC_READ_OUTSTANDING_BYTES: f64 = 262144.0;
-const SOCKET_READ_OUTSTANDING_BYTES: f64 = 8192.0;
+const SOCKET_READ_OUTSTANDING_BYTES: f64 = 57344.0;
 const KERNEL_FIXED_US: f64 = 2.1;
 const NCCL_SIMPLE_STEP_US: f64 = 4.5;
 

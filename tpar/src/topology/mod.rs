@@ -68,8 +68,10 @@ pub struct Topology {
     /// Measured (or published) link behaviour between the GPUs: SM stores, SM loads and
     /// copy-engine copies alone and under all-to-all load, and one-way flag latency. The
     /// simulator and the plan use these instead of a link class's assumed figures. Absent
-    /// until `tpar topo --probe` ran (or a preset carries its machine's published figures);
-    /// skipped in JSON when absent, so topologies without one keep their hash.
+    /// until `tpar topo --probe` or `tpar tune` ran (or a preset carries its machine's
+    /// published figures); skipped in JSON when absent. Not part of [`Topology::hash`] (a
+    /// measurement of the fabric, not its identity: two probes of one box never agree to the
+    /// last digit); [`Topology::probe_digest`] fingerprints it where decisions depend on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe: Option<probe::Probe>,
 }
@@ -501,15 +503,24 @@ impl Topology {
 
     /// Stable 64-bit fingerprint: FNV-1a over the canonical JSON (serde_json, fields in
     /// declaration order, no whitespace) of everything except `name` and `notes`, which are
-    /// descriptive, and `cpu.cores`, which follows each process's CPU affinity mask and so
-    /// may differ between ranks of one host. Equal fabrics hash equal on every rank and
-    /// across releases that keep [`SCHEMA_VERSION`].
+    /// descriptive, `cpu.cores`, which follows each process's CPU affinity mask and so may
+    /// differ between ranks of one host, and `probe`, a measurement of the fabric rather
+    /// than its identity (so a profile tuned with the link probe matches the discovered
+    /// topology, which has none). Equal fabrics hash equal on every rank and across
+    /// releases that keep [`SCHEMA_VERSION`].
     pub fn hash(&self) -> u64 {
         let mut canon = self.clone();
         canon.name.clear();
         canon.notes.clear();
         canon.cpu.cores = 0;
+        canon.probe = None;
         fnv1a64(serde_json::to_string(&canon).unwrap_or_default().as_bytes())
+    }
+
+    /// FNV-1a over the probe's canonical JSON, 0 without one: the part of a topology that
+    /// [`Topology::hash`] leaves out but the simulator and the plan read.
+    pub fn probe_digest(&self) -> u64 {
+        self.probe.as_ref().map_or(0, |p| fnv1a64(serde_json::to_string(p).unwrap_or_default().as_bytes()))
     }
 }
 
@@ -565,6 +576,13 @@ mod tests {
         assert_eq!(t.hash(), h);
         t.links[0][1].p2p_read = false;
         assert_ne!(t.hash(), h);
+        // A probe is a measurement, not identity: the hash ignores it, the digest does not.
+        let mut t = presets::rtxpro6000_dualsocket_8();
+        let (h, d) = (t.hash(), t.probe_digest());
+        assert_ne!(d, 0);
+        t.probe = None;
+        assert_eq!(t.hash(), h);
+        assert_eq!(t.probe_digest(), 0);
     }
 
     #[test]
