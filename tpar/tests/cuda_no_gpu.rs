@@ -76,3 +76,23 @@ fn cache_key_names_source_arch_and_nvrtc_version() {
     assert_ne!(k90, k_other);
     assert_ne!(k90, k_newer);
 }
+
+#[test]
+fn host_workspaces_across_processes_need_a_driver_and_refuse_other_transports() {
+    use tpar::cuda::ipc::IpcWorkspace;
+    use tpar::{DType, Transport};
+    use std::time::Duration;
+    let t = Duration::from_secs(1);
+    // Not a kernel transport: refused before CUDA is touched.
+    for bad in [Transport::Shm, Transport::Nccl] {
+        let e = IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, bad, 1).err();
+        assert!(matches!(e, Some(Error::Unsupported { .. })), "{bad}: {e:?}");
+    }
+    // Without a GPU: an error naming the library, never a panic, and no segment left behind.
+    let job = 0x7e57_0000_0000_0000 | u64::from(std::process::id());
+    match IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, Transport::Host, job) {
+        Ok(ws) => assert_eq!(ws.transport(), Transport::Host),
+        Err(e) => assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "{e}"),
+    }
+    assert!(tpar::transport::shm::leftover_segments(&format!("{job:016x}")).is_empty());
+}

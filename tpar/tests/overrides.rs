@@ -95,8 +95,7 @@ fn settings_the_fabric_cannot_honour_are_refused_with_the_reason() {
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "oneshot-push"), ("TPAR_TRANSPORT", "p2p")], "cannot write"),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_TRANSPORT", "p2p")], "cannot write"),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "staged-push")], "one process per GPU"),
-        (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "twoshot-push")], "one process per GPU"),
-        (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_TRANSPORT", "host")], "one process per GPU"),
+        (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "oneshot-pull"), ("TPAR_TRANSPORT", "host")], "over host: oneshot-push, twoshot-push"),
         (presets::rtxpro6000_dualsocket_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "no GPU implementation"),
         (presets::rtxpro6000_pcie_switch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),
@@ -137,6 +136,11 @@ fn settings_the_fabric_can_honour_pass_and_are_obeyed() {
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "oneshot-pull")], Algorithm::OneshotPull, Transport::P2p),
         (presets::rtxpro6000_dualsocket_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "staged-push")], Algorithm::StagedPush, Transport::P2p),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_DISABLE", "yes")], Algorithm::Nccl, Transport::Nccl),
+        // The host transport runs one process per GPU: forced, or where GPUs lack P2P.
+        (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "twoshot-push")], Algorithm::TwoshotPush, Transport::Host),
+        (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![], Algorithm::OneshotPush, Transport::Host),
+        (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_TRANSPORT", "host")], Algorithm::OneshotPush, Transport::Host),
+        (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_TRANSPORT", "host"), ("TPAR_ALGO", "twoshot-push")], Algorithm::TwoshotPush, Transport::Host),
         (presets::pcie_2(), 2, Backend::Cuda, vec![("TPAR_MAX_BYTES", "4")], Algorithm::Nccl, Transport::Nccl),
         (Topology::cpu(), 3, Backend::Cpu, vec![("TPAR_ALGO", "gather-bcast")], Algorithm::GatherBcast, Transport::Shm),
     ];

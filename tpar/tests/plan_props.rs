@@ -241,8 +241,11 @@ fn checker_refuses_wrong_plans() {
     assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::P2p, 1), &np, 4, Backend::Cuda).is_err());
     assert!(preconditions_hold(&bad(Algorithm::OneshotPull, Transport::Host, 1), &np, 4, Backend::Cuda).is_err());
     assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 5, Backend::Cuda).is_err());
-    // Correct on the fabric, but one process per GPU cannot run the host transport yet.
-    assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 4, Backend::Cuda).is_err());
+    // Correct on the fabric and runnable: one process per GPU runs the push kernels over
+    // shared host memory; a pull over host is not.
+    assert!(preconditions_hold(&bad(Algorithm::OneshotPush, Transport::Host, 1), &np, 4, Backend::Cuda).is_ok());
+    assert!(preconditions_hold(&bad(Algorithm::TwoshotPush, Transport::Host, 1), &np, 4, Backend::Cuda).is_ok());
+    assert!(preconditions_hold(&bad(Algorithm::StagedPush, Transport::Host, 1), &np, 4, Backend::Cuda).is_err());
     let sw = presets::rtxpro6000_pcie_switch_8();
     assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &sw, 8, Backend::Cuda).is_err());
     let ds = presets::rtxpro6000_dualsocket_8();

@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// GPUs: a whole verify step, CALLSxBYTES (e.g. 122x42K), per algorithm and mode
     #[arg(long, help_heading = "GPUs")]
     pub sequence: Option<String>,
+    /// GPU rank processes, one-GPU test: every rank on GPU 0, planning for this topology
+    /// (preset or JSON). The processes time-slice the one GPU: the times measure that
+    /// scheduling, not a fabric
+    #[arg(long, hide = true)]
+    pub plan_topology: Option<String>,
 }
 
 /// Everything validated, before any rank starts.
@@ -114,11 +119,26 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let mut records = Vec::new();
     let mut wrong = 0i64;
     let mut root = false;
-    harness::run_groups(&target, &args.ranks, max_bytes, |g| {
-        root = g.root();
-        wrong += bench_group(g, &args, &p, &mut records)?;
-        Ok(())
-    })?;
+    match (&args.plan_topology, &target) {
+        (None, _) => {
+            harness::run_groups(&target, &args.ranks, max_bytes, |g| {
+                root = g.root();
+                wrong += bench_group(g, &args, &p, &mut records)?;
+                Ok(())
+            })?;
+        }
+        #[cfg(feature = "cuda")]
+        (Some(t), Target::Gpu) => {
+            let topology = tpar::Topology::load(t).map_err(|e| e.to_string())?;
+            if !launch::is_rank() {
+                return harness::gpu::launch_ranks(args.ranks.world.unwrap_or(2), launch::FAIL_GRACE, true);
+            }
+            let mut g = harness::gpu::GpuGroup::join(max_bytes, Some(&topology))?;
+            root = g.comm.rank() == 0;
+            wrong += bench_group(&mut g, &args, &p, &mut records)?;
+        }
+        (Some(_), _) => return Err("--plan-topology puts GPU rank processes on one GPU: use --backend cuda".into()),
+    }
     if root {
         if let Some(f) = &args.json {
             output::write_json(f, &records)?;

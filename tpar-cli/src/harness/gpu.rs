@@ -46,6 +46,8 @@ pub struct GpuGroup {
     caller: Stream,
     stage: DeviceBuffer,
     shared: Option<String>,
+    /// The job id (host segment names carry it).
+    job: u64,
 }
 
 impl GpuGroup {
@@ -66,7 +68,11 @@ impl GpuGroup {
         Self::join_with(cfg, max_bytes, shared)
     }
 
-    fn join_with(cfg: tpar::Config, max_bytes: usize, shared: Option<&tpar::Topology>) -> Result<GpuGroup, String> {
+    fn join_with(mut cfg: tpar::Config, max_bytes: usize, shared: Option<&tpar::Topology>) -> Result<GpuGroup, String> {
+        if let Some(t) = super::gpu_transport() {
+            // `--transport host`: every rank parses the same arguments, so all agree.
+            cfg.overrides.transport = Some(t);
+        }
         let max_bytes = max_bytes.max(VEC_BYTES).div_ceil(VEC_BYTES) * VEC_BYTES;
         let opts = GpuOptions { device: shared.map(|_| 0), max_bytes, topology: shared.cloned() };
         let comm = GpuCommunicator::init(&cfg, &opts).map_err(err)?;
@@ -77,7 +83,7 @@ impl GpuGroup {
         let caller = Stream::new(comm.device()).map_err(err)?;
         let stage = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
         let shared = shared.map(|t| t.name.clone());
-        Ok(GpuGroup { comm, input, output, start, end, max_bytes, caller, stage, shared })
+        Ok(GpuGroup { comm, input, output, start, end, max_bytes, caller, stage, shared, job: cfg.job_id })
     }
 
     fn nccl(&self) -> bool {
@@ -211,12 +217,21 @@ impl Group for GpuGroup {
         if algo == Algorithm::Nccl {
             Transport::Nccl
         } else {
-            Transport::P2p
+            self.comm.transport()
         }
     }
     fn describe(&mut self) -> Result<Vec<String>, String> {
         let t = self.comm.topology();
-        let mut v = vec![format!("backend: cuda, {} rank processes (GpuCommunicator, CUDA IPC workspaces)", self.comm.world())];
+        let ws = match self.comm.transport() {
+            Transport::Host => "host transport: workspaces in one shared host-memory segment, registered with CUDA in every rank",
+            _ => "CUDA IPC workspaces",
+        };
+        let mut v = vec![format!("backend: cuda, {} rank processes (GpuCommunicator, {ws})", self.comm.world())];
+        if self.comm.transport() == Transport::Host {
+            // Observed, not assumed: the segment's name must be gone once every rank joined.
+            let left = tpar::transport::shm::leftover_segments(&format!("{:016x}", self.job));
+            v.push(format!("host segment names of this job left in /dev/shm after init: {} (0: unlinked once every rank mapped it)", left.len()));
+        }
         match &self.shared {
             Some(name) => v.push(format!("every rank on GPU 0, planning for {name} (a correctness test, not a measurement)")),
             None => {
@@ -237,7 +252,12 @@ impl Group for GpuGroup {
     }
     fn algorithms(&self) -> Vec<Algorithm> {
         let nccl = self.nccl();
-        super::Target::Gpu.algorithms().into_iter().filter(|a| *a != Algorithm::Nccl || nccl).collect()
+        let t = self.comm.transport();
+        super::Target::Gpu
+            .algorithms()
+            .into_iter()
+            .filter(|a| if *a == Algorithm::Nccl { nccl } else { tpar::algorithms::registry::spec(*a).gpu_transports.contains(&t) })
+            .collect()
     }
     fn planned(&mut self, d: DType, bytes: usize, mode: CaptureMode) -> Option<Algorithm> {
         self.comm.set_capture_mode(mode);

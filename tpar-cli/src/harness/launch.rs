@@ -120,9 +120,7 @@ impl Drop for Ranks {
             let _ = c.wait();
         }
         // A rank killed between creating and unlinking the workspace leaves its name behind.
-        for name in tpar::transport::shm::leftover_segments(&self.job) {
-            let _ = nix::sys::mman::shm_unlink(format!("/{name}").as_str());
-        }
+        tpar::transport::shm::remove_leftovers(&self.job);
     }
 }
 

@@ -65,7 +65,9 @@ pub struct RankArgs {
     /// Run N ranks (or a list: 2,4,8) as streams of one GPU instead of rank processes
     #[arg(long = "emulate-ranks", value_name = "N[,N..]", help_heading = "Emulated ranks (one GPU)")]
     pub emulate_ranks: Option<String>,
-    /// Emulated ranks: workspace transport, p2p (device memory) or host (pinned host memory)
+    /// Workspace transport of tpar's kernels: p2p (device memory; CUDA IPC across rank
+    /// processes) or host (pinned host memory; a shared host segment across rank processes:
+    /// for GPUs without peer-to-peer). Rank processes also take TPAR_TRANSPORT
     #[arg(long, default_value = "p2p", help_heading = "Emulated ranks (one GPU)")]
     pub transport: String,
     /// Emulated ranks: the GPU's ordinal
@@ -123,6 +125,14 @@ impl Target {
 /// message suggests `--emulate-ranks` to a command that refuses it.
 static EMULATE_OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
+/// `--transport host` for GPU rank processes, once [`RankArgs::gpu_transport`] saw it.
+static GPU_TRANSPORT: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
+
+/// The transport GPU rank processes were asked to force (`--transport host`), if any.
+pub fn gpu_transport() -> Option<Transport> {
+    GPU_TRANSPORT.get().copied()
+}
+
 /// GPUs NVML sees, discovered once per process.
 pub fn gpu_count() -> usize {
     static GPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -172,8 +182,14 @@ impl RankArgs {
             }
             return Ok(Target::Emulated { worlds, transport });
         }
-        if self.transport != "p2p" {
-            return Err("--transport host runs with --emulate-ranks only: across GPUs the workspaces are device memory shared through CUDA IPC".into());
+        if self.gpu_transport()? == Some(Transport::Host) {
+            if self.backend == "cpu" {
+                return Err("--transport host is for GPU ranks: CPU ranks exchange data through shared memory (shm) already".into());
+            }
+            if let Some(w) = self.world {
+                check_world(w)?;
+            }
+            return Ok(Target::Gpu);
         }
         if let Some(w) = self.world {
             check_world(w)?;
@@ -193,6 +209,21 @@ impl RankArgs {
                 Ok(if gpus >= 2 { Target::Gpu } else { Target::Cpu })
             }
             other => Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
+        }
+    }
+
+    /// `--transport` for GPU rank processes: `None` for p2p (the default: the plan and
+    /// `TPAR_TRANSPORT` decide), `Some(Host)` to force the host transport. Remembered for
+    /// [`gpu_transport`], which the rank's communicator reads when it joins.
+    pub fn gpu_transport(&self) -> Result<Option<Transport>, String> {
+        let t: Transport = self.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
+        match t {
+            Transport::P2p => Ok(None),
+            Transport::Host => {
+                let _ = GPU_TRANSPORT.set(Transport::Host);
+                Ok(Some(Transport::Host))
+            }
+            other => Err(format!("--transport {other}: GPU ranks run over p2p (device memory) or host (shared host memory)")),
         }
     }
 

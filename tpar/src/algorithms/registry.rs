@@ -75,7 +75,7 @@ pub static REGISTRY: [Spec; 8] = [
         role: Role::Candidate,
         cpu: true,
         kernel: kernel!("oneshot_push.cu"),
-        gpu_transports: P2P,
+        gpu_transports: P2P_HOST,
         emulated_transports: P2P_HOST,
         reads_remote: false,
         needs_islands: false,
@@ -99,7 +99,7 @@ pub static REGISTRY: [Spec; 8] = [
         role: Role::Candidate,
         cpu: true,
         kernel: kernel!("twoshot_push.cu"),
-        gpu_transports: P2P,
+        gpu_transports: P2P_HOST,
         emulated_transports: P2P_HOST,
         reads_remote: false,
         needs_islands: false,
@@ -200,7 +200,9 @@ pub fn runnable(a: Algorithm, backend: Backend, t: Transport) -> Result<(), Stri
         }
         Backend::Cuda => {
             let ts: Vec<&str> = s.gpu_transports.iter().map(|t| t.name()).collect();
-            format!("{a} runs over {} with one process per GPU, not over {t}", ts.join(" or "))
+            let over_t: Vec<Algorithm> = REGISTRY.iter().filter(|x| x.gpu_transports.contains(&t)).map(|x| x.algorithm).collect();
+            let instead = if over_t.is_empty() { String::new() } else { format!(" (over {t}: {})", names(over_t)) };
+            format!("{a} runs over {} with one process per GPU, not over {t}{instead}", ts.join(" or "))
         }
     })
 }
@@ -265,7 +267,13 @@ mod tests {
         assert!(runnable(Algorithm::OneshotPush, Backend::Cpu, Transport::Shm).is_ok());
         assert!(runnable(Algorithm::StagedPush, Backend::Cpu, Transport::Shm).is_err());
         assert!(runnable(Algorithm::Hierarchical, Backend::Cuda, Transport::P2p).unwrap_err().contains("no GPU implementation"));
-        assert!(runnable(Algorithm::OneshotPush, Backend::Cuda, Transport::Host).unwrap_err().contains("one process per GPU"));
+        // The host transport runs the push kernels with one process per GPU (shared host
+        // segments); the others are refused naming what runs over host instead.
+        assert!(runnable(Algorithm::OneshotPush, Backend::Cuda, Transport::Host).is_ok());
+        assert!(runnable(Algorithm::TwoshotPush, Backend::Cuda, Transport::Host).is_ok());
+        let why = runnable(Algorithm::OneshotPull, Backend::Cuda, Transport::Host).unwrap_err();
+        assert!(why.contains("one process per GPU") && why.contains("over host: oneshot-push, twoshot-push"), "{why}");
+        assert!(runnable(Algorithm::StagedPush, Backend::Cuda, Transport::Host).is_err());
         assert!(runnable(Algorithm::Nccl, Backend::Cuda, Transport::Nccl).is_ok());
         assert_eq!(algorithms_on(Backend::Cpu).len(), REGISTRY.iter().filter(|s| s.cpu).count());
         // Every kernel file is distinct and named after its algorithm.

@@ -135,9 +135,13 @@ impl GpuCommunicator {
         let fingerprint = cfg.fingerprint ^ plan_fingerprint(&topology, profile.as_ref(), &overrides);
         let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec { fingerprint, ..cfg.join_spec() })?;
         let device = opts.device.unwrap_or(cfg.rank % topology.gpu_count().max(1));
-        let mut ws = IpcWorkspace::new(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout)?;
+        let transport = kernel_transport(&topology, cfg.world, &overrides);
+        let mut ws = IpcWorkspace::with_transport(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout, transport, cfg.job_id)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;
+        // Every rank has mapped the workspaces: the host segment's name can go.
+        control.barrier()?;
+        ws.all_attached()?;
         // The setting is in the plan digest, so every rank that got this far has the same.
         let check_calls = overrides.check_calls != Some(false);
         ws.set_check_calls(check_calls);
@@ -167,6 +171,13 @@ impl GpuCommunicator {
 
     pub fn world(&self) -> usize {
         self.control.world()
+    }
+
+    /// The transport of tpar's kernels here: `p2p` (device memory through CUDA IPC) or
+    /// `host` (a shared host-memory segment): `host` when `TPAR_TRANSPORT=host` or when the
+    /// ranks' GPUs cannot write each other peer-to-peer.
+    pub fn transport(&self) -> Transport {
+        self.ws.transport()
     }
 
     /// This rank's GPU.
@@ -349,9 +360,9 @@ impl GpuCommunicator {
         if p.algorithm != algo {
             p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
             p.algorithm = algo;
-            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { Transport::P2p };
+            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
             if p.blocks == 0 {
-                p.blocks = super::launch::blocks_for(algo, Transport::P2p, count.saturating_mul(dtype.size()), self.world());
+                p.blocks = super::launch::blocks_for(algo, p.transport, count.saturating_mul(dtype.size()), self.world());
             }
         }
         // SAFETY: the caller's contract is passed on unchanged.
@@ -392,6 +403,15 @@ impl GpuCommunicator {
                     what: format!("{} over {} ({})", p.algorithm, p.transport, p.reason),
                     reason,
                 })?;
+                if p.transport != self.ws.transport() {
+                    return Err(Error::Unsupported {
+                        what: format!("{} over {} ({})", p.algorithm, p.transport, p.reason),
+                        reason: format!(
+                            "this communicator's workspaces are {} memory (set TPAR_TRANSPORT at init to choose: host, or p2p where the GPUs reach each other)",
+                            if self.ws.transport() == Transport::Host { "shared host" } else { "device" }
+                        ),
+                    });
+                }
                 let blocks = p.blocks.clamp(1, MAX_BLOCKS as u32);
                 // A checked capture records the call on the host instead of a descriptor.
                 let recorded = match (&mut self.captured, self.capture) {
@@ -474,6 +494,24 @@ impl GpuCommunicator {
     pub fn barrier(&mut self) -> Result<()> {
         self.ws.check_poisoned()?;
         self.control.barrier()
+    }
+}
+
+/// The transport of tpar's kernels for this communicator, fixed at init: `host` when the
+/// settings force it or when the plan would use it (the ranks' GPUs cannot write each other
+/// peer-to-peer), else `p2p`. It follows the plan's own rule (`plan::default_plan`, and
+/// `feasibility::natural_transport` for profiles and forced algorithms), so every kernel
+/// plan the plan makes here runs over it; its inputs are in the plan digest, so every rank
+/// picks the same.
+fn kernel_transport(topology: &Topology, world: usize, overrides: &Overrides) -> Transport {
+    use crate::plan::feasibility::{transport_usable, Fabric};
+    let f = Fabric::of(topology, world.max(1), Backend::Cuda);
+    let host_ok = transport_usable(Transport::Host, &f).is_ok();
+    match overrides.transport {
+        Some(Transport::Host) => Transport::Host,
+        Some(_) => Transport::P2p,
+        None if host_ok && f.fits() && transport_usable(Transport::P2p, &f).is_err() => Transport::Host,
+        None => Transport::P2p,
     }
 }
 

@@ -249,6 +249,53 @@ impl Drop for HostMapped {
     }
 }
 
+/// Host memory this process mapped itself (a shared-memory segment), registered with the
+/// driver as pinned and mapped into the device (`cuMemHostRegister` with DEVICEMAP|PORTABLE),
+/// so kernels reach it through [`dev`](Self::dev) over the GPU's PCIe link. The device
+/// pointer is this process's own: another process mapping the same pages gets another.
+/// Unregistered on drop; the mapping itself stays its owner's.
+pub struct HostRegistration {
+    ctx: Arc<CudaContext>,
+    host: *mut c_void,
+    pub dev: sys::CUdeviceptr,
+    pub bytes: usize,
+}
+
+// SAFETY: plain handles (a host address this value registered, a device address); the
+// memory is accessed by kernels or through the owner of the mapping.
+unsafe impl Send for HostRegistration {}
+
+impl HostRegistration {
+    /// Registers `bytes` at `host` (page-aligned, a whole mapping of this process).
+    ///
+    /// # Safety
+    /// `host..host + bytes` must be a live mapping of this process that outlives the
+    /// returned value (drop the registration before unmapping).
+    pub unsafe fn new(dev: &Device, host: *mut c_void, bytes: usize) -> Result<Self> {
+        dev.bind()?;
+        let flags = sys::CU_MEMHOSTREGISTER_DEVICEMAP | sys::CU_MEMHOSTREGISTER_PORTABLE;
+        // SAFETY: the caller vouches for the range; the context is current.
+        cu_rc(|| format!("cuMemHostRegister({bytes} B of shared memory)"), unsafe { sys::cuMemHostRegister_v2(host, bytes, flags) })?;
+        let mut dptr: sys::CUdeviceptr = 0;
+        // SAFETY: host was registered with DEVICEMAP above; dptr is an out-pointer.
+        let rc = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dptr, host, 0) };
+        if let Err(e) = cu_rc(|| "cuMemHostGetDevicePointer (registered shared memory)".into(), rc) {
+            // SAFETY: registered above, unregistered once.
+            let _ = unsafe { sys::cuMemHostUnregister(host) };
+            return Err(e);
+        }
+        Ok(Self { ctx: dev.ctx.clone(), host, dev: dptr, bytes })
+    }
+}
+
+impl Drop for HostRegistration {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: host was registered in `new` and is unregistered once; failure is ignored.
+        let _ = unsafe { sys::cuMemHostUnregister(self.host) };
+    }
+}
+
 /// A non-blocking stream.
 pub struct Stream {
     ctx: Arc<CudaContext>,

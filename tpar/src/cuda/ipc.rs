@@ -8,10 +8,16 @@
 //! the peers' areas. Must never refill the push region once connected (peers write into it
 //! at any time); none is needed: the empty sentinel is the same word for every dtype. Must not be dropped while a peer may still write into it: the caller agrees on
 //! the end (a final barrier over the rendezvous) before dropping.
+//!
+//! With [`Transport::Host`] ([`IpcWorkspace::with_transport`]) the data and flag areas are
+//! instead the job's shared host segment ([`super::host_ws`]): rank 0's handle blob is the
+//! segment's welcome bytes, the others' are empty, `connect` maps and registers it, and
+//! [`IpcWorkspace::all_attached`] (after a barrier) removes its name.
 
 use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
 use super::driver::{Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
 use super::emulated::sentinel_word;
+use super::host_ws::HostWorkspace;
 use super::launch::{self, CallSpec, Launcher};
 use crate::error::{Error, Result};
 use crate::{Algorithm, DType, Transport};
@@ -20,14 +26,22 @@ use std::time::Duration;
 /// Bytes of one rank's handle blob: the data-area handle, then the flag-area handle.
 pub const HANDLE_BLOB_BYTES: usize = 128;
 
+/// Where this rank's data and flag areas live.
+enum Areas {
+    /// `cuMemAlloc`, exported through CUDA IPC (the p2p transport).
+    Device { data: DeviceBuffer, flags: DeviceBuffer },
+    /// The job's shared host segment (the host transport); `None` until `connect` on the
+    /// ranks that attach.
+    Host { job_id: u64, ws: Option<HostWorkspace>, welcome: Vec<u8> },
+}
+
 /// This process's rank of a CUDA IPC group.
 pub struct IpcWorkspace {
     launcher: Launcher,
     peer_data: Vec<Option<IpcMapping>>,
     peer_flags: Vec<Option<IpcMapping>>,
     stream: Stream,
-    data: DeviceBuffer,
-    flags: DeviceBuffer,
+    areas: Areas,
     state: DeviceBuffer,
     err: HostMapped,
     data_ptrs: [u64; MAX_RANKS],
@@ -47,6 +61,19 @@ impl IpcWorkspace {
     /// Allocates and initialises rank `rank`'s workspace on device `ordinal`, for calls of
     /// up to `max_bytes` of dtypes as wide as `dtype` (f32, or f16/bf16).
     pub fn new(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration) -> Result<Self> {
+        Self::with_transport(ordinal, rank, world, max_bytes, dtype, timeout, Transport::P2p, 0)
+    }
+
+    /// As [`new`](Self::new), over `transport`: `P2p` (device memory through CUDA IPC) or
+    /// `Host` (the job's shared host segment, named after `job_id`; rank 0 creates it here).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_transport(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration, transport: Transport, job_id: u64) -> Result<Self> {
+        if !matches!(transport, Transport::P2p | Transport::Host) {
+            return Err(Error::Unsupported {
+                what: format!("transport {transport} for tpar's kernels"),
+                reason: "their workspaces are device memory (p2p) or shared host memory (host)".into(),
+            });
+        }
         if !(2..=MAX_RANKS).contains(&world) || rank >= world {
             return Err(Error::invalid("world", format!("rank {rank} of {world}: need 2..={MAX_RANKS} ranks")));
         }
@@ -56,36 +83,51 @@ impl IpcWorkspace {
         let dev = Device::open(ordinal)?;
         let stream = Stream::new(&dev)?;
         // One rank per process: its kernels share the GPU with no other rank of this process.
-        let launcher = Launcher::new(&dev, &stream, world, 1, Transport::P2p, max_bytes)?;
+        let launcher = Launcher::new(&dev, &stream, world, 1, transport, max_bytes)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
-        let data = DeviceBuffer::new(&dev, abi::data_bytes(world, slot_vecs))?;
-        let flags = DeviceBuffer::new(&dev, abi::FLAG_BYTES)?;
         let state = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
         let err = HostMapped::new(&dev, std::mem::size_of::<TparError>())?;
         let word = sentinel_word(dtype);
-        // The push region holds the sentinel, everything else zeroes, before any peer can
-        // see this memory (handles are given out only after this).
-        data.fill_u32(0)?;
-        let push = abi::push_region_bytes(world, slot_vecs);
-        // SAFETY: data is a live allocation of at least `push` bytes; nothing runs on it yet.
-        let rc = unsafe { cudarc::driver::sys::cuMemsetD32_v2(data.ptr, word, push / 4) };
-        super::driver::cu_rc(|| "cuMemsetD32 (push region)".into(), rc)?;
-        flags.fill_u32(0)?;
+        let mut data_ptrs = [0u64; MAX_RANKS];
+        let mut flag_ptrs = [0u64; MAX_RANKS];
+        let areas = if transport == Transport::Host {
+            // Rank 0 creates every rank's areas, initialised (push regions empty, flags 0),
+            // before any peer learns the name; the others map them in `connect`.
+            if rank == 0 {
+                let (ws, welcome) = HostWorkspace::create(&dev, job_id, rank, world, slot_vecs, word)?;
+                for q in 0..world {
+                    data_ptrs[q] = ws.data_ptr(q);
+                    flag_ptrs[q] = ws.flag_ptr(q);
+                }
+                Areas::Host { job_id, ws: Some(ws), welcome }
+            } else {
+                Areas::Host { job_id, ws: None, welcome: Vec::new() }
+            }
+        } else {
+            let data = DeviceBuffer::new(&dev, abi::data_bytes(world, slot_vecs))?;
+            let flags = DeviceBuffer::new(&dev, abi::FLAG_BYTES)?;
+            // The push region holds the sentinel, everything else zeroes, before any peer can
+            // see this memory (handles are given out only after this).
+            data.fill_u32(0)?;
+            let push = abi::push_region_bytes(world, slot_vecs);
+            // SAFETY: data is a live allocation of at least `push` bytes; nothing runs on it yet.
+            let rc = unsafe { cudarc::driver::sys::cuMemsetD32_v2(data.ptr, word, push / 4) };
+            super::driver::cu_rc(|| "cuMemsetD32 (push region)".into(), rc)?;
+            flags.fill_u32(0)?;
+            data_ptrs[rank] = data.ptr;
+            flag_ptrs[rank] = flags.ptr;
+            Areas::Device { data, flags }
+        };
         state.upload(std::slice::from_ref(&TparState::at(0)))?;
         dev.ctx
             .synchronize()
             .map_err(|e| Error::Cuda { context: "cuCtxSynchronize".into(), code: format!("{:?}", e.0) })?;
-        let mut data_ptrs = [0u64; MAX_RANKS];
-        let mut flag_ptrs = [0u64; MAX_RANKS];
-        data_ptrs[rank] = data.ptr;
-        flag_ptrs[rank] = flags.ptr;
         Ok(Self {
             launcher,
             peer_data: (0..world).map(|_| None).collect(),
             peer_flags: (0..world).map(|_| None).collect(),
             stream,
-            data,
-            flags,
+            areas,
             state,
             err,
             data_ptrs,
@@ -115,11 +157,24 @@ impl IpcWorkspace {
         &self.stream
     }
 
+    /// The transport of this workspace's areas (p2p: device memory; host: shared host memory).
+    pub fn transport(&self) -> Transport {
+        match self.areas {
+            Areas::Device { .. } => Transport::P2p,
+            Areas::Host { .. } => Transport::Host,
+        }
+    }
+
     /// The bytes every peer needs to map this rank's workspace (send them over the rendezvous).
+    /// Host transport: rank 0's are the shared segment's welcome, the others' are empty.
     pub fn handle_blob(&self) -> Result<Vec<u8>> {
+        let (data, flags) = match &self.areas {
+            Areas::Device { data, flags } => (data, flags),
+            Areas::Host { welcome, .. } => return Ok(welcome.clone()),
+        };
         let mut v = Vec::with_capacity(HANDLE_BLOB_BYTES);
-        v.extend_from_slice(&self.data.ipc_handle()?);
-        v.extend_from_slice(&self.flags.ipc_handle()?);
+        v.extend_from_slice(&data.ipc_handle()?);
+        v.extend_from_slice(&flags.ipc_handle()?);
         Ok(v)
     }
 
@@ -127,6 +182,19 @@ impl IpcWorkspace {
     pub fn connect(&mut self, blobs: &[Vec<u8>]) -> Result<()> {
         if blobs.len() != self.world {
             return Err(Error::invalid("blobs", format!("need {} handle blobs, got {}", self.world, blobs.len())));
+        }
+        if let Areas::Host { job_id, ws, .. } = &mut self.areas {
+            if ws.is_none() {
+                let w = HostWorkspace::attach(&self.dev, *job_id, self.rank, self.world, self.slot_vecs, &blobs[0])?;
+                for q in 0..self.world {
+                    // This process's own device pointers to every rank's areas.
+                    self.data_ptrs[q] = w.data_ptr(q);
+                    self.flag_ptrs[q] = w.flag_ptr(q);
+                }
+                *ws = Some(w);
+            }
+            self.connected = true;
+            return Ok(());
         }
         for (q, b) in blobs.iter().enumerate() {
             if q == self.rank {
@@ -152,6 +220,16 @@ impl IpcWorkspace {
         }
         self.connected = true;
         Ok(())
+    }
+
+    /// Call once every rank's `connect` returned (after a barrier over the rendezvous): the
+    /// host transport's segment name is removed (rank 0), so nothing is left in /dev/shm
+    /// whatever happens to the processes later. A no-op for device memory.
+    pub fn all_attached(&mut self) -> Result<()> {
+        match &mut self.areas {
+            Areas::Host { ws: Some(w), .. } => w.unlink(),
+            Areas::Host { ws: None, .. } | Areas::Device { .. } => Ok(()),
+        }
     }
 
     /// Enqueues this rank's part of an all-reduce on its stream (asynchronous). Every rank

@@ -7,7 +7,8 @@
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
-//! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC |
+//! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
+//! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
 //! | [`launch`] | the one launch path: block policy, `TPAR_BLOCKS`/`TPAR_PDL`/`TPAR_TIMEOUT_MS`, validation, lazy variants, PDL |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
@@ -22,6 +23,7 @@ pub mod abi;
 pub mod comm;
 pub mod driver;
 pub mod emulated;
+pub mod host_ws;
 pub mod ipc;
 pub mod kernels;
 pub mod launch;

@@ -102,7 +102,7 @@ pub(crate) fn transport_usable(t: Transport, f: &Fabric) -> std::result::Result<
             if registry::REGISTRY.iter().any(|s| s.gpu_transports.contains(&Transport::Host)) {
                 Ok(())
             } else {
-                Err("the host transport runs in emulated groups only so far, not with one process per GPU".into())
+                Err("no algorithm of the registry runs over the host transport with one process per GPU".into())
             }
         }
     }

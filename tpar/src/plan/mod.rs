@@ -515,11 +515,11 @@ mod tests {
         let p = run(&ds, 8, 256 * 1024, Backend::Cuda, &o);
         assert_ne!(p.algorithm, Algorithm::Hierarchical, "{p}");
         assert!(p.reason.contains("hierarchical cannot run"), "{p}");
-        // No P2P: the host transport runs only in emulated groups so far, so NCCL, saying why.
+        // No P2P: one-shot push through shared host memory while its floor beats NCCL's.
         let np = presets::rtx4090_nop2p_4();
         let p = run(&np, 4, 14 * 1024, Backend::Cuda, &o);
-        assert_eq!((p.algorithm, p.transport), (Algorithm::Nccl, Transport::Nccl), "{p}");
-        assert!(p.reason.contains("host memory cannot run here"), "{p}");
+        assert_eq!((p.algorithm, p.transport), (Algorithm::OneshotPush, Transport::Host), "{p}");
+        assert!(p.reason.contains("no P2P") && p.reason.contains("host floor"), "{p}");
         assert_eq!(run(&np, 4, 64 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
         assert_eq!(run(&np, 8, 8, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
         let c = Topology::cpu();

@@ -110,6 +110,38 @@ impl ShmSegment {
         &self.name
     }
 
+    /// The mapping's first byte (page-aligned), for handing the whole mapping to a device
+    /// driver (the GPU host transport registers it with CUDA); [`len`](Self::len) bytes.
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.ptr.as_ptr()
+    }
+
+    /// The mapping's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never: segments have a positive length).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Allocates every page of the segment now (`posix_fallocate`), so that a /dev/shm too
+    /// small for it is an error here, not a SIGBUS at the first touch of a page.
+    pub fn reserve(&self) -> Result<()> {
+        let len = libc::off_t::try_from(self.len).map_err(|_| Error::invalid("shm size", format!("{} bytes", self.len)))?;
+        // SAFETY: posix_fallocate on a valid fd we own; it touches no memory of ours.
+        let rc = unsafe { libc::posix_fallocate(self.fd.as_raw_fd(), 0, len) };
+        if rc != 0 {
+            return Err(Error::io(
+                self.rank,
+                format!("allocating {} bytes of shared memory {} (is /dev/shm large enough?)", self.len, self.name),
+                std::io::Error::from_raw_os_error(rc),
+            ));
+        }
+        Ok(())
+    }
+
     /// The mapping as words.
     pub fn words(&self) -> &[AtomicU64] {
         // SAFETY: the mapping is page-aligned, `len` bytes long (a multiple of 8 by
@@ -173,6 +205,13 @@ pub fn leftover_segments(tag: &str) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Removes every tpar segment name in /dev/shm that contains `tag` (a job id: what a rank
+/// killed between creating and unlinking a segment left) and returns how many. Launchers
+/// call it when a job ends; mappings that live processes still hold stay valid.
+pub fn remove_leftovers(tag: &str) -> usize {
+    leftover_segments(tag).iter().filter(|name| shm_unlink(format!("/{name}").as_str()).is_ok()).count()
 }
 
 #[cfg(test)]

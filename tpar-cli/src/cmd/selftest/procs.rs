@@ -24,6 +24,8 @@ fn shared(c: &Common) -> Result<Option<tpar::Topology>, String> {
 }
 
 fn world(c: &Common, shared: bool) -> Result<usize, String> {
+    // `--transport host`: remembered for the rank's communicator (GpuGroup::join).
+    c.ranks.gpu_transport()?;
     match (shared, c.ranks.world) {
         (true, w) => Ok(w.unwrap_or(2)),
         (false, _) => c.ranks.world(&harness::Target::Gpu),
