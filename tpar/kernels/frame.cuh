@@ -51,6 +51,8 @@ struct Frame {
     u32 buf;
     u64 deadline_ns;  // 0 until the first failed poll of this thread
     bool ok;          // false once this thread has failed (timeout, mismatch): results are void
+    u32 prev_kind;    // what the previous call left in the push region (TPAR_KIND_*)
+    u64 prev_nvec;    // its message's vectors
 };
 
 __device__ __forceinline__ u64 global_tid() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
@@ -166,6 +168,8 @@ __device__ __forceinline__ void test_pause(const TparArgs& a) {
 
 // Starts a call: waits for the previous kernel on this stream (PDL), reads this block's
 // epoch and buffer, and (descriptor thread) announces the call to every peer.
+// Every word of the state is loaded at once (one round trip, not one per use): the
+// previous call's kind and size are taken for both parities and chosen by the epoch after.
 __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     pdl_wait();
     test_pause(a);  // skewed-rank test hook: this rank arrives late
@@ -173,9 +177,16 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     Frame f;
     f.epoch = st->epoch[blockIdx.x];
     f.buf = st->buf[blockIdx.x];
+    const u32 k0 = st->prev_kind[0], k1 = st->prev_kind[1];
+    const u64 n0 = st->prev_nvec[0], n1 = st->prev_nvec[1];
+    const bool odd = ((f.epoch - 1u) & 1u) != 0u;
+    f.prev_kind = odd ? k1 : k0;
+    f.prev_nvec = odd ? n1 : n0;
     f.deadline_ns = 0ull;
     f.ok = true;
-    if (is_desc_thread(a)) st_volatile_v16(desc_at(a, threadIdx.x, f.buf, a.rank), desc_of(a, f.epoch));
+    // Unclobbered: the kernel's first loads need not wait behind it (a peer polls it in the
+    // same passes as the data, so it need not land before the data either).
+    if (is_desc_thread(a)) st_send_v16(desc_at(a, threadIdx.x, f.buf, a.rank), desc_of(a, f.epoch));
     return f;
 }
 
@@ -201,14 +212,14 @@ __device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f, u64
 
 // What the previous call left in the push region (TPAR_KIND_*).
 __device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) {
-    return ((const TparState*)a.state)->prev_kind[(f.epoch - 1u) & 1u];
+    return f.prev_kind;
 }
 
 // Clears slot [src] of my inbox in the previous call's buffer, when that call was a
 // TPAR_KIND_INBOX one (staged push clears one source per step, before it waits on it).
 template <class D>
 __device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Frame& f, u32 src) {
-    const u64 n = ((const TparState*)a.state)->prev_nvec[(f.epoch - 1u) & 1u];
+    const u64 n = f.prev_nvec;
     const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
     const u64 stride = grid_threads();
     const V16 e = empty_v16<D>();
@@ -219,11 +230,9 @@ __device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Fra
 // peer's call k+2). Every thread of the grid takes its share; plain stores, nothing waits.
 template <class D>
 __device__ void clear_previous(const TparArgs& a, const Frame& f) {
-    const TparState* st = (const TparState*)a.state;
-    const u32 pe = (f.epoch - 1u) & 1u;
-    const u32 kind = st->prev_kind[pe];
+    const u32 kind = f.prev_kind;
     if (kind == TPAR_KIND_NONE) return;
-    const u64 n = st->prev_nvec[pe];
+    const u64 n = f.prev_nvec;
     const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
     const u32 world = a.world, rank = a.rank;
     const u64 t0 = global_tid(), stride = grid_threads();
@@ -244,6 +253,26 @@ __device__ void clear_previous(const TparArgs& a, const Frame& f) {
         }
         for (u64 v = t0; v < n; v += stride) {
             if (v < lo || v >= hi) st_v16(gather_at(a, rank, pb, v), e);
+        }
+    }
+}
+
+// Copies vectors start, start + stride, ... (< hi) of my input into my exposed buffer (pull
+// kernels), TPAR_COPY_UNROLL independent loads in flight per thread before their stores (one
+// at a time, a 4 MiB call spent most of its time in this copy, one round trip per vector).
+template <class D>
+__device__ __forceinline__ void expose_range(const TparArgs& a, const Frame& f, u64 start, u64 hi, u64 stride) {
+    for (u64 base = start; base < hi; base += stride * TPAR_COPY_UNROLL) {
+        V16 val[TPAR_COPY_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TPAR_COPY_UNROLL; ++u) {
+            const u64 v = base + (u64)u * stride;
+            if (v < hi) val[u] = D::canon(load_input<D>(a, v));
+        }
+#pragma unroll
+        for (int u = 0; u < TPAR_COPY_UNROLL; ++u) {
+            const u64 v = base + (u64)u * stride;
+            if (v < hi) st_v16(pull_at(a, a.rank, f.buf, 0, v), val[u]);
         }
     }
 }
@@ -281,18 +310,26 @@ __device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)
     const u32 dq = desc_pending ? (u32)(__ffs(desc_pending) - 1) : 0u;
     u32 polls = 0;
     V16 d;
+    u32 scan = pending;  // the peers this pass loads
     while (true) {
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
             if (q >= world) break;
-            if (pending & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
+            if (scan & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
         }
         if (desc_pending) d = ld_poll_v16(desc_at(a, a.rank, f.buf, dq));
+        u32 arrived = 0u;
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
             if (q >= world) break;
-            if ((pending & (1u << q)) && !D::has_empty_lane(x[q])) pending &= ~(1u << q);
+            if ((scan & (1u << q)) && !D::has_empty_lane(x[q])) arrived |= 1u << q;
         }
+        pending &= ~arrived;
+#ifdef TPAR_EXP_POLL_ONE
+        scan = (scan != 0u && arrived == scan) ? pending : (pending & (0u - pending));
+#else
+        scan = pending;
+#endif
         if (desc_pending && desc_is_for(d, f.epoch)) {
             desc_pending = 0u;
             desc_compare(a, f, dq, d);
@@ -300,6 +337,9 @@ __device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)
         if ((pending | desc_pending) == 0u || !f.ok) return;
         const u32 late = pending ? pending : desc_pending;
         if (!still_waiting(a, f, polls, __ffs(late) - 1, pending ? phase : TPAR_PHASE_DESC)) return;
+#if TPAR_POLL_SLEEP_NS > 0
+        nanosleep_ns(TPAR_POLL_SLEEP_NS);
+#endif
     }
 }
 
@@ -393,6 +433,12 @@ __device__ __forceinline__ void desc_only(const TparArgs& a, Frame& f, u32 dm) {
 // Generations compare modulo 2^32: `have` is at or past `want`.
 __device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(have - want) >= 0; }
 
+__device__ __forceinline__ u32 ld_acquire_gpu_u32_exp(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // Barrier verb, per block: block b of every rank meets block b of every other rank. Every
 // data store this block made before the barrier is visible to peers that pass it. Thread q
 // (< world) signals rank q and waits for rank q: the waits run in parallel, one per thread.
@@ -401,10 +447,19 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
     const u32 q = threadIdx.x;
     if (q < a.world && q != a.rank) {
         // The release is cumulative over the block's stores ordered before it by block_sync.
+#ifdef TPAR_EXP_BAR_GPU
+        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag_at(a, q, phase, blockIdx.x, a.rank)), "r"(gen) : "memory");
+#else
         st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
+#endif
         const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
         u32 polls = 0;
-        while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
+#ifdef TPAR_EXP_BAR_GPU
+#define TPAR_BAR_LD(p) ld_acquire_gpu_u32_exp(p)
+#else
+#define TPAR_BAR_LD(p) ld_acquire_sys_u32(p)
+#endif
+        while (f.ok && !gen_reached(TPAR_BAR_LD(mine), gen)) {
             if (!still_waiting(a, f, polls, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1)) break;
         }
     }

@@ -118,6 +118,11 @@ impl Settings {
     }
 }
 
+/// EXPERIMENT (speed branch; removed before merge): `TPAR_EXP_THREADS` threads per block.
+fn exp_threads() -> u32 {
+    env("TPAR_EXP_THREADS").and_then(|v| v.parse::<u32>().ok()).filter(|t| (32..=THREADS).contains(t) && t % 32 == 0).unwrap_or(THREADS)
+}
+
 /// One loaded variant.
 struct Variant {
     _module: Module,
@@ -218,11 +223,15 @@ impl Launcher {
             if unsafe_two_buffers_for_test() {
                 opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());
             }
+            // EXPERIMENT (speed branch; removed before merge): extra defines.
+            if let Some(x) = env("TPAR_EXP_DEFINES") {
+                opts.extend(x.split_whitespace().map(String::from));
+            }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
             let mut per_sm = 0i32;
             // SAFETY: f is a live function of `module`; per_sm is a valid out-pointer.
-            let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, f, THREADS as i32, 0) };
+            let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, f, exp_threads() as i32, 0) };
             cu_rc(|| format!("occupancy of {label}"), rc)?;
             self.variants.insert((algo, dtype), Variant { _module: module, f, per_sm: per_sm.max(1) as u32 });
         }
@@ -337,7 +346,7 @@ pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()>
         gridDimX: l.grid,
         gridDimY: 1,
         gridDimZ: 1,
-        blockDimX: THREADS,
+        blockDimX: exp_threads(),
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: 0,
