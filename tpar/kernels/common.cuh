@@ -35,15 +35,6 @@ typedef unsigned long long u64;
 
 // Independent 16-byte loads a thread keeps in flight in the bulk loops.
 #define TPAR_UNROLL 4
-// Independent 16-byte loads a thread keeps in flight when it copies its input (pull kernels).
-#ifndef TPAR_COPY_UNROLL
-#define TPAR_COPY_UNROLL 8
-#endif
-
-// EXPERIMENT: nanoseconds a sentinel poll sleeps after a failed pass (0: none).
-#ifndef TPAR_POLL_SLEEP_NS
-#define TPAR_POLL_SLEEP_NS 0
-#endif
 
 // ---------------------------------------------------------------------------------------
 // Plain-data structs shared with the host (twins in abi.rs).

@@ -195,25 +195,29 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
 // only this rank's next kernel reads them, after the kernel boundary (or griddepcontrol.wait).
 __device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f, u64 nvec, u32 kind) {
     block_sync();  // every thread of the block has read the epoch
-    if (threadIdx.x != 0) return;
     TparState* st = (TparState*)a.state;
     const unsigned char nb = (unsigned char)(f.buf == TPAR_BUFS - 1u ? 0u : f.buf + 1u);
-    st->epoch[blockIdx.x] = f.epoch + 1u;
-    st->buf[blockIdx.x] = nb;
-    if (blockIdx.x == 0) {
-        for (u32 b = gridDim.x; b < TPAR_MAX_BLOCKS; ++b) {
-            st->epoch[b] = f.epoch + 1u;
-            st->buf[b] = nb;
-        }
+    const u32 t = threadIdx.x;
+    if (t == 0) {
+        st->epoch[blockIdx.x] = f.epoch + 1u;
+        st->buf[blockIdx.x] = nb;
+    }
+    if (blockIdx.x != 0) return;
+    // Block 0: the words of the blocks not launched, one thread each (a block has at least
+    // TPAR_MAX_BLOCKS threads), not one thread's serial loop at the kernel's very end.
+    if (t >= gridDim.x && t < TPAR_MAX_BLOCKS) {
+        st->epoch[t] = f.epoch + 1u;
+        st->buf[t] = nb;
+    }
+    if (t == 0) {
         st->prev_nvec[f.epoch & 1u] = nvec;
         st->prev_kind[f.epoch & 1u] = kind;
     }
 }
 
 // What the previous call left in the push region (TPAR_KIND_*).
-__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) {
-    return f.prev_kind;
-}
+// (Loaded by frame_begin, with the epoch: not a dependent load at the point of use.)
+__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) { return f.prev_kind; }
 
 // Clears slot [src] of my inbox in the previous call's buffer, when that call was a
 // TPAR_KIND_INBOX one (staged push clears one source per step, before it waits on it).
@@ -257,26 +261,6 @@ __device__ void clear_previous(const TparArgs& a, const Frame& f) {
     }
 }
 
-// Copies vectors start, start + stride, ... (< hi) of my input into my exposed buffer (pull
-// kernels), TPAR_COPY_UNROLL independent loads in flight per thread before their stores (one
-// at a time, a 4 MiB call spent most of its time in this copy, one round trip per vector).
-template <class D>
-__device__ __forceinline__ void expose_range(const TparArgs& a, const Frame& f, u64 start, u64 hi, u64 stride) {
-    for (u64 base = start; base < hi; base += stride * TPAR_COPY_UNROLL) {
-        V16 val[TPAR_COPY_UNROLL];
-#pragma unroll
-        for (int u = 0; u < TPAR_COPY_UNROLL; ++u) {
-            const u64 v = base + (u64)u * stride;
-            if (v < hi) val[u] = D::canon(load_input<D>(a, v));
-        }
-#pragma unroll
-        for (int u = 0; u < TPAR_COPY_UNROLL; ++u) {
-            const u64 v = base + (u64)u * stride;
-            if (v < hi) st_v16(pull_at(a, a.rank, f.buf, 0, v), val[u]);
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------
 // The poll verb. One pass loads the slot of every peer still missing (a bitmask), and the
 // descriptors still missing (descriptor thread only), all in flight at once; then checks
@@ -310,26 +294,18 @@ __device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)
     const u32 dq = desc_pending ? (u32)(__ffs(desc_pending) - 1) : 0u;
     u32 polls = 0;
     V16 d;
-    u32 scan = pending;  // the peers this pass loads
     while (true) {
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
             if (q >= world) break;
-            if (scan & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
+            if (pending & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
         }
         if (desc_pending) d = ld_poll_v16(desc_at(a, a.rank, f.buf, dq));
-        u32 arrived = 0u;
 #pragma unroll
         for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
             if (q >= world) break;
-            if ((scan & (1u << q)) && !D::has_empty_lane(x[q])) arrived |= 1u << q;
+            if ((pending & (1u << q)) && !D::has_empty_lane(x[q])) pending &= ~(1u << q);
         }
-        pending &= ~arrived;
-#ifdef TPAR_EXP_POLL_ONE
-        scan = (scan != 0u && arrived == scan) ? pending : (pending & (0u - pending));
-#else
-        scan = pending;
-#endif
         if (desc_pending && desc_is_for(d, f.epoch)) {
             desc_pending = 0u;
             desc_compare(a, f, dq, d);
@@ -337,9 +313,6 @@ __device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)
         if ((pending | desc_pending) == 0u || !f.ok) return;
         const u32 late = pending ? pending : desc_pending;
         if (!still_waiting(a, f, polls, __ffs(late) - 1, pending ? phase : TPAR_PHASE_DESC)) return;
-#if TPAR_POLL_SLEEP_NS > 0
-        nanosleep_ns(TPAR_POLL_SLEEP_NS);
-#endif
     }
 }
 
@@ -433,12 +406,6 @@ __device__ __forceinline__ void desc_only(const TparArgs& a, Frame& f, u32 dm) {
 // Generations compare modulo 2^32: `have` is at or past `want`.
 __device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(have - want) >= 0; }
 
-__device__ __forceinline__ u32 ld_acquire_gpu_u32_exp(const u32* p) {
-    u32 v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
 // Barrier verb, per block: block b of every rank meets block b of every other rank. Every
 // data store this block made before the barrier is visible to peers that pass it. Thread q
 // (< world) signals rank q and waits for rank q: the waits run in parallel, one per thread.
@@ -447,19 +414,10 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
     const u32 q = threadIdx.x;
     if (q < a.world && q != a.rank) {
         // The release is cumulative over the block's stores ordered before it by block_sync.
-#ifdef TPAR_EXP_BAR_GPU
-        asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag_at(a, q, phase, blockIdx.x, a.rank)), "r"(gen) : "memory");
-#else
         st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
-#endif
         const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
         u32 polls = 0;
-#ifdef TPAR_EXP_BAR_GPU
-#define TPAR_BAR_LD(p) ld_acquire_gpu_u32_exp(p)
-#else
-#define TPAR_BAR_LD(p) ld_acquire_sys_u32(p)
-#endif
-        while (f.ok && !gen_reached(TPAR_BAR_LD(mine), gen)) {
+        while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
             if (!still_waiting(a, f, polls, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1)) break;
         }
     }

@@ -26,8 +26,9 @@ __device__ void oneshot_pull(const TparArgs& a) {
     if (first < nvec) pre = D::canon(load_input<D>(a, first));
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
-    if (first < nvec) st_v16(pull_at(a, a.rank, f.buf, 0, first), pre);
-    expose_range<D>(a, f, first + stride, nvec, stride);
+    for (u64 v = first; v < nvec; v += stride) {
+        st_v16(pull_at(a, a.rank, f.buf, 0, v), v == first ? pre : D::canon(load_input<D>(a, v)));
+    }
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
     const u32 dm = desc_mask(a);

@@ -27,7 +27,9 @@ __device__ void twoshot_pull(const TparArgs& a) {
     for (u32 q = 0; q < a.world; ++q) {
         const u64 lo = (u64)q * cvec;
         const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
-        expose_range<D>(a, f, lo + first, hi, stride);
+        for (u64 v = lo + first; v < hi; v += stride) {
+            st_v16(pull_at(a, a.rank, f.buf, 0, v), D::canon(load_input<D>(a, v)));
+        }
     }
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
