@@ -51,6 +51,8 @@ struct Frame {
     u32 buf;
     u64 deadline_ns;  // 0 until the first failed poll of this thread
     bool ok;          // false once this thread has failed (timeout, mismatch): results are void
+    u32 prev_kind;    // what the previous call left in the push region (TPAR_KIND_*)
+    u64 prev_nvec;    // its message's vectors
 };
 
 __device__ __forceinline__ u64 global_tid() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
@@ -166,6 +168,8 @@ __device__ __forceinline__ void test_pause(const TparArgs& a) {
 
 // Starts a call: waits for the previous kernel on this stream (PDL), reads this block's
 // epoch and buffer, and (descriptor thread) announces the call to every peer.
+// Every word of the state is loaded at once (one round trip, not one per use): the
+// previous call's kind and size are taken for both parities and chosen by the epoch after.
 __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     pdl_wait();
     test_pause(a);  // skewed-rank test hook: this rank arrives late
@@ -173,9 +177,16 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     Frame f;
     f.epoch = st->epoch[blockIdx.x];
     f.buf = st->buf[blockIdx.x];
+    const u32 k0 = st->prev_kind[0], k1 = st->prev_kind[1];
+    const u64 n0 = st->prev_nvec[0], n1 = st->prev_nvec[1];
+    const bool odd = ((f.epoch - 1u) & 1u) != 0u;
+    f.prev_kind = odd ? k1 : k0;
+    f.prev_nvec = odd ? n1 : n0;
     f.deadline_ns = 0ull;
     f.ok = true;
-    if (is_desc_thread(a)) st_volatile_v16(desc_at(a, threadIdx.x, f.buf, a.rank), desc_of(a, f.epoch));
+    // Unclobbered: the kernel's first loads need not wait behind it (a peer polls it in the
+    // same passes as the data, so it need not land before the data either).
+    if (is_desc_thread(a)) st_send_v16(desc_at(a, threadIdx.x, f.buf, a.rank), desc_of(a, f.epoch));
     return f;
 }
 
@@ -184,31 +195,35 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
 // only this rank's next kernel reads them, after the kernel boundary (or griddepcontrol.wait).
 __device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f, u64 nvec, u32 kind) {
     block_sync();  // every thread of the block has read the epoch
-    if (threadIdx.x != 0) return;
     TparState* st = (TparState*)a.state;
     const unsigned char nb = (unsigned char)(f.buf == TPAR_BUFS - 1u ? 0u : f.buf + 1u);
-    st->epoch[blockIdx.x] = f.epoch + 1u;
-    st->buf[blockIdx.x] = nb;
-    if (blockIdx.x == 0) {
-        for (u32 b = gridDim.x; b < TPAR_MAX_BLOCKS; ++b) {
-            st->epoch[b] = f.epoch + 1u;
-            st->buf[b] = nb;
-        }
+    const u32 t = threadIdx.x;
+    if (t == 0) {
+        st->epoch[blockIdx.x] = f.epoch + 1u;
+        st->buf[blockIdx.x] = nb;
+    }
+    if (blockIdx.x != 0) return;
+    // Block 0: the words of the blocks not launched, one thread each (a block has at least
+    // TPAR_MAX_BLOCKS threads), not one thread's serial loop at the kernel's very end.
+    if (t >= gridDim.x && t < TPAR_MAX_BLOCKS) {
+        st->epoch[t] = f.epoch + 1u;
+        st->buf[t] = nb;
+    }
+    if (t == 0) {
         st->prev_nvec[f.epoch & 1u] = nvec;
         st->prev_kind[f.epoch & 1u] = kind;
     }
 }
 
 // What the previous call left in the push region (TPAR_KIND_*).
-__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) {
-    return ((const TparState*)a.state)->prev_kind[(f.epoch - 1u) & 1u];
-}
+// (Loaded by frame_begin, with the epoch: not a dependent load at the point of use.)
+__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) { return f.prev_kind; }
 
 // Clears slot [src] of my inbox in the previous call's buffer, when that call was a
 // TPAR_KIND_INBOX one (staged push clears one source per step, before it waits on it).
 template <class D>
 __device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Frame& f, u32 src) {
-    const u64 n = ((const TparState*)a.state)->prev_nvec[(f.epoch - 1u) & 1u];
+    const u64 n = f.prev_nvec;
     const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
     const u64 stride = grid_threads();
     const V16 e = empty_v16<D>();
@@ -219,11 +234,9 @@ __device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Fra
 // peer's call k+2). Every thread of the grid takes its share; plain stores, nothing waits.
 template <class D>
 __device__ void clear_previous(const TparArgs& a, const Frame& f) {
-    const TparState* st = (const TparState*)a.state;
-    const u32 pe = (f.epoch - 1u) & 1u;
-    const u32 kind = st->prev_kind[pe];
+    const u32 kind = f.prev_kind;
     if (kind == TPAR_KIND_NONE) return;
-    const u64 n = st->prev_nvec[pe];
+    const u64 n = f.prev_nvec;
     const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
     const u32 world = a.world, rank = a.rank;
     const u64 t0 = global_tid(), stride = grid_threads();

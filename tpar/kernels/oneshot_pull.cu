@@ -17,17 +17,17 @@
 
 template <class D>
 __device__ void oneshot_pull(const TparArgs& a) {
-    Frame f = frame_begin(a);
-    const u32 gen = f.epoch + 1u;
+    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const u64 nvec = vecs_for<D>(a.count);
     const u64 stride = grid_threads();
     const u64 first = global_tid();
-
+    // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
+    if (first < nvec) pre = D::canon(load_input<D>(a, first));
+    Frame f = frame_begin(a);
+    const u32 gen = f.epoch + 1u;
     for (u64 v = first; v < nvec; v += stride) {
-        const V16 mine = D::canon(load_input<D>(a, v));
-        if (v == first) pre = mine;
-        st_v16(pull_at(a, a.rank, f.buf, 0, v), mine);
+        st_v16(pull_at(a, a.rank, f.buf, 0, v), v == first ? pre : D::canon(load_input<D>(a, v)));
     }
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);

@@ -14,17 +14,18 @@
 
 template <class D>
 __device__ void oneshot_push(const TparArgs& a) {
-    Frame f = frame_begin(a);
+    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const u64 nvec = vecs_for<D>(a.count);
     const u64 stride = grid_threads();
     const u64 first = global_tid();
     const u32 world = a.world, rank = a.rank;
-
     // Push: staggered destination order so that peers are not all written in one order.
+    // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
+    if (first < nvec) pre = D::canon(load_input<D>(a, first));
+    Frame f = frame_begin(a);
     for (u64 v = first; v < nvec; v += stride) {
-        const V16 mine = D::canon(load_input<D>(a, v));
-        if (v == first) pre = mine;
+        const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             st_send_v16(inbox_at(a, q, f.buf, rank, v), mine);

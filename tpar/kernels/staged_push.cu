@@ -18,16 +18,18 @@
 
 template <class D>
 __device__ void staged_push(const TparArgs& a) {
-    Frame f = frame_begin(a);
+    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const u64 nvec = vecs_for<D>(a.count);
     const u64 stride = grid_threads();
     const u64 first = global_tid();
     const u32 world = a.world, rank = a.rank;
+    // The first vector of this thread stays in registers for every step and the reduce
+    // (loaded before the state: both in flight together).
+    const V16 pre = first < nvec ? D::canon(load_input<D>(a, first)) : empty_v16<D>();
+    Frame f = frame_begin(a);
     const bool per_step_clear = previous_kind(a, f) == TPAR_KIND_INBOX;
     u32 dm = desc_mask(a);
 
-    // The first vector of this thread stays in registers for every step and the reduce.
-    const V16 pre = first < nvec ? D::canon(load_input<D>(a, first)) : empty_v16<D>();
     for (u32 s = 1; s < world; ++s) {
         const u32 dst = rank + s < world ? rank + s : rank + s - world;
         const u32 src = rank >= s ? rank - s : rank + world - s;

@@ -59,7 +59,9 @@ fn the_block_policy_is_one_function_and_honours_tpar_blocks() {
     use tpar::{Algorithm, Transport};
     // No TPAR_BLOCKS in this test binary's environment unless the caller set one.
     if std::env::var_os("TPAR_BLOCKS").is_none() {
-        assert_eq!(launch::blocks_for(Algorithm::OneshotPush, Transport::P2p, 43008, 8), 6);
+        // NVLink / one GPU: one block per 2 KiB, 128 threads each (one 16-byte vector per thread).
+        assert_eq!(launch::blocks_for(Algorithm::OneshotPush, Transport::P2p, 43008, 8), 21);
+        assert_eq!(launch::threads_for(43008, 21), 128);
         assert_eq!(launch::blocks_for(Algorithm::TwoshotPush, Transport::Host, 16 << 20, 8), launch::HOST_MAX_BLOCKS);
     }
 }

@@ -118,12 +118,18 @@ impl Settings {
     }
 }
 
+/// Threads per block for a call of `bytes` on `blocks` blocks: the plan's rule
+/// (`plan::floors::kernel_threads`, one vector per thread, 128..=512).
+pub fn threads_for(bytes: usize, blocks: u32) -> u32 {
+    crate::plan::floors::kernel_threads(bytes as u64, blocks).min(THREADS)
+}
+
 /// One loaded variant.
 struct Variant {
     _module: Module,
     f: sys::CUfunction,
-    /// Blocks of this function one SM holds at once.
-    per_sm: u32,
+    /// Blocks of this function one SM holds at once, by threads per block (filled on use).
+    per_sm: HashMap<u32, u32>,
 }
 
 /// A validated call, ready to launch on every rank.
@@ -131,6 +137,8 @@ struct Variant {
 pub struct Launch {
     pub f: sys::CUfunction,
     pub grid: u32,
+    /// Threads per block (`launch::threads_for`).
+    pub threads: u32,
     pub pdl: bool,
 }
 
@@ -220,11 +228,7 @@ impl Launcher {
             }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
-            let mut per_sm = 0i32;
-            // SAFETY: f is a live function of `module`; per_sm is a valid out-pointer.
-            let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, f, THREADS as i32, 0) };
-            cu_rc(|| format!("occupancy of {label}"), rc)?;
-            self.variants.insert((algo, dtype), Variant { _module: module, f, per_sm: per_sm.max(1) as u32 });
+            self.variants.insert((algo, dtype), Variant { _module: module, f, per_sm: HashMap::new() });
         }
         self.variants.get(&(algo, dtype)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))
     }
@@ -260,28 +264,45 @@ impl Launcher {
         }
         let (ranks, sms, pdl_on, transport, world) = (self.ranks_on_device, self.sms, self.pdl(), self.transport, self.world);
         let explicit = if call.blocks > 0 { Some(call.blocks) } else { self.settings.blocks };
-        let v = self.variant(dev, call.algo, call.dtype)?;
-        let resident = v.per_sm * sms;
+        // Threads follow the policy's blocks (the plan's, or the rule's): one vector per
+        // thread. Residency is then checked for that block shape.
+        self.variant(dev, call.algo, call.dtype)?;
+        let planned = explicit.unwrap_or_else(|| policy_blocks(call.algo, transport, bytes, world));
+        let threads = threads_for(bytes, planned);
+        let v = self.variants.get_mut(&(call.algo, call.dtype)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
+        let per_sm = match v.per_sm.get(&threads) {
+            Some(p) => *p,
+            None => {
+                let mut p = 0i32;
+                // SAFETY: v.f is a live function of a loaded module; p is a valid out-pointer.
+                let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut p, v.f, threads as i32, 0) };
+                cu_rc(|| format!("occupancy of {} {} at {threads} threads", call.algo, call.dtype), rc)?;
+                let p = p.max(1) as u32;
+                v.per_sm.insert(threads, p);
+                p
+            }
+        };
+        let resident = per_sm * sms;
         let fits = (resident / ranks).max(1);
         let grid = match explicit {
             Some(b) if b * ranks > resident => {
                 return Err(Error::Unsupported {
                     what: format!("{b} blocks per rank x {ranks} ranks on one GPU"),
-                    reason: format!("only {resident} blocks of this kernel are resident at once on this GPU ({} per SM x {sms} SMs); the ranks wait on each other, so all must run at once", v.per_sm),
+                    reason: format!("only {resident} blocks of this kernel ({threads} threads) are resident at once on this GPU ({per_sm} per SM x {sms} SMs); the ranks wait on each other, so all must run at once"),
                 });
             }
             Some(b) => b,
-            None => policy_blocks(call.algo, transport, bytes, world).min(fits),
+            None => planned.min(fits),
         };
         // With PDL a rank's next grid may become resident while this one runs: both must fit.
         let pdl = pdl_on && 2 * grid * ranks <= resident;
-        Ok(Launch { f: v.f, grid, pdl })
+        Ok(Launch { f: v.f, grid, threads, pdl })
     }
 
     /// The empty kernel, launched like a collective (the launch floor).
     pub fn floor(&mut self, blocks: u32) -> Result<Launch> {
         let f = self.probe.function("tpar_noop")?;
-        Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), pdl: self.pdl() })
+        Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), threads: THREADS, pdl: self.pdl() })
     }
 
     /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
@@ -337,7 +358,7 @@ pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()>
         gridDimX: l.grid,
         gridDimY: 1,
         gridDimZ: 1,
-        blockDimX: THREADS,
+        blockDimX: l.threads,
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: 0,
@@ -394,12 +415,34 @@ mod tests {
     fn policy_is_the_plans_rule_capped_by_transport() {
         let a = Algorithm::OneshotPush;
         assert_eq!(policy_blocks(a, Transport::P2p, 1, 8), 1);
-        assert_eq!(policy_blocks(a, Transport::P2p, 8192, 8), 1);
-        assert_eq!(policy_blocks(a, Transport::P2p, 8193, 8), 2);
-        assert_eq!(policy_blocks(a, Transport::P2p, 43008, 8), 6);
+        assert_eq!(policy_blocks(a, Transport::P2p, 2048, 8), 1);
+        assert_eq!(policy_blocks(a, Transport::P2p, 2049, 8), 2);
+        assert_eq!(policy_blocks(a, Transport::P2p, 43008, 8), 21, "NVLink: one block per 2 KiB");
         assert_eq!(policy_blocks(a, Transport::P2p, 4 << 20, 8), P2P_MAX_BLOCKS);
         assert_eq!(policy_blocks(a, Transport::Host, 4 << 20, 8), HOST_MAX_BLOCKS);
         assert_eq!(policy_blocks(a, Transport::Host, 43008, 8), 6, "PCIe: one block per 8 KiB");
+    }
+
+    #[test]
+    fn threads_follow_the_blocks_one_vector_each() {
+        // NVLink rule: 128 threads while the blocks are under their cap, then up to 512.
+        assert_eq!(threads_for(1024, policy_blocks(Algorithm::OneshotPush, Transport::P2p, 1024, 8)), 128);
+        assert_eq!(threads_for(43008, 21), 128);
+        assert_eq!(threads_for(128 << 10, 32), 256);
+        assert_eq!(threads_for(4 << 20, 32), THREADS);
+        // PCIe rule (8 KiB per block): 448 threads for 2688 vectors on 6 blocks.
+        assert_eq!(threads_for(43008, 6), 448);
+        assert_eq!(threads_for(4 << 20, 8), THREADS);
+        // An explicit small block count: as many threads as the kernels take.
+        assert_eq!(threads_for(43008, 1), THREADS);
+        for bytes in [1usize, 16, 1000, 43008, 1 << 20, 64 << 20] {
+            for blocks in 1..=P2P_MAX_BLOCKS {
+                let t = threads_for(bytes, blocks);
+                assert!(t % 32 == 0 && (128..=THREADS).contains(&t), "{bytes} B on {blocks}: {t}");
+                // frame_end lets thread b of block 0 advance block b's epoch.
+                assert!(t >= MAX_BLOCKS as u32);
+            }
+        }
     }
 
     #[test]

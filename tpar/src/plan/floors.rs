@@ -72,11 +72,32 @@ pub const PCIE_BYTES_PER_BLOCK: u64 = 8 * KIB;
 /// Most blocks an NVLink kernel uses: the kernels' cap. Measured on 4 H200s (blocks sweep,
 /// bench/results/h200-x4.md): at 1 MiB, 32 blocks beat 16 (one-shot, 4 ranks: 18.75 vs 25.66 us).
 pub const NVLINK_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
-/// Bytes per block on NVLink before another block is added: one 16-byte vector per thread.
-/// Measured on 4 H200s (blocks sweep): a block moves about 8 KiB per 1.5 us to its peers,
-/// so one-shot at 32 KiB, 4 ranks, took 11.62 us on one block and 5.53 us on four.
-pub const NVLINK_BYTES_PER_BLOCK: u64 = 8 * KIB;
+/// Bytes per block on NVLink before another block is added: one 16-byte vector per thread
+/// of a [`NVLINK_MIN_THREADS`]-thread block. An SM moves only so many bytes per cycle to
+/// memory and peers, so small calls go faster spread over many small blocks (many SMs) than
+/// over a few large ones. Measured on one H200 with 8 emulated ranks, 122 x 42 KiB bf16 in a
+/// graph (bench/results/h200-1gpu-speed.md): 6 blocks of 512 threads 5.94 us per call
+/// (one-shot push), 12 of 256 5.09, 21 of 128 4.50; 3 blocks of 512, 10.45. On 4 H200s
+/// (blocks sweep, 512 threads): one-shot at 32 KiB, 4 ranks, took 11.62 us on one block and
+/// 5.53 us on four.
+pub const NVLINK_BYTES_PER_BLOCK: u64 = 2 * KIB;
+/// Fewest threads per block ([`kernel_threads`]): on NVLink, the threads of a block while
+/// the blocks are below their cap (past it, threads grow to [`MAX_KERNEL_THREADS`]).
+pub const NVLINK_MIN_THREADS: u32 = 128;
+/// Most threads per block (the kernels' `__launch_bounds__`, `TPAR_THREADS` in common.cuh).
+pub const MAX_KERNEL_THREADS: u32 = 512;
 
+
+/// Threads per block for a call of `bytes` on `blocks` blocks (the other half of
+/// [`kernel_blocks`]): one 16-byte vector per thread, rounded up to whole warps, at least
+/// [`NVLINK_MIN_THREADS`] and at most [`MAX_KERNEL_THREADS`]. Under the NVLink rule that is
+/// 128 threads until the blocks reach their cap, then more threads per block; under the PCIe
+/// rule, 512 threads from 8 KiB on.
+pub fn kernel_threads(bytes: u64, blocks: u32) -> u32 {
+    let per_block = bytes.div_ceil(16).div_ceil(u64::from(blocks.max(1)));
+    let t = per_block.div_ceil(32).saturating_mul(32);
+    u32::try_from(t).unwrap_or(u32::MAX).clamp(NVLINK_MIN_THREADS, MAX_KERNEL_THREADS)
+}
 
 /// Transfer time of `bytes` at `gbps`, us.
 pub(crate) fn xfer_us(bytes: f64, gbps: f64) -> f64 {
