@@ -97,7 +97,7 @@ fn settings_the_fabric_cannot_honour_are_refused_with_the_reason() {
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "staged-push")], "one process per GPU"),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "twoshot-push")], "one process per GPU"),
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_TRANSPORT", "host")], "one process per GPU"),
-        (presets::rtxpro6000_dualsocket_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "no GPU implementation"),
+        (presets::rtxpro6000_dualsocket_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "gather-bcast")], "no GPU implementation"),
         (presets::rtxpro6000_pcie_switch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),
         (presets::rtxpro6000_dualsocket_8(), 4, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),
