@@ -29,6 +29,7 @@ typedef unsigned long long u64;
 #define TPAR_PHASE_STAGED 6u
 #define TPAR_PHASE_DESC 7u
 #define TPAR_PHASE_ABORTED 8u  // another thread of this rank already failed the call
+#define TPAR_PHASE_ISLAND_POLL 9u  // hierarchical: another island's sum (peer = the rank that sends it)
 
 // Spins read %globaltimer once every this many polls (see poll_until_not_sentinel).
 #define TPAR_POLLS_PER_CLOCK 16u
@@ -54,10 +55,11 @@ struct TparArgs {
     u32 world;
     u32 desc_code;              // algorithm code << 4 | dtype code (tpar's Rust codes)
     u32 test_delay_ns;          // test hook: spin this long before the call (skewed ranks); 0 normally
+    u64 islands;                // hierarchical: rank q's island label (its first rank) at bits 4q..4q+3; 0 = one island
 };
 // NVRTC has no offsetof: sizes are asserted here at compile time, offsets at run time by
 // tpar_abi_offsets (below), which the host compares with abi.rs when it loads a module.
-static_assert(sizeof(TparArgs) == 328, "TparArgs size: keep in step with abi.rs");
+static_assert(sizeof(TparArgs) == 336, "TparArgs size: keep in step with abi.rs");
 static_assert(alignof(TparArgs) == 8, "TparArgs alignment");
 
 // Per-rank device-local state, touched only by this rank's kernels. Epochs are per block:

@@ -442,7 +442,7 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
 // out[0..8] = offsets of TparArgs.{flags, state, err, input, count, slot_vecs, timeout_ns, rank},
 // out[8] = TparError.waited_ns, out[9] = TparState.err_claim, out[10] = TparArgs.desc_code,
 // out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
-// out[14] = TparState.prev_kind.
+// out[14] = TparState.prev_kind, out[15] = TparArgs.islands.
 extern "C" __global__ void tpar_abi_offsets(u64* out) {
     TparArgs a;
     TparError e;
@@ -464,6 +464,7 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
     out[12] = (u64)((const char*)&s.buf - sb);
     out[13] = (u64)((const char*)&s.prev_nvec - sb);
     out[14] = (u64)((const char*)&s.prev_kind - sb);
+    out[15] = (u64)((const char*)&a.islands - b);
 }
 
 // Launch-floor probe: one empty kernel per rank, launched exactly like a collective. What it

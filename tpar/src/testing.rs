@@ -83,6 +83,31 @@ pub fn expected<T: Element>(inputs: &[Vec<T>]) -> Vec<T> {
     out
 }
 
+/// Rounds `x` to `T` as the kernels' writers do (with the NaN canonicalisation).
+fn round_to<T: Element>(x: f32) -> T {
+    let mut one = [T::from_f32(0.0)];
+    unpack_into(pack_acc::<T>(&[x, 0.0, 0.0, 0.0]), &mut one);
+    one[0]
+}
+
+/// The exact output of `hierarchical` on `islands` (normalised, as
+/// `algorithms::hierarchical::normalize` gives them): each island's rank-order f32 sum rounded
+/// to `T`, then the island sums in island order in f32, rounded again (one island: the
+/// rank-order sum, as [`expected`]).
+pub fn expected_islands<T: Element>(inputs: &[Vec<T>], islands: &[Vec<usize>]) -> Vec<T> {
+    let n = inputs.first().map_or(0, |v| v.len());
+    let round = |x: f32| round_to::<T>(x).to_f32();
+    let mut x = vec![0f32; inputs.len()];
+    (0..n)
+        .map(|i| {
+            for (xr, v) in x.iter_mut().zip(inputs) {
+                *xr = v[i].to_f32();
+            }
+            round_to::<T>(crate::algorithms::hierarchical::reduce(&x, islands, round))
+        })
+        .collect()
+}
+
 /// Half an ulp of `T` relative to 1.0.
 pub fn unit_roundoff<T: Element>() -> f64 {
     match T::DTYPE {
@@ -97,6 +122,14 @@ pub fn unit_roundoff<T: Element>() -> f64 {
 pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
     let u = unit_roundoff::<T>();
     count_outside(out, inputs, |s, mag, world| u * s.abs() + world * 2f64.powi(-23) * mag)
+}
+
+/// As [`count_wrong`], for `hierarchical`, whose island sums travel in `T`: every island sum
+/// is rounded once more, erring by at most `u` times its magnitude, and the island sums'
+/// magnitudes add up to at most the sum of magnitudes: `u (|s| + mag)`.
+pub fn count_wrong_islands<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
+    let u = unit_roundoff::<T>();
+    count_outside(out, inputs, |s, mag, world| u * (s.abs() + mag) + world * 2f64.powi(-23) * mag)
 }
 
 /// Elements of `out` farther from the f64 sum of `inputs` than `tol(sum, sum of

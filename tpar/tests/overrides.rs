@@ -96,7 +96,7 @@ fn settings_the_fabric_cannot_honour_are_refused_with_the_reason() {
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_TRANSPORT", "p2p")], "cannot write"),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "staged-push")], "one process per GPU"),
         (presets::rtx4090_nop2p_4(), 4, Backend::Cuda, vec![("TPAR_ALGO", "oneshot-pull"), ("TPAR_TRANSPORT", "host")], "over host: oneshot-push, twoshot-push"),
-        (presets::rtxpro6000_dualsocket_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "no GPU implementation"),
+        (presets::rtxpro6000_dualsocket_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "gather-bcast")], "no GPU implementation"),
         (presets::rtxpro6000_pcie_switch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),
         (presets::h200_nvswitch_8(), 8, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),
         (presets::rtxpro6000_dualsocket_8(), 4, Backend::Cuda, vec![("TPAR_ALGO", "hierarchical")], "two islands"),

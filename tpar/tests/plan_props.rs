@@ -250,8 +250,10 @@ fn checker_refuses_wrong_plans() {
     assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &sw, 8, Backend::Cuda).is_err());
     let ds = presets::rtxpro6000_dualsocket_8();
     assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 4, Backend::Cuda).is_err());
-    // Two islands, but no hierarchical kernel yet: not runnable.
-    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 5, Backend::Cuda).is_err());
+    // Two islands (4 + 1): hierarchical runs there; over the host transport it does not (one
+    // process per GPU runs p2p only).
+    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::P2p, 1), &ds, 5, Backend::Cuda).is_ok());
+    assert!(preconditions_hold(&bad(Algorithm::Hierarchical, Transport::Host, 1), &ds, 5, Backend::Cuda).is_err());
     assert!(preconditions_hold(&bad(Algorithm::StagedPush, Transport::P2p, 1), &ds, 5, Backend::Cuda).is_ok());
     assert!(preconditions_hold(&bad(Algorithm::Nccl, Transport::P2p, 0), &ds, 5, Backend::Cuda).is_err());
     assert!(preconditions_hold(&bad(Algorithm::StagedPush, Transport::Shm, 1), &Topology::cpu(), 4, Backend::Cpu).is_err());

@@ -189,7 +189,7 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
             o.seed,
             t0.elapsed().as_secs_f64() - sweep_s
         );
-        println!("#  each call: fresh random inputs, output poisoned, compared with the f64 sum (tpar's algorithms: one rounding, and bitwise with the rank-order f32 sum; NCCL: a rounding per partial sum); all ranks' outputs compared bitwise");
+        println!("#  each call: fresh random inputs, output poisoned, compared with the f64 sum (tpar's algorithms: one rounding, and bitwise with the rank-order f32 sum; hierarchical across islands: bitwise with its island arithmetic, a second rounding allowed; NCCL: a rounding per partial sum); all ranks' outputs compared bitwise");
     }
     for f in failures.iter().take(200) {
         println!("  FAIL {f}");

@@ -1,7 +1,7 @@
 //! Emulated ranks: N ranks as streams of one GPU ([`tpar::cuda::EmulatedGroup`]), all in
 //! this process. They prove correctness and kernel cost, not interconnect behaviour.
 
-use super::verify::{judge, Outcome, Verdict};
+use super::verify::{judge_on, Outcome, Verdict};
 use super::{Group, Io, Timing};
 use std::time::Instant;
 use tpar::cuda::abi::VEC_BYTES;
@@ -26,7 +26,42 @@ pub struct RankBufs {
 pub fn options(transport: Transport) -> Result<GroupOptions, String> {
     let timeout = tpar::cuda::launch::timeout_from_env().map_err(err)?.unwrap_or(tpar::cuda::emulated::DEFAULT_TIMEOUT);
     let check_calls = tpar::Overrides::from_env().map_err(err)?.check_calls != Some(false);
-    Ok(GroupOptions { transport, timeout, check_calls })
+    Ok(GroupOptions { transport, timeout, check_calls, islands: Vec::new() })
+}
+
+/// The islands of `--islands SPEC` for `world` ranks: `halves` (default), `one`, sizes in
+/// rank order (`3+5`), or `map:` and one character per rank naming its island
+/// (`map:01010101`: even and odd ranks). A comma list gives one split per world: the one that
+/// covers `world` ranks applies.
+pub fn islands_for(spec: Option<&str>, world: usize) -> Result<Vec<Vec<u32>>, String> {
+    use tpar::algorithms::hierarchical::from_sizes;
+    let spec = spec.map(str::trim).unwrap_or("halves");
+    match spec {
+        "halves" => Ok(from_sizes(&[world.div_ceil(2), world / 2])),
+        "one" => Ok(from_sizes(&[world])),
+        list => {
+            for split in list.split(',') {
+                if let Some(map) = split.trim().strip_prefix("map:") {
+                    if map.chars().count() == world {
+                        let mut names: Vec<char> = map.chars().collect();
+                        names.sort_unstable();
+                        names.dedup();
+                        return Ok(names.iter().map(|n| map.chars().enumerate().filter(|(_, c)| c == n).map(|(r, _)| r as u32).collect()).collect());
+                    }
+                    continue;
+                }
+                let sizes = split
+                    .split('+')
+                    .map(|x| x.trim().parse::<usize>().ok().filter(|&n| n > 0))
+                    .collect::<Option<Vec<usize>>>()
+                    .ok_or_else(|| format!("--islands {split:?}: expected halves, one, island sizes such as 3+5, or map:01010101"))?;
+                if sizes.iter().sum::<usize>() == world {
+                    return Ok(from_sizes(&sizes));
+                }
+            }
+            Err(format!("--islands {list:?}: no split of {world} ranks (sizes must add up to the world)"))
+        }
+    }
 }
 
 /// `world` pairs of buffers of `bytes` (rounded up to whole vectors) on the group's GPU.
@@ -44,17 +79,23 @@ pub fn ptrs(bufs: &[RankBufs]) -> (Vec<u64>, Vec<u64>) {
 pub struct EmulatedRanks {
     pub g: EmulatedGroup,
     pub bufs: Vec<RankBufs>,
+    /// The islands `hierarchical` reduces over, normalised (for the verifier).
+    pub islands: Vec<Vec<usize>>,
 }
 
 impl EmulatedRanks {
-    pub fn new(device: usize, world: usize, max_bytes: usize, transport: Transport, skew_ns: Option<u32>) -> Result<EmulatedRanks, String> {
+    pub fn new(device: usize, world: usize, max_bytes: usize, transport: Transport, skew_ns: Option<u32>, islands: Option<&str>) -> Result<EmulatedRanks, String> {
         let t0 = Instant::now();
         let max_bytes = max_bytes.max(16);
-        let g = EmulatedGroup::new(device, world, max_bytes, options(transport)?).map_err(err)?;
+        let isl = islands_for(islands, world)?;
+        let norm = tpar::algorithms::hierarchical::normalize(&isl, world).map_err(err)?;
+        let g = EmulatedGroup::new(device, world, max_bytes, GroupOptions { islands: isl, ..options(transport)? }).map_err(err)?;
+        let sizes: Vec<String> = norm.iter().map(|i| i.len().to_string()).collect();
         eprintln!(
-            "# group: {world} emulated ranks on {} ({}), transport {transport}, max {max_bytes} B, ready in {:.0} ms",
+            "# group: {world} emulated ranks on {} ({}), transport {transport}, max {max_bytes} B, islands {} (hierarchical), ready in {:.0} ms",
             g.device().name,
             g.device().arch(),
+            sizes.join("+"),
             t0.elapsed().as_secs_f64() * 1e3
         );
         let bufs = alloc_bufs(&g, max_bytes)?;
@@ -64,7 +105,7 @@ impl EmulatedRanks {
             g.set_skew_for_test(Some((0x5_4e3, ns)));
             eprintln!("# skewed ranks: random delays of 0..{ns} ns on the device before calls, per rank and call");
         }
-        Ok(EmulatedRanks { g, bufs })
+        Ok(EmulatedRanks { g, bufs, islands: norm })
     }
 
     /// Blocks for a call: 0, the launch policy (`tpar::cuda::launch::blocks_for`, which
@@ -89,7 +130,7 @@ impl EmulatedRanks {
             .map(|b| {
                 let mut out = vec![T::from_f32(0.0); count];
                 (if in_place { &b.input } else { &b.output }).download(&mut out).map_err(err)?;
-                Ok(judge(&out, inputs, algo))
+                Ok(judge_on(&out, inputs, algo, &self.islands))
             })
             .collect()
     }
@@ -223,5 +264,22 @@ impl Group for EmulatedRanks {
     }
     fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
         ProfileFingerprint::new(&tpar::Topology::discover(), None, Backend::Cuda, self.g.world(), capture)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::islands_for;
+
+    #[test]
+    fn island_specs() {
+        assert_eq!(islands_for(None, 5).unwrap(), vec![vec![0, 1, 2], vec![3, 4]]);
+        assert_eq!(islands_for(Some("one"), 3).unwrap(), vec![vec![0, 1, 2]]);
+        assert_eq!(islands_for(Some("1+3,3+5"), 8).unwrap(), vec![vec![0, 1, 2], vec![3, 4, 5, 6, 7]]);
+        assert_eq!(islands_for(Some("1+3,3+5"), 4).unwrap(), vec![vec![0], vec![1, 2, 3]]);
+        assert_eq!(islands_for(Some("map:0101"), 4).unwrap(), vec![vec![0, 2], vec![1, 3]]);
+        assert!(islands_for(Some("3+5"), 4).is_err());
+        assert!(islands_for(Some("3+x"), 8).is_err());
+        assert!(islands_for(Some("map:01"), 4).is_err());
     }
 }

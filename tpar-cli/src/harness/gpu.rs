@@ -3,7 +3,7 @@
 //! every rank GPU 0 planning for another topology). Rank 0 prints; the others send what
 //! they measured over tpar's control plane.
 
-use super::verify::{judge, Outcome, Verdict};
+use super::verify::{judge_on, Outcome, Verdict};
 use super::{launch, Group, Io, Timing};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event, Graph, Stream};
@@ -134,7 +134,7 @@ impl GpuGroup {
         if count > 0 && !via_caller {
             out_buf.download(&mut out).map_err(err)?;
         }
-        Ok(judge(&out, &inputs, used))
+        Ok(judge_on(&out, &inputs, used, &self.comm.islands()))
     }
 
     fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {

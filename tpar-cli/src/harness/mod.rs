@@ -78,6 +78,12 @@ pub struct RankArgs {
     /// reuse buffers while slow peers still read them. Every output is still checked.
     #[arg(long = "skew-ns", value_name = "NS", help_heading = "Emulated ranks (one GPU)")]
     pub skew_ns: Option<u32>,
+    /// Emulated ranks: the islands `hierarchical` reduces over: `halves` (default: the first
+    /// ceil(N/2) ranks, then the rest), `one`, island sizes in rank order such as `3+5`, or
+    /// `map:01010101` (one character per rank naming its island). A list, `1+3,3+5`, gives one
+    /// split per world. They choose the protocol; the ranks still share one GPU
+    #[arg(long, value_name = "SPEC", help_heading = "Emulated ranks (one GPU)")]
+    pub islands: Option<String>,
 }
 
 /// Where the ranks of a run are.
@@ -423,7 +429,7 @@ pub fn run_groups(
         #[cfg(feature = "cuda")]
         Target::Emulated { worlds, transport } => {
             for &w in worlds {
-                let mut g = emulated::EmulatedRanks::new(args.device, w, max_bytes, *transport, args.skew_ns)?;
+                let mut g = emulated::EmulatedRanks::new(args.device, w, max_bytes, *transport, args.skew_ns, args.islands.as_deref())?;
                 body(&mut g)?;
             }
         }

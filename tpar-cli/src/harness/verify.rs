@@ -4,7 +4,7 @@
 //! within the f64 reference's bound); NCCL rounds every partial sum in half and bf16, so it
 //! is held to the bound for that. All ranks' outputs must be bitwise identical.
 
-use tpar::testing::{bit_diffs, count_wrong, count_wrong_stepwise, digest, expected};
+use tpar::testing::{bit_diffs, count_wrong, count_wrong_islands, count_wrong_stepwise, digest, expected, expected_islands};
 use tpar::{Algorithm, Element};
 
 /// What one checked call gave on one rank.
@@ -18,12 +18,22 @@ pub struct Outcome {
     pub digest: u64,
 }
 
-/// Judges `out`, the result of `used` on `inputs` (every rank's).
+/// Judges `out`, the result of `used` on `inputs` (every rank's), the ranks forming one
+/// island.
 pub fn judge<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm) -> Outcome {
-    let (wrong, inexact) = if used == Algorithm::Nccl {
-        (count_wrong_stepwise(out, inputs), 0)
-    } else {
-        (count_wrong(out, inputs), bit_diffs(out, &expected(inputs)))
+    judge_on(out, inputs, used, &[])
+}
+
+/// As [`judge`], on ranks forming `islands` (normalised, as
+/// `tpar::algorithms::hierarchical::normalize` gives them; empty: one island). Only
+/// `hierarchical` depends on them: it must equal its own exact arithmetic (island sums
+/// rounded to the dtype, then added in island order) bit for bit, within the f64 bound
+/// that allows the second rounding.
+pub fn judge_on<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>]) -> Outcome {
+    let (wrong, inexact) = match used {
+        Algorithm::Nccl => (count_wrong_stepwise(out, inputs), 0),
+        Algorithm::Hierarchical if islands.len() > 1 => (count_wrong_islands(out, inputs), bit_diffs(out, &expected_islands(inputs, islands))),
+        _ => (count_wrong(out, inputs), bit_diffs(out, &expected(inputs))),
     };
     Outcome { algo: used, wrong, inexact, digest: digest(out) }
 }
@@ -104,5 +114,20 @@ mod tests {
         let round = Outcome::decode(&o.encode(), 100);
         assert_eq!((round.digest, round.algo), (o.digest, o.algo));
         assert!(Verdict::of(&[o, o], 100).ok());
+    }
+
+    #[test]
+    fn hierarchical_is_held_to_its_island_arithmetic() {
+        use tpar::algorithms::hierarchical::{from_sizes, normalize};
+        let inputs = all_inputs::<half::bf16>(3, 4, 8, 500);
+        let isl = normalize(&from_sizes(&[3, 5]), 8).unwrap();
+        let good = expected_islands(&inputs, &isl);
+        let o = judge_on(&good, &inputs, Algorithm::Hierarchical, &isl);
+        assert_eq!((o.wrong, o.inexact), (0, 0));
+        // The rank-order sum is not what the kernel computes across islands: some elements differ.
+        assert!(judge_on(&expected(&inputs), &inputs, Algorithm::Hierarchical, &isl).inexact > 0);
+        // One island: the rank-order sum, bit for bit.
+        let one = normalize(&from_sizes(&[8]), 8).unwrap();
+        assert_eq!(judge_on(&expected(&inputs), &inputs, Algorithm::Hierarchical, &one).inexact, 0);
     }
 }

@@ -16,7 +16,7 @@ pub mod registry;
 pub mod schedule;
 
 pub(crate) mod gather_bcast;
-pub(crate) mod hierarchical;
+pub mod hierarchical;
 pub(crate) mod nccl;
 pub(crate) mod oneshot_pull;
 pub(crate) mod oneshot_push;

@@ -131,12 +131,12 @@ pub static REGISTRY: [Spec; 8] = [
     },
     Spec {
         algorithm: Algorithm::Hierarchical,
-        summary: "reduce inside each island, exchange once across islands, broadcast inside (two sockets); no kernel yet",
+        summary: "one-shot push inside each island, each island's sum sent once to every rank of the other islands, island sums added in island order (two sockets, switches)",
         role: Role::Candidate,
         cpu: false,
-        kernel: None,
-        gpu_transports: NONE,
-        emulated_transports: NONE,
+        kernel: kernel!("hierarchical.cu"),
+        gpu_transports: P2P,
+        emulated_transports: P2P_HOST,
         reads_remote: false,
         needs_islands: true,
         schedule: hierarchical::schedule,
@@ -266,7 +266,8 @@ mod tests {
     fn gates_follow_the_table() {
         assert!(runnable(Algorithm::OneshotPush, Backend::Cpu, Transport::Shm).is_ok());
         assert!(runnable(Algorithm::StagedPush, Backend::Cpu, Transport::Shm).is_err());
-        assert!(runnable(Algorithm::Hierarchical, Backend::Cuda, Transport::P2p).unwrap_err().contains("no GPU implementation"));
+        assert!(runnable(Algorithm::Hierarchical, Backend::Cuda, Transport::P2p).is_ok());
+        assert!(runnable(Algorithm::GatherBcast, Backend::Cuda, Transport::P2p).unwrap_err().contains("no GPU implementation"));
         // The host transport runs the push kernels with one process per GPU (shared host
         // segments); the others are refused naming what runs over host instead.
         assert!(runnable(Algorithm::OneshotPush, Backend::Cuda, Transport::Host).is_ok());

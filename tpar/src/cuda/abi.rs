@@ -42,6 +42,10 @@ pub struct TparArgs {
     pub desc_code: u32,
     /// Test hook: the kernel spins this long before the call (skewed-rank stress); 0 normally.
     pub test_delay_ns: u32,
+    /// `hierarchical`: rank q's island label (the island's first rank) at bits 4q..4q+3
+    /// (`algorithms::hierarchical::island_word`); 0 is one island. Appended: the fields
+    /// above keep their offsets.
+    pub islands: u64,
 }
 
 /// What a call's descriptor says besides its count: algorithm code << 4 | dtype code.
@@ -130,7 +134,9 @@ pub struct TparError {
 }
 
 const _: () = {
-    assert!(size_of::<TparArgs>() == 328);
+    assert!(size_of::<TparArgs>() == 336);
+    assert!(offset_of!(TparArgs, test_delay_ns) == 324);
+    assert!(offset_of!(TparArgs, islands) == 328);
     assert!(offset_of!(TparArgs, desc_code) == 320);
     assert!(offset_of!(TparArgs, flags) == 128);
     assert!(offset_of!(TparArgs, state) == 256);
@@ -157,6 +163,8 @@ pub fn phase_name(phase: u32) -> &'static str {
         5 => "barrier 1",
         6 => "staged step",
         7 => "call-descriptor check",
+        8 => "aborted (another thread of this rank failed first)",
+        9 => "cross-island poll (hierarchical: that rank's island sum)",
         _ => "unknown phase",
     }
 }

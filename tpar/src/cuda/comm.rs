@@ -145,6 +145,9 @@ impl GpuCommunicator {
         // The setting is in the plan digest, so every rank that got this far has the same.
         let check_calls = overrides.check_calls != Some(false);
         ws.set_check_calls(check_calls);
+        // The topology is in the plan digest too: every rank labels the same islands. Islands
+        // that do not cover the ranks (a world past the topology's GPUs) run as one.
+        ws.set_islands(crate::algorithms::hierarchical::island_word(&as_u32(&islands_for(&topology, cfg.world)), cfg.world).unwrap_or(0));
         let nccl = nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string());
         let after_caller = Event::ordering(ws.device())?;
         let after_calls = Event::ordering(ws.device())?;
@@ -193,6 +196,12 @@ impl GpuCommunicator {
     /// The fabric the plan decides for.
     pub fn topology(&self) -> &Topology {
         &self.topology
+    }
+
+    /// The islands `hierarchical` reduces over (normalised: members in rank order, islands
+    /// by first rank): the topology's, when they partition the ranks; else one island.
+    pub fn islands(&self) -> Vec<Vec<usize>> {
+        islands_for(&self.topology, self.world())
     }
 
     /// Makes the calls enqueued from now on wait for the work enqueued so far on the caller's
@@ -495,6 +504,16 @@ impl GpuCommunicator {
         self.ws.check_poisoned()?;
         self.control.barrier()
     }
+}
+
+/// The topology's islands over ranks `0..world`, normalised; one island when they do not
+/// partition the ranks (a world past the topology's GPUs).
+fn islands_for(t: &Topology, world: usize) -> Vec<Vec<usize>> {
+    crate::algorithms::hierarchical::normalize(&t.islands_of(world), world).unwrap_or_else(|_| vec![(0..world).collect()])
+}
+
+fn as_u32(islands: &[Vec<usize>]) -> Vec<Vec<u32>> {
+    islands.iter().map(|i| i.iter().map(|&r| r as u32).collect()).collect()
 }
 
 /// The transport of tpar's kernels for this communicator, fixed at init: `host` when the

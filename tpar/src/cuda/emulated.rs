@@ -30,13 +30,17 @@ pub struct GroupOptions {
     pub timeout: Duration,
     /// Compare every call's count, dtype and algorithm across ranks (TPAR_CHECK_CALLS).
     pub check_calls: bool,
+    /// The islands `hierarchical` reduces over, as lists of ranks that partition the world
+    /// (`algorithms::hierarchical::from_sizes` makes them from sizes); empty: one island.
+    /// Emulated ranks share one GPU: islands here choose the protocol, not the fabric.
+    pub islands: Vec<Vec<u32>>,
 }
 
 impl Default for GroupOptions {
     /// p2p, `TPAR_TIMEOUT_MS` (else [`DEFAULT_TIMEOUT`]), calls checked.
     fn default() -> Self {
         let timeout = launch::timeout_from_env().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
-        Self { transport: Transport::P2p, timeout, check_calls: true }
+        Self { transport: Transport::P2p, timeout, check_calls: true, islands: Vec::new() }
     }
 }
 
@@ -100,6 +104,8 @@ pub struct EmulatedGroup {
     /// Test hook: (rank, descriptor code) that rank announces instead of its call's.
     desc_override: Option<(usize, u32)>,
     check_calls: bool,
+    /// `TparArgs::islands` of every call (0: one island).
+    islands: u64,
     /// During a capture: what each rank was asked to call, `count << 8 | desc_code`, checked
     /// across ranks when the capture ends (the kernels then carry no descriptor).
     captured: Vec<Vec<u64>>,
@@ -132,6 +138,7 @@ impl EmulatedGroup {
         if max_bytes == 0 {
             return Err(Error::invalid("max_bytes", "must be positive"));
         }
+        let islands = if opts.islands.is_empty() { 0 } else { crate::algorithms::hierarchical::island_word(&opts.islands, world)? };
         let dev = Device::open(ordinal)?;
         let origin = Stream::new(&dev)?;
         let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, max_bytes)?;
@@ -176,6 +183,7 @@ impl EmulatedGroup {
             capturing: false,
             desc_override: None,
             check_calls: opts.check_calls,
+            islands,
             poisoned: None,
             dev,
         };
@@ -185,6 +193,10 @@ impl EmulatedGroup {
 
     pub fn world(&self) -> usize {
         self.world
+    }
+    /// The islands word every call carries (`algorithms::hierarchical::island_word`).
+    pub fn island_word(&self) -> u64 {
+        self.islands
     }
     pub fn max_bytes(&self) -> usize {
         self.max_bytes
@@ -313,6 +325,7 @@ impl EmulatedGroup {
             rank: r as u32,
             world: self.world as u32,
             desc_code,
+            islands: self.islands,
             ..Default::default()
         };
         // The test hook changes what rank r announces, not what it moves.

@@ -54,6 +54,8 @@ pub struct IpcWorkspace {
     connected: bool,
     poisoned: Option<String>,
     check_calls: bool,
+    /// `TparArgs::islands` of every call (`set_islands`; 0: one island).
+    islands: u64,
     dev: Device,
 }
 
@@ -140,6 +142,7 @@ impl IpcWorkspace {
             connected: false,
             poisoned: None,
             check_calls: true,
+            islands: 0,
             dev,
         })
     }
@@ -261,11 +264,18 @@ impl IpcWorkspace {
             world: self.world as u32,
             desc_code: if self.check_calls { abi::desc_code(algo, dtype) } else { 0 },
             test_delay_ns: 0,
+            islands: self.islands,
         };
         // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
         // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
         // of >= count elements; the kernel stays inside the layout of common.cuh.
         unsafe { launch::launch(&l, &self.stream, &a) }
+    }
+
+    /// The islands `hierarchical` reduces over (`algorithms::hierarchical::island_word`;
+    /// every rank must set the same word).
+    pub fn set_islands(&mut self, word: u64) {
+        self.islands = word;
     }
 
     /// The launch path (its settings; PDL on or off for comparisons).

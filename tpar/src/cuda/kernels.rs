@@ -96,7 +96,7 @@ mod tests {
     fn header_mentions_the_abi_sizes_it_asserts() {
         let h = header();
         assert!(!h.contains("#include"), "the header splices in everything it includes");
-        assert!(h.contains("sizeof(TparArgs) == 328"));
+        assert!(h.contains("sizeof(TparArgs) == 336"));
         assert!(h.contains("#define TPAR_MAX_RANKS 16"));
         assert!(h.contains("#define TPAR_MAX_BLOCKS 32"));
         assert!(h.contains("#define TPAR_THREADS 512"));

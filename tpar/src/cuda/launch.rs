@@ -308,7 +308,7 @@ impl Launcher {
     /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
     fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
         use std::mem::offset_of;
-        const N: usize = 15;
+        const N: usize = 16;
         let out = DeviceBuffer::new(dev, N * 8)?;
         let f = self.probe.function("tpar_abi_offsets")?;
         // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
@@ -332,6 +332,7 @@ impl Launcher {
             offset_of!(TparState, buf),
             offset_of!(TparState, prev_nvec),
             offset_of!(TparState, prev_kind),
+            offset_of!(TparArgs, islands),
         ]
         .map(|x| x as u64);
         if got != want {

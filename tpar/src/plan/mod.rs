@@ -511,10 +511,10 @@ mod tests {
         assert_eq!(run(&sw, 8, 512 * 1024, Backend::Cuda, &o).algorithm, sim_fastest_runnable(&sw, 8, 512 * 1024, CaptureMode::Graph).0);
         assert_eq!(run(&sw, 8, 16 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
         let ds = presets::rtxpro6000_dualsocket_8();
-        // Two sockets: hierarchical has no kernel yet, so the plan says so and picks what runs.
+        // Two sockets: hierarchical runs, and the simulator decides among everything that runs.
         let p = run(&ds, 8, 256 * 1024, Backend::Cuda, &o);
-        assert_ne!(p.algorithm, Algorithm::Hierarchical, "{p}");
-        assert!(p.reason.contains("hierarchical cannot run"), "{p}");
+        assert_eq!(p.algorithm, sim_fastest_runnable(&ds, 8, 256 * 1024, CaptureMode::Graph).0, "{p}");
+        assert!(!p.reason.contains("hierarchical cannot run"), "{p}");
         // No P2P: one-shot push through shared host memory while its floor beats NCCL's.
         let np = presets::rtx4090_nop2p_4();
         let p = run(&np, 4, 14 * 1024, Backend::Cuda, &o);

@@ -1,14 +1,14 @@
 //! Self-tests on emulated ranks (all ranks as streams of one GPU, in this process).
 
 use super::Common;
-use crate::harness::emulated::{alloc_bufs, options, ptrs, EmulatedRanks};
+use crate::harness::emulated::{alloc_bufs, islands_for, options, ptrs, EmulatedRanks};
 use crate::harness::gpu::{err, POISON_WORD};
-use crate::harness::verify::{judge, Verdict};
+use crate::harness::verify::{judge_on, Verdict};
 use crate::harness::{self, table};
 use std::time::{Duration, Instant};
 use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::kernels::kernel_algorithms;
-use tpar::cuda::EmulatedGroup;
+use tpar::cuda::{EmulatedGroup, GroupOptions};
 use tpar::report::Record;
 use tpar::testing::all_inputs;
 use tpar::units::percentiles;
@@ -20,8 +20,9 @@ const COUNT_42K: usize = 21504;
 /// The last rank never launches; every algorithm must return Error::Timeout within about
 /// the deadline and poison the group.
 pub fn timeout((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Result<(), String> {
-    let opts = options(*transport)?;
     for &world in worlds {
+        // hierarchical runs over the islands of --islands (default: two halves).
+        let opts = GroupOptions { islands: islands_for(c.ranks.islands.as_deref(), world)?, ..options(*transport)? };
         for algo in kernel_algorithms() {
             let mut g = EmulatedGroup::new(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
             let bufs = alloc_bufs(&g, 64 << 10)?;
@@ -61,8 +62,8 @@ pub fn timeout((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Res
 /// succeed first, so the check is shown to pass what it should.
 pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Result<(), String> {
     use tpar::cuda::abi::desc_code;
-    let opts = options(*transport)?;
     for &world in worlds {
+        let opts = GroupOptions { islands: islands_for(c.ranks.islands.as_deref(), world)?, ..options(*transport)? };
         for algo in kernel_algorithms() {
             let other = if algo == Algorithm::OneshotPush { Algorithm::TwoshotPush } else { Algorithm::OneshotPush };
             let lies = [("dtype", desc_code(algo, DType::F16)), ("algorithm", desc_code(other, DType::BF16))];
@@ -119,7 +120,7 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
 pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize)) -> Result<(), String> {
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     for &world in worlds {
-        let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns)?;
+        let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
         for &d in &dtypes {
             for algo in kernel_algorithms() {
                 let v = match d {
@@ -180,7 +181,7 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         for b in out {
             let mut host = vec![T::from_f32(0.0); count];
             b.download(&mut host).map_err(err)?;
-            outcomes.push(judge(&host, &inputs, algo));
+            outcomes.push(judge_on(&host, &inputs, algo, &r.islands));
         }
         wrong += Verdict::of(&outcomes, count).bad_elements();
     }
@@ -201,7 +202,7 @@ pub fn epoch_wrap((worlds, transport): &(Vec<usize>, Transport), c: &Common, sta
         quiet: false,
     };
     for &world in worlds {
-        let mut r = EmulatedRanks::new(c.ranks.device, world, c.max_bytes, *transport, c.ranks.skew_ns)?;
+        let mut r = EmulatedRanks::new(c.ranks.device, world, c.max_bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
         r.g.set_epoch_for_test(start).map_err(err)?;
         println!("# epochs start at {start} (wrap-around test)");
         crate::cmd::check::check_group(&mut r, &sweep)?;
