@@ -269,3 +269,16 @@ fn more_ranks_than_cores_warns_and_progress_writes_no_carriage_returns() {
     assert!(!err.contains('\r'), "carriage returns in a log: {err:?}");
     assert!(Path::new(&prof).exists());
 }
+
+#[test]
+fn ranks_that_fail_at_once_fail_the_run() {
+    // Every rank refuses a bad setting within milliseconds of starting, often all inside one
+    // of the launcher's 5 ms sleeps. The launcher once took "no rank still running" for "every
+    // rank succeeded" when the last exits happened in that window, and exited 0.
+    for i in 0..12 {
+        let out = tpar().args(["check", "--backend", "cpu", "--world", "3", "-e", "4K"]).env("TPAR_ALGO", "bogus").output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "run {i}: exited 0 although every rank failed:\n{stderr}");
+        assert!(stderr.contains("exited with exit status: 1"), "run {i}: the launcher did not name the failed ranks:\n{stderr}");
+    }
+}

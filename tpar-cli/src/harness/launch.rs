@@ -166,7 +166,10 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
     let mut failed: Vec<String> = vec![];
     let mut first_failure: Option<Instant> = None;
     let mut broken_pipe = false;
-    while ranks.live() > 0 {
+    loop {
+        // Whether any rank is still running, read before the statuses below, so that a rank
+        // that exits between the two is still judged by the pass below before we leave.
+        let running = ranks.live() > 0;
         let sig = STOP.load(Ordering::SeqCst);
         if sig != 0 {
             ranks.stop();
@@ -197,6 +200,9 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
                     }
                 }
             }
+        }
+        if !running {
+            break;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
