@@ -50,6 +50,15 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // Emulated ranks run one stream each in this process; CUDA maps streams onto
+    // CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and ranks sharing a queue
+    // wait on each other until the timeout (16 emulated ranks did, on one H200). Read when
+    // CUDA starts, so it is set here, before any thread or CUDA call, unless the user set it.
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
+        // SAFETY: the first statement of main after the signal disposition: no other thread
+        // exists yet that could read the environment concurrently.
+        unsafe { std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32") };
+    }
     let cli = Cli::parse();
     let result: Result<(), String> = match cli.command {
         Command::Bench(a) => bench::run(a),

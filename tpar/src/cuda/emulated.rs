@@ -138,6 +138,16 @@ impl EmulatedGroup {
         if max_bytes == 0 {
             return Err(Error::invalid("max_bytes", "must be positive"));
         }
+        let queues = hardware_queues();
+        if world > queues {
+            return Err(Error::Unsupported {
+                what: format!("{world} emulated ranks"),
+                reason: format!(
+                    "CUDA gives this process {queues} hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set); ranks whose streams share a queue wait on each other until the timeout. Set CUDA_DEVICE_MAX_CONNECTIONS={} or more before CUDA starts (the tpar command sets 32)",
+                    world.next_power_of_two().max(world)
+                ),
+            });
+        }
         let islands = if opts.islands.is_empty() { 0 } else { crate::algorithms::hierarchical::island_word(&opts.islands, world)? };
         let dev = Device::open(ordinal)?;
         let origin = Stream::new(&dev)?;
@@ -528,4 +538,10 @@ impl EmulatedGroup {
         self.check_usable()?;
         graph.launch(&self.origin)
     }
+}
+
+/// The hardware queues CUDA maps this process's streams onto: `CUDA_DEVICE_MAX_CONNECTIONS`
+/// (1..=32), 8 when unset or unreadable (CUDA's default).
+fn hardware_queues() -> usize {
+    std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|n| (1..=32).contains(n)).unwrap_or(8)
 }
