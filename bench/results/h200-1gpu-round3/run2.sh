@@ -21,7 +21,7 @@ step w16-all 60 TPAR_TIMEOUT_MS=3000 -- $B check --emulate-ranks 16 -e 256K --ca
 step w16-islands 30 TPAR_TIMEOUT_MS=3000 -- $B check --emulate-ranks 16 --islands 5+5+6 -e 256K --calls 100 -d all --algo hierarchical
 step w16-seq 30 -- $B bench --emulate-ranks 16 --mode graph --sequence 122x42K -b 42K -e 42K -n 30 -w 3 -d bfloat16 --algo oneshot-push,oneshot-pull,twoshot-push,hierarchical
 # the host transport across rank processes: the plan's pick on a no-P2P preset (small sizes), and both kernels forced
-step procs-host-plan 40 -- $B check --backend cuda --world 4 --plan-topology rtx4090-nop2p-4 -e 32K --calls 100 -d all --algo plan
+step procs-host-plan 40 -- $B check --backend cuda --world 4 --plan-topology rtx4090-nop2p-4 -e 32K --calls 100 -d all --algo auto
 step procs-host-forced 50 -- $B check --backend cuda --world 4 --transport host --plan-topology h200-nvswitch-8 -e 1M --calls 100 -d all --algo oneshot-push,twoshot-push
 # Python: a dtype that differs at captured call 5 must raise MismatchError on every rank
 SITE=/tmp/site; python3 -m pip install --quiet --no-index --no-deps --target $SITE $D/tpar-*.whl >>"$LOG" 2>&1
