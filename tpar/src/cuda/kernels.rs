@@ -61,6 +61,12 @@ pub fn source_for(algorithm: Algorithm) -> Option<KernelSource> {
     sources().find(|s| s.algorithm == algorithm)
 }
 
+/// Whether `algorithm`'s kernel has a flag-protocol variant (`#if TPAR_FLAGS` in its source,
+/// compiled with `-DTPAR_PROTO_FLAGS`): the only kernels the host transport runs.
+pub fn has_flag_variant(algorithm: Algorithm) -> bool {
+    source_for(algorithm).is_some_and(|s| s.text.contains("#if TPAR_FLAGS"))
+}
+
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
 pub fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
@@ -89,6 +95,16 @@ mod tests {
             for d in DType::ALL {
                 assert!(s.entry(d).starts_with(s.stem()));
             }
+        }
+    }
+
+    #[test]
+    fn every_kernel_that_runs_over_host_has_a_flag_variant() {
+        use crate::Transport;
+        for a in kernel_algorithms() {
+            let spec = registry::spec(a);
+            let host = spec.gpu_transports.contains(&Transport::Host) || spec.emulated_transports.contains(&Transport::Host);
+            assert_eq!(has_flag_variant(a), host, "{a}: runs over host = {host}, flag variant = {}", has_flag_variant(a));
         }
     }
 

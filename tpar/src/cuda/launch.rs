@@ -103,6 +103,18 @@ pub fn unsafe_two_buffers_for_test() -> bool {
     env("TPAR_TEST_UNSAFE_TWO_BUFFERS").as_deref() == Some("1")
 }
 
+/// The compile defines of the kernels for `transport`: over the host transport (pinned host
+/// memory across PCIe) the push kernels use the flag protocol (`-DTPAR_PROTO_FLAGS`: data,
+/// then one release flag per block and source, nothing to clear; docs/cuda.md), over p2p the
+/// sentinel protocol. Every rank of a workspace runs the same transport, so all agree.
+pub fn transport_defines(transport: Transport) -> Vec<String> {
+    if transport == Transport::Host {
+        vec!["-DTPAR_PROTO_FLAGS".into()]
+    } else {
+        Vec::new()
+    }
+}
+
 /// The launch settings, read once per group or workspace.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -222,7 +234,18 @@ impl Launcher {
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
             let label = format!("{}-{}", src.stem(), kernels::dtype_suffix(dtype));
+            if self.transport == Transport::Host && !kernels::has_flag_variant(algo) {
+                return Err(Error::Unsupported {
+                    what: format!("{algo} over the host transport"),
+                    reason: "the host transport's kernels use the flag protocol, which this kernel has not (host: oneshot-push, twoshot-push, hierarchical)".into(),
+                });
+            }
             let mut opts = nvrtc::options(&self.arch, Some(dtype));
+            opts.extend(transport_defines(self.transport));
+            if let Some(extra) = env("TPAR_EXP_DEFINES") {
+                // Measurement builds only (removed before merge).
+                opts.extend(extra.split(',').map(|d| format!("-D{d}")));
+            }
             if unsafe_two_buffers_for_test() {
                 opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());
             }
