@@ -480,7 +480,8 @@ extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparA
 //  - block b of every rank covers the same vectors (block_range; every rank launches the
 //    same grid, as the pull barrier already requires), so one flag per (block, source)
 //    guards exactly the data that block b of the reader reads;
-//  - the writer sends its vectors with plain 16-byte stores, then block_sync, then thread q
+//  - the writer sends its vectors with 16-byte stores (no sentinel, no canonical form
+//    needed, though kept: the same bits as the sentinel kernels), then block_sync, then thread q
 //    stores the call's generation (epoch + 1) into slot [phase][b][me] of rank q's flag
 //    area with st.release.sys: cumulative over every store of the block ordered before it
 //    by the barrier, so the data are visible over PCIe before the flag (the q threads are one
@@ -499,9 +500,10 @@ extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparA
 // k finished reading it; a slot's stale contents are never read, because a reader reads only
 // after the flag of its own call. Slots shared with the pull barrier hold the same
 // generations (epoch + 1), and the host resets them to the epoch with the epochs.
-// Every kernel compiled for the host transport uses this protocol (no sentinel call may
-// follow a flag call in one workspace: the flag calls leave their data in the inboxes); the
-// launcher refuses the others there.
+// Every push kernel has a flag variant; in a workspace that runs them no sentinel call may
+// follow (the flag calls leave their data in the inboxes), so the launcher compiles every
+// kernel of a workspace for one protocol. The pull kernels need no variant: their barrier
+// flags are the same slots with the same generations, and they leave nothing behind.
 
 #ifdef TPAR_PROTO_FLAGS
 #define TPAR_FLAGS 1
@@ -509,14 +511,11 @@ extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparA
 #define TPAR_FLAGS 0
 #endif
 
-// A data store of the flag protocol: plain (weak); the block's release publishes it.
-__device__ __forceinline__ void flag_data_st_v16(V16* p, V16 v) {
-#ifdef TPAR_EXP_VOLATILE_SENDS
-    st_send_v16(p, v);
-#else
-    st_v16(p, v);
-#endif
-}
+// A data store of the flag protocol: strong (st.volatile, unclobbered), the block's release
+// publishes it. Plain (weak) stores are as correct (the release is cumulative over them) and
+// measured the same within the spread, slightly slower at 4 ranks over host (18.2 against
+// 17.9 us, twoshot push, bench/results/h200-1gpu-hostproto.md).
+__device__ __forceinline__ void flag_data_st_v16(V16* p, V16 v) { st_send_v16(p, v); }
 
 // The vectors [lo, hi) of n that block blockIdx.x covers (the same on every rank).
 __device__ __forceinline__ void block_range(u64 n, u64& lo, u64& hi) {

@@ -84,7 +84,7 @@ fn every_kernel_variant_compiles_with_nvrtc() {
                 // The host transport's variant (flag protocol), as the launch path compiles it.
                 if kernels::has_flag_variant(src.algorithm) {
                     let mut opts = nvrtc::options(arch, Some(d));
-                    opts.extend(tpar::cuda::launch::transport_defines(tpar::Transport::Host));
+                    opts.extend(tpar::cuda::launch::protocol_defines(tpar::plan::HostProtocol::Flags));
                     opts.push("--ptxas-options=-v".into());
                     let h = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
                     assert!(h.ptx.contains(&entry), "{} {d} (flags) for {arch}: no `{entry}`", src.file);

@@ -16,6 +16,7 @@ use super::driver::{cu_rc, sys, Device, DeviceBuffer, Module, Stream};
 use super::kernels::{self, probe_unit};
 use super::nvrtc;
 use crate::error::{Error, Result};
+use crate::plan::HostProtocol;
 use crate::{Algorithm, DType, Transport};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -103,15 +104,23 @@ pub fn unsafe_two_buffers_for_test() -> bool {
     env("TPAR_TEST_UNSAFE_TWO_BUFFERS").as_deref() == Some("1")
 }
 
-/// The compile defines of the kernels for `transport`: over the host transport (pinned host
-/// memory across PCIe) the push kernels use the flag protocol (`-DTPAR_PROTO_FLAGS`: data,
-/// then one release flag per block and source, nothing to clear; docs/cuda.md), over p2p the
-/// sentinel protocol. Every rank of a workspace runs the same transport, so all agree.
-pub fn transport_defines(transport: Transport) -> Vec<String> {
-    if transport == Transport::Host {
-        vec!["-DTPAR_PROTO_FLAGS".into()]
-    } else {
-        Vec::new()
+/// The push kernels' protocol for a workspace of `world` ranks over `transport`: over p2p
+/// always the sentinel one; over the host transport (pinned host memory across PCIe)
+/// `forced` (`TPAR_HOST_PROTOCOL`), else [`HostProtocol::auto`]. Every kernel of a workspace
+/// is compiled for one protocol (a sentinel call cannot follow a flag call: the flag calls
+/// leave their data in the inboxes).
+pub fn push_protocol(transport: Transport, world: usize, forced: Option<HostProtocol>) -> HostProtocol {
+    if transport != Transport::Host {
+        return HostProtocol::Sentinel;
+    }
+    forced.unwrap_or_else(|| HostProtocol::auto(world))
+}
+
+/// The compile defines of a protocol: `-DTPAR_PROTO_FLAGS` for the flag protocol (docs/cuda.md).
+pub fn protocol_defines(p: HostProtocol) -> Vec<String> {
+    match p {
+        HostProtocol::Flags => vec!["-DTPAR_PROTO_FLAGS".into()],
+        HostProtocol::Sentinel => Vec::new(),
     }
 }
 
@@ -176,6 +185,8 @@ pub struct Launcher {
     /// ranks: the world; one rank per process: 1).
     ranks_on_device: u32,
     transport: Transport,
+    /// The push kernels' protocol ([`push_protocol`]), fixed for the launcher's life.
+    protocol: HostProtocol,
     world: usize,
     max_bytes: usize,
     can_pdl: bool,
@@ -205,11 +216,17 @@ impl Launcher {
             sms,
             ranks_on_device: ranks_on_device.max(1) as u32,
             transport,
+            protocol: push_protocol(transport, world, HostProtocol::from_env()?),
             world,
             max_bytes,
         };
         l.check_abi(dev, stream)?;
         Ok(l)
+    }
+
+    /// The push kernels' protocol of this workspace.
+    pub fn protocol(&self) -> HostProtocol {
+        self.protocol
     }
 
     pub fn settings(&self) -> Settings {
@@ -234,18 +251,14 @@ impl Launcher {
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
             let label = format!("{}-{}", src.stem(), kernels::dtype_suffix(dtype));
-            if self.transport == Transport::Host && !kernels::has_flag_variant(algo) {
+            if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
-                    what: format!("{algo} over the host transport"),
-                    reason: "the host transport's kernels use the flag protocol, which this kernel has not (host: oneshot-push, twoshot-push, hierarchical)".into(),
+                    what: format!("{algo} over the host transport with the flag protocol"),
+                    reason: "its kernel has no flag variant (TPAR_HOST_PROTOCOL=sentinel runs it)".into(),
                 });
             }
             let mut opts = nvrtc::options(&self.arch, Some(dtype));
-            opts.extend(transport_defines(self.transport));
-            if let Some(extra) = env("TPAR_EXP_DEFINES") {
-                // Measurement builds only (removed before merge).
-                opts.extend(extra.split(',').map(|d| format!("-D{d}")));
-            }
+            opts.extend(protocol_defines(self.protocol));
             if unsafe_two_buffers_for_test() {
                 opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());
             }

@@ -42,11 +42,64 @@ pub struct Overrides {
     /// the plan digest: ranks must agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_calls: Option<bool>,
+    /// `TPAR_HOST_PROTOCOL`: how the push kernels synchronise over the host transport
+    /// (`flags` or `sentinel`; `auto` or unset: by world size, [`HostProtocol::auto`]). Part
+    /// of the plan digest: ranks must agree (the two protocols cannot meet in one workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_protocol: Option<HostProtocol>,
+}
+
+/// The push kernels' protocol over the host transport (docs/cuda.md, "Protocols").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostProtocol {
+    /// Data polled for a sentinel-free value; the reader clears its inbox one call behind.
+    Sentinel,
+    /// Data, then one release flag per (block, source) carrying the call's generation;
+    /// nothing cleared.
+    Flags,
+}
+
+impl HostProtocol {
+    /// The protocol for `world` ranks when none is forced: flags from
+    /// [`HostProtocol::FLAGS_MIN_WORLD`] ranks (they clear half the PCIe write traffic but
+    /// add a flag round trip per stage, which only pays once the clears are large:
+    /// bench/results/h200-1gpu-hostproto.md).
+    pub fn auto(world: usize) -> HostProtocol {
+        if world >= Self::FLAGS_MIN_WORLD {
+            HostProtocol::Flags
+        } else {
+            HostProtocol::Sentinel
+        }
+    }
+    /// Smallest world that uses flags by default.
+    pub const FLAGS_MIN_WORLD: usize = 3;
+
+    /// Parses `TPAR_HOST_PROTOCOL`'s value: `auto` is `None`.
+    pub fn parse(raw: &str) -> Result<Option<HostProtocol>> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(None),
+            "flags" => Ok(Some(HostProtocol::Flags)),
+            "sentinel" => Ok(Some(HostProtocol::Sentinel)),
+            _ => Err(config("TPAR_HOST_PROTOCOL", raw, "expected auto, flags or sentinel")),
+        }
+    }
+
+    /// `TPAR_HOST_PROTOCOL` of this process (unset, empty or `auto`: `None`).
+    pub fn from_env() -> Result<Option<HostProtocol>> {
+        match std::env::var_os("TPAR_HOST_PROTOCOL") {
+            None => Ok(None),
+            Some(v) => {
+                let v = v.into_string().map_err(|raw| config("TPAR_HOST_PROTOCOL", &raw.to_string_lossy(), "not valid UTF-8"))?;
+                HostProtocol::parse(&v)
+            }
+        }
+    }
 }
 
 
 /// The variables [`Overrides`] reads.
-pub const OVERRIDE_VARS: [&str; 8] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS", "TPAR_CHECK_CALLS"];
+pub const OVERRIDE_VARS: [&str; 9] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS", "TPAR_CHECK_CALLS", "TPAR_HOST_PROTOCOL"];
 
 fn config(var: &'static str, value: &str, reason: impl fmt::Display) -> Error {
     Error::Config { var, value: value.to_string(), reason: reason.to_string() }
@@ -108,6 +161,7 @@ impl Overrides {
                 "TPAR_CHECK_CALLS" => {
                     o.check_calls = Some(parse_bool(v).ok_or_else(|| config("TPAR_CHECK_CALLS", raw, "expected 1/0, true/false, yes/no or on/off"))?)
                 }
+                "TPAR_HOST_PROTOCOL" => o.host_protocol = HostProtocol::parse(raw)?,
                 "TPAR_BLOCKS" => {
                     o.blocks = if v.eq_ignore_ascii_case("auto") {
                         None
