@@ -483,6 +483,18 @@ mod tests {
     }
 
     #[test]
+    fn protocol_is_sentinel_over_p2p_and_by_world_or_forced_over_host() {
+        for w in [2, 3, 4, 8, 16] {
+            assert_eq!(push_protocol(Transport::P2p, w, Some(HostProtocol::Flags)), HostProtocol::Sentinel);
+            assert_eq!(push_protocol(Transport::Host, w, None), HostProtocol::auto(w));
+            assert_eq!(push_protocol(Transport::Host, w, Some(HostProtocol::Sentinel)), HostProtocol::Sentinel);
+            assert_eq!(push_protocol(Transport::Host, w, Some(HostProtocol::Flags)), HostProtocol::Flags);
+        }
+        assert_eq!(protocol_defines(HostProtocol::Flags), vec!["-DTPAR_PROTO_FLAGS".to_string()]);
+        assert!(protocol_defines(HostProtocol::Sentinel).is_empty());
+    }
+
+    #[test]
     fn settings_parse_and_refuse() {
         // The parsers, not the process environment: other tests read TPAR_* concurrently.
         let some = |v: &str| Some(v.to_string());
