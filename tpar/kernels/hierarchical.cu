@@ -141,6 +141,81 @@ __device__ __forceinline__ V16 load_output(const TparArgs& a, u64 v) {
     return r;
 }
 
+#if TPAR_FLAGS
+// The ranks that send me another island's sum (island_sender of each other island): the
+// flags of step 3 are keyed by the sender's rank, as every flag slot [phase][b][src] is
+// written by src alone (frame.cuh). Only threads that poll a flag need it.
+__device__ __forceinline__ u32 island_senders(const TparArgs& a, const IslandMasks& is) {
+    u32 m = 0u;
+    if (threadIdx.x >= a.world) return m;
+    for (u32 rest = is.others; rest != 0u; rest &= rest - 1u)
+        m |= 1u << island_sender(a.islands, a.world, (u32)(__ffs(rest) - 1), is.local);
+    return m;
+}
+
+// The flag protocol (host transport, frame.cuh): the same steps, block b covering the same
+// vectors [lo, hi) on every rank; step 1 publishes flag phase 0 to my mates, step 2 phase 1
+// to my targets; step 3 waits for the phase-1 flag of every rank that sends me an island
+// sum, then reads them. Nothing cleared.
+template <class D>
+__device__ void hierarchical(const TparArgs& a) {
+    const IslandMasks is = island_masks(a);
+    Frame f = frame_begin(a);
+    const u64 nvec = vecs_for<D>(a.count);
+    u64 lo, hi;
+    block_range(nvec, lo, hi);
+    const u64 bd = blockDim.x;
+    const u64 first = lo + threadIdx.x;
+    const u32 world = a.world, rank = a.rank;
+    const u32 peers = is.mates & ~(1u << rank);
+    const u32 gen = f.epoch + 1u;
+
+    // 1. Push to my mates.
+    for (u64 v = first; v < hi; v += bd) {
+        const V16 mine = D::canon(load_input<D>(a, v));
+        for (u32 i = 1; i < world; ++i) {
+            const u32 q = rank + i < world ? rank + i : rank + i - world;
+            if (peers & (1u << q)) flag_data_st_v16(inbox_at(a, q, f.buf, rank, v), mine);
+        }
+    }
+    flags_publish(a, 0, gen, peers);
+    pdl_launch_dependents();
+    test_pause(a);
+    // 2. My island's sum, sent across.
+    flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_PUSH_POLL);
+    for (u64 v = first; v < hi; v += bd) {
+        const V16 own = D::canon(load_input<D>(a, v));
+        V16 x[TPAR_MAX_RANKS];
+        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
+        const V16 s = sum_masked<D>(x, is.mates, rank, own, world);
+        for (u32 i = 1; i < world; ++i) {
+            const u32 q = rank + i < world ? rank + i : rank + i - world;
+            if (is.targets & (1u << q)) flag_data_st_v16(inbox_at(a, q, f.buf, is.label, v), s);
+        }
+        store_output<D>(a, v, s);  // one island: the result; else parked for step 3
+    }
+    // 3. The other islands' sums, summed in label order.
+    if (is.others != 0u) {
+        flags_publish(a, 1, gen, is.targets);
+        flags_wait(a, f, 1, gen, island_senders(a, is), 0u, TPAR_PHASE_ISLAND_POLL);
+        const u32 mine_and_others = is.others | (1u << is.label);
+        for (u64 v = first; v < hi; v += bd) {
+            const V16 s = load_output<D>(a, v);  // S_c, parked there by step 2
+            float acc[8];
+            bool head = true;
+            for (u32 rest = mine_and_others; rest != 0u; rest &= rest - 1u) {
+                const u32 q = (u32)(__ffs(rest) - 1);
+                const V16 x = q == is.label ? s : ld_poll_v16(inbox_at(a, a.rank, f.buf, q, v));
+                if (head) D::set(acc, x);
+                else D::add(acc, x);
+                head = false;
+            }
+            store_output<D>(a, v, D::pack(acc));
+        }
+    }
+    frame_end(a, f, nvec, TPAR_KIND_NONE);
+}
+#else
 template <class D>
 __device__ void hierarchical(const TparArgs& a) {
     const IslandMasks is = island_masks(a);
@@ -198,5 +273,6 @@ __device__ void hierarchical(const TparArgs& a) {
     }
     frame_end(a, f, nvec, TPAR_KIND_INBOX);
 }
+#endif  // TPAR_FLAGS
 
 TPAR_INSTANTIATE(hierarchical)

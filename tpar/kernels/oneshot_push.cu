@@ -12,6 +12,46 @@
 // completed, so the clears land before the next write.
 #include "common.cuh"
 
+#if TPAR_FLAGS
+// The flag protocol (host transport, frame.cuh): block b sends the vectors [lo, hi) it
+// covers on every rank with plain stores, publishes its flag to every peer, waits for every
+// peer's flag for block b (the descriptors ride along), then reads the peers' slots and
+// reduces. Nothing cleared. Block b reads and writes only its own vectors (in place: safe).
+template <class D>
+__device__ void oneshot_push(const TparArgs& a) {
+    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
+    const u64 nvec = vecs_for<D>(a.count);
+    u64 lo, hi;
+    block_range(nvec, lo, hi);
+    const u64 bd = blockDim.x;
+    const u64 first = lo + threadIdx.x;
+    const u32 world = a.world, rank = a.rank;
+    V16 pre = {0u, 0u, 0u, 0u};
+    if (first < hi) pre = D::canon(load_input<D>(a, first));
+    Frame f = frame_begin(a);
+    const u32 gen = f.epoch + 1u;
+    const u32 peers = all_peers(a);
+    for (u64 v = first; v < hi; v += bd) {
+        const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
+        for (u32 i = 1; i < world; ++i) {
+            const u32 q = rank + i < world ? rank + i : rank + i - world;
+            flag_data_st_v16(inbox_at(a, q, f.buf, rank, v), mine);
+        }
+    }
+    flags_publish(a, 0, gen, peers);
+    pdl_launch_dependents();
+    test_pause(a);
+    flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_PUSH_POLL);
+    for (u64 v = first; v < hi; v += bd) {
+        const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
+        V16 x[TPAR_MAX_RANKS];
+        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
+        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
+    }
+    frame_end(a, f, nvec, TPAR_KIND_NONE);
+}
+#else
+
 template <class D>
 __device__ void oneshot_push(const TparArgs& a) {
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
@@ -47,5 +87,6 @@ __device__ void oneshot_push(const TparArgs& a) {
     desc_only<D>(a, f, dm);  // a descriptor thread past the message's last vector
     frame_end(a, f, nvec, TPAR_KIND_INBOX);
 }
+#endif  // TPAR_FLAGS
 
 TPAR_INSTANTIATE(oneshot_push)

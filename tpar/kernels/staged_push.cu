@@ -16,6 +16,50 @@
 // previous call's buffer still happens inside this call).
 #include "common.cuh"
 
+#if TPAR_FLAGS
+// The flag protocol (host transport, frame.cuh): step s sends block b's vectors [lo, hi) to
+// rank r+s, publishes its flag to that rank alone, and (but the last step) waits for the flag
+// of rank r-s for block b before step s+1; the final wait takes the last step's peer, then
+// the block reads every peer's slot and reduces. Every flag slot [0][b][src] is src's alone,
+// so one phase serves every step. Nothing cleared.
+template <class D>
+__device__ void staged_push(const TparArgs& a) {
+    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
+    const u64 nvec = vecs_for<D>(a.count);
+    u64 lo, hi;
+    block_range(nvec, lo, hi);
+    const u64 bd = blockDim.x;
+    const u64 first = lo + threadIdx.x;
+    const u32 world = a.world, rank = a.rank;
+    V16 pre = {0u, 0u, 0u, 0u};
+    if (first < hi) pre = D::canon(load_input<D>(a, first));
+    Frame f = frame_begin(a);
+    const u32 gen = f.epoch + 1u;
+    u32 dm = desc_mask(a);
+    for (u32 s = 1; s < world; ++s) {
+        const u32 dst = rank + s < world ? rank + s : rank + s - world;
+        const u32 src = rank >= s ? rank - s : rank + world - s;
+        for (u64 v = first; v < hi; v += bd)
+            flag_data_st_v16(inbox_at(a, dst, f.buf, rank, v), v == first ? pre : D::canon(load_input<D>(a, v)));
+        flags_publish(a, 0, gen, 1u << dst);
+        if (s == 1) {
+            pdl_launch_dependents();
+            test_pause(a);
+        }
+        flags_wait(a, f, 0, gen, 1u << src, dm, world == 2 ? TPAR_PHASE_STAGED : (s == world - 1 ? TPAR_PHASE_PUSH_POLL : TPAR_PHASE_STAGED));
+        dm = 0u;
+    }
+    const u32 peers = all_peers(a);
+    for (u64 v = first; v < hi; v += bd) {
+        const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
+        V16 x[TPAR_MAX_RANKS];
+        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
+        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
+    }
+    frame_end(a, f, nvec, TPAR_KIND_NONE);
+}
+#else
+
 template <class D>
 __device__ void staged_push(const TparArgs& a) {
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
@@ -59,5 +103,6 @@ __device__ void staged_push(const TparArgs& a) {
     desc_only<D>(a, f, dm);  // a descriptor thread past the message's last vector
     frame_end(a, f, nvec, TPAR_KIND_INBOX);
 }
+#endif  // TPAR_FLAGS
 
 TPAR_INSTANTIATE(staged_push)

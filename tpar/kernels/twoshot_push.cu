@@ -17,6 +17,94 @@
 // behind) and written next by a peer's call k+3. Same argument as oneshot_push.cu.
 #include "common.cuh"
 
+#if TPAR_FLAGS
+// The flag protocol (host transport, frame.cuh): block b covers the same indices [jb, je) of
+// every chunk on every rank. Stage 1 sends them to their owners, publishes flag phase 0;
+// stage 2 waits for phase 0 from every peer, reduces, sends the result to every gather area,
+// publishes phase 1; stage 3 waits for phase 1 from every peer and copies. Nothing cleared.
+// In-place calls: block b reads and writes only its own indices, in that order.
+template <class D>
+__device__ void twoshot_push(const TparArgs& a) {
+    Frame f = frame_begin(a);
+    const u32 world = a.world, rank = a.rank;
+    const u64 nvec = vecs_for<D>(a.count);
+    const u64 cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
+    u64 jb, je;
+    block_range(cvec, jb, je);
+    const u32 span = (u32)(je - jb);
+    const u64 t = threadIdx.x, bd = blockDim.x;
+    const u64 items = (u64)(world - 1u) * span;  // (peer, index in my block's part of its chunk)
+    const u32 gen = f.epoch + 1u;
+    const u32 peers = all_peers(a);
+
+    // 1. reduce-scatter writes; item i: k = i / span (peer rank+1+k), j = jb + i % span.
+    for (u64 base = t; base < items; base += bd * TPAR_UNROLL) {
+        V16 val[TPAR_UNROLL];
+        V16* dst[TPAR_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TPAR_UNROLL; ++u) {
+            const u64 i = base + (u64)u * bd;
+            dst[u] = (V16*)0;
+            if (i < items) {
+                const u32 k = (u32)i / span;
+                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+                const u64 v = (u64)q * cvec + jb + ((u32)i - k * span);
+                if (v < nvec) {
+                    val[u] = D::canon(load_input<D>(a, v));
+                    dst[u] = inbox_at(a, q, f.buf, rank, v);
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < TPAR_UNROLL; ++u) {
+            if (dst[u]) flag_data_st_v16(dst[u], val[u]);
+        }
+    }
+    flags_publish(a, 0, gen, peers);
+    pdl_launch_dependents();
+    test_pause(a);
+    // 2. every peer's piece of my chunk (flags first, the descriptors ride along), reduce,
+    //    publish.
+    flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_RS_POLL);
+    const u64 lo = (u64)rank * cvec;
+    for (u64 j = jb + t; j < je; j += bd) {
+        const u64 v = lo + j;
+        if (v >= nvec) break;
+        const V16 own = D::canon(load_input<D>(a, v));
+        V16 x[TPAR_MAX_RANKS];
+        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
+        const V16 r = reduce_in_rank_order<D>(a, x, own);
+        for (u32 i = 1; i < world; ++i) {
+            const u32 q = rank + i < world ? rank + i : rank + i - world;
+            flag_data_st_v16(gather_at(a, q, f.buf, v), r);
+        }
+        store_output<D>(a, v, r);
+    }
+    flags_publish(a, 1, gen, peers);
+    // 3. all-gather: wait for every owner's flag, then copy, TPAR_UNROLL loads in flight.
+    flags_wait(a, f, 1, gen, peers, 0u, TPAR_PHASE_AG_POLL);
+    for (u64 base = t; base < items; base += bd * TPAR_UNROLL) {
+        V16 val[TPAR_UNROLL];
+        u64 vv[TPAR_UNROLL];
+#pragma unroll
+        for (int u = 0; u < TPAR_UNROLL; ++u) {
+            const u64 i = base + (u64)u * bd;
+            vv[u] = nvec;
+            if (i < items) {
+                const u32 k = (u32)i / span;
+                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+                vv[u] = (u64)q * cvec + jb + ((u32)i - k * span);
+            }
+            if (vv[u] < nvec) val[u] = ld_poll_v16(gather_at(a, rank, f.buf, vv[u]));
+        }
+#pragma unroll
+        for (int u = 0; u < TPAR_UNROLL; ++u)
+            if (vv[u] < nvec) store_output<D>(a, vv[u], val[u]);
+    }
+    frame_end(a, f, nvec, TPAR_KIND_NONE);
+}
+#else
+
 template <class D>
 __device__ void twoshot_push(const TparArgs& a) {
     Frame f = frame_begin(a);
@@ -112,5 +200,6 @@ __device__ void twoshot_push(const TparArgs& a) {
     }
     frame_end(a, f, nvec, TPAR_KIND_TWOSHOT);
 }
+#endif  // TPAR_FLAGS
 
 TPAR_INSTANTIATE(twoshot_push)

@@ -6,7 +6,7 @@
 //! with `TPAR_REQUIRE_NVRTC=1` a missing NVRTC fails instead.
 #![cfg(feature = "cuda")]
 
-use tpar::cuda::kernels::{probe_unit, sources};
+use tpar::cuda::kernels::{self, probe_unit, sources};
 use tpar::cuda::nvrtc;
 use tpar::DType;
 
@@ -81,6 +81,18 @@ fn every_kernel_variant_compiles_with_nvrtc() {
                 let v = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
                 no_spills(&format!("{} {d} for {arch}", src.file), &v.log);
                 compiled += 1;
+                // The host transport's variant (flag protocol), as the launch path compiles it.
+                if kernels::has_flag_variant(src.algorithm) {
+                    let mut opts = nvrtc::options(arch, Some(d));
+                    opts.extend(tpar::cuda::launch::protocol_defines(tpar::plan::HostProtocol::Flags));
+                    opts.push("--ptxas-options=-v".into());
+                    let h = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
+                    assert!(h.ptx.contains(&entry), "{} {d} (flags) for {arch}: no `{entry}`", src.file);
+                    assert!(h.ptx.contains("st.release.sys") && h.ptx.contains("ld.acquire.sys"), "{} {d} (flags) for {arch}: no release/acquire flags", src.file);
+                    no_local_memory(&format!("{} {d} (flags) for {arch}", src.file), &h.ptx);
+                    no_spills(&format!("{} {d} (flags) for {arch}", src.file), &h.log);
+                    compiled += 1;
+                }
             }
             // griddepcontrol is sm_90+: present there, absent on sm_80 (a no-op there).
             assert_eq!(all.ptx.contains("griddepcontrol.wait"), arch != "sm_80", "{} for {arch}: griddepcontrol", src.file);

@@ -18,7 +18,8 @@ use tpar::{DType, Profile, Topology, Transport};
     TPAR_DISABLE=1               always NCCL\n  \
     TPAR_PROFILE=<file>          tuned profile (same as --profile)\n  \
     TPAR_BLOCKS=<1..32>|auto     thread blocks per kernel call (for measuring)\n  \
-    TPAR_CHECK_CALLS=0           stop comparing calls across ranks on the GPU\n\n\
+    TPAR_CHECK_CALLS=0           stop comparing calls across ranks on the GPU\n  \
+    TPAR_HOST_PROTOCOL=flags|sentinel|auto  push kernels' protocol over the host transport\n\n\
 Examples:\n  \
     tpar plan -t rtxpro6000-pcie-switch-8 --world 8 --bytes 42K -d bfloat16\n  \
     tpar plan -t l40s-direct-8 --table --graph\n\n\

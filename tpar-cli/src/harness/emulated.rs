@@ -89,10 +89,11 @@ impl EmulatedRanks {
         let max_bytes = max_bytes.max(16);
         let isl = islands_for(islands, world)?;
         let norm = tpar::algorithms::hierarchical::normalize(&isl, world).map_err(err)?;
-        let g = EmulatedGroup::new(device, world, max_bytes, GroupOptions { islands: isl, ..options(transport)? }).map_err(err)?;
+        let mut g = EmulatedGroup::new(device, world, max_bytes, GroupOptions { islands: isl, ..options(transport)? }).map_err(err)?;
         let sizes: Vec<String> = norm.iter().map(|i| i.len().to_string()).collect();
+        let protocol = format!("{:?}", g.launcher().protocol()).to_ascii_lowercase();
         eprintln!(
-            "# group: {world} emulated ranks on {} ({}), transport {transport}, max {max_bytes} B, islands {} (hierarchical), ready in {:.0} ms",
+            "# group: {world} emulated ranks on {} ({}), transport {transport} (push protocol {protocol}), max {max_bytes} B, islands {} (hierarchical), ready in {:.0} ms",
             g.device().name,
             g.device().arch(),
             sizes.join("+"),

@@ -61,6 +61,19 @@ pub fn source_for(algorithm: Algorithm) -> Option<KernelSource> {
     sources().find(|s| s.algorithm == algorithm)
 }
 
+/// Whether `algorithm`'s kernel has a flag-protocol variant (`#if TPAR_FLAGS` in its source,
+/// compiled with `-DTPAR_PROTO_FLAGS`).
+pub fn has_flag_variant(algorithm: Algorithm) -> bool {
+    source_for(algorithm).is_some_and(|s| s.text.contains("#if TPAR_FLAGS"))
+}
+
+/// Whether `algorithm`'s kernel may run in a workspace of the flag protocol: it has a flag
+/// variant, or it reads its peers behind barriers (pull: no sentinel, nothing left behind,
+/// barrier flags of the same generations).
+pub fn runs_with_flags(algorithm: Algorithm) -> bool {
+    has_flag_variant(algorithm) || registry::spec(algorithm).reads_remote
+}
+
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
 pub fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
@@ -89,6 +102,14 @@ mod tests {
             for d in DType::ALL {
                 assert!(s.entry(d).starts_with(s.stem()));
             }
+        }
+    }
+
+    #[test]
+    fn every_kernel_runs_with_flags_and_every_push_kernel_has_a_variant() {
+        for a in kernel_algorithms() {
+            assert!(runs_with_flags(a), "{a}: no flag variant and not a pull kernel");
+            assert_eq!(has_flag_variant(a), !registry::spec(a).reads_remote, "{a}");
         }
     }
 

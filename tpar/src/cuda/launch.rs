@@ -16,6 +16,7 @@ use super::driver::{cu_rc, sys, Device, DeviceBuffer, Module, Stream};
 use super::kernels::{self, probe_unit};
 use super::nvrtc;
 use crate::error::{Error, Result};
+use crate::plan::HostProtocol;
 use crate::{Algorithm, DType, Transport};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -103,6 +104,26 @@ pub fn unsafe_two_buffers_for_test() -> bool {
     env("TPAR_TEST_UNSAFE_TWO_BUFFERS").as_deref() == Some("1")
 }
 
+/// The push kernels' protocol for a workspace of `world` ranks over `transport`: over p2p
+/// always the sentinel one; over the host transport (pinned host memory across PCIe)
+/// `forced` (`TPAR_HOST_PROTOCOL`), else [`HostProtocol::auto`]. Every kernel of a workspace
+/// is compiled for one protocol (a sentinel call cannot follow a flag call: the flag calls
+/// leave their data in the inboxes).
+pub fn push_protocol(transport: Transport, world: usize, forced: Option<HostProtocol>) -> HostProtocol {
+    if transport != Transport::Host {
+        return HostProtocol::Sentinel;
+    }
+    forced.unwrap_or_else(|| HostProtocol::auto(world))
+}
+
+/// The compile defines of a protocol: `-DTPAR_PROTO_FLAGS` for the flag protocol (docs/cuda.md).
+pub fn protocol_defines(p: HostProtocol) -> Vec<String> {
+    match p {
+        HostProtocol::Flags => vec!["-DTPAR_PROTO_FLAGS".into()],
+        HostProtocol::Sentinel => Vec::new(),
+    }
+}
+
 /// The launch settings, read once per group or workspace.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -164,6 +185,8 @@ pub struct Launcher {
     /// ranks: the world; one rank per process: 1).
     ranks_on_device: u32,
     transport: Transport,
+    /// The push kernels' protocol ([`push_protocol`]), fixed for the launcher's life.
+    protocol: HostProtocol,
     world: usize,
     max_bytes: usize,
     can_pdl: bool,
@@ -193,11 +216,17 @@ impl Launcher {
             sms,
             ranks_on_device: ranks_on_device.max(1) as u32,
             transport,
+            protocol: push_protocol(transport, world, HostProtocol::from_env()?),
             world,
             max_bytes,
         };
         l.check_abi(dev, stream)?;
         Ok(l)
+    }
+
+    /// The push kernels' protocol of this workspace.
+    pub fn protocol(&self) -> HostProtocol {
+        self.protocol
     }
 
     pub fn settings(&self) -> Settings {
@@ -222,7 +251,14 @@ impl Launcher {
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
             let label = format!("{}-{}", src.stem(), kernels::dtype_suffix(dtype));
+            if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
+                return Err(Error::Unsupported {
+                    what: format!("{algo} over the host transport with the flag protocol"),
+                    reason: "its kernel has no flag variant (TPAR_HOST_PROTOCOL=sentinel runs it)".into(),
+                });
+            }
             let mut opts = nvrtc::options(&self.arch, Some(dtype));
+            opts.extend(protocol_defines(self.protocol));
             if unsafe_two_buffers_for_test() {
                 opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());
             }
@@ -444,6 +480,18 @@ mod tests {
                 assert!(t >= MAX_BLOCKS as u32);
             }
         }
+    }
+
+    #[test]
+    fn protocol_is_sentinel_over_p2p_and_by_world_or_forced_over_host() {
+        for w in [2, 3, 4, 8, 16] {
+            assert_eq!(push_protocol(Transport::P2p, w, Some(HostProtocol::Flags)), HostProtocol::Sentinel);
+            assert_eq!(push_protocol(Transport::Host, w, None), HostProtocol::auto(w));
+            assert_eq!(push_protocol(Transport::Host, w, Some(HostProtocol::Sentinel)), HostProtocol::Sentinel);
+            assert_eq!(push_protocol(Transport::Host, w, Some(HostProtocol::Flags)), HostProtocol::Flags);
+        }
+        assert_eq!(protocol_defines(HostProtocol::Flags), vec!["-DTPAR_PROTO_FLAGS".to_string()]);
+        assert!(protocol_defines(HostProtocol::Sentinel).is_empty());
     }
 
     #[test]

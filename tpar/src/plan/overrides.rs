@@ -42,11 +42,66 @@ pub struct Overrides {
     /// the plan digest: ranks must agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub check_calls: Option<bool>,
+    /// `TPAR_HOST_PROTOCOL`: how the push kernels synchronise over the host transport
+    /// (`flags` or `sentinel`; `auto` or unset: by world size, [`HostProtocol::auto`]). Part
+    /// of the plan digest: ranks must agree (the two protocols cannot meet in one workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_protocol: Option<HostProtocol>,
+}
+
+/// The push kernels' protocol over the host transport (docs/cuda.md, "Protocols").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HostProtocol {
+    /// Data polled for a sentinel-free value; the reader clears its inbox one call behind.
+    Sentinel,
+    /// Data, then one release flag per (block, source) carrying the call's generation;
+    /// nothing cleared.
+    Flags,
+}
+
+impl HostProtocol {
+    /// The protocol for `world` ranks when none is forced: flags from
+    /// [`HostProtocol::FLAGS_MIN_WORLD`] ranks. They drop the clears (half the PCIe write
+    /// traffic) but add a round trip per stage (flag, then data), which pays only once the
+    /// clears are large: on one H200 (emulated ranks, 122 x 42 KiB, best algorithm) 2 ranks
+    /// 7.21 us either way, 3 ranks 13.82 sentinel vs 14.01 flags, 4 ranks 18.97 vs 18.08,
+    /// 8 ranks 43.49 vs 30.84 (bench/results/h200-1gpu-hostproto.md).
+    pub fn auto(world: usize) -> HostProtocol {
+        if world >= Self::FLAGS_MIN_WORLD {
+            HostProtocol::Flags
+        } else {
+            HostProtocol::Sentinel
+        }
+    }
+    /// Smallest world that uses flags by default.
+    pub const FLAGS_MIN_WORLD: usize = 4;
+
+    /// Parses `TPAR_HOST_PROTOCOL`'s value: `auto` is `None`.
+    pub fn parse(raw: &str) -> Result<Option<HostProtocol>> {
+        match raw.trim().to_ascii_lowercase().as_str() {
+            "" | "auto" => Ok(None),
+            "flags" => Ok(Some(HostProtocol::Flags)),
+            "sentinel" => Ok(Some(HostProtocol::Sentinel)),
+            _ => Err(config("TPAR_HOST_PROTOCOL", raw, "expected auto, flags or sentinel")),
+        }
+    }
+
+    /// `TPAR_HOST_PROTOCOL` of this process (unset, empty or `auto`: `None`).
+    pub fn from_env() -> Result<Option<HostProtocol>> {
+        match std::env::var_os("TPAR_HOST_PROTOCOL") {
+            None => Ok(None),
+            Some(v) => {
+                let v = v.into_string().map_err(|raw| config("TPAR_HOST_PROTOCOL", &raw.to_string_lossy(), "not valid UTF-8"))?;
+                HostProtocol::parse(&v)
+            }
+        }
+    }
 }
 
 
 /// The variables [`Overrides`] reads.
-pub const OVERRIDE_VARS: [&str; 8] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS", "TPAR_CHECK_CALLS"];
+pub const OVERRIDE_VARS: [&str; 9] = ["TPAR_ALGO", "TPAR_TRANSPORT", "TPAR_MAX_BYTES", "TPAR_DISABLE", "TPAR_DEBUG", "TPAR_PROFILE", "TPAR_BLOCKS", "TPAR_CHECK_CALLS", "TPAR_HOST_PROTOCOL"];
 
 fn config(var: &'static str, value: &str, reason: impl fmt::Display) -> Error {
     Error::Config { var, value: value.to_string(), reason: reason.to_string() }
@@ -108,6 +163,7 @@ impl Overrides {
                 "TPAR_CHECK_CALLS" => {
                     o.check_calls = Some(parse_bool(v).ok_or_else(|| config("TPAR_CHECK_CALLS", raw, "expected 1/0, true/false, yes/no or on/off"))?)
                 }
+                "TPAR_HOST_PROTOCOL" => o.host_protocol = HostProtocol::parse(raw)?,
                 "TPAR_BLOCKS" => {
                     o.blocks = if v.eq_ignore_ascii_case("auto") {
                         None
@@ -168,3 +224,27 @@ fn parse_bool(v: &str) -> Option<bool> {
 }
 
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_protocol_parses_and_is_in_the_digest_only_when_set() {
+        assert_eq!(HostProtocol::parse("flags").unwrap(), Some(HostProtocol::Flags));
+        assert_eq!(HostProtocol::parse(" Sentinel ").unwrap(), Some(HostProtocol::Sentinel));
+        assert_eq!(HostProtocol::parse("auto").unwrap(), None);
+        assert!(HostProtocol::parse("lamport").is_err());
+        let o = Overrides::from_pairs([("TPAR_HOST_PROTOCOL", "flags")]).unwrap();
+        assert_eq!(o.host_protocol, Some(HostProtocol::Flags));
+        assert!(Overrides::from_pairs([("TPAR_HOST_PROTOCOL", "x")]).is_err());
+        // Serialised (the plan digest) only when set, so existing digests are unchanged.
+        let unset = serde_json::to_string(&Overrides::default()).unwrap();
+        assert!(!unset.contains("host_protocol"), "{unset}");
+        assert!(serde_json::to_string(&o).unwrap().contains("\"host_protocol\":\"flags\""));
+        assert_eq!(HostProtocol::auto(2), HostProtocol::Sentinel);
+        assert_eq!(HostProtocol::auto(3), HostProtocol::Sentinel);
+        assert_eq!(HostProtocol::auto(4), HostProtocol::Flags);
+        assert_eq!(HostProtocol::auto(8), HostProtocol::Flags);
+    }
+}
