@@ -50,16 +50,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    // Emulated ranks run one stream each in this process; CUDA maps streams onto
-    // CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default), and ranks sharing a queue
-    // wait on each other until the timeout (16 emulated ranks did, on one H200). Read when
-    // CUDA starts, so it is set here, before any thread or CUDA call, unless the user set it.
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_none() {
-        // SAFETY: the first statement of main after the signal disposition: no other thread
-        // exists yet that could read the environment concurrently.
-        unsafe { std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", "32") };
-    }
     let cli = Cli::parse();
+    emulated_queues();
     let result: Result<(), String> = match cli.command {
         Command::Bench(a) => bench::run(a),
         Command::Check(a) => check::run(a),
@@ -76,5 +68,57 @@ fn main() -> ExitCode {
             eprintln!("tpar: error: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Emulated ranks run one stream each in this process; CUDA maps streams onto
+/// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default, read when CUDA starts), and
+/// ranks whose streams share a queue wait on each other until the timeout (16 emulated ranks
+/// did, on one H200). More queues cost CUDA's start time (32: about 0.33 s more on an H200,
+/// `bench/results/h200-1gpu-round3.md`), so the setting is raised only for a run with more
+/// than 8 emulated ranks, to the largest of them, and never over the user's own.
+fn emulated_queues() {
+    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_some() {
+        return;
+    }
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(q) = queues_for(&args) {
+        // Called before any thread or CUDA call exists (clap spawns none), so no other thread
+        // can read the environment concurrently.
+        std::env::set_var("CUDA_DEVICE_MAX_CONNECTIONS", q.to_string());
+    }
+}
+
+/// The hardware queues a command line's emulated ranks need beyond CUDA's 8: the largest
+/// world of `--emulate-ranks N[,N..]` (either spelling), when it is above 8 (at most 32).
+fn queues_for(args: &[String]) -> Option<usize> {
+    let mut worlds = Vec::new();
+    for (i, a) in args.iter().enumerate() {
+        let list = match a.strip_prefix("--emulate-ranks=") {
+            Some(v) => Some(v),
+            None if a == "--emulate-ranks" => args.get(i + 1).map(String::as_str),
+            None => None,
+        };
+        worlds.extend(list.into_iter().flat_map(|l| l.split(',')).filter_map(|w| w.trim().parse::<usize>().ok()));
+    }
+    worlds.into_iter().max().filter(|w| *w > 8).map(|w| w.min(32))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::queues_for;
+
+    fn q(line: &str) -> Option<usize> {
+        queues_for(&line.split(' ').map(String::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn queues_only_for_more_than_eight_emulated_ranks() {
+        assert_eq!(q("tpar bench --emulate-ranks 8"), None);
+        assert_eq!(q("tpar bench --emulate-ranks 2,4,8"), None);
+        assert_eq!(q("tpar check --emulate-ranks 2,16 -e 1M"), Some(16));
+        assert_eq!(q("tpar check --emulate-ranks=12"), Some(12));
+        assert_eq!(q("tpar bench --world 16"), None, "rank processes have one stream each");
+        assert_eq!(q("tpar bench --emulate-ranks"), None);
     }
 }

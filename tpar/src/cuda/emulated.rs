@@ -143,8 +143,8 @@ impl EmulatedGroup {
             return Err(Error::Unsupported {
                 what: format!("{world} emulated ranks"),
                 reason: format!(
-                    "CUDA gives this process {queues} hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set); ranks whose streams share a queue wait on each other until the timeout. Set CUDA_DEVICE_MAX_CONNECTIONS={} or more before CUDA starts (the tpar command sets 32)",
-                    world.next_power_of_two().max(world)
+                    "CUDA gives this process {queues} hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 unless set); ranks whose streams share a queue wait on each other until the timeout. Set CUDA_DEVICE_MAX_CONNECTIONS={} or more before CUDA starts (the tpar command does so for --emulate-ranks above 8)",
+                    world
                 ),
             });
         }

@@ -146,6 +146,7 @@ impl Row {
         }
     }
 
+    #[allow(clippy::too_many_arguments)] // one row's columns, named at the one call site
     fn from(figure: &'static str, source: &'static str, t: &Topology, world: usize, launch: Launch, quantity: Quantity, measured: f64, predicted: f64, set: Set) -> Row {
         Row {
             figure,
@@ -495,7 +496,8 @@ pub fn markdown(rows: &[Row]) -> String {
         ));
     }
     out.push_str("\n| set | rows | median |error| | worst |error| | worst factor |\n|---|---:|---:|---:|---:|\n");
-    let groups: [(&str, Box<dyn Fn(&Row) -> bool>); 5] = [
+    type Selects = Box<dyn Fn(&Row) -> bool>;
+    let groups: [(&str, Selects); 5] = [
         ("PCIe, fitted", Box::new(|r: &Row| r.pcie && r.set == Set::Fitted)),
         ("PCIe, held out", Box::new(|r: &Row| r.pcie && r.set == Set::HeldOut)),
         ("PCIe, all (known misses included)", Box::new(|r: &Row| r.pcie)),
