@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fifth call: does CUDA_DEVICE_MAX_CONNECTIONS=32 (what the tpar command set for 16 emulated
+# Fifth call (06:22 UTC; the log has no date line): does CUDA_DEVICE_MAX_CONNECTIONS=32 (what the tpar command set for 16 emulated
 # ranks) slow CUDA's start? first_call and the tpar bench process with 8 and 32 queues.
 # `run` with carry [".gpu-r3"], `bash bench/results/h200-1gpu-round3/run5.sh`.
 set -uo pipefail
