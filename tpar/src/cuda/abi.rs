@@ -62,6 +62,40 @@ pub fn describe_call(packed: u64) -> (u64, String) {
     (count, format!("{algo} {dtype} count {count}"))
 }
 
+/// A call as the kernels' descriptors, their mismatch records and checked captures pack it:
+/// `count << 8 | desc_code` ([`describe_call`] reads it back).
+pub fn pack_call(count: usize, desc_code: u32) -> u64 {
+    ((count as u64) << 8) | u64::from(desc_code & 0xff)
+}
+
+/// Captured call sequences ([`pack_call`] per call, one sequence per rank) compared across
+/// ranks: the first call where they differ — the lowest call index, then the lowest rank that
+/// differs from rank 0 there — as `(call, rank)`; `None` when every rank captured the same.
+pub fn first_captured_difference(seqs: &[Vec<u64>]) -> Option<(usize, usize)> {
+    let base = seqs.first()?;
+    let n = seqs.iter().map(Vec::len).max().unwrap_or(0);
+    (0..n).find_map(|k| seqs.iter().enumerate().skip(1).find(|(_, s)| s.get(k) != base.get(k)).map(|(r, _)| (k, r)))
+}
+
+/// The error `rank` reports for the difference `(call, differing)` that
+/// [`first_captured_difference`] found: against the differing rank, or against rank 0 when
+/// `rank` is the one that differs.
+pub fn captured_mismatch(rank: usize, seqs: &[Vec<u64>], (k, differing): (usize, usize)) -> crate::Error {
+    let peer = if differing == rank { 0 } else { differing };
+    let call = |q: usize| seqs.get(q).and_then(|s| s.get(k)).copied();
+    let at = |q: usize| match call(q) {
+        Some(c) => describe_call(c).1,
+        None => format!("no call (captured {} calls)", seqs.get(q).map_or(0, Vec::len)),
+    };
+    let field = match (call(rank), call(peer)) {
+        (Some(a), Some(b)) if a >> 8 != b >> 8 => "count",
+        (Some(a), Some(b)) if (a ^ b) & 0xf != 0 => "dtype",
+        (Some(_), Some(_)) => "algorithm",
+        _ => "number of captured calls",
+    };
+    crate::Error::Mismatch { rank, peer, field, ours: format!("{} at captured call {k}", at(rank)), theirs: at(peer) }
+}
+
 /// The error a rank's device record holds, if any: a timeout naming the peer and phase, or a
 /// mismatch naming the peer and the field that differs. `where_` says which transport.
 pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
@@ -193,8 +227,57 @@ pub const FLAG_BYTES: usize = 2 * MAX_BLOCKS * MAX_RANKS * 4 + BUFS * MAX_RANKS 
 mod tests {
     use super::*;
 
+    fn seq(calls: &[(Algorithm, DType, usize)]) -> Vec<u64> {
+        calls.iter().map(|&(a, d, n)| pack_call(n, desc_code(a, d))).collect()
+    }
+
+    fn first_mismatch(rank: usize, seqs: &[Vec<u64>]) -> crate::Error {
+        let d = first_captured_difference(seqs).expect("the sequences differ");
+        captured_mismatch(rank, seqs, d)
+    }
+
+    #[test]
+    fn a_captured_mismatch_names_the_call_field_and_peer_on_every_rank() {
+        let honest = seq(&[(Algorithm::OneshotPush, DType::BF16, 21504); 3]);
+        let mut odd = honest.clone();
+        odd[1] = pack_call(21504, desc_code(Algorithm::OneshotPush, DType::F16));
+        let seqs = vec![honest.clone(), honest.clone(), odd];
+        assert_eq!(first_captured_difference(&seqs), Some((1, 2)));
+        assert_eq!(first_captured_difference(&[honest.clone(), honest.clone()]), None);
+        for rank in 0..3 {
+            match first_mismatch(rank, &seqs) {
+                crate::Error::Mismatch { rank: r, peer, field, ours, theirs } => {
+                    assert_eq!(r, rank);
+                    assert_eq!(peer, if rank == 2 { 0 } else { 2 });
+                    assert_eq!(field, "dtype");
+                    assert!(ours.ends_with("at captured call 1"), "{ours}");
+                    let (mine, other) = if rank == 2 { ("half", "bfloat16") } else { ("bfloat16", "half") };
+                    assert!(ours.contains(mine) && theirs.contains(other), "{ours} / {theirs}");
+                }
+                e => panic!("expected a mismatch, got {e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_captured_mismatch_reports_a_shorter_sequence_and_counts() {
+        let a = seq(&[(Algorithm::TwoshotPull, DType::F32, 100), (Algorithm::Nccl, DType::F32, 1 << 20)]);
+        let short = a[..1].to_vec();
+        match first_mismatch(1, &[a.clone(), short]) {
+            crate::Error::Mismatch { field, ours, theirs, .. } => {
+                assert_eq!(field, "number of captured calls");
+                assert!(ours.starts_with("no call (captured 1 calls)"), "{ours}");
+                assert!(theirs.contains("nccl"), "{theirs}");
+            }
+            e => panic!("expected a mismatch, got {e}"),
+        }
+        let mut b = a.clone();
+        b[0] = pack_call(101, desc_code(Algorithm::TwoshotPull, DType::F32));
+        assert!(matches!(first_mismatch(0, &[a, b]), crate::Error::Mismatch { field: "count", peer: 1, .. }));
+    }
+
     fn mismatch(ours: (Algorithm, DType, u64), theirs: (Algorithm, DType, u64)) -> crate::Error {
-        let pack = |(a, d, n): (Algorithm, DType, u64)| (n << 8) | u64::from(desc_code(a, d));
+        let pack = |(a, d, n): (Algorithm, DType, u64)| pack_call(n as usize, desc_code(a, d));
         let rec = TparError { code: ERR_MISMATCH, rank: 1, peer: 3, phase: 7, epoch: 42, ours: pack(ours), theirs: pack(theirs), ..Default::default() };
         device_error(&rec, "test").unwrap()
     }

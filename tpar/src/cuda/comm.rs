@@ -33,42 +33,6 @@ const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
 /// How long a dead peer's work may still complete before the wait is abandoned (a peer that
 /// finished its part and exited is not a failure).
 const DEAD_PEER_GRACE: Duration = Duration::from_millis(200);
-/// A call as a checked capture records it: `count << 8 | desc_code` (as the kernels'
-/// descriptors and mismatch records pack it; `abi::describe_call` reads it).
-fn packed_call(algo: Algorithm, dtype: DType, count: usize) -> u64 {
-    ((count as u64) << 8) | u64::from(super::abi::desc_code(algo, dtype) & 0xff)
-}
-
-/// The first call where the captured sequences differ (the lowest call index, then the
-/// lowest rank that differs from rank 0 there), as every rank reports it: `rank` against the
-/// differing rank, or rank 0 when `rank` is the one that differs.
-fn first_difference(rank: usize, seqs: &[Vec<u64>]) -> Error {
-    let n = seqs.iter().map(Vec::len).max().unwrap_or(0);
-    let base = seqs.first().map(Vec::as_slice).unwrap_or(&[]);
-    for k in 0..n {
-        for (r, s) in seqs.iter().enumerate().skip(1) {
-            if s.get(k) != base.get(k) {
-                let peer = if r == rank { 0 } else { r };
-                let at = |q: usize| -> String {
-                    match seqs.get(q).and_then(|s| s.get(k)) {
-                        Some(c) => super::abi::describe_call(*c).1,
-                        None => format!("no call (captured {} calls)", seqs.get(q).map_or(0, Vec::len)),
-                    }
-                };
-                let (ours, theirs) = (at(rank), at(peer));
-                let field = match (seqs.get(rank).and_then(|s| s.get(k)), seqs.get(peer).and_then(|s| s.get(k))) {
-                    (Some(a), Some(b)) if a >> 8 != b >> 8 => "count",
-                    (Some(a), Some(b)) if (a ^ b) & 0xf != 0 => "dtype",
-                    (Some(_), Some(_)) => "algorithm",
-                    _ => "number of captured calls",
-                };
-                return Error::Mismatch { rank, peer, field, ours: format!("{ours} at captured call {k}"), theirs };
-            }
-        }
-    }
-    Error::invalid("capture", "the captured sequences' digests differ but their calls do not")
-}
-
 /// Beyond the device-side deadline, so that a kernel's own timeout (which names the peer and
 /// phase) is what the caller sees when it can be.
 const HOST_GRACE: Duration = Duration::from_secs(1);
@@ -288,7 +252,10 @@ impl GpuCommunicator {
             .iter()
             .map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
             .collect();
-        let e = first_difference(self.rank(), &seqs);
+        let e = match super::abi::first_captured_difference(&seqs) {
+            Some(d) => super::abi::captured_mismatch(self.rank(), &seqs, d),
+            None => Error::invalid("capture", "the captured sequences' digests differ but their calls do not"),
+        };
         self.ws.poison(e.to_string());
         Err(e)
     }
@@ -389,7 +356,7 @@ impl GpuCommunicator {
             Algorithm::Nccl => match &self.nccl {
                 Ok(n) => {
                     if let (Some(seq), CaptureMode::Graph) = (&mut self.captured, self.capture) {
-                        seq.push(packed_call(Algorithm::Nccl, dtype, count));
+                        seq.push(super::abi::pack_call(count, super::abi::desc_code(Algorithm::Nccl, dtype)));
                     }
                     // SAFETY: the caller's contract on input/output is NCCL's.
                     unsafe { n.all_reduce(input, output, count, dtype, self.ws.stream()) }.map(|()| Algorithm::Nccl)
@@ -425,7 +392,7 @@ impl GpuCommunicator {
                 // A checked capture records the call on the host instead of a descriptor.
                 let recorded = match (&mut self.captured, self.capture) {
                     (Some(seq), CaptureMode::Graph) => {
-                        seq.push(packed_call(p.algorithm, dtype, count));
+                        seq.push(super::abi::pack_call(count, super::abi::desc_code(p.algorithm, dtype)));
                         true
                     }
                     _ => false,
@@ -531,52 +498,5 @@ fn kernel_transport(topology: &Topology, world: usize, overrides: &Overrides) ->
         Some(_) => Transport::P2p,
         None if host_ok && f.fits() && transport_usable(Transport::P2p, &f).is_err() => Transport::Host,
         None => Transport::P2p,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn seq(calls: &[(Algorithm, DType, usize)]) -> Vec<u64> {
-        calls.iter().map(|&(a, d, n)| packed_call(a, d, n)).collect()
-    }
-
-    #[test]
-    fn first_difference_names_the_call_field_and_peer_on_every_rank() {
-        let honest = seq(&[(Algorithm::OneshotPush, DType::BF16, 21504); 3]);
-        let mut odd = honest.clone();
-        odd[1] = packed_call(Algorithm::OneshotPush, DType::F16, 21504);
-        let seqs = vec![honest.clone(), honest.clone(), odd];
-        for rank in 0..3 {
-            match first_difference(rank, &seqs) {
-                Error::Mismatch { rank: r, peer, field, ours, theirs } => {
-                    assert_eq!(r, rank);
-                    assert_eq!(peer, if rank == 2 { 0 } else { 2 });
-                    assert_eq!(field, "dtype");
-                    assert!(ours.ends_with("at captured call 1"), "{ours}");
-                    let (mine, other) = if rank == 2 { ("half", "bfloat16") } else { ("bfloat16", "half") };
-                    assert!(ours.contains(mine) && theirs.contains(other), "{ours} / {theirs}");
-                }
-                e => panic!("expected a mismatch, got {e}"),
-            }
-        }
-    }
-
-    #[test]
-    fn first_difference_reports_a_shorter_sequence_and_counts() {
-        let a = seq(&[(Algorithm::TwoshotPull, DType::F32, 100), (Algorithm::Nccl, DType::F32, 1 << 20)]);
-        let short = a[..1].to_vec();
-        match first_difference(1, &[a.clone(), short]) {
-            Error::Mismatch { field, ours, theirs, .. } => {
-                assert_eq!(field, "number of captured calls");
-                assert!(ours.starts_with("no call (captured 1 calls)"), "{ours}");
-                assert!(theirs.contains("nccl"), "{theirs}");
-            }
-            e => panic!("expected a mismatch, got {e}"),
-        }
-        let mut b = a.clone();
-        b[0] = packed_call(Algorithm::TwoshotPull, DType::F32, 101);
-        assert!(matches!(first_difference(0, &[a, b]), Error::Mismatch { field: "count", peer: 1, .. }));
     }
 }

@@ -418,7 +418,7 @@ impl EmulatedGroup {
             a.test_delay_ns = self.skew_ns(r);
             if !eager && desc_code != 0 {
                 if let Some(seq) = self.captured.get_mut(r) {
-                    seq.push(((count as u64) << 8) | u64::from(a.desc_code & 0xff));
+                    seq.push(abi::pack_call(count, a.desc_code));
                 }
                 a.desc_code = 0;
             }
@@ -438,22 +438,16 @@ impl EmulatedGroup {
         Ok(())
     }
 
-    /// The captured sequences, compared across ranks: the first call where a rank differs
-    /// from rank 0 (or a rank made fewer calls) is a Mismatch, as a device check would report.
+    /// The captured sequences, compared across ranks (`abi::first_captured_difference`, as a
+    /// `GpuCommunicator` compares them over its control plane): the first call where a rank
+    /// differs from rank 0 (or made fewer calls) is a Mismatch.
     fn check_captured(&mut self) -> Result<()> {
         let seqs = std::mem::take(&mut self.captured);
-        let Some(first) = seqs.first() else { return Ok(()) };
-        for (r, seq) in seqs.iter().enumerate().skip(1) {
-            let n = first.len().max(seq.len());
-            for k in 0..n {
-                let (ours, theirs) = (seq.get(k).copied().unwrap_or(0), first.get(k).copied().unwrap_or(0));
-                if ours != theirs {
-                    let rec = TparError { code: abi::ERR_MISMATCH, rank: r as u32, peer: 0, phase: 7, epoch: k as u32, ours, theirs, ..Default::default() };
-                    let e = abi::device_error(&rec, "captured graph").unwrap_or_else(|| Error::invalid("capture", "mismatch"));
-                    self.poisoned = Some(e.to_string());
-                    return Err(e);
-                }
-            }
+        if let Some((k, r)) = abi::first_captured_difference(&seqs) {
+            // Reported as the differing rank sees it, against rank 0.
+            let e = abi::captured_mismatch(r, &seqs, (k, r));
+            self.poisoned = Some(e.to_string());
+            return Err(e);
         }
         Ok(())
     }
