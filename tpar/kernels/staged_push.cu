@@ -46,7 +46,7 @@ __device__ void staged_push(const TparArgs& a) {
             pdl_launch_dependents();
             test_pause(a);
         }
-        flags_wait(a, f, 0, gen, 1u << src, dm, world == 2 ? TPAR_PHASE_STAGED : (s == world - 1 ? TPAR_PHASE_PUSH_POLL : TPAR_PHASE_STAGED));
+        flags_wait(a, f, 0, gen, 1u << src, dm, s == world - 1 && world > 2 ? TPAR_PHASE_PUSH_POLL : TPAR_PHASE_STAGED);
         dm = 0u;
     }
     const u32 peers = all_peers(a);
