@@ -6,11 +6,13 @@
 #   scripts/gpu-multi.sh bench [BIN]   latency vs NCCL (eager and graphs, 1 KiB-16 MiB), 122x42 KiB step, tune
 #   scripts/gpu-multi.sh torch         PyTorch's NCCL and symmetric-memory all-reduces, same sizes
 #   scripts/gpu-multi.sh blocks [BIN]  thread blocks per call (TPAR_BLOCKS) against the plan's default
+#   scripts/gpu-multi.sh host [BIN]    the host transport one process per GPU (the no-P2P path: one
+#                                      shared host segment), both protocols, against NCCL with P2P off
 #
 # Builds nothing: BIN is a release `tpar` built elsewhere (default ./tpar). Logs and JSON go to
 # $OUT. NVLink multicast stays off (NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1).
 set -uo pipefail
-STAGE="${1:?usage: gpu-multi.sh check|bench|torch [BIN]}"
+STAGE="${1:?usage: gpu-multi.sh check|bench|torch|blocks|host [BIN]}"
 BIN="${2:-./tpar}"
 OUT="${OUT:-.}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -69,5 +71,26 @@ blocks) {
         done
     done
 } 2>&1 | tee "$OUT/blocks.log" ;;
+host) {
+    # What a box without peer-to-peer gets: tpar's kernels over pinned host memory shared by
+    # the rank processes (TPAR_TRANSPORT=host), and NCCL with P2P disabled (its shared-memory
+    # path through the host), timed in the same runs. P2P stays available to the GPUs: these
+    # figures are the host paths' own, over each GPU's PCIe link.
+    date -u +%FT%TZ
+    nvidia-smi --query-gpu=index,name,pcie.link.gen.current,pcie.link.width.current --format=csv
+    export NCCL_P2P_DISABLE=1
+    T=200 run check --backend cuda --world "$GPUS" --transport host -d all -e 4M --calls 300
+    for w in $(worlds | sort -rn); do
+        T=150 run bench --backend cuda --world "$w" --transport host -b 1K -e 16M -f 2 -d bfloat16 -n 30 -w 5 \
+            --sequence 122x43008 --json "$OUT/host-w$w.json"
+    done
+    for p in flags sentinel; do # the protocol the plan does not pick at this world, for comparison
+        echo "\$ TPAR_HOST_PROTOCOL=$p"
+        TPAR_HOST_PROTOCOL=$p T=120 run bench --backend cuda --world "$GPUS" --transport host -b 16K -e 256K -f 2 \
+            -d bfloat16 -n 30 -w 5 --algo oneshot-push,twoshot-push --mode graph --sequence 122x43008
+    done
+    echo "\$ TPAR_TIMEOUT_MS=3000 tpar selftest kill-rank --world $GPUS --rank $((GPUS - 1)) -e 42K (host)"
+    TPAR_TIMEOUT_MS=3000 timeout 90 "$BIN" selftest kill-rank --world "$GPUS" --transport host --rank $((GPUS - 1)) -e 42K; echo "rc=$?"
+} 2>&1 | tee "$OUT/host.log" ;;
 *) echo "unknown stage $STAGE" >&2; exit 2 ;;
 esac
