@@ -87,12 +87,12 @@ fn host_workspaces_across_processes_need_a_driver_and_refuse_other_transports() 
     let t = Duration::from_secs(1);
     // Not a kernel transport: refused before CUDA is touched.
     for bad in [Transport::Shm, Transport::Nccl] {
-        let e = IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, bad, 1).err();
+        let e = IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, bad, None, 1).err();
         assert!(matches!(e, Some(Error::Unsupported { .. })), "{bad}: {e:?}");
     }
     // Without a GPU: an error naming the library, never a panic, and no segment left behind.
     let job = 0x7e57_0000_0000_0000 | u64::from(std::process::id());
-    match IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, Transport::Host, job) {
+    match IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, Transport::Host, None, job) {
         Ok(ws) => assert_eq!(ws.transport(), Transport::Host),
         Err(e) => assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "{e}"),
     }

@@ -21,12 +21,12 @@ pub struct RankBufs {
     pub output: DeviceBuffer,
 }
 
-/// Group options from the environment: `TPAR_TIMEOUT_MS` (default: the emulated default)
-/// and `TPAR_CHECK_CALLS`.
+/// Group options from the environment: `TPAR_TIMEOUT_MS` (default: the emulated default),
+/// `TPAR_CHECK_CALLS` and `TPAR_HOST_PROTOCOL`.
 pub fn options(transport: Transport) -> Result<GroupOptions, String> {
     let timeout = tpar::cuda::launch::timeout_from_env().map_err(err)?.unwrap_or(tpar::cuda::emulated::DEFAULT_TIMEOUT);
-    let check_calls = tpar::Overrides::from_env().map_err(err)?.check_calls != Some(false);
-    Ok(GroupOptions { transport, timeout, check_calls, islands: Vec::new() })
+    let o = tpar::Overrides::from_env().map_err(err)?;
+    Ok(GroupOptions { transport, timeout, check_calls: o.check_calls != Some(false), islands: Vec::new(), host_protocol: o.host_protocol })
 }
 
 /// The islands of `--islands SPEC` for `world` ranks: `halves` (default), `one`, sizes in

@@ -100,7 +100,7 @@ impl GpuCommunicator {
         let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec { fingerprint, ..cfg.join_spec() })?;
         let device = opts.device.unwrap_or(cfg.rank % topology.gpu_count().max(1));
         let transport = kernel_transport(&topology, cfg.world, &overrides);
-        let mut ws = IpcWorkspace::with_transport(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout, transport, cfg.job_id)?;
+        let mut ws = IpcWorkspace::with_transport(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout, transport, overrides.host_protocol, cfg.job_id)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;
         // Every rank has mapped the workspaces: the host segment's name can go.

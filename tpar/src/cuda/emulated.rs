@@ -14,6 +14,7 @@ use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
 use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
 use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
+use crate::plan::HostProtocol;
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
 
@@ -34,13 +35,17 @@ pub struct GroupOptions {
     /// (`algorithms::hierarchical::from_sizes` makes them from sizes); empty: one island.
     /// Emulated ranks share one GPU: islands here choose the protocol, not the fabric.
     pub islands: Vec<Vec<u32>>,
+    /// The push kernels' protocol over the host transport, when forced
+    /// (`Overrides::host_protocol`, TPAR_HOST_PROTOCOL); `None`: [`HostProtocol::auto`].
+    pub host_protocol: Option<HostProtocol>,
 }
 
 impl Default for GroupOptions {
-    /// p2p, `TPAR_TIMEOUT_MS` (else [`DEFAULT_TIMEOUT`]), calls checked.
+    /// p2p, `TPAR_TIMEOUT_MS` (else [`DEFAULT_TIMEOUT`]), calls checked, the host protocol
+    /// chosen by world size.
     fn default() -> Self {
         let timeout = launch::timeout_from_env().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
-        Self { transport: Transport::P2p, timeout, check_calls: true, islands: Vec::new() }
+        Self { transport: Transport::P2p, timeout, check_calls: true, islands: Vec::new(), host_protocol: None }
     }
 }
 
@@ -151,7 +156,7 @@ impl EmulatedGroup {
         let islands = if opts.islands.is_empty() { 0 } else { crate::algorithms::hierarchical::island_word(&opts.islands, world)? };
         let dev = Device::open(ordinal)?;
         let origin = Stream::new(&dev)?;
-        let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, max_bytes)?;
+        let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, opts.host_protocol, max_bytes)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let data_bytes = abi::data_bytes(world, slot_vecs);
         let mut data = Vec::with_capacity(world);

@@ -20,6 +20,7 @@ use super::emulated::sentinel_word;
 use super::host_ws::HostWorkspace;
 use super::launch::{self, CallSpec, Launcher};
 use crate::error::{Error, Result};
+use crate::plan::HostProtocol;
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
 
@@ -63,13 +64,15 @@ impl IpcWorkspace {
     /// Allocates and initialises rank `rank`'s workspace on device `ordinal`, for calls of
     /// up to `max_bytes` of dtypes as wide as `dtype` (f32, or f16/bf16).
     pub fn new(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration) -> Result<Self> {
-        Self::with_transport(ordinal, rank, world, max_bytes, dtype, timeout, Transport::P2p, 0)
+        Self::with_transport(ordinal, rank, world, max_bytes, dtype, timeout, Transport::P2p, None, 0)
     }
 
     /// As [`new`](Self::new), over `transport`: `P2p` (device memory through CUDA IPC) or
-    /// `Host` (the job's shared host segment, named after `job_id`; rank 0 creates it here).
+    /// `Host` (the job's shared host segment, named after `job_id`; rank 0 creates it here),
+    /// with the push kernels' `host_protocol` when forced (`None`: [`HostProtocol::auto`];
+    /// every rank must pass the same: the plan digest carries it).
     #[allow(clippy::too_many_arguments)]
-    pub fn with_transport(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration, transport: Transport, job_id: u64) -> Result<Self> {
+    pub fn with_transport(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration, transport: Transport, host_protocol: Option<HostProtocol>, job_id: u64) -> Result<Self> {
         if !matches!(transport, Transport::P2p | Transport::Host) {
             return Err(Error::Unsupported {
                 what: format!("transport {transport} for tpar's kernels"),
@@ -85,7 +88,7 @@ impl IpcWorkspace {
         let dev = Device::open(ordinal)?;
         let stream = Stream::new(&dev)?;
         // One rank per process: its kernels share the GPU with no other rank of this process.
-        let launcher = Launcher::new(&dev, &stream, world, 1, transport, max_bytes)?;
+        let launcher = Launcher::new(&dev, &stream, world, 1, transport, host_protocol, max_bytes)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let state = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
         let err = HostMapped::new(&dev, std::mem::size_of::<TparError>())?;

@@ -195,7 +195,9 @@ pub struct Launcher {
 impl Launcher {
     /// Loads the ABI probe (the header alone, compiled for this device), checks the
     /// device's struct offsets against abi.rs on `stream`, and reads the settings.
-    pub fn new(dev: &Device, stream: &Stream, world: usize, ranks_on_device: usize, transport: Transport, max_bytes: usize) -> Result<Self> {
+    /// `host_protocol`: the push kernels' protocol over the host transport when the caller
+    /// forces one (its `Overrides::host_protocol`), `None` for [`HostProtocol::auto`].
+    pub fn new(dev: &Device, stream: &Stream, world: usize, ranks_on_device: usize, transport: Transport, host_protocol: Option<HostProtocol>, max_bytes: usize) -> Result<Self> {
         let settings = Settings::from_env()?;
         let arch = dev.arch();
         let mut driver = 0i32;
@@ -216,7 +218,7 @@ impl Launcher {
             sms,
             ranks_on_device: ranks_on_device.max(1) as u32,
             transport,
-            protocol: push_protocol(transport, world, HostProtocol::from_env()?),
+            protocol: push_protocol(transport, world, host_protocol),
             world,
             max_bytes,
         };

@@ -86,17 +86,6 @@ impl HostProtocol {
             _ => Err(config("TPAR_HOST_PROTOCOL", raw, "expected auto, flags or sentinel")),
         }
     }
-
-    /// `TPAR_HOST_PROTOCOL` of this process (unset, empty or `auto`: `None`).
-    pub fn from_env() -> Result<Option<HostProtocol>> {
-        match std::env::var_os("TPAR_HOST_PROTOCOL") {
-            None => Ok(None),
-            Some(v) => {
-                let v = v.into_string().map_err(|raw| config("TPAR_HOST_PROTOCOL", &raw.to_string_lossy(), "not valid UTF-8"))?;
-                HostProtocol::parse(&v)
-            }
-        }
-    }
 }
 
 
