@@ -83,7 +83,12 @@ static_assert(sizeof(TparState) == 192, "TparState size");
 #define TPAR_KIND_NONE 0u     // pull algorithms: nothing
 #define TPAR_KIND_INBOX 1u    // one-shot and staged push: inbox[buf][src][0..nvec)
 #define TPAR_KIND_TWOSHOT 2u  // two-shot push: inbox[buf][src][my chunk], gather[buf][other chunks]
-#ifdef TPAR_TEST_UNSAFE_TWO_BUFFERS
+#if defined(TPAR_TEST_UNSAFE_ONE_BUFFER)
+// Test only: one buffer, for the flag protocol (which three buffers guard with a margin: two
+// are safe there, docs/cuda.md): a writer then reuses a slot its readers may still be
+// reading, and the skewed-rank stress must catch it.
+#define TPAR_BUFS 1u
+#elif defined(TPAR_TEST_UNSAFE_TWO_BUFFERS)
 // Test only: the guard removed (two buffers, the clear one call behind then races a fast
 // peer's next call). The skewed-rank stress must catch it.
 #define TPAR_BUFS 2u
@@ -199,6 +204,16 @@ __device__ __forceinline__ u32 ld_acquire_sys_u32(const u32* p) {
 __device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
+
+// A relaxed system-scope poll of a flag: no memory clobber and no acquire, so that several
+// may be in flight at once (flags_wait); an acquire fence follows the one that succeeds.
+__device__ __forceinline__ u32 ld_relaxed_sys_u32(const u32* p) {
+    u32 v;
+    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 __device__ __forceinline__ void fence_sc_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }

@@ -173,10 +173,14 @@ __device__ void hierarchical(const TparArgs& a) {
     // 1. Push to my mates.
     for (u64 v = first; v < hi; v += bd) {
         const V16 mine = D::canon(load_input<D>(a, v));
+#if TPAR_WRITE_ONCE
+        if (peers != 0u) flag_data_st_v16(inbox_at(a, rank, f.buf, rank, v), mine);  // once, my own area
+#else
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             if (peers & (1u << q)) flag_data_st_v16(inbox_at(a, q, f.buf, rank, v), mine);
         }
+#endif
     }
     flags_publish(a, 0, gen, peers);
     pdl_launch_dependents();
@@ -186,7 +190,11 @@ __device__ void hierarchical(const TparArgs& a) {
     for (u64 v = first; v < hi; v += bd) {
         const V16 own = D::canon(load_input<D>(a, v));
         V16 x[TPAR_MAX_RANKS];
+#if TPAR_WRITE_ONCE
+        load_peers<SLOT_OWN_INBOX>(a, f, x, peers, v, 0);
+#else
         load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
+#endif
         const V16 s = sum_masked<D>(x, is.mates, rank, own, world);
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;

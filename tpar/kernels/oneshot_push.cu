@@ -33,10 +33,14 @@ __device__ void oneshot_push(const TparArgs& a) {
     const u32 peers = all_peers(a);
     for (u64 v = first; v < hi; v += bd) {
         const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
+#if TPAR_WRITE_ONCE
+        flag_data_st_v16(inbox_at(a, rank, f.buf, rank, v), mine);  // once, into my own area
+#else
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             flag_data_st_v16(inbox_at(a, q, f.buf, rank, v), mine);
         }
+#endif
     }
     flags_publish(a, 0, gen, peers);
     pdl_launch_dependents();
@@ -45,7 +49,11 @@ __device__ void oneshot_push(const TparArgs& a) {
     for (u64 v = first; v < hi; v += bd) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
         V16 x[TPAR_MAX_RANKS];
+#if TPAR_WRITE_ONCE
+        load_peers<SLOT_OWN_INBOX>(a, f, x, peers, v, 0);
+#else
         load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
+#endif
         store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
     }
     frame_end(a, f, nvec, TPAR_KIND_NONE);
