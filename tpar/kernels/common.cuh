@@ -205,16 +205,6 @@ __device__ __forceinline__ void st_release_sys_u32(u32* p, u32 v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-// A relaxed system-scope poll of a flag: no memory clobber and no acquire, so that several
-// may be in flight at once (flags_wait); an acquire fence follows the one that succeeds.
-__device__ __forceinline__ u32 ld_relaxed_sys_u32(const u32* p) {
-    u32 v;
-    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
-
 __device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 __device__ __forceinline__ void fence_sc_sys() { asm volatile("fence.sc.sys;" ::: "memory"); }
 

@@ -513,14 +513,16 @@ extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparA
 #define TPAR_FLAGS 0
 #endif
 
-// Write once (flag protocol): a rank's data for several readers goes once into its own area
-// (host memory: every peer reads it there as cheaply as in its own), not once per reader.
-// One-shot: my input into slot [me] of my own inbox; two-shot: my reduced chunk into my own
-// gather area. Each slot keeps one writer (the owner), and neither slot is written by any
-// other kernel (docs/cuda.md, "Flags").
-#ifndef TPAR_WRITE_ONCE
-#define TPAR_WRITE_ONCE 1
-#endif
+// Write once (flag protocol): data that several peers read go once into the writer's own
+// area, not once into each reader's: host memory is one memory, and every peer reads it
+// there as cheaply as its own. One-shot writes its input into slot [me] of its own inbox,
+// hierarchical's first step likewise for its mates; each peer reads slot [q] of rank q's
+// inbox (SLOT_OWN_INBOX). At 4 ranks one-shot then writes a third of the bytes (23.3 -> 19.3
+// us per 42 KiB call on one H200; bench/results/h200-1gpu-hostpipe.md). Two-shot keeps one
+// copy per reader for its all-gather: written once it measured slower (18.0 -> 19.5 us at
+// 4 ranks, 30.4 -> 36.6 at 8): its stage-2 writes overlap its reads (the link is full
+// duplex), so fewer of them saved nothing, while peers reading the same lines at once cost.
+// Slot [q] of rank q's inbox has one writer (q) and no other kernel writes it.
 
 // A data store of the flag protocol: strong (st.volatile, unclobbered), the block's release
 // publishes it. Plain (weak) stores are as correct (the release is cumulative over them) and
@@ -549,16 +551,6 @@ __device__ __forceinline__ void flags_publish(const TparArgs& a, u32 phase, u32 
     if (q < TPAR_MAX_RANKS && ((mask >> q) & 1u)) st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
 }
 
-// How many flag polls a waiting thread keeps in flight (flags_wait), spaced by about
-// TPAR_FLAG_POLL_GAP_NS when they start: a flag that lands is then seen about one crossing of
-// the link later, not up to a whole round trip plus one. 1: one ld.acquire.sys at a time.
-#ifndef TPAR_FLAG_POLLS
-#define TPAR_FLAG_POLLS 1
-#endif
-#ifndef TPAR_FLAG_POLL_GAP_NS
-#define TPAR_FLAG_POLL_GAP_NS 250
-#endif
-
 // Waits until every rank in `mask` has published `gen` for this block in `phase`; thread q
 // waits for rank q, and a descriptor thread (`dm`, its one-bit mask or 0) also checks its
 // peer's descriptor in the same passes. Ends with block_sync: every thread of the block may
@@ -568,42 +560,6 @@ __device__ __forceinline__ void flags_wait(const TparArgs& a, Frame& f, u32 phas
     bool want = q < TPAR_MAX_RANKS && ((mask >> q) & 1u);
     bool want_desc = dm != 0u;
     u32 polls = 0;
-#if TPAR_FLAG_POLLS > 1
-    // Relaxed polls, TPAR_FLAG_POLLS in flight; the one that sees the generation is followed
-    // by fence.acq_rel.sys (a strong read, then an acquire fence: the acquire pattern).
-    const u32* fp = flag_at(a, a.rank, phase, blockIdx.x, want ? q : 0u);
-    u32 g[TPAR_FLAG_POLLS];
-    bool seen = false;
-    if (want) {
-#pragma unroll
-        for (int k = 0; k < TPAR_FLAG_POLLS; ++k) {
-            g[k] = ld_relaxed_sys_u32(fp);
-            if (k + 1 < TPAR_FLAG_POLLS) nanosleep_ns(TPAR_FLAG_POLL_GAP_NS);
-        }
-    }
-    while ((want || want_desc) && f.ok) {
-        V16 d;
-        if (want_desc) d = ld_poll_v16(desc_at(a, a.rank, f.buf, q));
-#pragma unroll
-        for (int k = 0; k < TPAR_FLAG_POLLS; ++k) {
-            if (want) {
-                if (gen_reached(g[k], gen)) {
-                    want = false;
-                    seen = true;
-                } else {
-                    g[k] = ld_relaxed_sys_u32(fp);
-                }
-            }
-        }
-        if (want_desc && desc_is_for(d, f.epoch)) {
-            want_desc = false;
-            desc_compare(a, f, q, d);
-        }
-        if (!(want || want_desc) || !f.ok) break;
-        if (!still_waiting(a, f, polls, q, want ? err_phase : TPAR_PHASE_DESC)) break;
-    }
-    if (seen) fence_acq_rel_sys();
-#else
     while ((want || want_desc) && f.ok) {
         V16 d;
         u32 g = 0u;
@@ -618,6 +574,5 @@ __device__ __forceinline__ void flags_wait(const TparArgs& a, Frame& f, u32 phas
         if (!(want || want_desc) || !f.ok) break;
         if (!still_waiting(a, f, polls, q, want ? err_phase : TPAR_PHASE_DESC)) break;
     }
-#endif
     block_sync();
 }

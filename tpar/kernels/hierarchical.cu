@@ -154,7 +154,8 @@ __device__ __forceinline__ u32 island_senders(const TparArgs& a, const IslandMas
 }
 
 // The flag protocol (host transport, frame.cuh): the same steps, block b covering the same
-// vectors [lo, hi) on every rank; step 1 publishes flag phase 0 to my mates, step 2 phase 1
+// vectors [lo, hi) on every rank; step 1 writes my input once into slot [me] of my own inbox
+// (write once, frame.cuh; my mates read it there) and publishes flag phase 0 to my mates, step 2 phase 1
 // to my targets; step 3 waits for the phase-1 flag of every rank that sends me an island
 // sum, then reads them. Nothing cleared.
 template <class D>
@@ -173,14 +174,7 @@ __device__ void hierarchical(const TparArgs& a) {
     // 1. Push to my mates.
     for (u64 v = first; v < hi; v += bd) {
         const V16 mine = D::canon(load_input<D>(a, v));
-#if TPAR_WRITE_ONCE
         if (peers != 0u) flag_data_st_v16(inbox_at(a, rank, f.buf, rank, v), mine);  // once, my own area
-#else
-        for (u32 i = 1; i < world; ++i) {
-            const u32 q = rank + i < world ? rank + i : rank + i - world;
-            if (peers & (1u << q)) flag_data_st_v16(inbox_at(a, q, f.buf, rank, v), mine);
-        }
-#endif
     }
     flags_publish(a, 0, gen, peers);
     pdl_launch_dependents();
@@ -190,11 +184,7 @@ __device__ void hierarchical(const TparArgs& a) {
     for (u64 v = first; v < hi; v += bd) {
         const V16 own = D::canon(load_input<D>(a, v));
         V16 x[TPAR_MAX_RANKS];
-#if TPAR_WRITE_ONCE
         load_peers<SLOT_OWN_INBOX>(a, f, x, peers, v, 0);
-#else
-        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
-#endif
         const V16 s = sum_masked<D>(x, is.mates, rank, own, world);
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;

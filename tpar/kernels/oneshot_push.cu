@@ -13,10 +13,14 @@
 #include "common.cuh"
 
 #if TPAR_FLAGS
-// The flag protocol (host transport, frame.cuh): block b sends the vectors [lo, hi) it
-// covers on every rank with plain stores, publishes its flag to every peer, waits for every
-// peer's flag for block b (the descriptors ride along), then reads the peers' slots and
-// reduces. Nothing cleared. Block b reads and writes only its own vectors (in place: safe).
+// The flag protocol (host transport, frame.cuh): block b writes the vectors [lo, hi) it
+// covers once, into slot [me] of my own inbox (write once, frame.cuh), publishes its flag to
+// every peer, waits for every peer's flag for block b (the descriptors ride along), then
+// reads slot [q] of every peer q's inbox and reduces. Nothing cleared. Block b reads and
+// writes only its own vectors (in place: safe). Reuse: slot [me] of buffer b is next
+// written by my call k+3 (k+2 would do, docs/cuda.md), which I start only after my call
+// k+2 had every peer's flag, which each peer publishes only after its call k (its reads of
+// my slot included) has completed.
 template <class D>
 __device__ void oneshot_push(const TparArgs& a) {
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
@@ -25,7 +29,7 @@ __device__ void oneshot_push(const TparArgs& a) {
     block_range(nvec, lo, hi);
     const u64 bd = blockDim.x;
     const u64 first = lo + threadIdx.x;
-    const u32 world = a.world, rank = a.rank;
+    const u32 rank = a.rank;
     V16 pre = {0u, 0u, 0u, 0u};
     if (first < hi) pre = D::canon(load_input<D>(a, first));
     Frame f = frame_begin(a);
@@ -33,14 +37,7 @@ __device__ void oneshot_push(const TparArgs& a) {
     const u32 peers = all_peers(a);
     for (u64 v = first; v < hi; v += bd) {
         const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
-#if TPAR_WRITE_ONCE
         flag_data_st_v16(inbox_at(a, rank, f.buf, rank, v), mine);  // once, into my own area
-#else
-        for (u32 i = 1; i < world; ++i) {
-            const u32 q = rank + i < world ? rank + i : rank + i - world;
-            flag_data_st_v16(inbox_at(a, q, f.buf, rank, v), mine);
-        }
-#endif
     }
     flags_publish(a, 0, gen, peers);
     pdl_launch_dependents();
@@ -49,11 +46,7 @@ __device__ void oneshot_push(const TparArgs& a) {
     for (u64 v = first; v < hi; v += bd) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
         V16 x[TPAR_MAX_RANKS];
-#if TPAR_WRITE_ONCE
         load_peers<SLOT_OWN_INBOX>(a, f, x, peers, v, 0);
-#else
-        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
-#endif
         store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
     }
     frame_end(a, f, nvec, TPAR_KIND_NONE);

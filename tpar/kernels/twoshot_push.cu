@@ -74,14 +74,10 @@ __device__ void twoshot_push(const TparArgs& a) {
         V16 x[TPAR_MAX_RANKS];
         load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
         const V16 r = reduce_in_rank_order<D>(a, x, own);
-#if TPAR_WRITE_ONCE
-        flag_data_st_v16(gather_at(a, rank, f.buf, v), r);  // once, into my own area
-#else
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             flag_data_st_v16(gather_at(a, q, f.buf, v), r);
         }
-#endif
         store_output<D>(a, v, r);
     }
     flags_publish(a, 1, gen, peers);
@@ -94,17 +90,12 @@ __device__ void twoshot_push(const TparArgs& a) {
         for (int u = 0; u < TPAR_UNROLL; ++u) {
             const u64 i = base + (u64)u * bd;
             vv[u] = nvec;
-            u32 q = rank;
             if (i < items) {
                 const u32 k = (u32)i / span;
-                q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
                 vv[u] = (u64)q * cvec + jb + ((u32)i - k * span);
             }
-#if TPAR_WRITE_ONCE
-            if (vv[u] < nvec) val[u] = ld_poll_v16(gather_at(a, q, f.buf, vv[u]));  // the owner's area
-#else
             if (vv[u] < nvec) val[u] = ld_poll_v16(gather_at(a, rank, f.buf, vv[u]));
-#endif
         }
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u)

@@ -104,17 +104,12 @@ pub fn unsafe_two_buffers_for_test() -> bool {
     env("TPAR_TEST_UNSAFE_TWO_BUFFERS").as_deref() == Some("1")
 }
 
-/// `TPAR_TEST_FLAG_DEFINES="NAME=VALUE ..."`: extra `-DNAME=VALUE` for the flag protocol's
-/// kernels (measurement knobs of the kernels' `#ifndef` defaults, e.g. `TPAR_FLAG_POLLS=2`).
-/// Only names starting `TPAR_` and values of digits are taken; anything else is ignored.
-/// Part of the compile options, so the cubin cache keeps the variants apart.
-pub fn flag_defines_for_test() -> Vec<String> {
-    let Some(raw) = env("TPAR_TEST_FLAG_DEFINES") else { return Vec::new() };
-    raw.split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, v)| k.starts_with("TPAR_") && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') && !v.is_empty() && v.chars().all(|c| c.is_ascii_digit()))
-        .map(|(k, v)| format!("-D{k}={v}"))
-        .collect()
+/// `TPAR_TEST_UNSAFE_ONE_BUFFER=1`: compile the kernels with one buffer — for the flag
+/// protocol, whose reuse two buffers already guard (docs/cuda.md): a writer's next call then
+/// overwrites a slot its readers may still read, and the skewed-rank graph test (distinct
+/// inputs per call) must catch it. Never for real use.
+pub fn unsafe_one_buffer_for_test() -> bool {
+    env("TPAR_TEST_UNSAFE_ONE_BUFFER").as_deref() == Some("1")
 }
 
 /// The push kernels' protocol for a workspace of `world` ranks over `transport`: over p2p
@@ -274,8 +269,8 @@ impl Launcher {
             }
             let mut opts = nvrtc::options(&self.arch, Some(dtype));
             opts.extend(protocol_defines(self.protocol));
-            if self.protocol == HostProtocol::Flags {
-                opts.extend(flag_defines_for_test());
+            if unsafe_one_buffer_for_test() {
+                opts.push("-DTPAR_TEST_UNSAFE_ONE_BUFFER".into());
             }
             if unsafe_two_buffers_for_test() {
                 opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());

@@ -63,10 +63,11 @@ pub enum HostProtocol {
 impl HostProtocol {
     /// The protocol for `world` ranks when none is forced: flags from
     /// [`HostProtocol::FLAGS_MIN_WORLD`] ranks. They drop the clears (half the PCIe write
-    /// traffic) but add a round trip per stage (flag, then data), which pays only once the
-    /// clears are large: on one H200 (emulated ranks, 122 x 42 KiB, best algorithm) 2 ranks
-    /// 7.21 us either way, 3 ranks 13.82 sentinel vs 14.01 flags, 4 ranks 18.97 vs 18.08,
-    /// 8 ranks 43.49 vs 30.84 (bench/results/h200-1gpu-hostproto.md).
+    /// traffic) and write one-shot's input once, into the writer's own host area, instead of
+    /// once per peer, but add a round trip per stage (flag, then data). On one H200 (emulated
+    /// ranks, 122 x 42 KiB, one-shot push, the plan's pick over host; sentinel vs flags):
+    /// 2 ranks 7.37 vs 8.27 us, 3 ranks 15.65 vs 13.16, 4 ranks 23.3 vs 19.3, 8 ranks 93.8
+    /// vs 60.9 (bench/results/h200-1gpu-hostpipe.md; two-shot: h200-1gpu-hostproto.md).
     pub fn auto(world: usize) -> HostProtocol {
         if world >= Self::FLAGS_MIN_WORLD {
             HostProtocol::Flags
@@ -75,7 +76,7 @@ impl HostProtocol {
         }
     }
     /// Smallest world that uses flags by default.
-    pub const FLAGS_MIN_WORLD: usize = 4;
+    pub const FLAGS_MIN_WORLD: usize = 3;
 
     /// Parses `TPAR_HOST_PROTOCOL`'s value: `auto` is `None`.
     pub fn parse(raw: &str) -> Result<Option<HostProtocol>> {
@@ -232,7 +233,7 @@ mod tests {
         assert!(!unset.contains("host_protocol"), "{unset}");
         assert!(serde_json::to_string(&o).unwrap().contains("\"host_protocol\":\"flags\""));
         assert_eq!(HostProtocol::auto(2), HostProtocol::Sentinel);
-        assert_eq!(HostProtocol::auto(3), HostProtocol::Sentinel);
+        assert_eq!(HostProtocol::auto(3), HostProtocol::Flags);
         assert_eq!(HostProtocol::auto(4), HostProtocol::Flags);
         assert_eq!(HostProtocol::auto(8), HostProtocol::Flags);
     }

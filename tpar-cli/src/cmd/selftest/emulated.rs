@@ -14,6 +14,10 @@ use tpar::testing::all_inputs;
 use tpar::units::percentiles;
 use tpar::{bf16, f16, Algorithm, DType, Element, Transport};
 
+/// Distinct input sets of the graph test, cycled over its calls: more than the three
+/// buffers, so that calls k..k+3 of a rank never send the same bits.
+const INPUT_SETS: usize = 4;
+
 /// 42 KiB of bf16: the verify step's all-reduce.
 const COUNT_42K: usize = 21504;
 
@@ -147,17 +151,27 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         .map(|_| (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
-    let inputs = all_inputs::<T>(seed, algo.code(), world, count);
-    for (b, x) in r.bufs.iter().zip(&inputs) {
-        b.input.upload(x).map_err(err)?;
+    // Successive calls get different inputs (INPUT_SETS sets, call c takes set c % INPUT_SETS):
+    // a call that read a slot a peer's next call had already overwritten would otherwise
+    // sum the same bits and pass (the flag protocol's reuse race; the sentinel's shows as
+    // a timeout either way).
+    let sets = calls.clamp(1, INPUT_SETS);
+    let inputs: Vec<Vec<Vec<T>>> = (0..sets).map(|k| all_inputs::<T>(seed ^ ((k as u64) << 32), algo.code(), world, count)).collect();
+    let mut ins: Vec<Vec<DeviceBuffer>> = Vec::with_capacity(sets);
+    for set in &inputs {
+        let bufs = (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>().map_err(err)?;
+        for (b, x) in bufs.iter().zip(set) {
+            b.upload(x).map_err(err)?;
+        }
+        ins.push(bufs);
     }
-    let (i, _) = ptrs(&r.bufs);
     r.g.prepare(d).map_err(err)?;
     let e0 = r.g.epoch(0).map_err(err)?;
     let gr = r
         .g
         .capture(|g| {
-            for out in &outs {
+            for (c, out) in outs.iter().enumerate() {
+                let i: Vec<u64> = ins[c % sets].iter().map(|b| b.ptr).collect();
                 let o: Vec<u64> = out.iter().map(|b| b.ptr).collect();
                 g.enqueue(algo, d, count, &i, &o, blocks)?;
             }
@@ -176,12 +190,12 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
     r.g.synchronize().map_err(err)?;
     let secs = t0.elapsed().as_secs_f64();
     let mut wrong = 0i64;
-    for out in &outs {
+    for (c, out) in outs.iter().enumerate() {
         let mut outcomes = Vec::with_capacity(world);
         for b in out {
             let mut host = vec![T::from_f32(0.0); count];
             b.download(&mut host).map_err(err)?;
-            outcomes.push(judge_on(&host, &inputs, algo, &r.islands));
+            outcomes.push(judge_on(&host, &inputs[c % sets], algo, &r.islands));
         }
         wrong += Verdict::of(&outcomes, count).bad_elements();
     }
