@@ -70,6 +70,8 @@ if [ "$MODE" = skew ]; then
     step skew-stress 240 -- "$NEW" check --emulate-ranks 8 --calls 3000 --skew-ns 20000 -e 256K -d all --algo "$K"
     step skew-graph 240 -- "$NEW" selftest graph --emulate-ranks 2,8 --replays 50 --skew-ns 5000 --sequence 122x256K -d all
     expect_fail unguarded-skew 200 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/unsafe" -- bash -c "TPAR_TIMEOUT_MS=300 $NEW selftest graph --emulate-ranks 2,8 --replays 50 --skew-ns 5000 --sequence 122x256K -d bfloat16"
+    # the flag protocol's guard (host transport): one buffer must be caught (wrong sums)
+    expect_fail unguarded-flags-skew 60 TPAR_TEST_UNSAFE_ONE_BUFFER=1 XDG_CACHE_HOME="$CACHE/unsafe1" -- bash -c "TPAR_TIMEOUT_MS=500 $NEW selftest graph --emulate-ranks 4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d bfloat16"
     step seq-new 240 -- "$NEW" bench --emulate-ranks 8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16
     for s in "${summary[@]}"; do echo "$s"; done | tee "$OUT/summary.txt"
     exit "$failed"
@@ -86,6 +88,7 @@ step skew-stress 240 -- "$NEW" check --emulate-ranks 8 --calls 3000 --skew-ns 20
 step skew-graph 240 -- "$NEW" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d all
 step skew-graph-nopdl 240 TPAR_PDL=0 -- "$NEW" selftest graph --emulate-ranks 4 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
 expect_fail unguarded-skew 200 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/unsafe" -- bash -c "TPAR_TIMEOUT_MS=300 $NEW check --emulate-ranks 2,8 --calls 5000 --skew-ns 20000 -e 1M -d bfloat16 --algo oneshot-push,twoshot-push,staged-push && TPAR_TIMEOUT_MS=300 $NEW selftest graph --emulate-ranks 2,8 --replays 50 --skew-ns 5000 --sequence 122x256K -d bfloat16"
+expect_fail unguarded-flags-skew 60 TPAR_TEST_UNSAFE_ONE_BUFFER=1 XDG_CACHE_HOME="$CACHE/unsafe1" -- bash -c "TPAR_TIMEOUT_MS=500 $NEW selftest graph --emulate-ranks 4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d bfloat16"
 step timeout-test 120 TPAR_TIMEOUT_MS=200 -- "$NEW" selftest timeout --emulate-ranks 2,8
 step timeout-env 60 TPAR_TIMEOUT_MS=300 -- "$NEW" selftest timeout --emulate-ranks 4
 step mismatch-test 120 TPAR_TIMEOUT_MS=2000 -- "$NEW" selftest mismatch --emulate-ranks 2,8
