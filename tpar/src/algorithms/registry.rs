@@ -71,7 +71,7 @@ const NONE: &[Transport] = &[];
 pub static REGISTRY: [Spec; 8] = [
     Spec {
         algorithm: Algorithm::OneshotPush,
-        summary: "write my input into every peer's inbox, poll my own, reduce: one hop (sentinel in the data)",
+        summary: "write my input into every peer's inbox, poll my own, reduce: one hop (sentinel in the data; over host with flags, written once into my own area and read there)",
         role: Role::Candidate,
         cpu: true,
         kernel: kernel!("oneshot_push.cu"),
