@@ -34,8 +34,42 @@ typedef unsigned long long u64;
 // Spins read %globaltimer once every this many polls (see poll_until_not_sentinel).
 #define TPAR_POLLS_PER_CLOCK 16u
 
+// The lean variant (large messages; the launcher compiles it with -DTPAR_LEAN, for the
+// kernels that define TPAR_LEAN_READY before including this header): at most 64 registers a
+// thread, so that TPAR_LEAN_MIN_BLOCKS blocks of TPAR_THREADS are resident per SM (twice
+// the warps of the default, whose ~120 registers allow one). It reduces peers in groups of
+// TPAR_PEER_GROUP (frame.cuh: load_reduce, poll_reduce) and keeps fewer loads in flight in
+// the bulk loops; every sum is the same f32 adds in the same rank order.
+#if defined(TPAR_LEAN) && defined(TPAR_LEAN_READY)
+#define TPAR_LEAN_ON 1
+#define TPAR_LEAN_MIN_BLOCKS 2
+// Peers loaded at a time: the kernel's TPAR_LEAN_PEER_GROUP (the largest that compiles
+// without a spill on sm_80/sm_90/sm_120 in every dtype: register allocation at the 64 limit
+// differs by a register or two between kernels), else 4 (8 ranks: two groups).
+#ifndef TPAR_PEER_GROUP
+#ifdef TPAR_LEAN_PEER_GROUP
+#define TPAR_PEER_GROUP TPAR_LEAN_PEER_GROUP
+#else
+#define TPAR_PEER_GROUP 4
+#endif
+#endif
+#ifndef TPAR_GATHER_GROUP
+#define TPAR_GATHER_GROUP TPAR_PEER_GROUP  // peers a pull all-gather copies at a time
+#endif
 // Independent 16-byte loads a thread keeps in flight in the bulk loops.
+#ifndef TPAR_UNROLL
+#define TPAR_UNROLL 2
+#endif
+// Vector indices of the kernels' loops: 32-bit (the launcher runs the lean variant only for
+// messages under 2^31 vectors, so an index plus a grid's stride never wraps).
+#define TPAR_IDX u32
+#else
+#define TPAR_LEAN_ON 0
+#define TPAR_PEER_GROUP TPAR_MAX_RANKS
+#define TPAR_GATHER_GROUP TPAR_MAX_RANKS
 #define TPAR_UNROLL 4
+#define TPAR_IDX u64
+#endif
 
 // ---------------------------------------------------------------------------------------
 // Plain-data structs shared with the host (twins in abi.rs).

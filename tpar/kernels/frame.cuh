@@ -177,11 +177,17 @@ __device__ __forceinline__ Frame frame_begin(const TparArgs& a) {
     Frame f;
     f.epoch = st->epoch[blockIdx.x];
     f.buf = st->buf[blockIdx.x];
+#if TPAR_LEAN_ON
+    // Lean variant: loaded where used (prev_call): three registers fewer for the whole call.
+    f.prev_kind = TPAR_KIND_NONE;
+    f.prev_nvec = 0ull;
+#else
     const u32 k0 = st->prev_kind[0], k1 = st->prev_kind[1];
     const u64 n0 = st->prev_nvec[0], n1 = st->prev_nvec[1];
     const bool odd = ((f.epoch - 1u) & 1u) != 0u;
     f.prev_kind = odd ? k1 : k0;
     f.prev_nvec = odd ? n1 : n0;
+#endif
     f.deadline_ns = 0ull;
     f.ok = true;
     // Unclobbered: the kernel's first loads need not wait behind it (a peer polls it in the
@@ -215,15 +221,35 @@ __device__ __forceinline__ void frame_end(const TparArgs& a, const Frame& f, u64
     }
 }
 
-// What the previous call left in the push region (TPAR_KIND_*).
-// (Loaded by frame_begin, with the epoch: not a dependent load at the point of use.)
-__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) { return f.prev_kind; }
+// What the previous call left in the push region (TPAR_KIND_*) and its vectors. Loaded by
+// frame_begin, with the epoch: not a dependent load at the point of use; the lean variant
+// loads them here instead (the state's slot of the previous epoch's parity, which only this
+// rank's previous kernel wrote: frame_end of this call writes the other one).
+__device__ __forceinline__ void prev_call(const TparArgs& a, const Frame& f, u32& kind, u64& nvec) {
+#if TPAR_LEAN_ON
+    const TparState* st = (const TparState*)a.state;
+    const u32 p = (f.epoch - 1u) & 1u;
+    kind = st->prev_kind[p];
+    nvec = st->prev_nvec[p];
+#else
+    kind = f.prev_kind;
+    nvec = f.prev_nvec;
+#endif
+}
+__device__ __forceinline__ u32 previous_kind(const TparArgs& a, const Frame& f) {
+    u32 kind;
+    u64 nvec;
+    prev_call(a, f, kind, nvec);
+    return kind;
+}
 
 // Clears slot [src] of my inbox in the previous call's buffer, when that call was a
 // TPAR_KIND_INBOX one (staged push clears one source per step, before it waits on it).
 template <class D>
 __device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Frame& f, u32 src) {
-    const u64 n = f.prev_nvec;
+    u32 kind;
+    u64 n;
+    prev_call(a, f, kind, n);
     const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
     const u64 stride = grid_threads();
     const V16 e = empty_v16<D>();
@@ -234,9 +260,10 @@ __device__ __forceinline__ void clear_previous_slot(const TparArgs& a, const Fra
 // peer's call k+2). Every thread of the grid takes its share; plain stores, nothing waits.
 template <class D>
 __device__ void clear_previous(const TparArgs& a, const Frame& f) {
-    const u32 kind = f.prev_kind;
+    u32 kind;
+    u64 n;
+    prev_call(a, f, kind, n);
     if (kind == TPAR_KIND_NONE) return;
-    const u64 n = f.prev_nvec;
     const u32 pb = f.buf == 0u ? TPAR_BUFS - 1u : f.buf - 1u;
     const u32 world = a.world, rank = a.rank;
     const u64 t0 = global_tid(), stride = grid_threads();
@@ -287,26 +314,28 @@ __device__ __forceinline__ const V16* slot_of(const TparArgs& a, u32 buf, u32 q,
     return pull_at(a, q, buf, 1, (u64)q * cvec + v);
 }
 
-// Sentinel poll over the peers in `pending` (bit q = rank q), and the one descriptor in
-// `desc_pending` (a descriptor thread's peer, or 0). On return every x[q] of `pending` holds
-// data (unless f.ok is false).
-template <class D, int K>
-__device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 pending, u32 desc_pending, u64 v, u64 cvec, u32 phase) {
+// Sentinel poll over the peers in `pending` (bit q = rank q) among ranks q0..q0+G-1, and the
+// one descriptor in `desc_pending` (a descriptor thread's peer, or 0). x[u] is rank q0+u's
+// slot; on return every x[q - q0] of `pending` holds data (unless f.ok is false).
+template <class D, int K, int G>
+__device__ __forceinline__ void poll_group(const TparArgs& a, Frame& f, V16 (&x)[G], u32 q0, u32 pending, u32 desc_pending, u64 v, u64 cvec, u32 phase) {
     const u32 world = a.world;
     const u32 dq = desc_pending ? (u32)(__ffs(desc_pending) - 1) : 0u;
     u32 polls = 0;
     V16 d;
     while (true) {
 #pragma unroll
-        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        for (u32 u = 0; u < (u32)G; ++u) {
+            const u32 q = q0 + u;
             if (q >= world) break;
-            if (pending & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
+            if (pending & (1u << q)) x[u] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
         }
         if (desc_pending) d = ld_poll_v16(desc_at(a, a.rank, f.buf, dq));
 #pragma unroll
-        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+        for (u32 u = 0; u < (u32)G; ++u) {
+            const u32 q = q0 + u;
             if (q >= world) break;
-            if ((pending & (1u << q)) && !D::has_empty_lane(x[q])) pending &= ~(1u << q);
+            if ((pending & (1u << q)) && !D::has_empty_lane(x[u])) pending &= ~(1u << q);
         }
         if (desc_pending && desc_is_for(d, f.epoch)) {
             desc_pending = 0u;
@@ -316,6 +345,12 @@ __device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)
         const u32 late = pending ? pending : desc_pending;
         if (!still_waiting(a, f, polls, __ffs(late) - 1, pending ? phase : TPAR_PHASE_DESC)) return;
     }
+}
+
+// poll_group over every rank at once: x[q] is rank q's slot.
+template <class D, int K>
+__device__ __forceinline__ void poll_peers(const TparArgs& a, Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 pending, u32 desc_pending, u64 v, u64 cvec, u32 phase) {
+    poll_group<D, K, TPAR_MAX_RANKS>(a, f, x, 0u, pending, desc_pending, v, cvec, phase);
 }
 
 // Sentinel poll of one slot `p` (rank `peer`'s data), and the one descriptor in
@@ -379,6 +414,90 @@ __device__ __forceinline__ V16 reduce_in_rank_order(const TparArgs& a, const V16
     return D::pack(acc);
 }
 
+// ---------------------------------------------------------------------------------------
+// Peers in groups (the lean variant). A reduce that loads every peer before adding keeps
+// TPAR_MAX_RANKS vectors live (64 registers of a thread's ~120): one 512-thread block per
+// SM. The verbs below load TPAR_PEER_GROUP peers at a time and add each group into the f32
+// accumulator before loading the next: the same f32 adds in the same rank order 0..world-1
+// (bitwise the same result), fewer vectors live. TPAR_PEER_GROUP is TPAR_MAX_RANKS (one
+// group: today's code) unless the kernel is compiled as its lean variant (-DTPAR_LEAN, for
+// large messages, chosen by the launcher: docs/cuda.md), where it is 4 and the kernel is
+// bounded to TPAR_LEAN_MIN_BLOCKS blocks of TPAR_THREADS per SM (64 registers a thread).
+
+// Adds rank q's vector into acc (the first rank sets it): the rank-order sum's one step.
+template <class D>
+__device__ __forceinline__ void acc_rank(float (&acc)[8], u32 q, V16 y) {
+    if (q == 0u) D::set(acc, y);
+    else D::add(acc, y);
+}
+
+// Loads every peer in `mask` (barrier- or flag-guarded data, as load_peers) and sums in rank
+// order with `own` at a.rank, TPAR_PEER_GROUP loads in flight at a time. `mask` must hold
+// every rank but me (the sum needs them all).
+template <class D, int K>
+__device__ __forceinline__ V16 load_reduce(const TparArgs& a, const Frame& f, u32 mask, u64 v, u64 cvec, V16 own) {
+#if !TPAR_LEAN_ON
+    V16 x[TPAR_MAX_RANKS];  // one group: every load in flight, then the sum (today's code)
+    load_peers<K>(a, f, x, mask, v, cvec);
+    return reduce_in_rank_order<D>(a, x, own);
+#else
+    float acc[8];
+    const u32 world = a.world, rank = a.rank;
+#pragma unroll
+    for (u32 g = 0; g < TPAR_MAX_RANKS; g += TPAR_PEER_GROUP) {
+        if (g >= world) break;
+        V16 x[TPAR_PEER_GROUP];
+#pragma unroll
+        for (u32 u = 0; u < TPAR_PEER_GROUP; ++u) {
+            const u32 q = g + u;
+            if (q >= world) break;
+            if (mask & (1u << q)) x[u] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
+        }
+#pragma unroll
+        for (u32 u = 0; u < TPAR_PEER_GROUP; ++u) {
+            const u32 q = g + u;
+            if (q >= world) break;
+            acc_rank<D>(acc, q, q == rank ? own : x[u]);
+        }
+    }
+    return D::pack(acc);
+#endif
+}
+
+// Sentinel-polls every peer in `pending` (and the descriptor in `desc_pending`, before the
+// data in the lean variant, in the same passes otherwise) and sums in rank order with `own` at a.rank, one group of TPAR_PEER_GROUP
+// ranks at a time: a group is added once all of it has arrived. `pending` must hold every
+// rank but me.
+template <class D, int K>
+__device__ __forceinline__ V16 poll_reduce(const TparArgs& a, Frame& f, u32 pending, u32 desc_pending, u64 v, u64 cvec, u32 phase, V16 own) {
+#if !TPAR_LEAN_ON
+    V16 x[TPAR_MAX_RANKS];  // one group: every peer polled in one pass, then the sum
+    poll_peers<D, K>(a, f, x, pending, desc_pending, v, cvec, phase);
+    return reduce_in_rank_order<D>(a, x, own);
+#else
+    if (desc_pending) {  // the descriptor first, on its own (usually there: one load)
+        V16 none[1];
+        poll_group<D, K, 1>(a, f, none, 0u, 0u, desc_pending, v, cvec, phase);
+    }
+    float acc[8];
+    const u32 world = a.world, rank = a.rank;
+#pragma unroll
+    for (u32 g = 0; g < TPAR_MAX_RANKS; g += TPAR_PEER_GROUP) {
+        if (g >= world) break;
+        V16 x[TPAR_PEER_GROUP];
+        const u32 in_group = (TPAR_PEER_GROUP >= 32 ? 0xffffffffu : ((1u << TPAR_PEER_GROUP) - 1u)) << g;
+        poll_group<D, K, TPAR_PEER_GROUP>(a, f, x, g, pending & in_group, 0u, v, cvec, phase);
+#pragma unroll
+        for (u32 u = 0; u < TPAR_PEER_GROUP; ++u) {
+            const u32 q = g + u;
+            if (q >= world) break;
+            acc_rank<D>(acc, q, q == rank ? own : x[u]);
+        }
+    }
+    return D::pack(acc);
+#endif
+}
+
 // Descriptor thread of a pull kernel: its peer's descriptor is loaded together with its
 // first data loads (desc_prefetch) and checked after them (desc_check), re-polled only if
 // it was not there yet.
@@ -428,8 +547,13 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
 
 // One translation unit per (algorithm, dtype) when the host compiles only what a call needs
 // (-DTPAR_ONLY_F32 / _F16 / _BF16); all three otherwise (the CI compile test).
+#if TPAR_LEAN_ON
+#define TPAR_BOUNDS __launch_bounds__(TPAR_THREADS, TPAR_LEAN_MIN_BLOCKS)
+#else
+#define TPAR_BOUNDS __launch_bounds__(TPAR_THREADS)
+#endif
 #define TPAR_ENTRY(NAME, SUFFIX, D) \
-    extern "C" __global__ void __launch_bounds__(TPAR_THREADS) NAME##_##SUFFIX(const TparArgs a) { NAME<D>(a); }
+    extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparArgs a) { NAME<D>(a); }
 #if defined(TPAR_ONLY_F32)
 #define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32)
 #elif defined(TPAR_ONLY_F16)
@@ -531,9 +655,10 @@ extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparA
 __device__ __forceinline__ void flag_data_st_v16(V16* p, V16 v) { st_send_v16(p, v); }
 
 // The vectors [lo, hi) of n that block blockIdx.x covers (the same on every rank).
-__device__ __forceinline__ void block_range(u64 n, u64& lo, u64& hi) {
-    const u64 per = (n + gridDim.x - 1u) / gridDim.x;
-    const u64 l = (u64)blockIdx.x * per;
+template <class I>
+__device__ __forceinline__ void block_range(I n, I& lo, I& hi) {
+    const I per = (n + gridDim.x - 1u) / gridDim.x;
+    const I l = (I)blockIdx.x * per;
     lo = l < n ? l : n;
     hi = lo + per < n ? lo + per : n;
 }

@@ -13,37 +13,41 @@
 // i.e. to have finished reading in call k.
 // Block b of every rank covers the same vectors (same grid, same partition), so a per-block
 // barrier orders exactly the data each block reads.
+#define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
+#define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
 #include "common.cuh"
 
 template <class D>
 __device__ void oneshot_pull(const TparArgs& a) {
+    typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
-    const u64 nvec = vecs_for<D>(a.count);
-    const u64 stride = grid_threads();
-    const u64 first = global_tid();
+    const I nvec = (I)vecs_for<D>(a.count);
+    const I stride = (I)grid_threads();
+    const I first = (I)global_tid();
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
-    if (first < nvec) pre = D::canon(load_input<D>(a, first));
+    if (!TPAR_LEAN_ON && first < nvec) pre = D::canon(load_input<D>(a, first));  // lean: reloaded (4 registers fewer)
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
-    for (u64 v = first; v < nvec; v += stride) {
-        st_v16(pull_at(a, a.rank, f.buf, 0, v), v == first ? pre : D::canon(load_input<D>(a, v)));
+    for (I v = first; v < nvec; v += stride) {
+        st_v16(pull_at(a, a.rank, f.buf, 0, v), !TPAR_LEAN_ON && v == first ? pre : D::canon(load_input<D>(a, v)));
     }
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
     const u32 dm = desc_mask(a);
     V16 d = {0u, 0u, 0u, 0u};
-    if (dm) d = desc_prefetch(a, f, dm);
+    if (dm && !TPAR_LEAN_ON) d = desc_prefetch(a, f, dm);  // lean: polled after the data (4 registers fewer)
     const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
-    for (u64 v = first; v < nvec; v += stride) {
-        const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        V16 x[TPAR_MAX_RANKS];
-        load_peers<SLOT_PULL_EXPOSED>(a, f, x, peers, v, 0);
-        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
+    for (I v = first; v < nvec; v += stride) {
+        const V16 own = !TPAR_LEAN_ON && v == first ? pre : D::canon(load_input<D>(a, v));
+        store_output<D>(a, v, load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own));
     }
-    if (dm) desc_check<D>(a, f, d, dm);
+    if (dm) {
+        if (TPAR_LEAN_ON) desc_only<D>(a, f, dm);
+        else desc_check<D>(a, f, d, dm);
+    }
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
-    frame_end(a, f, nvec, TPAR_KIND_NONE);
+    frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 
 TPAR_INSTANTIATE(oneshot_pull)

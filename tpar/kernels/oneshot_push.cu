@@ -45,9 +45,7 @@ __device__ void oneshot_push(const TparArgs& a) {
     flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_PUSH_POLL);
     for (u64 v = first; v < hi; v += bd) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        V16 x[TPAR_MAX_RANKS];
-        load_peers<SLOT_OWN_INBOX>(a, f, x, peers, v, 0);
-        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
+        store_output<D>(a, v, load_reduce<D, SLOT_OWN_INBOX>(a, f, peers, v, 0, own));
     }
     frame_end(a, f, nvec, TPAR_KIND_NONE);
 }
@@ -80,10 +78,9 @@ __device__ void oneshot_push(const TparArgs& a) {
     u32 dm = desc_mask(a);
     for (u64 v = first; v < nvec; v += stride) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        V16 x[TPAR_MAX_RANKS];
-        poll_peers<D, SLOT_INBOX>(a, f, x, peers, dm, v, 0, TPAR_PHASE_PUSH_POLL);
+        const V16 r = poll_reduce<D, SLOT_INBOX>(a, f, peers, dm, v, 0, TPAR_PHASE_PUSH_POLL, own);
         dm = 0u;
-        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
+        store_output<D>(a, v, r);
     }
     desc_only<D>(a, f, dm);  // a descriptor thread past the message's last vector
     frame_end(a, f, nvec, TPAR_KIND_INBOX);

@@ -52,9 +52,7 @@ __device__ void staged_push(const TparArgs& a) {
     const u32 peers = all_peers(a);
     for (u64 v = first; v < hi; v += bd) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        V16 x[TPAR_MAX_RANKS];
-        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
-        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
+        store_output<D>(a, v, load_reduce<D, SLOT_INBOX>(a, f, peers, v, 0, own));
     }
     frame_end(a, f, nvec, TPAR_KIND_NONE);
 }
@@ -95,10 +93,9 @@ __device__ void staged_push(const TparArgs& a) {
     const u32 peers = peers_mask<SLOT_INBOX>(a, 0, 0, nvec);
     for (u64 v = first; v < nvec; v += stride) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        V16 x[TPAR_MAX_RANKS];
-        poll_peers<D, SLOT_INBOX>(a, f, x, peers, dm, v, 0, world == 2 ? TPAR_PHASE_STAGED : TPAR_PHASE_PUSH_POLL);
+        const V16 r = poll_reduce<D, SLOT_INBOX>(a, f, peers, dm, v, 0, world == 2 ? TPAR_PHASE_STAGED : TPAR_PHASE_PUSH_POLL, own);
         dm = 0u;
-        store_output<D>(a, v, reduce_in_rank_order<D>(a, x, own));
+        store_output<D>(a, v, r);
     }
     desc_only<D>(a, f, dm);  // a descriptor thread past the message's last vector
     frame_end(a, f, nvec, TPAR_KIND_INBOX);

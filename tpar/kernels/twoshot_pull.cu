@@ -12,22 +12,24 @@
 // Buffer reuse: both buffers cycle through three; a peer still reading my buffer b is
 // inside call k, and I write buffer b again only in call k+3, after a barrier of call k+2
 // that every peer entered after finishing call k.
+#define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
 #include "common.cuh"
 
 template <class D>
 __device__ void twoshot_pull(const TparArgs& a) {
+    typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
-    const u64 nvec = vecs_for<D>(a.count);
-    const u64 cvec = (nvec + a.world - 1) / a.world;
-    const u64 stride = grid_threads();
-    const u64 first = global_tid();
+    const I nvec = (I)vecs_for<D>(a.count);
+    const I cvec = (nvec + a.world - 1) / a.world;
+    const I stride = (I)grid_threads();
+    const I first = (I)global_tid();
 
     // 1. expose my share of every chunk (block b covers sub-range b of each chunk).
     for (u32 q = 0; q < a.world; ++q) {
-        const u64 lo = (u64)q * cvec;
-        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
-        for (u64 v = lo + first; v < hi; v += stride) {
+        const I lo = (I)q * cvec;
+        const I hi = lo + cvec < nvec ? lo + cvec : nvec;
+        for (I v = lo + first; v < hi; v += stride) {
             st_v16(pull_at(a, a.rank, f.buf, 0, v), D::canon(load_input<D>(a, v)));
         }
     }
@@ -35,37 +37,48 @@ __device__ void twoshot_pull(const TparArgs& a) {
     barrier_block(a, f, 0, gen);
     const u32 dm = desc_mask(a);
     V16 d = {0u, 0u, 0u, 0u};
-    if (dm) d = desc_prefetch(a, f, dm);
+    if (dm && !TPAR_LEAN_ON) d = desc_prefetch(a, f, dm);  // lean: polled after the data (4 registers fewer)
     // 2. reduce-scatter by reads.
     {
-        const u64 lo = (u64)a.rank * cvec;
-        const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+        const I lo = (I)a.rank * cvec;
+        const I hi = lo + cvec < nvec ? lo + cvec : nvec;
         const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
-        for (u64 v = lo + first; v < hi; v += stride) {
+        for (I v = lo + first; v < hi; v += stride) {
             const V16 own = ld_v16(pull_at(a, a.rank, f.buf, 0, v));
-            V16 x[TPAR_MAX_RANKS];
-            load_peers<SLOT_PULL_EXPOSED>(a, f, x, peers, v, 0);
-            const V16 r = reduce_in_rank_order<D>(a, x, own);
+            const V16 r = load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own);
             st_v16(pull_at(a, a.rank, f.buf, 1, v), r);
             store_output<D>(a, v, r);
         }
     }
-    if (dm) desc_check<D>(a, f, d, dm);
+    if (dm) {
+        if (TPAR_LEAN_ON) desc_only<D>(a, f, dm);
+        else desc_check<D>(a, f, d, dm);
+    }
     barrier_block(a, f, 1, gen);
     // 3. all-gather by reads: thread j takes index j of every other chunk (the same thread
     //    that exposed it in step 1), all reads in flight at once.
-    for (u64 j = first; j < cvec; j += stride) {
-        V16 x[TPAR_MAX_RANKS];
+    for (I j = first; j < cvec; j += stride) {
         const u32 m = peers_mask<SLOT_PULL_RESULT_CHUNK>(a, j, cvec, nvec);
-        load_peers<SLOT_PULL_RESULT_CHUNK>(a, f, x, m, j, cvec);
 #pragma unroll
-        for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-            if (q >= a.world) break;
-            if (m & (1u << q)) store_output<D>(a, (u64)q * cvec + j, x[q]);
+        for (u32 g = 0; g < TPAR_MAX_RANKS; g += TPAR_GATHER_GROUP) {  // one group unless lean
+            if (g >= a.world) break;
+            V16 x[TPAR_GATHER_GROUP];
+#pragma unroll
+            for (u32 u = 0; u < TPAR_GATHER_GROUP; ++u) {
+                const u32 q = g + u;
+                if (q >= a.world) break;
+                if (m & (1u << q)) x[u] = ld_poll_v16(slot_of<SLOT_PULL_RESULT_CHUNK>(a, f.buf, q, j, cvec));
+            }
+#pragma unroll
+            for (u32 u = 0; u < TPAR_GATHER_GROUP; ++u) {
+                const u32 q = g + u;
+                if (q >= a.world) break;
+                if (m & (1u << q)) store_output<D>(a, (I)q * cvec + j, x[u]);
+            }
         }
     }
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
-    frame_end(a, f, nvec, TPAR_KIND_NONE);
+    frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 
 TPAR_INSTANTIATE(twoshot_pull)

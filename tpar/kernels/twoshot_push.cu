@@ -15,6 +15,8 @@
 //
 // Buffer reuse: inbox and gather area of buffer b are cleared by my next call (one call
 // behind) and written next by a peer's call k+3. Same argument as oneshot_push.cu.
+#define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
+#define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
 #include "common.cuh"
 
 #if TPAR_FLAGS
@@ -25,30 +27,31 @@
 // In-place calls: block b reads and writes only its own indices, in that order.
 template <class D>
 __device__ void twoshot_push(const TparArgs& a) {
+    typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     Frame f = frame_begin(a);
     const u32 world = a.world, rank = a.rank;
-    const u64 nvec = vecs_for<D>(a.count);
-    const u64 cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
-    u64 jb, je;
+    const I nvec = (I)vecs_for<D>(a.count);
+    const I cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
+    I jb, je;
     block_range(cvec, jb, je);
     const u32 span = (u32)(je - jb);
-    const u64 t = threadIdx.x, bd = blockDim.x;
-    const u64 items = (u64)(world - 1u) * span;  // (peer, index in my block's part of its chunk)
+    const I t = threadIdx.x, bd = blockDim.x;
+    const I items = (I)(world - 1u) * span;  // (peer, index in my block's part of its chunk)
     const u32 gen = f.epoch + 1u;
     const u32 peers = all_peers(a);
 
     // 1. reduce-scatter writes; item i: k = i / span (peer rank+1+k), j = jb + i % span.
-    for (u64 base = t; base < items; base += bd * TPAR_UNROLL) {
+    for (I base = t; base < items; base += bd * TPAR_UNROLL) {
         V16 val[TPAR_UNROLL];
         V16* dst[TPAR_UNROLL];
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u) {
-            const u64 i = base + (u64)u * bd;
+            const I i = base + (I)u * bd;
             dst[u] = (V16*)0;
             if (i < items) {
                 const u32 k = (u32)i / span;
                 const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
-                const u64 v = (u64)q * cvec + jb + ((u32)i - k * span);
+                const I v = (I)q * cvec + jb + ((u32)i - k * span);
                 if (v < nvec) {
                     val[u] = D::canon(load_input<D>(a, v));
                     dst[u] = inbox_at(a, q, f.buf, rank, v);
@@ -66,14 +69,12 @@ __device__ void twoshot_push(const TparArgs& a) {
     // 2. every peer's piece of my chunk (flags first, the descriptors ride along), reduce,
     //    publish.
     flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_RS_POLL);
-    const u64 lo = (u64)rank * cvec;
-    for (u64 j = jb + t; j < je; j += bd) {
-        const u64 v = lo + j;
+    const I lo = (I)rank * cvec;
+    for (I j = jb + t; j < je; j += bd) {
+        const I v = lo + j;
         if (v >= nvec) break;
         const V16 own = D::canon(load_input<D>(a, v));
-        V16 x[TPAR_MAX_RANKS];
-        load_peers<SLOT_INBOX>(a, f, x, peers, v, 0);
-        const V16 r = reduce_in_rank_order<D>(a, x, own);
+        const V16 r = load_reduce<D, SLOT_INBOX>(a, f, peers, v, 0, own);
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             flag_data_st_v16(gather_at(a, q, f.buf, v), r);
@@ -83,17 +84,17 @@ __device__ void twoshot_push(const TparArgs& a) {
     flags_publish(a, 1, gen, peers);
     // 3. all-gather: wait for every owner's flag, then copy, TPAR_UNROLL loads in flight.
     flags_wait(a, f, 1, gen, peers, 0u, TPAR_PHASE_AG_POLL);
-    for (u64 base = t; base < items; base += bd * TPAR_UNROLL) {
+    for (I base = t; base < items; base += bd * TPAR_UNROLL) {
         V16 val[TPAR_UNROLL];
-        u64 vv[TPAR_UNROLL];
+        I vv[TPAR_UNROLL];
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u) {
-            const u64 i = base + (u64)u * bd;
+            const I i = base + (I)u * bd;
             vv[u] = nvec;
             if (i < items) {
                 const u32 k = (u32)i / span;
                 const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
-                vv[u] = (u64)q * cvec + jb + ((u32)i - k * span);
+                vv[u] = (I)q * cvec + jb + ((u32)i - k * span);
             }
             if (vv[u] < nvec) val[u] = ld_poll_v16(gather_at(a, rank, f.buf, vv[u]));
         }
@@ -101,32 +102,33 @@ __device__ void twoshot_push(const TparArgs& a) {
         for (int u = 0; u < TPAR_UNROLL; ++u)
             if (vv[u] < nvec) store_output<D>(a, vv[u], val[u]);
     }
-    frame_end(a, f, nvec, TPAR_KIND_NONE);
+    frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 #else
 
 template <class D>
 __device__ void twoshot_push(const TparArgs& a) {
+    typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     Frame f = frame_begin(a);
     const u32 world = a.world, rank = a.rank;
-    const u64 nvec = vecs_for<D>(a.count);
-    const u64 cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
-    const u64 stride = grid_threads();
-    const u64 t0 = global_tid();
-    const u64 items = (u64)(world - 1u) * cvec;   // (peer, index in its chunk)
+    const I nvec = (I)vecs_for<D>(a.count);
+    const I cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
+    const I stride = (I)grid_threads();
+    const I t0 = (I)global_tid();
+    const I items = (I)(world - 1u) * cvec;   // (peer, index in its chunk)
 
     // 1. reduce-scatter writes; item i: k = i / cvec (peer rank+1+k), j = i % cvec.
-    for (u64 base = t0; base < items; base += stride * TPAR_UNROLL) {
+    for (I base = t0; base < items; base += stride * TPAR_UNROLL) {
         V16 val[TPAR_UNROLL];
         V16* dst[TPAR_UNROLL];
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u) {
-            const u64 i = base + (u64)u * stride;
+            const I i = base + (I)u * stride;
             dst[u] = (V16*)0;
             if (i < items) {
                 const u32 k = (u32)i / (u32)cvec;  // 32-bit: a message has < 2^32 vectors
                 const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
-                const u64 v = (u64)q * cvec + (i - (u64)k * cvec);
+                const I v = (I)q * cvec + (i - (I)k * cvec);
                 if (v < nvec) {
                     val[u] = D::canon(load_input<D>(a, v));
                     dst[u] = inbox_at(a, q, f.buf, rank, v);
@@ -142,16 +144,14 @@ __device__ void twoshot_push(const TparArgs& a) {
     test_pause(a);
     clear_previous<D>(a, f);
     // 2. reduce my chunk (every peer's piece polled in one pass), publish it.
-    const u64 lo = (u64)rank * cvec;
-    const u64 hi = lo + cvec < nvec ? lo + cvec : nvec;
+    const I lo = (I)rank * cvec;
+    const I hi = lo + cvec < nvec ? lo + cvec : nvec;
     const u32 peers = peers_mask<SLOT_INBOX>(a, 0, 0, nvec);
     u32 dm = desc_mask(a);
-    for (u64 v = lo + t0; v < hi; v += stride) {
+    for (I v = lo + t0; v < hi; v += stride) {
         const V16 own = D::canon(load_input<D>(a, v));  // before the polls
-        V16 x[TPAR_MAX_RANKS];
-        poll_peers<D, SLOT_INBOX>(a, f, x, peers, dm, v, 0, TPAR_PHASE_RS_POLL);
+        const V16 r = poll_reduce<D, SLOT_INBOX>(a, f, peers, dm, v, 0, TPAR_PHASE_RS_POLL, own);
         dm = 0u;
-        const V16 r = reduce_in_rank_order<D>(a, x, own);
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             st_send_v16(gather_at(a, q, f.buf, v), r);
@@ -160,21 +160,21 @@ __device__ void twoshot_push(const TparArgs& a) {
     }
     desc_only<D>(a, f, dm);  // no vector of my chunk for this thread: the descriptor alone
     // 3. all-gather: items as in step 1, polled TPAR_UNROLL at a time in one pass.
-    for (u64 base = t0; base < items; base += stride * TPAR_UNROLL) {
+    for (I base = t0; base < items; base += stride * TPAR_UNROLL) {
         V16 val[TPAR_UNROLL];
-        u64 vv[TPAR_UNROLL];
+        I vv[TPAR_UNROLL];
         u32 owner[TPAR_UNROLL];  // the chunk owner of each item (named by a timeout)
         u32 pend = 0u;
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u) {
-            const u64 i = base + (u64)u * stride;
+            const I i = base + (I)u * stride;
             vv[u] = 0;
             owner[u] = 0;
             if (i < items) {
                 const u32 k = (u32)i / (u32)cvec;
                 const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
                 owner[u] = q;
-                vv[u] = (u64)q * cvec + (i - (u64)k * cvec);
+                vv[u] = (I)q * cvec + (i - (I)k * cvec);
                 if (vv[u] < nvec) pend |= 1u << u;
             }
         }
@@ -198,7 +198,7 @@ __device__ void twoshot_push(const TparArgs& a) {
         for (int u = 0; u < TPAR_UNROLL; ++u)
             if (valid & (1u << u)) store_output<D>(a, vv[u], val[u]);
     }
-    frame_end(a, f, nvec, TPAR_KIND_TWOSHOT);
+    frame_end(a, f, (u64)nvec, TPAR_KIND_TWOSHOT);
 }
 #endif  // TPAR_FLAGS
 

@@ -31,6 +31,13 @@ fn no_spills(what: &str, log: &str) {
     }
 }
 
+fn max_registers(log: &str) -> u64 {
+    log.lines()
+        .filter_map(|l| l.split("Used ").nth(1)?.split(" registers").next()?.trim().parse::<u64>().ok())
+        .max()
+        .unwrap_or_else(|| panic!("no register counts in the ptxas log:\n{log}"))
+}
+
 #[test]
 fn every_kernel_variant_compiles_with_nvrtc() {
     let version = match nvrtc::probe() {
@@ -92,6 +99,30 @@ fn every_kernel_variant_compiles_with_nvrtc() {
                     no_local_memory(&format!("{} {d} (flags) for {arch}", src.file), &h.ptx);
                     no_spills(&format!("{} {d} (flags) for {arch}", src.file), &h.log);
                     compiled += 1;
+                }
+                // The lean variant for large messages (launch::size_class), each protocol it
+                // runs under: no spill, and at most 64 registers a thread (two blocks of
+                // TPAR_THREADS per SM: the point of the variant).
+                if kernels::has_lean_variant(src.algorithm) {
+                    let mut protos = vec![tpar::plan::HostProtocol::Sentinel];
+                    if kernels::runs_with_flags(src.algorithm) {
+                        protos.push(tpar::plan::HostProtocol::Flags);
+                    }
+                    for p in protos {
+                        let mut opts = nvrtc::options(arch, Some(d));
+                        opts.extend(tpar::cuda::launch::protocol_defines(p));
+                        opts.extend(tpar::cuda::launch::size_class_defines(tpar::cuda::launch::SizeClass::Lean));
+                        opts.push("--ptxas-options=-v".into());
+                        let what = format!("{} {d} (lean, {p:?}) for {arch}", src.file);
+                        let l = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
+                        assert!(l.ptx.contains(&entry), "{what}: no `{entry}`");
+                        assert!(l.ptx.contains(".minnctapersm 2"), "{what}: not bounded to two blocks per SM");
+                        no_local_memory(&what, &l.ptx);
+                        no_spills(&what, &l.log);
+                        let regs = max_registers(&l.log);
+                        assert!(regs <= 64, "{what}: {regs} registers a thread (two 512-thread blocks per SM need <= 64)");
+                        compiled += 1;
+                    }
                 }
             }
             // griddepcontrol is sm_90+: present there, absent on sm_80 (a no-op there).

@@ -74,6 +74,13 @@ pub fn runs_with_flags(algorithm: Algorithm) -> bool {
     has_flag_variant(algorithm) || registry::spec(algorithm).reads_remote
 }
 
+/// Whether `algorithm`'s kernel has a lean variant for large messages (its source defines
+/// `TPAR_LEAN_READY`; compiled with `-DTPAR_LEAN`: peers reduced in groups, at most 64
+/// registers a thread, two 512-thread blocks per SM; docs/cuda.md "Variants").
+pub fn has_lean_variant(algorithm: Algorithm) -> bool {
+    source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_LEAN_READY 1"))
+}
+
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
 pub fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
@@ -110,6 +117,19 @@ mod tests {
         for a in kernel_algorithms() {
             assert!(runs_with_flags(a), "{a}: no flag variant and not a pull kernel");
             assert_eq!(has_flag_variant(a), !registry::spec(a).reads_remote, "{a}");
+        }
+    }
+
+    #[test]
+    fn the_large_message_kernels_have_lean_variants() {
+        use crate::Algorithm as A;
+        for a in [A::OneshotPull, A::TwoshotPush, A::TwoshotPull] {
+            assert!(has_lean_variant(a), "{a}");
+        }
+        // One-shot push is 4-7x slower than the pull kernels from 256 KiB on one GPU: no
+        // lean variant (not measured); staged push and hierarchical are for PCIe and islands.
+        for a in [A::OneshotPush, A::StagedPush, A::Hierarchical] {
+            assert!(!has_lean_variant(a), "{a}");
         }
     }
 

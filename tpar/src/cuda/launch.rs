@@ -132,6 +132,65 @@ pub fn protocol_defines(p: HostProtocol) -> Vec<String> {
     }
 }
 
+/// Which compiled variant of a kernel a call runs: the default one, or the lean one for
+/// large messages (`-DTPAR_LEAN`, docs/cuda.md "Variants"): the same arithmetic in the same
+/// order, at most 64 registers a thread so that two 512-thread blocks share an SM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SizeClass {
+    Default,
+    Lean,
+}
+
+/// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
+/// the call is at least [`lean_min_bytes`](crate::plan::floors::lean_min_bytes) of its
+/// algorithm (and under 2^31 vectors: the lean kernels index in 32 bits), and the default
+/// variant cannot keep the call's grid resident twice over on this GPU (`default_holds`
+/// false: every rank sharing the GPU, two grids each, as programmatic dependent launch
+/// needs). With one rank per GPU the default always holds, so only ranks that share a GPU
+/// (emulated ranks) run the lean variant. `forced` (`TPAR_LEAN`) overrides the rule, never
+/// for a kernel without the variant.
+pub fn size_class(algo: Algorithm, bytes: usize, forced: Option<bool>, default_holds: bool) -> SizeClass {
+    if !kernels::has_lean_variant(algo) || bytes as u64 / VEC_BYTES as u64 >= 1u64 << 31 {
+        return SizeClass::Default;
+    }
+    let lean = forced.unwrap_or(bytes as u64 >= crate::plan::floors::lean_min_bytes(algo) && !default_holds);
+    if lean {
+        SizeClass::Lean
+    } else {
+        SizeClass::Default
+    }
+}
+
+/// Whether a grid of `grid` blocks per rank, for each of `ranks` ranks sharing the GPU, fits
+/// twice over in `resident` blocks (the current and the next call, as PDL overlaps them).
+pub fn holds_twice(grid: u32, ranks: u32, resident: u32) -> bool {
+    2 * grid * ranks <= resident
+}
+
+/// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant.
+pub fn size_class_defines(c: SizeClass) -> Vec<String> {
+    match c {
+        SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
+        SizeClass::Default => Vec::new(),
+    }
+}
+
+/// `TPAR_LEAN`: `auto` (or unset: by size), `1` (the lean variant for every size, where a
+/// kernel has one) or `0` (never). For measurements and comparisons.
+pub fn lean_from_env() -> Result<Option<bool>> {
+    parse_lean(env("TPAR_LEAN"))
+}
+
+fn parse_lean(raw: Option<String>) -> Result<Option<bool>> {
+    match raw.as_deref() {
+        None => Ok(None),
+        Some(r) if r.eq_ignore_ascii_case("auto") => Ok(None),
+        Some("1") => Ok(Some(true)),
+        Some("0") => Ok(Some(false)),
+        Some(raw) => Err(config("TPAR_LEAN", raw, "auto, 0 or 1".into())),
+    }
+}
+
 /// The launch settings, read once per group or workspace.
 #[derive(Clone, Copy, Debug)]
 pub struct Settings {
@@ -139,11 +198,13 @@ pub struct Settings {
     pub blocks: Option<u32>,
     /// `TPAR_PDL` (and the device can: sm_90+).
     pub pdl: bool,
+    /// `TPAR_LEAN`, when set (the size rule otherwise).
+    pub lean: Option<bool>,
 }
 
 impl Settings {
     pub fn from_env() -> Result<Self> {
-        Ok(Self { blocks: blocks_from_env()?, pdl: pdl_from_env()? })
+        Ok(Self { blocks: blocks_from_env()?, pdl: pdl_from_env()?, lean: lean_from_env()? })
     }
 }
 
@@ -186,7 +247,7 @@ pub struct Launcher {
     arch: String,
     driver: i32,
     probe: Module,
-    variants: HashMap<(Algorithm, DType), Variant>,
+    variants: HashMap<(Algorithm, DType, SizeClass), Variant>,
     settings: Settings,
     sms: u32,
     /// Ranks of this process whose kernels share the GPU and spin on each other (emulated
@@ -253,14 +314,16 @@ impl Launcher {
         self.settings.pdl && self.can_pdl
     }
 
-    /// The kernel of (algo, dtype), compiled (or read from the cache) and loaded on first use.
-    fn variant(&mut self, dev: &Device, algo: Algorithm, dtype: DType) -> Result<&Variant> {
-        if !self.variants.contains_key(&(algo, dtype)) {
+    /// The kernel of (algo, dtype, class), compiled (or read from the cache) and loaded on
+    /// first use.
+    fn variant(&mut self, dev: &Device, algo: Algorithm, dtype: DType, class: SizeClass) -> Result<&Variant> {
+        if !self.variants.contains_key(&(algo, dtype, class)) {
             let src = kernels::source_for(algo).ok_or_else(|| Error::Unsupported {
                 what: format!("algorithm {algo} on the CUDA backend"),
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
-            let label = format!("{}-{}", src.stem(), kernels::dtype_suffix(dtype));
+            let lean = if class == SizeClass::Lean { "-lean" } else { "" };
+            let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
             if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
                     what: format!("{algo} over the host transport with the flag protocol"),
@@ -269,6 +332,7 @@ impl Launcher {
             }
             let mut opts = nvrtc::options(&self.arch, Some(dtype));
             opts.extend(protocol_defines(self.protocol));
+            opts.extend(size_class_defines(class));
             if unsafe_one_buffer_for_test() {
                 opts.push("-DTPAR_TEST_UNSAFE_ONE_BUFFER".into());
             }
@@ -277,16 +341,53 @@ impl Launcher {
             }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
-            self.variants.insert((algo, dtype), Variant { _module: module, f, per_sm: HashMap::new() });
+            self.variants.insert((algo, dtype, class), Variant { _module: module, f, per_sm: HashMap::new() });
         }
-        self.variants.get(&(algo, dtype)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))
+        self.variants.get(&(algo, dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))
+    }
+
+    /// Blocks of the (algo, dtype, class) kernel one SM holds at `threads` threads per block
+    /// (loads the variant; cached per thread count).
+    fn per_sm(&mut self, dev: &Device, algo: Algorithm, dtype: DType, class: SizeClass, threads: u32) -> Result<u32> {
+        self.variant(dev, algo, dtype, class)?;
+        let v = self.variants.get_mut(&(algo, dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
+        if let Some(p) = v.per_sm.get(&threads) {
+            return Ok(*p);
+        }
+        let mut p = 0i32;
+        // SAFETY: v.f is a live function of a loaded module; p is a valid out-pointer.
+        let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut p, v.f, threads as i32, 0) };
+        cu_rc(|| format!("occupancy of {algo} {dtype} at {threads} threads"), rc)?;
+        let p = p.max(1) as u32;
+        v.per_sm.insert(threads, p);
+        Ok(p)
+    }
+
+    /// The variant a call of `bytes` of `algo` on `planned` blocks of `threads` runs
+    /// ([`size_class`]; the default variant's residency read from the driver).
+    fn class_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, planned: u32, threads: u32) -> Result<SizeClass> {
+        let forced = self.settings.lean;
+        // Cheap cases first: no occupancy query (nor a default variant loaded) when the
+        // size or the kernel already decides.
+        if size_class(algo, bytes, forced, false) == SizeClass::Default {
+            return Ok(SizeClass::Default);
+        }
+        if forced.is_some() {
+            return Ok(size_class(algo, bytes, forced, false));
+        }
+        let resident = self.per_sm(dev, algo, dtype, SizeClass::Default, threads)? * self.sms;
+        Ok(size_class(algo, bytes, None, holds_twice(planned, self.ranks_on_device, resident)))
     }
 
     /// Loads the variants `calls` will need now, so that nothing compiles later (for example
-    /// before a capture, or before timing).
+    /// before a capture, or before timing): the default variant of each and, where the
+    /// workspace holds calls large enough for it, the lean one.
     pub fn preload(&mut self, dev: &Device, calls: &[(Algorithm, DType)]) -> Result<()> {
         for (a, d) in calls {
-            self.variant(dev, *a, *d)?;
+            self.variant(dev, *a, *d, SizeClass::Default)?;
+            if size_class(*a, self.max_bytes, self.settings.lean, false) == SizeClass::Lean {
+                self.variant(dev, *a, *d, SizeClass::Lean)?;
+            }
         }
         Ok(())
     }
@@ -314,23 +415,13 @@ impl Launcher {
         let (ranks, sms, pdl_on, transport, world) = (self.ranks_on_device, self.sms, self.pdl(), self.transport, self.world);
         let explicit = if call.blocks > 0 { Some(call.blocks) } else { self.settings.blocks };
         // Threads follow the policy's blocks (the plan's, or the rule's): one vector per
-        // thread. Residency is then checked for that block shape.
-        self.variant(dev, call.algo, call.dtype)?;
+        // thread. The variant follows the size and the default's residency; residency is then
+        // checked for that variant and block shape.
         let planned = explicit.unwrap_or_else(|| policy_blocks(call.algo, transport, bytes, world));
         let threads = threads_for(bytes, planned);
-        let v = self.variants.get_mut(&(call.algo, call.dtype)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
-        let per_sm = match v.per_sm.get(&threads) {
-            Some(p) => *p,
-            None => {
-                let mut p = 0i32;
-                // SAFETY: v.f is a live function of a loaded module; p is a valid out-pointer.
-                let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut p, v.f, threads as i32, 0) };
-                cu_rc(|| format!("occupancy of {} {} at {threads} threads", call.algo, call.dtype), rc)?;
-                let p = p.max(1) as u32;
-                v.per_sm.insert(threads, p);
-                p
-            }
-        };
+        let class = self.class_for(dev, call.algo, call.dtype, bytes, planned, threads)?;
+        let per_sm = self.per_sm(dev, call.algo, call.dtype, class, threads)?;
+        let f = self.variants.get(&(call.algo, call.dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
         let resident = per_sm * sms;
         let fits = (resident / ranks).max(1);
         let grid = match explicit {
@@ -344,8 +435,8 @@ impl Launcher {
             None => planned.min(fits),
         };
         // With PDL a rank's next grid may become resident while this one runs: both must fit.
-        let pdl = pdl_on && 2 * grid * ranks <= resident;
-        Ok(Launch { f: v.f, grid, threads, pdl })
+        let pdl = pdl_on && holds_twice(grid, ranks, resident);
+        Ok(Launch { f, grid, threads, pdl })
     }
 
     /// The empty kernel, launched like a collective (the launch floor).
@@ -508,6 +599,33 @@ mod tests {
     }
 
     #[test]
+    fn size_class_is_lean_for_large_calls_the_default_cannot_hold() {
+        use crate::plan::floors::lean_min_bytes;
+        for a in [Algorithm::OneshotPull, Algorithm::TwoshotPush, Algorithm::TwoshotPull] {
+            let big = lean_min_bytes(a) as usize;
+            assert_eq!(size_class(a, big - 1, None, false), SizeClass::Default, "{a}: below its size");
+            assert_eq!(size_class(a, big, None, false), SizeClass::Lean, "{a}");
+            assert_eq!(size_class(a, big, None, true), SizeClass::Default, "{a}: the default holds its grid");
+            assert_eq!(size_class(a, 1, Some(true), true), SizeClass::Lean, "{a}: forced");
+            assert_eq!(size_class(a, 64 << 20, Some(false), false), SizeClass::Default, "{a}: forced off");
+            // 32-bit indices: never at 2^31 vectors or more.
+            assert_eq!(size_class(a, (VEC_BYTES as usize) << 31, Some(true), false), SizeClass::Default, "{a}: 2^31 vectors");
+        }
+        // No lean variant: never lean, whatever is forced.
+        for a in [Algorithm::OneshotPush, Algorithm::StagedPush, Algorithm::Hierarchical] {
+            assert_eq!(size_class(a, 64 << 20, None, false), SizeClass::Default, "{a}");
+            assert_eq!(size_class(a, 64 << 20, Some(true), false), SizeClass::Default, "{a}");
+        }
+        assert_eq!(size_class_defines(SizeClass::Lean), vec!["-DTPAR_LEAN".to_string()]);
+        assert!(size_class_defines(SizeClass::Default).is_empty());
+        // One H200 (132 SMs), 8 ranks: 32 blocks of 512 threads need 512 resident slots.
+        assert!(!holds_twice(32, 8, 132), "default, one 512-thread block per SM");
+        assert!(!holds_twice(32, 8, 264), "lean: all resident, but not twice (no PDL)");
+        assert!(holds_twice(16, 8, 264));
+        assert!(holds_twice(32, 1, 132), "one rank per GPU: the default always holds");
+    }
+
+    #[test]
     fn settings_parse_and_refuse() {
         // The parsers, not the process environment: other tests read TPAR_* concurrently.
         let some = |v: &str| Some(v.to_string());
@@ -519,6 +637,11 @@ mod tests {
         assert!(!parse_pdl(some("0")).unwrap());
         assert!(parse_pdl(some("1")).unwrap() && parse_pdl(None).unwrap());
         assert!(parse_pdl(some("yes")).is_err());
+        assert_eq!(parse_lean(None).unwrap(), None);
+        assert_eq!(parse_lean(some("auto")).unwrap(), None);
+        assert_eq!(parse_lean(some("1")).unwrap(), Some(true));
+        assert_eq!(parse_lean(some("0")).unwrap(), Some(false));
+        assert!(parse_lean(some("yes")).is_err());
         assert_eq!(parse_timeout(some("250")).unwrap(), Some(Duration::from_millis(250)));
         assert!(parse_timeout(some("0")).is_err());
         assert_eq!(parse_timeout(None).unwrap(), None);

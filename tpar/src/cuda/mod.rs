@@ -10,7 +10,7 @@
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
-//! | [`launch`] | the one launch path: block policy, `TPAR_BLOCKS`/`TPAR_PDL`/`TPAR_TIMEOUT_MS`, validation, lazy variants, PDL |
+//! | [`launch`] | the one launch path: block policy, size class (default or lean variant), `TPAR_BLOCKS`/`TPAR_PDL`/`TPAR_LEAN`/`TPAR_TIMEOUT_MS`, validation, lazy variants, PDL |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
 //!

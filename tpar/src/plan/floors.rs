@@ -88,6 +88,26 @@ pub const NVLINK_MIN_THREADS: u32 = 128;
 pub const MAX_KERNEL_THREADS: u32 = 512;
 
 
+/// Smallest call (bytes) of `algo` that runs its kernel's lean variant (where it has one and
+/// the default variant cannot keep the grid resident: `cuda::launch::size_class`,
+/// docs/cuda.md "Variants"). Measured on one H200, 8 emulated ranks, bf16, graphs of 20
+/// calls, us per call default -> lean with peer groups of 4 (bench/results/h200-1gpu-lean.md,
+/// exploration; one-shot pull and two-shot push ship with groups of 3, final call 4 MiB 70.6
+/// and 69.6): one-shot pull gains from 128 KiB (6.50 -> 5.90; 256 KiB 8.79 -> 7.71, 4 MiB 87.4 -> 65.5;
+/// 64 KiB loses, 4.85 -> 5.19, but there the default holds its grid); two-shot push loses
+/// at 256-512 KiB (9.76 -> 10.38, 11.93 -> 12.43) and gains from 1 MiB (22.22 -> 20.85);
+/// two-shot pull loses to 1 MiB (15.82 -> 16.64) and gains from 2 MiB (28.22 -> 24.70,
+/// 4 MiB 49.96 -> 43.43). Other algorithms have no lean variant (never reached).
+pub fn lean_min_bytes(algo: crate::Algorithm) -> u64 {
+    use crate::Algorithm as A;
+    match algo {
+        A::OneshotPull => 128 * KIB,
+        A::TwoshotPush => MIB,
+        A::TwoshotPull => 2 * MIB,
+        _ => u64::MAX,
+    }
+}
+
 /// Threads per block for a call of `bytes` on `blocks` blocks (the other half of
 /// [`kernel_blocks`]): one 16-byte vector per thread, rounded up to whole warps, at least
 /// [`NVLINK_MIN_THREADS`] and at most [`MAX_KERNEL_THREADS`]. Under the NVLink rule that is
