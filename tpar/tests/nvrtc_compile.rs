@@ -31,6 +31,14 @@ fn no_spills(what: &str, log: &str) {
     }
 }
 
+/// `TPAR_DUMP_PTX=DIR`: every variant's PTX goes to DIR/NAME.ptx, so that a rewrite meant to
+/// change no code can be checked by comparing two dumps.
+fn dump_ptx(name: &str, ptx: &str) {
+    if let Ok(dir) = std::env::var("TPAR_DUMP_PTX") {
+        let _ = std::fs::write(format!("{dir}/{name}.ptx"), ptx);
+    }
+}
+
 fn max_registers(log: &str) -> u64 {
     log.lines()
         .filter_map(|l| l.split("Used ").nth(1)?.split(" registers").next()?.trim().parse::<u64>().ok())
@@ -69,9 +77,7 @@ fn every_kernel_variant_compiles_with_nvrtc() {
             let all = nvrtc::compile(src, arch, None).unwrap_or_else(|e| panic!("{e}"));
             assert!(all.ptx.contains(&format!(".target {arch}")), "{} not compiled for {arch}", src.file);
             assert!(all.cubin.starts_with(b"\x7fELF"), "{} for {arch}: the cubin is not an ELF image", src.file);
-            if let Ok(dir) = std::env::var("TPAR_DUMP_PTX") {
-                let _ = std::fs::write(format!("{dir}/{}-{arch}.ptx", src.file), &all.ptx);
-            }
+            dump_ptx(&format!("{}-{arch}", src.file), &all.ptx);
             no_local_memory(&format!("{} for {arch}", src.file), &all.ptx);
             for d in DType::ALL {
                 let entry = format!(".entry {}(", src.entry(d));
@@ -96,6 +102,7 @@ fn every_kernel_variant_compiles_with_nvrtc() {
                     let h = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
                     assert!(h.ptx.contains(&entry), "{} {d} (flags) for {arch}: no `{entry}`", src.file);
                     assert!(h.ptx.contains("st.release.sys") && h.ptx.contains("ld.acquire.sys"), "{} {d} (flags) for {arch}: no release/acquire flags", src.file);
+                    dump_ptx(&format!("{}-{d}-flags-{arch}", src.file), &h.ptx);
                     no_local_memory(&format!("{} {d} (flags) for {arch}", src.file), &h.ptx);
                     no_spills(&format!("{} {d} (flags) for {arch}", src.file), &h.log);
                     compiled += 1;
@@ -117,6 +124,7 @@ fn every_kernel_variant_compiles_with_nvrtc() {
                         let l = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
                         assert!(l.ptx.contains(&entry), "{what}: no `{entry}`");
                         assert!(l.ptx.contains(".minnctapersm 2"), "{what}: not bounded to two blocks per SM");
+                        dump_ptx(&format!("{}-{d}-lean-{p:?}-{arch}", src.file), &l.ptx);
                         no_local_memory(&what, &l.ptx);
                         no_spills(&what, &l.log);
                         let regs = max_registers(&l.log);
