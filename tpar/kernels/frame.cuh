@@ -388,15 +388,23 @@ __device__ __forceinline__ u32 peers_mask(const TparArgs& a, u64 v, u64 cvec, u6
     return m;
 }
 
-// Loads every peer in `mask` (no sentinel: barrier-guarded data), all loads in flight at once.
-// Volatile (a peer's data must not come from a stale L1 line) but unclobbered: all in flight.
+// Loads every peer in `mask` among ranks q0..q0+G-1 (no sentinel: barrier- or flag-guarded
+// data) into x[q - q0], all loads in flight at once. Volatile (a peer's data must not come
+// from a stale L1 line) but unclobbered: all in flight.
+template <int K, int G>
+__device__ __forceinline__ void load_group(const TparArgs& a, const Frame& f, V16 (&x)[G], u32 q0, u32 mask, u64 v, u64 cvec) {
+#pragma unroll
+    for (u32 u = 0; u < (u32)G; ++u) {
+        const u32 q = q0 + u;
+        if (q >= a.world) break;
+        if (mask & (1u << q)) x[u] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
+    }
+}
+
+// load_group over every rank at once: x[q] is rank q's slot.
 template <int K>
 __device__ __forceinline__ void load_peers(const TparArgs& a, const Frame& f, V16 (&x)[TPAR_MAX_RANKS], u32 mask, u64 v, u64 cvec) {
-#pragma unroll
-    for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
-        if (q >= a.world) break;
-        if (mask & (1u << q)) x[q] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
-    }
+    load_group<K, TPAR_MAX_RANKS>(a, f, x, 0u, mask, v, cvec);
 }
 
 // Sum in rank order 0..world-1 in f32, packed and canonicalised; rank `a.rank` contributes
@@ -431,6 +439,17 @@ __device__ __forceinline__ void acc_rank(float (&acc)[8], u32 q, V16 y) {
     else D::add(acc, y);
 }
 
+// Adds ranks q0..q0+G-1 (of `world`) into acc in rank order: x[q - q0], or `own` at `rank`.
+template <class D, int G>
+__device__ __forceinline__ void add_group(float (&acc)[8], const V16 (&x)[G], u32 q0, u32 world, u32 rank, V16 own) {
+#pragma unroll
+    for (u32 u = 0; u < (u32)G; ++u) {
+        const u32 q = q0 + u;
+        if (q >= world) break;
+        acc_rank<D>(acc, q, q == rank ? own : x[u]);
+    }
+}
+
 // Loads every peer in `mask` (barrier- or flag-guarded data, as load_peers) and sums in rank
 // order with `own` at a.rank, TPAR_PEER_GROUP loads in flight at a time. `mask` must hold
 // every rank but me (the sum needs them all).
@@ -447,18 +466,8 @@ __device__ __forceinline__ V16 load_reduce(const TparArgs& a, const Frame& f, u3
     for (u32 g = 0; g < TPAR_MAX_RANKS; g += TPAR_PEER_GROUP) {
         if (g >= world) break;
         V16 x[TPAR_PEER_GROUP];
-#pragma unroll
-        for (u32 u = 0; u < TPAR_PEER_GROUP; ++u) {
-            const u32 q = g + u;
-            if (q >= world) break;
-            if (mask & (1u << q)) x[u] = ld_poll_v16(slot_of<K>(a, f.buf, q, v, cvec));
-        }
-#pragma unroll
-        for (u32 u = 0; u < TPAR_PEER_GROUP; ++u) {
-            const u32 q = g + u;
-            if (q >= world) break;
-            acc_rank<D>(acc, q, q == rank ? own : x[u]);
-        }
+        load_group<K, TPAR_PEER_GROUP>(a, f, x, g, mask, v, cvec);
+        add_group<D, TPAR_PEER_GROUP>(acc, x, g, world, rank, own);
     }
     return D::pack(acc);
 #endif
@@ -487,12 +496,7 @@ __device__ __forceinline__ V16 poll_reduce(const TparArgs& a, Frame& f, u32 pend
         V16 x[TPAR_PEER_GROUP];
         const u32 in_group = (TPAR_PEER_GROUP >= 32 ? 0xffffffffu : ((1u << TPAR_PEER_GROUP) - 1u)) << g;
         poll_group<D, K, TPAR_PEER_GROUP>(a, f, x, g, pending & in_group, 0u, v, cvec, phase);
-#pragma unroll
-        for (u32 u = 0; u < TPAR_PEER_GROUP; ++u) {
-            const u32 q = g + u;
-            if (q >= world) break;
-            acc_rank<D>(acc, q, q == rank ? own : x[u]);
-        }
+        add_group<D, TPAR_PEER_GROUP>(acc, x, g, world, rank, own);
     }
     return D::pack(acc);
 #endif

@@ -63,12 +63,7 @@ __device__ void twoshot_pull(const TparArgs& a) {
         for (u32 g = 0; g < TPAR_MAX_RANKS; g += TPAR_GATHER_GROUP) {  // one group unless lean
             if (g >= a.world) break;
             V16 x[TPAR_GATHER_GROUP];
-#pragma unroll
-            for (u32 u = 0; u < TPAR_GATHER_GROUP; ++u) {
-                const u32 q = g + u;
-                if (q >= a.world) break;
-                if (m & (1u << q)) x[u] = ld_poll_v16(slot_of<SLOT_PULL_RESULT_CHUNK>(a, f.buf, q, j, cvec));
-            }
+            load_group<SLOT_PULL_RESULT_CHUNK, TPAR_GATHER_GROUP>(a, f, x, g, m, j, cvec);
 #pragma unroll
             for (u32 u = 0; u < TPAR_GATHER_GROUP; ++u) {
                 const u32 q = g + u;
