@@ -368,12 +368,10 @@ impl Launcher {
     fn class_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, planned: u32, threads: u32) -> Result<SizeClass> {
         let forced = self.settings.lean;
         // Cheap cases first: no occupancy query (nor a default variant loaded) when the
-        // size or the kernel already decides.
-        if size_class(algo, bytes, forced, false) == SizeClass::Default {
-            return Ok(SizeClass::Default);
-        }
-        if forced.is_some() {
-            return Ok(size_class(algo, bytes, forced, false));
+        // kernel, the size or TPAR_LEAN already decides.
+        let unless_resident = size_class(algo, bytes, forced, false);
+        if unless_resident == SizeClass::Default || forced.is_some() {
+            return Ok(unless_resident);
         }
         let resident = self.per_sm(dev, algo, dtype, SizeClass::Default, threads)? * self.sms;
         Ok(size_class(algo, bytes, None, holds_twice(planned, self.ranks_on_device, resident)))
@@ -609,7 +607,7 @@ mod tests {
             assert_eq!(size_class(a, 1, Some(true), true), SizeClass::Lean, "{a}: forced");
             assert_eq!(size_class(a, 64 << 20, Some(false), false), SizeClass::Default, "{a}: forced off");
             // 32-bit indices: never at 2^31 vectors or more.
-            assert_eq!(size_class(a, (VEC_BYTES as usize) << 31, Some(true), false), SizeClass::Default, "{a}: 2^31 vectors");
+            assert_eq!(size_class(a, VEC_BYTES << 31, Some(true), false), SizeClass::Default, "{a}: 2^31 vectors");
         }
         // No lean variant: never lean, whatever is forced.
         for a in [Algorithm::OneshotPush, Algorithm::StagedPush, Algorithm::Hierarchical] {
