@@ -395,21 +395,28 @@ __device__ __forceinline__ u64 vecs_for(u64 count) {
     return (count + D::LANES - 1) / D::LANES;
 }
 
-// Loads vector v of this rank's input. The last vector may be partial: its missing lanes
-// read as +0.0 (never the sentinel), so a padded vector still "arrives" as a whole.
-template <class D>
+// Loads vector v of this rank's input (OUT: of its output, as store_output left it). The
+// last vector may be partial: its missing lanes read as +0.0 (never the sentinel), so a
+// padded vector still "arrives" as a whole. (The field is read in each branch rather than
+// once before them: read once, the compiler allocated registers differently, and one lean
+// variant spilled.)
+template <bool OUT>
+__device__ __forceinline__ u64 io_base(const TparArgs& a) {
+    return OUT ? a.output : a.input;
+}
+template <class D, bool OUT = false>
 __device__ __forceinline__ V16 load_input(const TparArgs& a, u64 v) {
     const u64 first = v * D::LANES;
     if (first + D::LANES <= a.count) {
-        return *((const V16*)a.input + v);
+        return *((const V16*)io_base<OUT>(a) + v);
     }
     V16 r = {0u, 0u, 0u, 0u};
     const u64 n = a.count - first;
     if (D::LANES == 4) {
-        const u32* p = (const u32*)a.input + first;
+        const u32* p = (const u32*)io_base<OUT>(a) + first;
         for (u64 i = 0; i < n; ++i) v16_set_word(r, (int)i, p[i]);
     } else {
-        const u16* p = (const u16*)a.input + first;
+        const u16* p = (const u16*)io_base<OUT>(a) + first;
         for (u64 i = 0; i < n; ++i) {
             u32 w = v16_word(r, (int)(i / 2)) | ((u32)p[i] << (16 * (i % 2)));
             v16_set_word(r, (int)(i / 2), w);

@@ -58,19 +58,31 @@ struct Frame {
 __device__ __forceinline__ u64 global_tid() { return (u64)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ u64 grid_threads() { return (u64)gridDim.x * blockDim.x; }
 
-__device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 epoch, u64 waited_ns, u32 peer, u32 phase) {
-    TparState* st = (TparState*)state;
-    if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
-    TparError* e = (TparError*)err;
+// This rank's one error record, claimed by the first thread of the call to fail (false for
+// every later one: the record keeps the first failure). publish_error fills the fields every
+// error has, then its code, which the host reads first: code last, between fences.
+__device__ __forceinline__ bool claim_error(u64 state) {
+    return atom_cas_gpu_u32(&((TparState*)state)->err_claim, 0u, 1u) == 0u;
+}
+__device__ __forceinline__ void fill_error(TparError* e, u32 rank, u32 peer, u32 phase, u32 epoch, u64 waited_ns) {
     e->rank = rank;
     e->peer = peer;
     e->phase = phase;
     e->block = blockIdx.x;
     e->epoch = epoch;
     e->waited_ns = waited_ns;
+}
+__device__ __forceinline__ void publish_error(TparError* e, u32 code) {
     fence_sc_sys();
-    st_volatile_u32(&e->code, TPAR_ERR_TIMEOUT);
+    st_volatile_u32(&e->code, code);
     fence_sc_sys();
+}
+
+__device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 epoch, u64 waited_ns, u32 peer, u32 phase) {
+    if (!claim_error(state)) return;
+    TparError* e = (TparError*)err;
+    fill_error(e, rank, peer, phase, epoch, waited_ns);
+    publish_error(e, TPAR_ERR_TIMEOUT);
 }
 
 // Called after a failed poll. Starts the deadline on the first failure; every
@@ -131,20 +143,12 @@ __device__ __forceinline__ u32 desc_mask(const TparArgs& a) {
 }
 
 __device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 epoch, u32 peer, u64 ours, u64 theirs) {
-    TparState* st = (TparState*)state;
-    if (atom_cas_gpu_u32(&st->err_claim, 0u, 1u) != 0u) return;
+    if (!claim_error(state)) return;
     TparError* e = (TparError*)err;
-    e->rank = rank;
-    e->peer = peer;
-    e->phase = TPAR_PHASE_DESC;
-    e->block = blockIdx.x;
-    e->epoch = epoch;
-    e->waited_ns = 0ull;
+    fill_error(e, rank, peer, TPAR_PHASE_DESC, epoch, 0ull);
     e->ours = ours;
     e->theirs = theirs;
-    fence_sc_sys();
-    st_volatile_u32(&e->code, TPAR_ERR_MISMATCH);
-    fence_sc_sys();
+    publish_error(e, TPAR_ERR_MISMATCH);
 }
 
 __device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q, V16 d) {

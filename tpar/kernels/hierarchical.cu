@@ -127,18 +127,7 @@ __device__ __forceinline__ V16 poll_island(const TparArgs& a, Frame& f, const Is
 // address: program order makes the store visible.
 template <class D>
 __device__ __forceinline__ V16 load_output(const TparArgs& a, u64 v) {
-    const u64 first = v * D::LANES;
-    if (first + D::LANES <= a.count) return *((const V16*)a.output + v);
-    V16 r = {0u, 0u, 0u, 0u};
-    const u64 n = a.count - first;
-    if (D::LANES == 4) {
-        const u32* p = (const u32*)a.output + first;
-        for (u64 i = 0; i < n; ++i) v16_set_word(r, (int)i, p[i]);
-    } else {
-        const u16* p = (const u16*)a.output + first;
-        for (u64 i = 0; i < n; ++i) v16_set_word(r, (int)(i / 2), v16_word(r, (int)(i / 2)) | ((u32)p[i] << (16 * (i % 2))));
-    }
-    return r;
+    return load_input<D, true>(a, v);
 }
 
 #if TPAR_FLAGS

@@ -24,7 +24,7 @@ pub struct RankBufs {
 /// Group options from the environment: `TPAR_TIMEOUT_MS` (default: the emulated default),
 /// `TPAR_CHECK_CALLS` and `TPAR_HOST_PROTOCOL`.
 pub fn options(transport: Transport) -> Result<GroupOptions, String> {
-    let timeout = tpar::cuda::launch::timeout_from_env().map_err(err)?.unwrap_or(tpar::cuda::emulated::DEFAULT_TIMEOUT);
+    let timeout = tpar::cuda::settings::timeout_from_env().map_err(err)?.unwrap_or(tpar::cuda::emulated::DEFAULT_TIMEOUT);
     let o = tpar::Overrides::from_env().map_err(err)?;
     Ok(GroupOptions { transport, timeout, check_calls: o.check_calls != Some(false), islands: Vec::new(), host_protocol: o.host_protocol })
 }

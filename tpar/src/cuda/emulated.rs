@@ -44,7 +44,7 @@ impl Default for GroupOptions {
     /// p2p, `TPAR_TIMEOUT_MS` (else [`DEFAULT_TIMEOUT`]), calls checked, the host protocol
     /// chosen by world size.
     fn default() -> Self {
-        let timeout = launch::timeout_from_env().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
+        let timeout = super::settings::timeout_from_env().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
         Self { transport: Transport::P2p, timeout, check_calls: true, islands: Vec::new(), host_protocol: None }
     }
 }

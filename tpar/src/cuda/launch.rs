@@ -1,7 +1,7 @@
 //! The one launch path of tpar's kernels, shared by emulated ranks
 //! ([`EmulatedGroup`](super::EmulatedGroup)) and IPC workspaces
-//! ([`IpcWorkspace`](super::ipc::IpcWorkspace)): the block policy, the settings read from the
-//! environment (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_TIMEOUT_MS`), the validation of a call,
+//! ([`IpcWorkspace`](super::ipc::IpcWorkspace)): the block policy, the size class, the
+//! validation of a call (under the [`Settings`](super::settings::Settings) it was built with),
 //! loading each (algorithm, dtype) variant when a call first needs it, and the launch itself
 //! (programmatic dependent launch where the device has it).
 //!
@@ -15,12 +15,12 @@ use super::abi::{self, TparArgs, TparState, MAX_BLOCKS, THREADS, VEC_BYTES};
 use super::driver::{cu_rc, sys, Device, DeviceBuffer, Module, Stream};
 use super::kernels::{self, probe_unit};
 use super::nvrtc;
+use super::settings::{unsafe_one_buffer_for_test, unsafe_two_buffers_for_test, Settings};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
 use crate::{Algorithm, DType, Transport};
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::time::Duration;
 
 /// Most blocks per rank over the host transport (pinned host memory across PCIe): the
 /// plan's `PCIE_MAX_BLOCKS` (PCIe fabrics collapse when every SM writes).
@@ -33,7 +33,7 @@ pub const P2P_MAX_BLOCKS: u32 = MAX_BLOCKS as u32;
 /// (`plan::floors::kernel_blocks`); `TPAR_BLOCKS` overrides it (as it overrides the plan's).
 /// Every algorithm moves about one message per rank per stage, so one rule serves all.
 pub fn blocks_for(algo: Algorithm, transport: Transport, bytes: usize, world: usize) -> u32 {
-    match blocks_from_env() {
+    match super::settings::blocks_from_env() {
         Ok(Some(b)) => b,
         _ => policy_blocks(algo, transport, bytes, world),
     }
@@ -45,71 +45,6 @@ pub fn policy_blocks(_algo: Algorithm, transport: Transport, bytes: usize, _worl
     use crate::plan::floors::{kernel_blocks, BlockClass};
     let class = if transport == Transport::Host { BlockClass::Pcie } else { BlockClass::NvLink };
     kernel_blocks(bytes as u64, class).clamp(1, P2P_MAX_BLOCKS)
-}
-
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty())
-}
-
-fn config(var: &'static str, raw: &str, expected: String) -> Error {
-    Error::invalid(var, format!("{raw:?}: expected {expected}"))
-}
-
-/// `TPAR_BLOCKS`: `auto` (or unset) or 1..=[`MAX_BLOCKS`].
-pub fn blocks_from_env() -> Result<Option<u32>> {
-    parse_blocks(env("TPAR_BLOCKS"))
-}
-
-fn parse_blocks(raw: Option<String>) -> Result<Option<u32>> {
-    let Some(raw) = raw else { return Ok(None) };
-    if raw.eq_ignore_ascii_case("auto") {
-        return Ok(None);
-    }
-    match raw.parse::<u32>() {
-        Ok(b) if (1..=MAX_BLOCKS as u32).contains(&b) => Ok(Some(b)),
-        _ => Err(config("TPAR_BLOCKS", &raw, format!("auto or 1..={MAX_BLOCKS}"))),
-    }
-}
-
-/// `TPAR_PDL`: programmatic dependent launch, on (`1`, default) or off (`0`).
-pub fn pdl_from_env() -> Result<bool> {
-    parse_pdl(env("TPAR_PDL"))
-}
-
-fn parse_pdl(raw: Option<String>) -> Result<bool> {
-    match raw.as_deref() {
-        None | Some("1") => Ok(true),
-        Some("0") => Ok(false),
-        Some(raw) => Err(config("TPAR_PDL", raw, "0 or 1".into())),
-    }
-}
-
-/// `TPAR_TIMEOUT_MS`: the bound on every wait, if set.
-pub fn timeout_from_env() -> Result<Option<Duration>> {
-    parse_timeout(env("TPAR_TIMEOUT_MS"))
-}
-
-fn parse_timeout(raw: Option<String>) -> Result<Option<Duration>> {
-    let Some(raw) = raw else { return Ok(None) };
-    match raw.parse::<u64>() {
-        Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
-        _ => Err(config("TPAR_TIMEOUT_MS", &raw, "a positive number of milliseconds".into())),
-    }
-}
-
-/// `TPAR_TEST_UNSAFE_TWO_BUFFERS=1`: compile the kernels with two buffers instead of three —
-/// the buffer-reuse guard removed — so that the skewed-rank stress can show it catches the
-/// race. Never for real use: calls then corrupt or time out under skew.
-pub fn unsafe_two_buffers_for_test() -> bool {
-    env("TPAR_TEST_UNSAFE_TWO_BUFFERS").as_deref() == Some("1")
-}
-
-/// `TPAR_TEST_UNSAFE_ONE_BUFFER=1`: compile the kernels with one buffer — for the flag
-/// protocol, whose reuse two buffers already guard (docs/cuda.md): a writer's next call then
-/// overwrites a slot its readers may still read, and the skewed-rank graph test (distinct
-/// inputs per call) must catch it. Never for real use.
-pub fn unsafe_one_buffer_for_test() -> bool {
-    env("TPAR_TEST_UNSAFE_ONE_BUFFER").as_deref() == Some("1")
 }
 
 /// The push kernels' protocol for a workspace of `world` ranks over `transport`: over p2p
@@ -172,39 +107,6 @@ pub fn size_class_defines(c: SizeClass) -> Vec<String> {
     match c {
         SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
         SizeClass::Default => Vec::new(),
-    }
-}
-
-/// `TPAR_LEAN`: `auto` (or unset: by size), `1` (the lean variant for every size, where a
-/// kernel has one) or `0` (never). For measurements and comparisons.
-pub fn lean_from_env() -> Result<Option<bool>> {
-    parse_lean(env("TPAR_LEAN"))
-}
-
-fn parse_lean(raw: Option<String>) -> Result<Option<bool>> {
-    match raw.as_deref() {
-        None => Ok(None),
-        Some(r) if r.eq_ignore_ascii_case("auto") => Ok(None),
-        Some("1") => Ok(Some(true)),
-        Some("0") => Ok(Some(false)),
-        Some(raw) => Err(config("TPAR_LEAN", raw, "auto, 0 or 1".into())),
-    }
-}
-
-/// The launch settings, read once per group or workspace.
-#[derive(Clone, Copy, Debug)]
-pub struct Settings {
-    /// `TPAR_BLOCKS`, when set.
-    pub blocks: Option<u32>,
-    /// `TPAR_PDL` (and the device can: sm_90+).
-    pub pdl: bool,
-    /// `TPAR_LEAN`, when set (the size rule otherwise).
-    pub lean: Option<bool>,
-}
-
-impl Settings {
-    pub fn from_env() -> Result<Self> {
-        Ok(Self { blocks: blocks_from_env()?, pdl: pdl_from_env()?, lean: lean_from_env()? })
     }
 }
 
@@ -623,25 +525,5 @@ mod tests {
         assert!(holds_twice(32, 1, 132), "one rank per GPU: the default always holds");
     }
 
-    #[test]
-    fn settings_parse_and_refuse() {
-        // The parsers, not the process environment: other tests read TPAR_* concurrently.
-        let some = |v: &str| Some(v.to_string());
-        assert_eq!(parse_blocks(some("12")).unwrap(), Some(12));
-        assert!(parse_blocks(some("33")).is_err());
-        assert!(parse_blocks(some("0")).is_err());
-        assert_eq!(parse_blocks(some("auto")).unwrap(), None);
-        assert_eq!(parse_blocks(None).unwrap(), None);
-        assert!(!parse_pdl(some("0")).unwrap());
-        assert!(parse_pdl(some("1")).unwrap() && parse_pdl(None).unwrap());
-        assert!(parse_pdl(some("yes")).is_err());
-        assert_eq!(parse_lean(None).unwrap(), None);
-        assert_eq!(parse_lean(some("auto")).unwrap(), None);
-        assert_eq!(parse_lean(some("1")).unwrap(), Some(true));
-        assert_eq!(parse_lean(some("0")).unwrap(), Some(false));
-        assert!(parse_lean(some("yes")).is_err());
-        assert_eq!(parse_timeout(some("250")).unwrap(), Some(Duration::from_millis(250)));
-        assert!(parse_timeout(some("0")).is_err());
-        assert_eq!(parse_timeout(None).unwrap(), None);
-    }
+
 }

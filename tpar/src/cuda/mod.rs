@@ -10,9 +10,10 @@
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
-//! | [`launch`] | the one launch path: block policy, size class (default or lean variant), `TPAR_BLOCKS`/`TPAR_PDL`/`TPAR_LEAN`/`TPAR_TIMEOUT_MS`, validation, lazy variants, PDL |
+//! | [`launch`] | the one launch path: block policy, size class (default or lean variant), validation, lazy variants, PDL |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
+//! | [`settings`] | the launch settings from the environment (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN`, `TPAR_TIMEOUT_MS`), each parsed in one place |
 //!
 //! Contract: nothing here panics because a CUDA library is missing — presence is checked
 //! and absence is an [`Error::Library`](crate::Error::Library) that says what to install.
@@ -30,6 +31,7 @@ pub mod launch;
 pub mod nccl;
 pub mod nvrtc;
 pub mod probe;
+pub mod settings;
 
 pub use comm::{GpuCommunicator, GpuOptions};
 pub use emulated::{EmulatedGroup, GroupOptions};
