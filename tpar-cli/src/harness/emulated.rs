@@ -21,12 +21,10 @@ pub struct RankBufs {
     pub output: DeviceBuffer,
 }
 
-/// Group options from the environment: `TPAR_TIMEOUT_MS` (default: the emulated default),
-/// `TPAR_CHECK_CALLS` and `TPAR_HOST_PROTOCOL`.
+/// Group options from the environment (`GroupOptions::from_env`: `TPAR_TIMEOUT_MS`,
+/// `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`).
 pub fn options(transport: Transport) -> Result<GroupOptions, String> {
-    let timeout = tpar::cuda::settings::timeout_from_env().map_err(err)?.unwrap_or(tpar::cuda::emulated::DEFAULT_TIMEOUT);
-    let o = tpar::Overrides::from_env().map_err(err)?;
-    Ok(GroupOptions { transport, timeout, check_calls: o.check_calls != Some(false), islands: Vec::new(), host_protocol: o.host_protocol })
+    GroupOptions::from_env(transport).map_err(err)
 }
 
 /// The islands of `--islands SPEC` for `world` ranks: `halves` (default), `one`, sizes in

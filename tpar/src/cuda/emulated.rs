@@ -41,11 +41,25 @@ pub struct GroupOptions {
 }
 
 impl Default for GroupOptions {
-    /// p2p, `TPAR_TIMEOUT_MS` (else [`DEFAULT_TIMEOUT`]), calls checked, the host protocol
-    /// chosen by world size.
+    /// p2p, [`DEFAULT_TIMEOUT`], calls checked, the host protocol chosen by world size.
+    /// Reads nothing from the environment: [`GroupOptions::from_env`] does.
     fn default() -> Self {
-        let timeout = super::settings::timeout_from_env().ok().flatten().unwrap_or(DEFAULT_TIMEOUT);
-        Self { transport: Transport::P2p, timeout, check_calls: true, islands: Vec::new(), host_protocol: None }
+        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true, islands: Vec::new(), host_protocol: None }
+    }
+}
+
+impl GroupOptions {
+    /// The defaults under the environment's settings: `TPAR_TIMEOUT_MS`, `TPAR_CHECK_CALLS`
+    /// and `TPAR_HOST_PROTOCOL`. A malformed value is an error that names it, never ignored.
+    pub fn from_env(transport: Transport) -> Result<Self> {
+        let o = crate::Overrides::from_env()?;
+        Ok(Self {
+            transport,
+            timeout: super::settings::timeout_from_env()?.unwrap_or(DEFAULT_TIMEOUT),
+            check_calls: o.check_calls != Some(false),
+            host_protocol: o.host_protocol,
+            ..Self::default()
+        })
     }
 }
 
