@@ -1,122 +1,132 @@
 #!/usr/bin/env bash
-# The kernel work's GPU run, for one `run` call on the one-H200 machine (emulated ranks and
-# rank processes sharing the GPU through CUDA IPC). Builds nothing.
+# The kernel work's GPU run on the one-H200 machine (emulated ranks, and rank processes sharing
+# the GPU through CUDA IPC or one host segment), one `run` call per mode. Builds nothing.
 #
-#   scripts/gpu-kernels.sh NEW_BIN [OLD_BIN] [smoke|full]
+#   OUT=... bash scripts/gpu-kernels.sh DIR timings   issue 11's targets, before and after (~5 min)
+#   OUT=... bash scripts/gpu-kernels.sh DIR verify    every correctness step (~6 min)
 #
-# NEW_BIN / OLD_BIN are release `tpar` binaries built elsewhere (OLD_BIN: the "before" build,
-# timed in the same run). Writes every step's output to $OUT/kernels.log, the timing steps
-# also to $OUT/<step>.txt, and prints a summary last; exit status nonzero if a step failed.
+# DIR (carried with `run`'s carry, e.g. ".gpu-k") holds what was built here:
+#   tpar          release `tpar` of the head under test      (cargo build --release -p tpar-cli)
+#   tpar-before   optional: the same of the commit to compare against (timings, same call)
+#   first_call    optional: tpar/examples/first_call.rs      (cargo build --release -p tpar
+#                 --features cuda --example first_call; target/release/examples/first_call)
+#   *.whl, gpu_python_check.py   optional: the Python steps of verify (maturin build --release;
+#                 scripts/gpu_python_check.py)
+# Emulated ranks share one GPU: their timings are kernel cost, not a fabric (docs/cuda.md).
+# Writes $OUT/summary.txt (PASS/FAIL/SKIP per step; timings: targets.txt beside it, the
+# figures issue 11 names, extracted by scripts/kernel-targets.awk) and the gzipped log.
+# Exit status nonzero if a step failed.
 set -uo pipefail
-NEW="${1:?new binary}"
-OLD="${2:-}"
-MODE="${3:-full}"
-# skew: only the skewed-rank checks (guarded must pass, unguarded must be caught) and one timing
-OUT="${OUT:-./gpu-out}"
-mkdir -p "$OUT"
-LOG="$OUT/kernels.log"
-: >"$LOG"
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export NCCL_NVLS_ENABLE=0
-CACHE="$(mktemp -d)"
-export XDG_CACHE_HOME="$CACHE/warm"
-summary=()
-failed=0
-K="oneshot-push,oneshot-pull,twoshot-push,twoshot-pull,staged-push"
+D="${1:?usage: gpu-kernels.sh DIR timings|verify}"
+MODE="${2:?usage: gpu-kernels.sh DIR timings|verify}"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
+B="$D/tpar"; OLD="$D/tpar-before"; LOG="$OUT/kernels-$MODE.log"; : >"$LOG"
+[ -x "$B" ] || { echo "no release tpar at $B" >&2; exit 2; }
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_NVLS_ENABLE=0
+CACHE="$(mktemp -d)"; export XDG_CACHE_HOME="$CACHE/warm"
+K="oneshot-push,oneshot-pull,twoshot-push,twoshot-pull,staged-push,hierarchical"
+T0=$SECONDS; BUDGET=${BUDGET:-540}; summary=(); failed=0
 
-# step NAME LIMIT [ENV=V ...] -- BIN ARGS...   (expect success)
+# step NAME LIMIT [expect_fail] [ENV=V ...] -- CMD ARGS...
+# A step that would start with less than a third of its limit left in BUDGET is skipped (and
+# said so): the call must end inside the device's 10-minute limit with its summary written.
 step() {
-    local name="$1" limit="$2"
-    shift 2
-    local envs=()
-    while [ "$1" != "--" ]; do envs+=("$1"); shift; done
-    shift
-    echo "=== $name: ${envs[*]} $*" | tee -a "$LOG"
-    local t0 t1 rc
-    t0=$(date +%s%N)
-    env "${envs[@]}" timeout "$limit" "$@" >"$OUT/.step" 2>&1
-    rc=$?
-    t1=$(date +%s%N)
-    cat "$OUT/.step" >>"$LOG"
-    local secs="$(( (t1 - t0) / 1000000 ))e-3"
-    echo "=== $name: rc=$rc in ${secs}s" | tee -a "$LOG"
-    if [ "$rc" -eq 0 ]; then summary+=("PASS  $name (${secs}s)"); else summary+=("FAIL  $name rc=$rc (${secs}s)"); failed=1; fi
-    return 0
+    local name="$1" limit="$2" expect=pass; shift 2
+    [ "$1" = expect_fail ] && { expect=fail; shift; }
+    local envs=(X=1); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
+    local el=$((SECONDS - T0))
+    if [ $((el + limit / 3)) -gt "$BUDGET" ]; then summary+=("SKIP  $name (out of time at ${el} s)"); return; fi
+    echo "=== $name (t=${el}s): ${envs[*]} $*" >>"$LOG"
+    local t=$SECONDS; env "${envs[@]}" timeout "$limit" "$@" >"$CACHE/step" 2>&1; local rc=$?
+    cat "$CACHE/step" >>"$LOG"
+    echo "=== $name: rc=$rc ($((SECONDS - t)) s)" >>"$LOG"
+    if [ $expect = pass ]; then
+        if [ $rc -eq 0 ]; then summary+=("PASS  $name ($((SECONDS - t)) s)"); else summary+=("FAIL  $name rc=$rc ($((SECONDS - t)) s)"); failed=1; fi
+    # A guard removed must be caught by the check itself (wrong sums or a device timeout),
+    # not fail for any other reason (no GPU, a bad flag).
+    elif grep -Eq "timed out after|[1-9][0-9]* wrong" "$CACHE/step"; then
+        summary+=("PASS  $name: caught as it must be, rc=$rc ($((SECONDS - t)) s)")
+    else summary+=("FAIL  $name: not caught (rc=$rc, no wrong sum or timeout reported)"); failed=1; fi
 }
-# expect_fail NAME LIMIT ... : the guard-removed demonstration must FAIL (wrong or timeout).
-expect_fail() {
-    local name="$1"
-    step "$@"
-    local last="${summary[-1]}"
-    if [[ "$last" == FAIL* ]]; then summary[-1]="PASS  $name: caught as expected (${last#FAIL  $name })"; failed=$((failed)); else summary[-1]="FAIL  $name: the unguarded kernels passed the skew stress"; failed=1; fi
-    # the step above set failed=1 on its expected failure: recompute from the summary
-    failed=0; for s in "${summary[@]}"; do [[ "$s" == FAIL* ]] && failed=1; done
-}
+{ date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  echo "tpar $(sha256sum "$B" | cut -c1-16)${OLD:+ before $( [ -x "$OLD" ] && sha256sum "$OLD" | cut -c1-16)}"; "$B" --version; } >>"$LOG" 2>&1
 
-{
-    echo "# date: $(date -u +%FT%TZ)"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
-    echo "# new: $(sha256sum "$NEW" | cut -c1-16)  old: ${OLD:+$(sha256sum "$OLD" | cut -c1-16)}"
-} 2>&1 | tee -a "$LOG"
+case "$MODE" in
+timings)
+    # Before and after in one call, same machine; each timing step's lines go to targets.txt.
+    SEQ=(bench --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16 --algo "$K")
+    SZ=(bench --emulate-ranks 8 --mode graph -b 1K -e 4M -f 4 -n 40 -w 5 -d bfloat16 --algo "$K")
+    HS=(bench --transport host --mode graph --sequence 122x42K -b 42K -e 42K -n 30 -w 3 -d bfloat16 --algo oneshot-push,twoshot-push)
+    for who in after before; do
+        bin=$B; [ $who = before ] && bin=$OLD
+        [ -x "$bin" ] || continue
+        step "seq-$who" 60 -- "$bin" "${SEQ[@]}" --emulate-ranks 2,4,8
+        step "sizes-$who" 60 -- "$bin" "${SZ[@]}"
+        step "host-$who" 40 -- "$bin" "${HS[@]}" --emulate-ranks 3,4,8
+    done
+    step seq-16-after 60 -- "$B" "${SEQ[@]}" --emulate-ranks 16
+    if [ -x "$D/first_call" ]; then
+        # An empty cache (a fresh machine), then warm; then every cache entry corrupted (must
+        # be rebuilt, never trusted); then eight processes filling one empty cache at once.
+        step first-call-cold 60 XDG_CACHE_HOME="$CACHE/cold" -- "$D/first_call"
+        step first-call-warm 30 XDG_CACHE_HOME="$CACHE/cold" -- "$D/first_call"
+        step first-call-corrupt 60 -- bash -c "for f in $CACHE/cold/tpar/*; do printf garbage | dd of=\$f bs=1 seek=100 conv=notrunc 2>/dev/null; done; XDG_CACHE_HOME=$CACHE/cold $D/first_call"
+        step cache-8-procs 90 XDG_CACHE_HOME="$CACHE/par" -- bash -c "pids=(); for i in 0 1 2 3 4 5 6 7; do $D/first_call & pids+=(\$!); done; rc=0; for p in \${pids[@]}; do wait \$p || rc=1; done; exit \$rc"
+    else
+        summary+=("SKIP  first-call (no $D/first_call)")
+    fi
+    awk '/^=== (seq|sizes|host|first-call|cache)/ {s=1} /^=== / && !/^=== (seq|sizes|host|first-call|cache)/ {s=0} s' "$LOG" >"$OUT/timings.txt"
+    awk -f "$HERE/kernel-targets.awk" "$OUT/timings.txt" >"$OUT/targets.txt"
+    ;;
+verify)
+    # -- emulated ranks (streams of one process) --
+    step check-emulated 90 -- "$B" check --emulate-ranks 2,3,8 -e 4M --calls 200 -d all --algo all
+    step check-16 60 -- "$B" check --emulate-ranks 16 -e 1M --calls 50 -d all --algo "$K"
+    step check-lean-forced 40 TPAR_LEAN=1 -- "$B" check --emulate-ranks 2,8 -e 1M --calls 100 -d all --algo oneshot-pull,twoshot-push,twoshot-pull
+    step check-lean-host 40 TPAR_LEAN=1 -- "$B" check --emulate-ranks 2,4 --transport host -e 1M --calls 60 -d all --algo twoshot-push
+    step check-islands 30 -- "$B" check --emulate-ranks 6,8 --islands map:012012,3+5 -e 256K --calls 100 -d all --algo hierarchical
+    step check-host 60 -- "$B" check --emulate-ranks 2,3,4,8 --transport host -e 1M --calls 100 -d all
+    step check-skew 60 -- "$B" check --emulate-ranks 8 --calls 1500 --skew-ns 20000 -e 256K -d all --algo "$K"
+    step check-skew-4M 60 -- "$B" check --emulate-ranks 8 --calls 200 --skew-ns 20000 -e 4M -d bfloat16 --algo oneshot-pull,twoshot-push,twoshot-pull
+    step graph-skew 40 -- "$B" selftest graph --emulate-ranks 2,8 --replays 20 --skew-ns 20000 --sequence 122x42K -d all
+    step graph-skew-host 40 -- "$B" selftest graph --emulate-ranks 2,3,4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d all
+    step graph-skew-nopdl 25 TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 10 --skew-ns 20000 --sequence 122x42K -d bfloat16
+    # The guards removed: the skewed graphs must fail (wrong sums or a timeout).
+    step guard-sentinel-2buf 20 expect_fail TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/u2" -- "$B" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
+    step guard-flags-1buf 20 expect_fail TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_ONE_BUFFER=1 XDG_CACHE_HOME="$CACHE/u1" -- "$B" selftest graph --emulate-ranks 4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d bfloat16
+    step timeout 30 TPAR_TIMEOUT_MS=200 -- "$B" selftest timeout --emulate-ranks 2,8
+    step timeout-host 20 TPAR_TIMEOUT_MS=200 -- "$B" selftest timeout --emulate-ranks 4 --transport host
+    step mismatch-emulated 30 TPAR_TIMEOUT_MS=2000 -- "$B" selftest mismatch --emulate-ranks 2,8
+    step mismatch-host 25 TPAR_TIMEOUT_MS=2000 -- "$B" selftest mismatch --emulate-ranks 4 --transport host
+    step epoch-wrap 20 -- "$B" selftest epoch-wrap --emulate-ranks 3,4 --epoch-start 4294967290 -e 4M -d all
+    step epoch-wrap-host 15 -- "$B" selftest epoch-wrap --emulate-ranks 3 --transport host --epoch-start 4294967290 -e 64K -d all
+    # -- rank processes sharing the GPU (CUDA IPC; one shared host segment) --
+    step procs-check 40 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 -e 1M --calls 200 -d all
+    step procs-check-lean 40 TPAR_LEAN=1 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 -e 1M --calls 100 -d all --algo oneshot-pull,twoshot-push,twoshot-pull
+    step procs-host 50 -- "$B" check --backend cuda --world 4 --transport host --plan-topology h200-nvswitch-8 -e 1M --calls 100 -d all --algo oneshot-push,twoshot-push
+    step procs-host-plan 40 -- "$B" check --backend cuda --world 4 --plan-topology rtx4090-nop2p-4 -e 32K --calls 100 -d all --algo auto
+    step procs-mismatch 40 TPAR_TIMEOUT_MS=3000 -- "$B" selftest mismatch --world 4 --plan-topology h200-nvswitch-8
+    step procs-kill 40 TPAR_TIMEOUT_MS=3000 -- "$B" selftest kill-rank --world 4 --plan-topology h200-nvswitch-8 -e 42K
+    # -- Python (tpar.torch), rank processes sharing the GPU --
+    whl=$(ls "$D"/tpar-*.whl 2>/dev/null | head -1)
+    if [ -n "$whl" ] && [ -e "$D/gpu_python_check.py" ]; then
+        SITE="$CACHE/site"; python3 -m pip install --quiet --no-index --no-deps --target "$SITE" "$whl" >>"$LOG" 2>&1
+        PYENV=(PYTHONPATH="$SITE" TPAR_TOPOLOGY=h200-nvswitch-8 TPAR_TIMEOUT_MS=10000 TPAR_ALGO=oneshot-push DEADLINE_S=60)
+        step python-correct-4 70 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
+        step python-host-4 60 "${PYENV[@]}" TPAR_TOPOLOGY=rtx4090-nop2p-4 -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
+        step python-gmismatch-4 40 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 gmismatch --out "$CACHE/py"
+    else
+        summary+=("SKIP  python (no wheel or gpu_python_check.py in $D)")
+    fi
+    ;;
+*) echo "unknown mode $MODE: timings or verify" >&2; exit 2 ;;
+esac
 
-# First call on a fresh machine: an empty cache, a whole process (8 ranks, one all-reduce of
-# 42 KiB bf16, checked); then the same with the cache warm.
-step first-call-cold 120 XDG_CACHE_HOME="$CACHE/cold" -- "$NEW" bench --emulate-ranks 8 -b 42K -e 42K -n 1 -w 0 -d bfloat16 --algo oneshot-push
-step first-call-warm 60 XDG_CACHE_HOME="$CACHE/cold" -- "$NEW" bench --emulate-ranks 8 -b 42K -e 42K -n 1 -w 0 -d bfloat16 --algo oneshot-push
-step first-call-corrupt 60 XDG_CACHE_HOME="$CACHE/cold" -- bash -c "for f in $CACHE/cold/tpar/*.cubin; do printf garbage | dd of=\$f bs=1 seek=100 conv=notrunc 2>/dev/null; done; $NEW bench --emulate-ranks 8 -b 42K -e 42K -n 1 -w 0 -d bfloat16 --algo oneshot-push"
-step cache-8-procs 120 XDG_CACHE_HOME="$CACHE/par" -- bash -c "for i in 0 1 2 3 4 5 6 7; do $NEW check --emulate-ranks 2 -e 64K --calls 0 -d all --algo $K >/dev/null 2>&1 & done; wait; ls -la $CACHE/par/tpar | grep -c cubin; ls -a $CACHE/par/tpar | grep -c tmp || true"
-
-if [ "$MODE" = skew ]; then
-    step skew-stress 240 -- "$NEW" check --emulate-ranks 8 --calls 3000 --skew-ns 20000 -e 256K -d all --algo "$K"
-    step skew-graph 240 -- "$NEW" selftest graph --emulate-ranks 2,8 --replays 50 --skew-ns 5000 --sequence 122x256K -d all
-    expect_fail unguarded-skew 200 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/unsafe" -- bash -c "TPAR_TIMEOUT_MS=300 $NEW selftest graph --emulate-ranks 2,8 --replays 50 --skew-ns 5000 --sequence 122x256K -d bfloat16"
-    # the flag protocol's guard (host transport): one buffer must be caught (wrong sums)
-    expect_fail unguarded-flags-skew 60 TPAR_TEST_UNSAFE_ONE_BUFFER=1 XDG_CACHE_HOME="$CACHE/unsafe1" -- bash -c "TPAR_TIMEOUT_MS=500 $NEW selftest graph --emulate-ranks 4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d bfloat16"
-    step seq-new 240 -- "$NEW" bench --emulate-ranks 8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16
-    for s in "${summary[@]}"; do echo "$s"; done | tee "$OUT/summary.txt"
-    exit "$failed"
-fi
-if [ "$MODE" = smoke ]; then
-    step sweep 240 -- "$NEW" check --emulate-ranks 2,3,8 -e 1M --calls 0 -d all --algo "$K"
-else
-    step sweep 400 -- "$NEW" check --emulate-ranks 2,3,4,8 -e 8M --calls 0 -d all --algo "$K"
-    step epoch-wrap 120 -- "$NEW" selftest epoch-wrap --emulate-ranks 4 --epoch-start 4294967290 -e 64K -d all
-    step host-check 180 -- "$NEW" check --emulate-ranks 2,8 --transport host -e 1M --calls 200 -d all
-fi
-step stress 240 -- "$NEW" check --emulate-ranks 8 --calls 4000 -e 256K -d all --algo "$K"
-step skew-stress 240 -- "$NEW" check --emulate-ranks 8 --calls 3000 --skew-ns 20000 -e 256K -d all --algo "$K"
-step skew-graph 240 -- "$NEW" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d all
-step skew-graph-nopdl 240 TPAR_PDL=0 -- "$NEW" selftest graph --emulate-ranks 4 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
-expect_fail unguarded-skew 200 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/unsafe" -- bash -c "TPAR_TIMEOUT_MS=300 $NEW check --emulate-ranks 2,8 --calls 5000 --skew-ns 20000 -e 1M -d bfloat16 --algo oneshot-push,twoshot-push,staged-push && TPAR_TIMEOUT_MS=300 $NEW selftest graph --emulate-ranks 2,8 --replays 50 --skew-ns 5000 --sequence 122x256K -d bfloat16"
-expect_fail unguarded-flags-skew 60 TPAR_TEST_UNSAFE_ONE_BUFFER=1 XDG_CACHE_HOME="$CACHE/unsafe1" -- bash -c "TPAR_TIMEOUT_MS=500 $NEW selftest graph --emulate-ranks 4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d bfloat16"
-step timeout-test 120 TPAR_TIMEOUT_MS=200 -- "$NEW" selftest timeout --emulate-ranks 2,8
-step timeout-env 60 TPAR_TIMEOUT_MS=300 -- "$NEW" selftest timeout --emulate-ranks 4
-step mismatch-test 120 TPAR_TIMEOUT_MS=2000 -- "$NEW" selftest mismatch --emulate-ranks 2,8
-step graph-test 180 -- "$NEW" selftest graph --emulate-ranks 8 --replays 50 --sequence 122x42K -d all
-step ipc-test 120 -- "$NEW" selftest ipc -e 1M -n 20 -w 2 --graph-inner 5 -d bfloat16
-
-# Timings: before (OLD) and after (NEW), same machine, same call.
-# NEW speaks the subcommand CLI; OLD (a build of 9819435) the bench-cuda one.
-seqargs=(bench --emulate-ranks 2,4,8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16)
-grargs=(bench --emulate-ranks 8 --mode graph -b 1K -e 4M -f 4 -n 100 -w 10 -d bfloat16 --algo "$K")
-step seq-new 240 -- "$NEW" "${seqargs[@]}"; cp "$OUT/.step" "$OUT/seq-new.txt"
-step seq-new-nopdl 240 TPAR_PDL=0 -- "$NEW" bench --emulate-ranks 4,8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16; cp "$OUT/.step" "$OUT/seq-nopdl.txt"
-step graph-new 240 -- "$NEW" "${grargs[@]}"; cp "$OUT/.step" "$OUT/graph-new.txt"
-step blocks-env 120 TPAR_BLOCKS=2 -- "$NEW" bench --emulate-ranks 8 --mode graph -b 1M -e 1M -n 50 -w 5 -d bfloat16 --algo oneshot-push,twoshot-push
-step blocks-env16 120 TPAR_BLOCKS=16 -- "$NEW" bench --emulate-ranks 8 --mode graph -b 1M -e 1M -n 50 -w 5 -d bfloat16 --algo oneshot-push,twoshot-push
-if [ -n "$OLD" ]; then
-    step seq-old 240 -- "$OLD" bench-cuda --emulate-ranks 2,4,8 --sequence 122x43008 -n 50 -w 5 -d bfloat16; cp "$OUT/.step" "$OUT/seq-old.txt"
-    step graph-old 240 -- "$OLD" bench-cuda --emulate-ranks 8 --graph -b 1K -e 4M -f 4 -n 100 -w 10 -d bfloat16 --algo "$K"; cp "$OUT/.step" "$OUT/graph-old.txt"
-fi
-rm -f "$OUT/.step"
-gzip -kf "$LOG"
-{
-    echo
-    echo "# ---- per call in the 122-call graph, 42 KiB bf16 (us): new | old ----"
-    for f in seq-new seq-nopdl seq-old; do [ -e "$OUT/$f.txt" ] && { echo "## $f"; grep -E "ranks|floor|push|pull" "$OUT/$f.txt" | grep -v "^# group" | awk '{ if ($1 ~ /^#/) print; else printf "%16s %9s\n", $1, $6 }'; }; done
-    echo "# ---- 8 ranks graph: bytes algo time(us) ----"
-    for f in graph-new graph-old; do [ -e "$OUT/$f.txt" ] && { echo "## $f"; awk '/^# algorithm/ {a=$3} /^ +[0-9]/ { if ($1==1024 || $1==65536 || $1==1048576 || $1==4194304) printf "%8s %-14s %8s\n", $1, a, $5 } /launch floor/ {print}' "$OUT/$f.txt"; }; done
-    echo "# ---- summary ($MODE) ----"
-    for s in "${summary[@]}"; do echo "$s"; done
-} | tee "$OUT/summary.txt"
+{ echo "# ---- $MODE summary ($((SECONDS - T0)) s) ----"; printf '%s\n' "${summary[@]}"; } | tee -a "$LOG" >"$OUT/summary.txt"
+grep -E "^RESULT" "$LOG" >>"$OUT/summary.txt"
+[ -e "$OUT/targets.txt" ] && cat "$OUT/targets.txt" >>"$OUT/summary.txt"
+gzip -f "$LOG"
+rm -rf "$CACHE"
+cat "$OUT/summary.txt"
 exit "$failed"
