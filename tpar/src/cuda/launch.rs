@@ -280,12 +280,16 @@ impl Launcher {
     }
 
     /// Loads the variants `calls` will need now, so that nothing compiles later (for example
-    /// before a capture, or before timing): the default variant of each and, where the
-    /// workspace holds calls large enough for it, the lean one.
+    /// before a capture, or before timing): the default variant of each and the lean one
+    /// where a call of the workspace's largest size would run it ([`size_class`] under the
+    /// policy's grid). That is exact: the grid grows with the size, so a workspace none of
+    /// whose calls runs the lean variant (one rank per GPU, say) never compiles it.
     pub fn preload(&mut self, dev: &Device, calls: &[(Algorithm, DType)]) -> Result<()> {
+        let bytes = self.max_bytes;
         for (a, d) in calls {
             self.variant(dev, *a, *d, SizeClass::Default)?;
-            if size_class(*a, self.max_bytes, self.settings.lean, false) == SizeClass::Lean {
+            let planned = self.settings.blocks.unwrap_or_else(|| policy_blocks(*a, self.transport, bytes, self.world));
+            if self.class_for(dev, *a, *d, bytes, planned, threads_for(bytes, planned))? == SizeClass::Lean {
                 self.variant(dev, *a, *d, SizeClass::Lean)?;
             }
         }
