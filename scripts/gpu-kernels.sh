@@ -3,7 +3,8 @@
 # the GPU through CUDA IPC or one host segment), one `run` call per mode. Builds nothing.
 #
 #   OUT=... bash scripts/gpu-kernels.sh DIR timings   issue 11's targets, before and after (~5 min)
-#   OUT=... bash scripts/gpu-kernels.sh DIR verify    every correctness step (~6 min)
+#   OUT=... bash scripts/gpu-kernels.sh DIR verify    every correctness step (~4-6 min)
+#   OUT=... bash scripts/gpu-kernels.sh DIR python    only verify's Python steps (~1 min)
 #
 # DIR (carried with `run`'s carry, e.g. ".gpu-k") holds what was built here:
 #   tpar          release `tpar` of the head under test      (cargo build --release -p tpar-cli)
@@ -17,8 +18,8 @@
 # figures issue 11 names, extracted by scripts/kernel-targets.awk) and the gzipped log.
 # Exit status nonzero if a step failed.
 set -uo pipefail
-D="${1:?usage: gpu-kernels.sh DIR timings|verify}"
-MODE="${2:?usage: gpu-kernels.sh DIR timings|verify}"
+D="${1:?usage: gpu-kernels.sh DIR timings|verify|python}"
+MODE="${2:?usage: gpu-kernels.sh DIR timings|verify|python}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
 B="$D/tpar"; OLD="$D/tpar-before"; LOG="$OUT/kernels-$MODE.log"; : >"$LOG"
@@ -52,23 +53,32 @@ step() {
 { date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   echo "tpar $(sha256sum "$B" | cut -c1-16)${OLD:+ before $( [ -x "$OLD" ] && sha256sum "$OLD" | cut -c1-16)}"; "$B" --version; } >>"$LOG" 2>&1
 
+# Python (tpar.torch), rank processes sharing the GPU: the wheel installed into a scratch
+# site, eager calls and a 122-call graph on p2p and over host, a mismatched capture.
+python_steps() {
+    local whl; whl=$(ls "$D"/tpar-*.whl 2>/dev/null | head -1)
+    if [ -z "$whl" ] || [ ! -e "$D/gpu_python_check.py" ]; then
+        summary+=("SKIP  python (no wheel or gpu_python_check.py in $D)"); return
+    fi
+    local SITE="$CACHE/site"; mkdir -p "$CACHE/py"
+    python3 -m pip install --quiet --no-index --no-deps --target "$SITE" "$whl" >>"$LOG" 2>&1
+    local PYENV=(PYTHONPATH="$SITE" TPAR_TOPOLOGY=h200-nvswitch-8 TPAR_TIMEOUT_MS=10000 TPAR_ALGO=oneshot-push DEADLINE_S=60)
+    step python-correct-4 70 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
+    step python-host-4 60 "${PYENV[@]}" TPAR_TOPOLOGY=rtx4090-nop2p-4 -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
+    step python-gmismatch-4 40 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 gmismatch --out "$CACHE/py"
+}
+
 case "$MODE" in
 timings)
     # Before and after in one call, same machine; each timing step's lines go to targets.txt.
     SEQ=(bench --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16 --algo "$K")
     SZ=(bench --emulate-ranks 8 --mode graph -b 1K -e 4M -f 4 -n 40 -w 5 -d bfloat16 --algo "$K")
     HS=(bench --transport host --mode graph --sequence 122x42K -b 42K -e 42K -n 30 -w 3 -d bfloat16 --algo oneshot-push,twoshot-push)
-    for who in after before; do
-        bin=$B; [ $who = before ] && bin=$OLD
-        [ -x "$bin" ] || continue
-        step "seq-$who" 60 -- "$bin" "${SEQ[@]}" --emulate-ranks 2,4,8
-        step "sizes-$who" 60 -- "$bin" "${SZ[@]}"
-        step "host-$who" 40 -- "$bin" "${HS[@]}" --emulate-ranks 3,4,8
-    done
-    step seq-16-after 60 -- "$B" "${SEQ[@]}" --emulate-ranks 16
     if [ -x "$D/first_call" ]; then
-        # An empty cache (a fresh machine), then warm; then every cache entry corrupted (must
-        # be rebuilt, never trusted); then eight processes filling one empty cache at once.
+        # First in the call: an empty cache (on a machine that just started, libnvrtc itself is
+        # not yet in the page cache either: the fresh-machine figure is the first call's
+        # first step), then warm; then every cache entry corrupted (rebuilt, never trusted);
+        # then eight processes filling one empty cache at once.
         step first-call-cold 60 XDG_CACHE_HOME="$CACHE/cold" -- "$D/first_call"
         step first-call-warm 30 XDG_CACHE_HOME="$CACHE/cold" -- "$D/first_call"
         step first-call-corrupt 60 -- bash -c "for f in $CACHE/cold/tpar/*; do printf garbage | dd of=\$f bs=1 seek=100 conv=notrunc 2>/dev/null; done; XDG_CACHE_HOME=$CACHE/cold $D/first_call"
@@ -76,7 +86,16 @@ timings)
     else
         summary+=("SKIP  first-call (no $D/first_call)")
     fi
-    awk '/^=== (seq|sizes|host|first-call|cache)/ {s=1} /^=== / && !/^=== (seq|sizes|host|first-call|cache)/ {s=0} s' "$LOG" >"$OUT/timings.txt"
+    for who in after before; do
+        bin=$B; [ $who = before ] && bin=$OLD
+        [ -x "$bin" ] || continue
+        step "seq-$who" 60 -- "$bin" "${SEQ[@]}" --emulate-ranks 2,4,8
+        step "sizes-$who" 60 -- "$bin" "${SZ[@]}"
+        step "host-$who" 40 -- "$bin" "${HS[@]}" --emulate-ranks 3,4,8
+        step "small-$who" 40 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph -b 1K -e 1K -n 40 -w 5 -d bfloat16 --algo "$K"
+    done
+    step seq-16-after 60 -- "$B" "${SEQ[@]}" --emulate-ranks 16
+    awk '/^=== (seq|sizes|small|host|first-call|cache)/ {s=1} /^=== / && !/^=== (seq|sizes|small|host|first-call|cache)/ {s=0} s' "$LOG" >"$OUT/timings.txt"
     awk -f "$HERE/kernel-targets.awk" "$OUT/timings.txt" >"$OUT/targets.txt"
     ;;
 verify)
@@ -108,19 +127,10 @@ verify)
     step procs-host-plan 40 -- "$B" check --backend cuda --world 4 --plan-topology rtx4090-nop2p-4 -e 32K --calls 100 -d all --algo auto
     step procs-mismatch 40 TPAR_TIMEOUT_MS=3000 -- "$B" selftest mismatch --world 4 --plan-topology h200-nvswitch-8
     step procs-kill 40 TPAR_TIMEOUT_MS=3000 -- "$B" selftest kill-rank --world 4 --plan-topology h200-nvswitch-8 -e 42K
-    # -- Python (tpar.torch), rank processes sharing the GPU --
-    whl=$(ls "$D"/tpar-*.whl 2>/dev/null | head -1)
-    if [ -n "$whl" ] && [ -e "$D/gpu_python_check.py" ]; then
-        SITE="$CACHE/site"; python3 -m pip install --quiet --no-index --no-deps --target "$SITE" "$whl" >>"$LOG" 2>&1
-        PYENV=(PYTHONPATH="$SITE" TPAR_TOPOLOGY=h200-nvswitch-8 TPAR_TIMEOUT_MS=10000 TPAR_ALGO=oneshot-push DEADLINE_S=60)
-        step python-correct-4 70 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
-        step python-host-4 60 "${PYENV[@]}" TPAR_TOPOLOGY=rtx4090-nop2p-4 -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
-        step python-gmismatch-4 40 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 gmismatch --out "$CACHE/py"
-    else
-        summary+=("SKIP  python (no wheel or gpu_python_check.py in $D)")
-    fi
+    python_steps
     ;;
-*) echo "unknown mode $MODE: timings or verify" >&2; exit 2 ;;
+python) python_steps ;;
+*) echo "unknown mode $MODE: timings, verify or python" >&2; exit 2 ;;
 esac
 
 { echo "# ---- $MODE summary ($((SECONDS - T0)) s) ----"; printf '%s\n' "${summary[@]}"; } | tee -a "$LOG" >"$OUT/summary.txt"

@@ -1,6 +1,6 @@
 # Issue 11's figures, extracted from the timing steps of scripts/gpu-kernels.sh (its
 # timings.txt: `tpar bench` output under "=== STEP" headers; STEP seq-, sizes-, host- with
-# -after / -before, seq-16-after, first-call-*). POSIX awk. Prints one line per target:
+# -after / -before, small- (1 KiB at 2, 4, 8 ranks), seq-16-after, first-call-*). POSIX awk. Prints one line per target:
 # the after figure, then the before figure where the run had one. Every figure is a median
 # in us per call of the 122-call graph or of graph mode (bf16, emulated ranks on one GPU).
 #
@@ -40,6 +40,11 @@ $1 == "graph" && $3 ~ /^[0-9]+$/ && NF >= 7 {
 $1 ~ /^[0-9]+$/ && $4 == "sum" && kind == "sizes" {
     t[who, algo, $1] = num($5)
     algos[algo] = 1
+    next
+}
+# The 1 KiB step at 2, 4, 8 ranks: the best per rank count.
+$1 ~ /^[0-9]+$/ && $4 == "sum" && kind == "small" {
+    if (!((who, ranks) in small) || num($5) < small[who, ranks]) { small[who, ranks] = num($5); smalla[who, ranks] = algo }
     next
 }
 /^first call: / {
@@ -84,6 +89,13 @@ END {
     line = "8 ranks 1 KiB, best (<= graph floor + 1.5):             " b1 "; floor " (f == "" ? "-" : f)
     if (f != "" && b1 != "-") line = line sprintf("; +%.2f", num(b1) - num(f))
     print both(line, best("before", 1024, ""))
+    for (w = 1; w <= 2; w++) {
+        ww = w == 1 ? "after" : "before"
+        if (!((ww, 2) in small)) continue
+        line = "1 KiB, best at 2 / 4 / 8 ranks (" ww "; per extra rank near 0):"
+        for (r = 2; r <= 8; r *= 2) line = line sprintf(" %.2f (%s, floor %s)", small[ww, r], smalla[ww, r], floor[ww, "small", r])
+        print line
+    }
     print "8 ranks 4 MiB, best (<= 45):                             " both(best("after", 4194304, ""), best("before", 4194304, ""))
     split("262144 1048576 4194304", S, " ")
     for (i = 1; i <= 3; i++)
