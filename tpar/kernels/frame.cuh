@@ -676,6 +676,39 @@ __device__ __forceinline__ u32 all_peers(const TparArgs& a) {
     return ((a.world >= 32u ? 0u : (1u << a.world)) - 1u) & ~(1u << a.rank);
 }
 
+// A flag one-shot's share of the call: block b's vectors [lo, hi) (block_range: the same on
+// every rank), this thread's first one, and its input loaded before the frame (both in
+// flight together; pdl_wait first: the input may be the previous kernel's output).
+// One-shot push and staged push (flag variants) start with it and end with reduce_share.
+template <class D>
+struct BlockShare {
+    u64 nvec, hi, bd, first;
+    V16 pre;
+    // Vector v of my input in canonical form (the first one from registers).
+    __device__ __forceinline__ V16 input(const TparArgs& a, u64 v) const {
+        return v == first ? pre : D::canon(load_input<D>(a, v));
+    }
+};
+template <class D>
+__device__ __forceinline__ BlockShare<D> block_share(const TparArgs& a) {
+    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
+    BlockShare<D> s;
+    s.nvec = vecs_for<D>(a.count);
+    u64 lo;
+    block_range(s.nvec, lo, s.hi);
+    s.bd = blockDim.x;
+    s.first = lo + threadIdx.x;
+    s.pre = {0u, 0u, 0u, 0u};
+    if (s.first < s.hi) s.pre = D::canon(load_input<D>(a, s.first));
+    return s;
+}
+// Reduces the share from slot K of every peer in `peers` (their flags already seen) and my
+// input, in rank order, and stores the output.
+template <class D, int K>
+__device__ __forceinline__ void reduce_share(const TparArgs& a, const Frame& f, u32 peers, const BlockShare<D>& s) {
+    for (u64 v = s.first; v < s.hi; v += s.bd) store_output<D>(a, v, load_reduce<D, K>(a, f, peers, v, 0, s.input(a, v)));
+}
+
 // Publishes this block's stores so far to every rank in `mask` (never me): block_sync, then
 // thread q stores `gen` into slot [phase][block][me] of rank q with st.release.sys.
 __device__ __forceinline__ void flags_publish(const TparArgs& a, u32 phase, u32 gen, u32 mask) {

@@ -23,31 +23,18 @@
 // my slot included) has completed.
 template <class D>
 __device__ void oneshot_push(const TparArgs& a) {
-    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
-    const u64 nvec = vecs_for<D>(a.count);
-    u64 lo, hi;
-    block_range(nvec, lo, hi);
-    const u64 bd = blockDim.x;
-    const u64 first = lo + threadIdx.x;
-    const u32 rank = a.rank;
-    V16 pre = {0u, 0u, 0u, 0u};
-    if (first < hi) pre = D::canon(load_input<D>(a, first));
+    const BlockShare<D> s = block_share<D>(a);
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
     const u32 peers = all_peers(a);
-    for (u64 v = first; v < hi; v += bd) {
-        const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
-        flag_data_st_v16(inbox_at(a, rank, f.buf, rank, v), mine);  // once, into my own area
-    }
+    for (u64 v = s.first; v < s.hi; v += s.bd)
+        flag_data_st_v16(inbox_at(a, a.rank, f.buf, a.rank, v), s.input(a, v));  // once, into my own area
     flags_publish(a, 0, gen, peers);
     pdl_launch_dependents();
     test_pause(a);
     flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_PUSH_POLL);
-    for (u64 v = first; v < hi; v += bd) {
-        const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        store_output<D>(a, v, load_reduce<D, SLOT_OWN_INBOX>(a, f, peers, v, 0, own));
-    }
-    frame_end(a, f, nvec, TPAR_KIND_NONE);
+    reduce_share<D, SLOT_OWN_INBOX>(a, f, peers, s);
+    frame_end(a, f, s.nvec, TPAR_KIND_NONE);
 }
 #else
 

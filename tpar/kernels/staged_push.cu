@@ -24,37 +24,25 @@
 // so one phase serves every step. Nothing cleared.
 template <class D>
 __device__ void staged_push(const TparArgs& a) {
-    pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
-    const u64 nvec = vecs_for<D>(a.count);
-    u64 lo, hi;
-    block_range(nvec, lo, hi);
-    const u64 bd = blockDim.x;
-    const u64 first = lo + threadIdx.x;
-    const u32 world = a.world, rank = a.rank;
-    V16 pre = {0u, 0u, 0u, 0u};
-    if (first < hi) pre = D::canon(load_input<D>(a, first));
+    const BlockShare<D> s = block_share<D>(a);
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
+    const u32 world = a.world, rank = a.rank;
     u32 dm = desc_mask(a);
-    for (u32 s = 1; s < world; ++s) {
-        const u32 dst = rank + s < world ? rank + s : rank + s - world;
-        const u32 src = rank >= s ? rank - s : rank + world - s;
-        for (u64 v = first; v < hi; v += bd)
-            flag_data_st_v16(inbox_at(a, dst, f.buf, rank, v), v == first ? pre : D::canon(load_input<D>(a, v)));
+    for (u32 step = 1; step < world; ++step) {
+        const u32 dst = rank + step < world ? rank + step : rank + step - world;
+        const u32 src = rank >= step ? rank - step : rank + world - step;
+        for (u64 v = s.first; v < s.hi; v += s.bd) flag_data_st_v16(inbox_at(a, dst, f.buf, rank, v), s.input(a, v));
         flags_publish(a, 0, gen, 1u << dst);
-        if (s == 1) {
+        if (step == 1) {
             pdl_launch_dependents();
             test_pause(a);
         }
-        flags_wait(a, f, 0, gen, 1u << src, dm, s == world - 1 && world > 2 ? TPAR_PHASE_PUSH_POLL : TPAR_PHASE_STAGED);
+        flags_wait(a, f, 0, gen, 1u << src, dm, step == world - 1 && world > 2 ? TPAR_PHASE_PUSH_POLL : TPAR_PHASE_STAGED);
         dm = 0u;
     }
-    const u32 peers = all_peers(a);
-    for (u64 v = first; v < hi; v += bd) {
-        const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        store_output<D>(a, v, load_reduce<D, SLOT_INBOX>(a, f, peers, v, 0, own));
-    }
-    frame_end(a, f, nvec, TPAR_KIND_NONE);
+    reduce_share<D, SLOT_INBOX>(a, f, all_peers(a), s);
+    frame_end(a, f, s.nvec, TPAR_KIND_NONE);
 }
 #else
 
