@@ -51,7 +51,7 @@ step() {
     else summary+=("FAIL  $name: not caught (rc=$rc, no wrong sum or timeout reported)"); failed=1; fi
 }
 { date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-  echo "tpar $(sha256sum "$B" | cut -c1-16)${OLD:+ before $( [ -x "$OLD" ] && sha256sum "$OLD" | cut -c1-16)}"; "$B" --version; } >>"$LOG" 2>&1
+  echo "tpar $(sha256sum "$B" | cut -c1-16)$( [ -x "$OLD" ] && echo " before $(sha256sum "$OLD" | cut -c1-16)")"; "$B" --version; } >>"$LOG" 2>&1
 
 # Python (tpar.torch), rank processes sharing the GPU: the wheel installed into a scratch
 # site, eager calls and a 122-call graph on p2p and over host, a mismatched capture.

@@ -62,7 +62,7 @@ function best(w, size, prefix,    a, b, ba) {
     }
     return b == "" ? "-" : sprintf("%.2f (%s)", b, ba)
 }
-function seqbest(w, k, r,    a, key, b, ba, parts) {
+function seqbest(w, k, r,    key, b, ba, parts) {
     b = ""
     for (key in seq) {
         split(key, parts, SUBSEP)

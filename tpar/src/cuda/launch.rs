@@ -528,6 +528,4 @@ mod tests {
         assert!(holds_twice(16, 8, 264));
         assert!(holds_twice(32, 1, 132), "one rank per GPU: the default always holds");
     }
-
-
 }
