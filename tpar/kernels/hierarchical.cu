@@ -133,7 +133,7 @@ __device__ __forceinline__ V16 load_output(const TparArgs& a, u64 v) {
 #if TPAR_FLAGS
 // The ranks that send me another island's sum (island_sender of each other island): the
 // flags of step 3 are keyed by the sender's rank, as every flag slot [phase][b][src] is
-// written by src alone (frame.cuh). Only threads that poll a flag need it.
+// written by src alone (flags.cuh). Only threads that poll a flag need it.
 __device__ __forceinline__ u32 island_senders(const TparArgs& a, const IslandMasks& is) {
     u32 m = 0u;
     if (threadIdx.x >= a.world) return m;
@@ -142,9 +142,9 @@ __device__ __forceinline__ u32 island_senders(const TparArgs& a, const IslandMas
     return m;
 }
 
-// The flag protocol (host transport, frame.cuh): the same steps, block b covering the same
+// The flag protocol (host transport, flags.cuh): the same steps, block b covering the same
 // vectors [lo, hi) on every rank; step 1 writes my input once into slot [me] of my own inbox
-// (write once, frame.cuh; my mates read it there) and publishes flag phase 0 to my mates, step 2 phase 1
+// (write once, flags.cuh; my mates read it there) and publishes flag phase 0 to my mates, step 2 phase 1
 // to my targets; step 3 waits for the phase-1 flag of every rank that sends me an island
 // sum, then reads them. Nothing cleared.
 template <class D>

@@ -13,8 +13,8 @@
 #include "common.cuh"
 
 #if TPAR_FLAGS
-// The flag protocol (host transport, frame.cuh): block b writes the vectors [lo, hi) it
-// covers once, into slot [me] of my own inbox (write once, frame.cuh), publishes its flag to
+// The flag protocol (host transport, flags.cuh): block b writes the vectors [lo, hi) it
+// covers once, into slot [me] of my own inbox (write once, flags.cuh), publishes its flag to
 // every peer, waits for every peer's flag for block b (the descriptors ride along), then
 // reads slot [q] of every peer q's inbox and reduces. Nothing cleared. Block b reads and
 // writes only its own vectors (in place: safe). Reuse: slot [me] of buffer b is next

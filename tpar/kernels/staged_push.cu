@@ -17,7 +17,7 @@
 #include "common.cuh"
 
 #if TPAR_FLAGS
-// The flag protocol (host transport, frame.cuh): step s sends block b's vectors [lo, hi) to
+// The flag protocol (host transport, flags.cuh): step s sends block b's vectors [lo, hi) to
 // rank r+s, publishes its flag to that rank alone, and (but the last step) waits for the flag
 // of rank r-s for block b before step s+1; the final wait takes the last step's peer, then
 // the block reads every peer's slot and reduces. Every flag slot [0][b][src] is src's alone,

@@ -20,7 +20,7 @@
 #include "common.cuh"
 
 #if TPAR_FLAGS
-// The flag protocol (host transport, frame.cuh): block b covers the same indices [jb, je) of
+// The flag protocol (host transport, flags.cuh): block b covers the same indices [jb, je) of
 // every chunk on every rank. Stage 1 sends them to their owners, publishes flag phase 0;
 // stage 2 waits for phase 0 from every peer, reduces, sends the result to every gather area,
 // publishes phase 1; stage 3 waits for phase 1 from every peer and copies. Nothing cleared.

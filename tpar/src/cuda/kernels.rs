@@ -15,9 +15,14 @@ pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 /// [`COMMON_CUH`] where it says `#include "frame.cuh"`.
 pub const FRAME_CUH: &str = include_str!("../../kernels/frame.cuh");
 
-/// The whole header every kernel includes: [`COMMON_CUH`] with [`FRAME_CUH`] spliced in.
+/// The flag protocol (host transport), spliced into [`FRAME_CUH`] where it says
+/// `#include "flags.cuh"`.
+pub const FLAGS_CUH: &str = include_str!("../../kernels/flags.cuh");
+
+/// The whole header every kernel includes: [`COMMON_CUH`] with [`FRAME_CUH`] spliced in, and
+/// [`FLAGS_CUH`] into that.
 pub fn header() -> String {
-    COMMON_CUH.replace("#include \"frame.cuh\"", FRAME_CUH)
+    COMMON_CUH.replace("#include \"frame.cuh\"", &FRAME_CUH.replace("#include \"flags.cuh\"", FLAGS_CUH))
 }
 
 /// One kernel source file.
