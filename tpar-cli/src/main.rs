@@ -7,7 +7,7 @@ mod cmd;
 mod harness;
 
 use clap::{Parser, Subcommand};
-use cmd::{bench, check, model, plan, selftest, sim, topo, tune};
+use cmd::{bench, check, model, plan, selftest, settings, sim, topo, tune};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -41,6 +41,8 @@ enum Command {
     /// GPU self-tests by name: timeout, mismatch, graph, epoch-wrap, kill-rank, ipc, nccl-rdzv,
     /// nccl-local
     Selftest(selftest::SelftestArgs),
+    /// Every environment variable tpar reads (TPAR_*), what it takes, and what is set now
+    Settings(settings::SettingsArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +53,14 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    // The settings are checked once, here, before any rank starts: a malformed TPAR_*
+    // variable is one message, not one per rank (ranks parse the same environment again).
+    if !harness::launch::is_rank() && !matches!(cli.command, Command::Settings(_)) {
+        if let Err(e) = tpar::Settings::from_env() {
+            eprintln!("tpar: error: {e} (`tpar settings` lists every variable)");
+            return ExitCode::from(2);
+        }
+    }
     emulated_queues();
     let result: Result<(), String> = match cli.command {
         Command::Bench(a) => bench::run(a),
@@ -61,6 +71,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => sim::run(a),
         Command::Model(a) => model::run(a),
         Command::Selftest(a) => selftest::run(a),
+        Command::Settings(a) => settings::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -78,7 +89,7 @@ fn main() -> ExitCode {
 /// `bench/results/h200-1gpu-round3.md`), so the setting is raised only for a run with more
 /// than 8 emulated ranks, to the largest of them, and never over the user's own.
 fn emulated_queues() {
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_some() {
+    if tpar::settings::cuda_hardware_queues_set() {
         return;
     }
     let args: Vec<String> = std::env::args().collect();

@@ -80,6 +80,11 @@ impl ControlPlane {
         self.liveness.is_alive(rank)
     }
 
+    /// A handle on the peers' liveness for another thread (the GPU communicator's watchdog).
+    pub fn liveness_probe(&self) -> Result<crate::transport::shm::LivenessProbe> {
+        self.liveness.liveness_probe()
+    }
+
     /// A peer whose process no longer holds its liveness lock (it exited or was killed), if
     /// any. Cheap: one `fcntl` per peer.
     pub fn dead_peer(&self) -> Option<usize> {

@@ -169,7 +169,6 @@ impl EmulatedRanks {
         let inner = t.inner.max(1);
         let start = Event::new(self.g.device()).map_err(err)?;
         let end = Event::new(self.g.device()).map_err(err)?;
-        self.g.prepare(d).map_err(err)?;
         let graph = match t.mode {
             CaptureMode::Graph => Some(
                 self.g

@@ -462,7 +462,7 @@ pub fn encode_times(times: &[f64]) -> Vec<u8> {
 /// Whether this process prints what the ranks do before they run (the launcher, or rank 0
 /// under an outside launcher).
 pub fn first_process() -> bool {
-    std::env::var("TPAR_RANK").map_or(true, |r| r.trim() == "0")
+    !launch::is_rank() || tpar::Settings::from_env().is_ok_and(|s| s.job.rank == Some(0))
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 //! Owns: this rank's data area and flag area (`cuMemAlloc`, so they can be exported), its
 //! device-local epoch state, its host-visible error record, its stream, and the mappings of
 //! the peers' areas. Must never refill the push region once connected (peers write into it
-//! at any time); none is needed: the empty sentinel is the same word for every dtype. Must not be dropped while a peer may still write into it: the caller agrees on
-//! the end (a final barrier over the rendezvous) before dropping.
+//! at any time); none is needed: the empty sentinel ([`abi::EMPTY_WORD`]) is the same word
+//! for every dtype. Must not be dropped while a peer may still write into it: the caller
+//! agrees on the end (a final barrier over the rendezvous) before dropping.
 //!
 //! With [`Transport::Host`] ([`IpcWorkspace::with_transport`]) the data and flag areas are
 //! instead the job's shared host segment ([`super::host_ws`]): rank 0's handle blob is the
@@ -16,11 +17,11 @@
 
 use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
 use super::driver::{Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
-use super::emulated::sentinel_word;
 use super::host_ws::HostWorkspace;
-use super::launch::{self, CallSpec, Launcher};
+use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
+use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
 
@@ -51,7 +52,6 @@ pub struct IpcWorkspace {
     world: usize,
     slot_vecs: usize,
     timeout_ns: u64,
-    sentinel_word: u32,
     connected: bool,
     poisoned: Option<String>,
     check_calls: bool,
@@ -62,17 +62,17 @@ pub struct IpcWorkspace {
 
 impl IpcWorkspace {
     /// Allocates and initialises rank `rank`'s workspace on device `ordinal`, for calls of
-    /// up to `max_bytes` of dtypes as wide as `dtype` (f32, or f16/bf16).
-    pub fn new(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration) -> Result<Self> {
-        Self::with_transport(ordinal, rank, world, max_bytes, dtype, timeout, Transport::P2p, None, 0)
+    /// up to `max_bytes` of any dtype, over p2p with the default launch settings.
+    pub fn new(ordinal: usize, rank: usize, world: usize, max_bytes: usize, timeout: Duration) -> Result<Self> {
+        Self::with_transport(ordinal, rank, world, max_bytes, timeout, Transport::P2p, None, 0, LaunchSettings::default())
     }
 
     /// As [`new`](Self::new), over `transport`: `P2p` (device memory through CUDA IPC) or
     /// `Host` (the job's shared host segment, named after `job_id`; rank 0 creates it here),
     /// with the push kernels' `host_protocol` when forced (`None`: [`HostProtocol::auto`];
-    /// every rank must pass the same: the plan digest carries it).
+    /// every rank must pass the same: the plan digest carries it) and `launch` settings.
     #[allow(clippy::too_many_arguments)]
-    pub fn with_transport(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration, transport: Transport, host_protocol: Option<HostProtocol>, job_id: u64) -> Result<Self> {
+    pub fn with_transport(ordinal: usize, rank: usize, world: usize, max_bytes: usize, timeout: Duration, transport: Transport, host_protocol: Option<HostProtocol>, job_id: u64, launch: LaunchSettings) -> Result<Self> {
         if !matches!(transport, Transport::P2p | Transport::Host) {
             return Err(Error::Unsupported {
                 what: format!("transport {transport} for tpar's kernels"),
@@ -80,7 +80,7 @@ impl IpcWorkspace {
             });
         }
         if !(2..=MAX_RANKS).contains(&world) || rank >= world {
-            return Err(Error::invalid("world", format!("rank {rank} of {world}: need 2..={MAX_RANKS} ranks")));
+            return Err(Error::invalid("world", format!("rank {rank} of {world}: need 2 to {MAX_RANKS} ranks")));
         }
         if max_bytes == 0 {
             return Err(Error::invalid("max_bytes", "must be positive"));
@@ -88,11 +88,11 @@ impl IpcWorkspace {
         let dev = Device::open(ordinal)?;
         let stream = Stream::new(&dev)?;
         // One rank per process: its kernels share the GPU with no other rank of this process.
-        let launcher = Launcher::new(&dev, &stream, world, 1, transport, host_protocol, max_bytes)?;
+        let launcher = Launcher::new(&dev, &stream, world, 1, transport, host_protocol, max_bytes, launch)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let state = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
         let err = HostMapped::new(&dev, std::mem::size_of::<TparError>())?;
-        let word = sentinel_word(dtype);
+        let word = abi::EMPTY_WORD;
         let mut data_ptrs = [0u64; MAX_RANKS];
         let mut flag_ptrs = [0u64; MAX_RANKS];
         let areas = if transport == Transport::Host {
@@ -115,18 +115,14 @@ impl IpcWorkspace {
             // see this memory (handles are given out only after this).
             data.fill_u32(0)?;
             let push = abi::push_region_bytes(world, slot_vecs);
-            // SAFETY: data is a live allocation of at least `push` bytes; nothing runs on it yet.
-            let rc = unsafe { cudarc::driver::sys::cuMemsetD32_v2(data.ptr, word, push / 4) };
-            super::driver::cu_rc(|| "cuMemsetD32 (push region)".into(), rc)?;
+            data.fill_prefix_u32(push, word)?;
             flags.fill_u32(0)?;
             data_ptrs[rank] = data.ptr;
             flag_ptrs[rank] = flags.ptr;
             Areas::Device { data, flags }
         };
         state.upload(std::slice::from_ref(&TparState::at(0)))?;
-        dev.ctx
-            .synchronize()
-            .map_err(|e| Error::Cuda { context: "cuCtxSynchronize".into(), code: format!("{:?}", e.0) })?;
+        dev.synchronize()?;
         Ok(Self {
             launcher,
             peer_data: (0..world).map(|_| None).collect(),
@@ -141,7 +137,6 @@ impl IpcWorkspace {
             world,
             slot_vecs,
             timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1),
-            sentinel_word: word,
             connected: false,
             poisoned: None,
             check_calls: true,
@@ -240,19 +235,29 @@ impl IpcWorkspace {
 
     /// Enqueues this rank's part of an all-reduce on its stream (asynchronous). Every rank
     /// must make the same calls in the same order, with the same count and blocks (0: the
-    /// launch policy, [`launch::blocks_for`], the same on every rank).
+    /// launch policy, the same on every rank). Resolves the call's shape each time: callers
+    /// that repeat shapes resolve once ([`resolve`](Self::resolve)) and use
+    /// [`launch_resolved`](Self::launch_resolved).
     pub fn enqueue(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, blocks: u32) -> Result<()> {
+        self.check_poisoned()?;
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &[input, output])?;
+        let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
+        self.launch_resolved(&l, code, count, input, output)
+    }
+
+    /// Resolves a call shape on this workspace ([`Launcher::resolve`]): once per shape.
+    pub fn resolve(&mut self, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.launcher.resolve(&self.dev, algo, dtype, bytes, blocks)
+    }
+
+    /// Launches a resolved call: `desc_code` is what this rank announces to its peers
+    /// (`abi::desc_code`; 0: no per-call check). Only the pointers are checked here.
+    pub fn launch_resolved(&mut self, l: &Launch, desc_code: u32, count: usize, input: u64, output: u64) -> Result<()> {
         self.check_poisoned()?;
         if !self.connected {
             return Err(Error::invalid("workspace", "connect() first"));
         }
-        if sentinel_word(dtype) != self.sentinel_word {
-            return Err(Error::Unsupported {
-                what: format!("{dtype} on a workspace whose empty word is {:#010x}", self.sentinel_word),
-                reason: "the workspace was created with another empty-sentinel word; peers may write into it at any time, so it cannot be refilled".into(),
-            });
-        }
-        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &[input, output])?;
+        launch::check_pointers(&[input, output])?;
         let a = TparArgs {
             data: self.data_ptrs,
             flags: self.flag_ptrs,
@@ -265,14 +270,31 @@ impl IpcWorkspace {
             timeout_ns: self.timeout_ns,
             rank: self.rank as u32,
             world: self.world as u32,
-            desc_code: if self.check_calls { abi::desc_code(algo, dtype) } else { 0 },
+            desc_code,
             test_delay_ns: 0,
             islands: self.islands,
         };
         // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
         // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
         // of >= count elements; the kernel stays inside the layout of common.cuh.
-        unsafe { launch::launch(&l, &self.stream, &a) }
+        unsafe { launch::launch(l, &self.stream, &a) }
+    }
+
+    /// What a watchdog thread needs to end this rank's calls in flight when a peer dies
+    /// ([`Aborter`]). The caller must stop using it before this workspace is dropped.
+    pub fn aborter(&self) -> Result<Aborter> {
+        Ok(Aborter {
+            dev: self.dev.clone(),
+            stream: Stream::new(&self.dev)?,
+            state: self.state.ptr,
+            err: self.err.host as *mut TparError,
+            rank: self.rank as u32,
+        })
+    }
+
+    /// Whether calls carry their descriptor (the per-call check across ranks).
+    pub fn check_calls(&self) -> bool {
+        self.check_calls
     }
 
     /// The islands `hierarchical` reduces over (`algorithms::hierarchical::island_word`;
@@ -324,6 +346,14 @@ impl IpcWorkspace {
         self.poisoned.get_or_insert(cause);
     }
 
+    /// The error a kernel (or the watchdog) recorded so far, without waiting; it poisons.
+    pub fn recorded_error(&mut self) -> Option<Error> {
+        let rec = self.err.read::<TparError>(0)?;
+        let e = abi::device_error(&rec, "CUDA IPC")?;
+        self.poisoned.get_or_insert_with(|| e.to_string());
+        Some(e)
+    }
+
     /// Waits for this rank's work; a device timeout becomes `Error::Timeout` and poisons.
     pub fn synchronize(&mut self) -> Result<()> {
         let sync = self.stream.synchronize();
@@ -334,5 +364,50 @@ impl IpcWorkspace {
             }
         }
         sync
+    }
+}
+
+/// Ends a rank's calls in flight from another thread (the GPU communicator's watchdog): it
+/// claims the rank's error record on the device (`TparState::err_claim`: every spinning
+/// thread of the rank's kernels stops at its next clock check, `still_waiting` in frame.cuh)
+/// and fills the host-visible record with [`abi::ERR_PEER_DIED`], so the next call or
+/// `synchronize` raises `Error::PeerDied` naming the peer.
+pub struct Aborter {
+    dev: Device,
+    stream: Stream,
+    state: u64,
+    err: *mut TparError,
+    rank: u32,
+}
+
+// SAFETY: `err` points into the workspace's pinned host record, `state` into its device
+// state; both stay allocated while the workspace lives, and the communicator joins the
+// watchdog thread (the only user) before dropping the workspace. The record is written with
+// volatile stores only; the device word through the driver.
+unsafe impl Send for Aborter {}
+
+impl Aborter {
+    /// Fails this rank's calls in flight because `peer` died.
+    pub fn peer_died(&self, peer: usize) -> Result<()> {
+        self.dev.bind()?;
+        let off = std::mem::offset_of!(TparState, err_claim) as u64;
+        // SAFETY: state is the workspace's live TparState allocation (see the Send impl); the
+        // claim word is an aligned word inside it.
+        unsafe { super::driver::set_word_at_async(self.state + off, 1, &self.stream) }?;
+        self.stream.synchronize()?;
+        // SAFETY: err points to the live pinned record (see the Send impl); a kernel that
+        // claimed first may have written its own record: then that one stays.
+        unsafe {
+            let code = std::ptr::addr_of!((*self.err).code);
+            if std::ptr::read_volatile(code) != 0 {
+                return Ok(());
+            }
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).rank), self.rank);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).peer), peer as u32);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).phase), 0);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).code), abi::ERR_PEER_DIED);
+        }
+        Ok(())
     }
 }
