@@ -22,13 +22,13 @@
 
 use super::driver::{Event, Stream};
 use super::ipc::IpcWorkspace;
-use super::watchdog::{Watchdog, DEAD_PEER_GRACE, LIVENESS_PERIOD};
+
 use super::launch::Launch;
 pub use super::route::{Resolved, Route};
 use super::nccl::{self, NcclComm};
 use crate::algorithms::registry;
 use crate::config::Config;
-use crate::control::{ControlPlane, NoDataPlane};
+use crate::control::{ControlPlane, NoDataPlane, Watchdog, DEAD_PEER_GRACE, LIVENESS_PERIOD};
 use crate::error::{Error, Result};
 use crate::plan::cache::PlanCache;
 use crate::plan::{plan_fingerprint, Backend, CaptureMode, Overrides, Plan, PlanInput};
@@ -160,7 +160,13 @@ impl GpuCommunicator {
         };
         let after_caller = Event::ordering(ws.device())?;
         let after_calls = Event::ordering(ws.device())?;
-        let watchdog = Watchdog::start(control.liveness_probe()?, cfg.rank, cfg.world, ws.aborter()?)?;
+        let aborter = ws.aborter()?;
+        let rank = cfg.rank;
+        let watchdog = Watchdog::start(control.liveness_probe()?, cfg.rank, cfg.world, move |peer| {
+            if let Err(e) = aborter.peer_died(peer) {
+                tracing::warn!("tpar: rank {rank}: could not end the calls in flight after rank {peer} died: {e}");
+            }
+        })?;
         Ok(GpuCommunicator {
             watchdog,
             after_caller,

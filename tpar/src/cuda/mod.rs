@@ -13,7 +13,6 @@
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
 //! | [`launch`] | the one launch path: block policy, size class (default or lean variant), validation, lazy variants, PDL |
 //! | [`route`] | a resolved call: the plan's decision and where it goes (kernel and launch, NCCL, the caller's NCCL) |
-//! | [`watchdog`] | the liveness thread that ends a rank's calls in flight when a peer dies |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
 //!
@@ -35,7 +34,6 @@ pub mod nccl;
 pub mod nvrtc;
 pub mod probe;
 pub mod route;
-pub mod watchdog;
 
 pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route};
 pub use emulated::{EmulatedGroup, GroupOptions};
