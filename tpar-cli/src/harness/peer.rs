@@ -11,7 +11,8 @@
 //! time tpar: the same K calls per iteration (back to back, or captured once in one graph and
 //! replayed), the same events on the same kind of origin stream, the same fork/join of rank
 //! streams, the same warm-up, medians and p10/p90, per iteration the slowest rank.
-//! Must never: time a peer whose results were not checked in the same run, run a peer's
+//! Must never: time a peer whose results were not checked in the same run (unless `-c 0`
+//! asked, as for tpar's blocks), run a peer's
 //! spin-waiting kernels with more blocks than one GPU holds at once (they would deadlock), or
 //! present a time-sliced run (rank processes sharing one GPU) as a measurement.
 
