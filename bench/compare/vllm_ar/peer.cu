@@ -23,8 +23,11 @@
 // (sizes, world, dtypes, capacity) keep known misuse away from it.
 // Single-threaded: call everything from one thread (the runtime's current device is per thread).
 
+// What vLLM's headers use without including it themselves (std::min, std::is_same, printf).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>

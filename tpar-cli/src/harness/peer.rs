@@ -176,6 +176,9 @@ pub fn write_json(path: &Path, records: &[PeerRecord], comparisons: &[Comparison
 /// The peers of one `tpar bench --compare` run, across its groups.
 pub struct Session {
     peers: Vec<PeerSpec>,
+    /// Each peer's library, loaded at the first group and kept loaded to the end of the
+    /// process (it links the CUDA runtime statically: no unload and reload between groups).
+    apis: Vec<Option<Api>>,
     run: PeerRun,
     records: Vec<PeerRecord>,
     lines: Vec<Comparison>,
@@ -196,13 +199,20 @@ impl Session {
                 super::output::check_writable("--json (the peers' file)", &json_path(j))?;
             }
         }
-        Ok(Some(Session { peers, run, records: Vec::new(), lines: Vec::new() }))
+        let apis = peers.iter().map(|_| None).collect();
+        Ok(Some(Session { peers, apis, run, records: Vec::new(), lines: Vec::new() }))
     }
 
     /// After tpar's blocks of group `g` (`tpar`: every record so far): the peers on the same
     /// group. Returns their wrong elements.
     pub fn after_group(&mut self, g: &mut dyn Group, tpar: &[BenchRecord]) -> Result<i64, String> {
-        compare(g, &self.peers, &self.run, tpar, &mut self.records, &mut self.lines)
+        for (spec, api) in self.peers.iter().zip(self.apis.iter_mut()) {
+            if api.is_none() {
+                *api = Some(Api::load(&spec.lib)?);
+            }
+        }
+        let peers: Vec<(&PeerSpec, &Api)> = self.peers.iter().zip(self.apis.iter().flatten()).collect();
+        compare(g, &peers, &self.run, tpar, &mut self.records, &mut self.lines)
     }
 
     /// Writes the peers' records and comparison lines beside `--json` (at the root).
@@ -706,9 +716,9 @@ fn record(peer: &str, backend: String, d: DType, world: usize, count: usize, s: 
 /// Runs every peer of `peers` on group `g` (after tpar's blocks for it: `tpar` holds tpar's
 /// records, this group's among them), prints each peer's block, its `--sequence` step, and
 /// tpar / peer per point. Collective over rank processes. Returns the peers' wrong elements.
-pub fn compare(
+fn compare(
     g: &mut dyn Group,
-    peers: &[PeerSpec],
+    peers: &[(&PeerSpec, &Api)],
     run: &PeerRun,
     tpar: &[BenchRecord],
     out: &mut Vec<PeerRecord>,
@@ -730,18 +740,17 @@ pub fn compare(
     let pick = |d: DType, mode: CaptureMode, bytes: usize| picks.iter().find(|(k, _)| *k == (d, mode, bytes)).map(|(_, a)| *a);
     let max_bytes = run.sizes.iter().copied().chain(run.sequence.map(|s| s.1)).max().unwrap_or(16);
     let mut wrong_total = 0i64;
-    for p in peers {
+    for &(p, api) in peers {
         if ![2, 4, 6, 8].contains(&world) {
             if root {
                 println!("#\n# {}: skipped at {world} ranks (vLLM's custom all-reduce runs 2, 4, 6 or 8)", p.name);
             }
             continue;
         }
-        let api = Api::load(&p.lib)?;
         let Some(site) = g.peer_site() else {
             return Err("--compare runs on GPUs (emulated ranks or one process per GPU)".into());
         };
-        let mut v = VllmRanks::new(&api, site, max_bytes)?;
+        let mut v = VllmRanks::new(api, site, max_bytes)?;
         let blocks = v.block_limit();
         if root {
             println!("#");
