@@ -6,8 +6,8 @@
 #                                                    CPython 3.12 x86_64, install them into
 #                                                    staging folders, slim FlashInfer, pack
 #                                                    DIR/flashinfer-site.tar.xz (one carry) and
-#                                                    DIR/b12x-site.tar.xz.part-* (two carries:
-#                                                    each part under 60 MiB); DIR default .gpu/peers
+#                                                    DIR/b12x-wheels.tar.part-* (two carries:
+#                                                    each part 60 MiB at most); DIR default .gpu/peers
 #   OUT=... bash bench/compare/peers_carry.sh run [DIR] [ARGS...]
 #                                                    on a machine with 2+ GPUs: unpack what DIR
 #                                                    holds into .gpu/peers-site (kept while the
@@ -15,9 +15,11 @@
 #                                                    (DIR/*.whl) beside it, and run
 #                                                    peers_multi_gpu.py on every GPU; ARGS go to it
 #
-# Carry plan (64 MiB per call): call 1 carries DIR/flashinfer-site.tar.xz, the tpar wheel and
-# DIR/b12x-site.tar.xz.part-aa; call 2 carries DIR/b12x-site.tar.xz.part-ab and runs. Each
-# `run` unpacks what it finds and keeps it, so the second call has everything.
+# Carry plan (64 MiB per call, three calls on one warm machine): call 1 carries
+# DIR/flashinfer-site.tar.xz (31 MB), DIR/SHA256SUMS and the tpar wheel, and runs NCCL, tpar
+# and FlashInfer; call 2 carries DIR/b12x-wheels.tar.part-aa (60 MiB) with
+# PEERS_WAIT_FOR_B12X=1 (unpack only); call 3 carries part-ab and runs everything. Each `run`
+# keeps what it unpacked in .gpu/peers-site, so the last call has everything.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -56,35 +58,42 @@ pack)
     fi="$DIR/stage-flashinfer/flashinfer/data"
     rm -rf "$fi/cutlass" "$fi/cccl"
     find "$fi/csrc" -type f ! -name 'pcie_ipc_*' ! -name '*.h' -delete
-    tar -C "$DIR/stage-flashinfer" -cJf "$DIR/flashinfer-site.tar.xz" .
+    tar -C "$DIR/stage-flashinfer" -cf - . | xz -6 -T0 >"$DIR/flashinfer-site.tar.xz"
+    # b12x travels as its wheels (already compressed; xz saves little on them and takes long
+    # on a small machine), one tar split into parts, installed on the GPU machine by pip.
     stage b12x "${B12X[@]}"
-    tar -C "$DIR/stage-b12x" -cf - . | xz -9 -T0 >"$DIR/b12x-site.tar.xz"
-    rm -f "$DIR"/b12x-site.tar.xz.part-*
-    split -b "$PART_BYTES" "$DIR/b12x-site.tar.xz" "$DIR/b12x-site.tar.xz.part-"
-    rm -f "$DIR/b12x-site.tar.xz"
-    (cd "$DIR" && sha256sum flashinfer-site.tar.xz b12x-site.tar.xz.part-* >SHA256SUMS)
-    ls -la "$DIR"/*.xz* "$DIR/SHA256SUMS"
-    echo "# carry: call 1 $DIR/flashinfer-site.tar.xz + $DIR/b12x-site.tar.xz.part-aa + a tpar wheel in $DIR;"
+    rm -f "$DIR"/b12x-wheels.tar.part-*
+    tar -C "$DIR/wheels-b12x" -cf - . | split -b "$PART_BYTES" - "$DIR/b12x-wheels.tar.part-"
+    (cd "$DIR" && sha256sum flashinfer-site.tar.xz b12x-wheels.tar.part-* >SHA256SUMS)
+    ls -la "$DIR"/flashinfer-site.tar.xz "$DIR"/b12x-wheels.tar.part-* "$DIR/SHA256SUMS"
+    echo "# carry: call 1 $DIR/flashinfer-site.tar.xz + $DIR/b12x-wheels.tar.part-aa + SHA256SUMS + a tpar wheel in $DIR;"
     echo "#        call 2 the remaining part(s); see bench/compare/README.md"
     ;;
 run)
     SITE="$ROOT/.gpu/peers-site"; OUT="${OUT:-$ROOT/.gpu/peers-out}"; mkdir -p "$SITE" "$OUT"
-    GPUS=$(nvidia-smi -L 2>/dev/null | wc -l)
+    GPUS=$( (nvidia-smi -L 2>/dev/null || true) | wc -l)
     if [ "$GPUS" -lt 2 ]; then
         echo "SKIP: $GPUS GPU(s) here; these peers need one GPU per rank (processes sharing a GPU are time-sliced, so they would measure the scheduler). Unpacking only." | tee "$OUT/summary.txt"
     fi
     if [ -f "$DIR/flashinfer-site.tar.xz" ] && [ ! -f "$SITE/.flashinfer" ]; then
         tar -C "$SITE" -xJf "$DIR/flashinfer-site.tar.xz" && touch "$SITE/.flashinfer"
     fi
-    # b12x arrives in parts over two calls: assembled once every part listed in SHA256SUMS is here.
-    for p in "$DIR"/b12x-site.tar.xz.part-*; do [ -f "$p" ] && cp "$p" "$SITE/"; done
+    # b12x arrives in parts over two calls: installed once every part listed in SHA256SUMS is here.
+    for p in "$DIR"/b12x-wheels.tar.part-*; do [ -f "$p" ] && cp "$p" "$SITE/"; done
     [ -f "$DIR/SHA256SUMS" ] && cp "$DIR/SHA256SUMS" "$SITE/"
     if [ ! -f "$SITE/.b12x" ] && [ -f "$SITE/SHA256SUMS" ] && (cd "$SITE" && grep 'part-' SHA256SUMS | sha256sum -c --status); then
-        cat "$SITE"/b12x-site.tar.xz.part-* | xz -d | tar -C "$SITE" -xf - && touch "$SITE/.b12x" && rm -f "$SITE"/b12x-site.tar.xz.part-*
+        mkdir -p "$SITE/.b12x-wheels"
+        cat "$SITE"/b12x-wheels.tar.part-* | tar -C "$SITE/.b12x-wheels" -xf -
+        python3 -m pip install --quiet --no-index --no-deps --target "$SITE" "$SITE"/.b12x-wheels/*.whl \
+            && touch "$SITE/.b12x" && rm -rf "$SITE"/b12x-wheels.tar.part-* "$SITE/.b12x-wheels"
+    fi
+    if [ ! -f "$SITE/.b12x" ] && [ "${PEERS_WAIT_FOR_B12X:-0}" = 1 ]; then
+        echo "# b12x incomplete (parts here: $(ls "$SITE"/b12x-wheels.tar.part-* 2>/dev/null | xargs -n1 basename | tr '\n' ' ')); PEERS_WAIT_FOR_B12X=1: unpacked only" | tee -a "$OUT/summary.txt"
+        exit 0
     fi
     whl=$(ls "$DIR"/tpar-*.whl 2>/dev/null | head -1 || true)
     [ -n "$whl" ] && python3 -m pip install --quiet --no-index --no-deps --upgrade --target "$SITE" "$whl"
-    echo "# site: flashinfer $([ -f "$SITE/.flashinfer" ] && echo yes || echo no), b12x $([ -f "$SITE/.b12x" ] && echo yes || echo "no (parts missing)"), tpar $([ -d "$SITE/tpar" ] && echo yes || echo no)" | tee -a "$OUT/summary.txt"
+    echo "# site: flashinfer $([ -f "$SITE/.flashinfer" ] && echo yes || echo no), b12x $([ -f "$SITE/.b12x" ] && echo yes || echo "no (parts missing, or its install failed: see above)"), tpar $([ -d "$SITE/tpar" ] && echo yes || echo no)" | tee -a "$OUT/summary.txt"
     [ "$GPUS" -lt 2 ] && exit 5
     methods="nccl"
     [ -d "$SITE/tpar" ] && methods="$methods,tpar"
