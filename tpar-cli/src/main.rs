@@ -87,7 +87,8 @@ fn main() -> ExitCode {
 /// ranks whose streams share a queue wait on each other until the timeout (16 emulated ranks
 /// did, on one H200). More queues cost CUDA's start time (32: about 0.33 s more on an H200,
 /// `bench/results/h200-1gpu-round3.md`), so the setting is raised only for a run with more
-/// than 8 emulated ranks, to the largest of them, and never over the user's own.
+/// than 8 emulated ranks, to the largest of them (a `bench --compare` run: to what tpar's and
+/// the peer's streams need together), and never over the user's own.
 fn emulated_queues() {
     if tpar::settings::cuda_hardware_queues_set() {
         return;
@@ -102,7 +103,11 @@ fn emulated_queues() {
 
 /// The hardware queues a command line's emulated ranks need beyond CUDA's 8: the largest
 /// world of `--emulate-ranks N[,N..]` (either spelling), when it is above 8 (at most 32).
+/// `bench --compare` drives a peer's ranks on streams of their own beside tpar's: twice the
+/// world and both origin streams (a peer's spin-waiting kernels have no timeout: a rank queued
+/// behind another on a shared queue would hang the run).
 fn queues_for(args: &[String]) -> Option<usize> {
+    let peers = args.iter().any(|a| a == "--compare" || a.starts_with("--compare="));
     let mut worlds = Vec::new();
     for (i, a) in args.iter().enumerate() {
         let list = match a.strip_prefix("--emulate-ranks=") {
@@ -112,7 +117,8 @@ fn queues_for(args: &[String]) -> Option<usize> {
         };
         worlds.extend(list.into_iter().flat_map(|l| l.split(',')).filter_map(|w| w.trim().parse::<usize>().ok()));
     }
-    worlds.into_iter().max().filter(|w| *w > 8).map(|w| w.min(32))
+    let need = worlds.into_iter().max().map(|w| if peers { 2 * (w + 1) } else { w });
+    need.filter(|q| *q > 8).map(|q| q.min(32))
 }
 
 #[cfg(test)]
@@ -129,6 +135,9 @@ mod tests {
         assert_eq!(q("tpar bench --emulate-ranks 2,4,8"), None);
         assert_eq!(q("tpar check --emulate-ranks 2,16 -e 1M"), Some(16));
         assert_eq!(q("tpar check --emulate-ranks=12"), Some(12));
+        assert_eq!(q("tpar bench --emulate-ranks 2,4,8 --compare vllm"), Some(18));
+        assert_eq!(q("tpar bench --emulate-ranks 2 --compare=vllm"), None);
+        assert_eq!(q("tpar bench --emulate-ranks 16 --compare vllm"), Some(32));
         assert_eq!(q("tpar bench --world 16"), None, "rank processes have one stream each");
         assert_eq!(q("tpar bench --emulate-ranks"), None);
     }

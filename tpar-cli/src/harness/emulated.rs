@@ -263,6 +263,9 @@ impl Group for EmulatedRanks {
     fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
         ProfileFingerprint::new(&tpar::Topology::discover(), None, Backend::Cuda, self.g.world(), capture)
     }
+    fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
+        Some(super::peer::Site::Emulated { device: self.g.device(), world: self.g.world() })
+    }
 }
 
 #[cfg(test)]

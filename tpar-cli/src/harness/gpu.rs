@@ -280,4 +280,7 @@ impl Group for GpuGroup {
     fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
         ProfileFingerprint::new(self.comm.topology(), None, Backend::Cuda, self.comm.world(), capture)
     }
+    fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
+        Some(super::peer::Site::Rank { comm: &mut self.comm, shared: self.shared.is_some() })
+    }
 }

@@ -33,6 +33,8 @@ pub mod emulated;
 pub mod gpu;
 pub mod launch;
 pub mod output;
+#[cfg(feature = "cuda")]
+pub mod peer;
 pub mod progress;
 pub mod table;
 pub mod verify;
@@ -397,6 +399,12 @@ pub trait Group {
     fn barrier(&mut self) -> Result<(), String>;
     /// The fingerprint a tuned profile of this group carries.
     fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint;
+    /// Where the ranks are, for timing another project's kernel beside tpar's (`bench
+    /// --compare`); `None` where no peer runs (CPU ranks).
+    #[cfg(feature = "cuda")]
+    fn peer_site(&mut self) -> Option<peer::Site<'_>> {
+        None
+    }
 }
 
 /// Runs `body` on each group of `target`: in this process for emulated ranks (one group per
