@@ -16,7 +16,7 @@
 //! spin-waiting kernels with more blocks than one GPU holds at once (they would deadlock), or
 //! present a time-sliced run (rank processes sharing one GPU) as a measurement.
 
-use super::gpu::{err, POISON_WORD, TIMING_WORD};
+use super::verify::{err, POISON_WORD, TIMING_WORD};
 use super::output::BenchRecord;
 use super::{Group, Timing};
 use libloading::Library;

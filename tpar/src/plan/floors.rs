@@ -98,8 +98,8 @@ pub const MAX_KERNEL_THREADS: u32 = 512;
 /// at 256-512 KiB (9.76 -> 10.38, 11.93 -> 12.43) and gains from 1 MiB (22.22 -> 20.85);
 /// two-shot pull loses to 1 MiB (15.82 -> 16.64) and gains from 2 MiB (28.22 -> 24.70,
 /// 4 MiB 49.96 -> 43.43). Other algorithms have no lean variant (never reached).
-pub fn lean_min_bytes(algo: crate::Algorithm) -> u64 {
-    use crate::Algorithm as A;
+pub fn lean_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
+    use crate::kinds::Algorithm as A;
     match algo {
         A::OneshotPull => 128 * KIB,
         A::TwoshotPush => MIB,

@@ -255,7 +255,7 @@ mod tests {
     use super::*;
     use crate::plan::{plan, Overrides, PlanInput};
     use crate::topology::presets;
-    use crate::Transport;
+    use crate::kinds::Transport;
 
     fn rec(a: Algorithm, bytes: usize, t: f64, wrong: i64) -> Record {
         Record::measured(a, "cuda", DType::BF16, 8, bytes / 2, (t, t, t), wrong)
