@@ -9,6 +9,7 @@
 //! | [`params`] | every number not in the topology, with where it came from (spec / measured / fitted) |
 //! | [`fabric`] | resources (links per direction, switch uplinks, root complexes, socket link, read trackers, host memory) and routes |
 //! | [`calibrate`] | docs/references.md figures, the prediction for each, and the error |
+//! | [`provenance`] | where each figure a prediction rests on comes from (profile, probe, published, assumed) |
 //!
 //! Contention is not typed in: when 8 GPUs write all peers at once, their flows meet on the
 //! same GPU links, root complexes and socket link, and max-min sharing decides what each
@@ -22,12 +23,14 @@ pub mod calibrate;
 pub mod fabric;
 pub mod flows;
 pub mod params;
+pub mod provenance;
 
 use crate::error::{Error, Result};
 use crate::topology::Topology;
 use crate::{Algorithm, Transport};
 use fabric::Fabric;
 pub use params::{Launch, Params};
+pub use provenance::{Figure, PairKind, Source};
 use crate::algorithms::registry;
 use crate::algorithms::schedule::{Op, Schedule, Sync};
 use serde::{Deserialize, Serialize};
@@ -76,14 +79,33 @@ pub struct Prediction {
     pub steps: Vec<(&'static str, f64)>,
 }
 
+/// What a kernel's predicted time rests on: the figures of the operations its schedule
+/// moves bulk data with, per kind of pair, under load, and where each comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provenance {
+    /// The least trusted of the figures (`Published` when the kernel moves no bulk data over
+    /// a link, e.g. one rank).
+    pub source: Source,
+    pub figures: Vec<Figure>,
+}
+
+impl Provenance {
+    /// The figures no measurement covers, in words (empty when all are measured).
+    pub fn unmeasured(&self) -> Vec<String> {
+        self.figures.iter().filter(|f| !f.source.measured()).map(|f| format!("{} under load {}", f.op.name(), f.pairs.name())).collect()
+    }
+}
+
 /// A simulator for one topology and world size (the fabric is built once).
 #[derive(Clone, Debug)]
 pub struct Simulator {
     fabric: Fabric,
     /// The same fabric with NCCL's Simple protocol (NCCL takes the faster of LL and Simple).
     nccl_simple: Fabric,
+    /// The same fabric with unmeasured figures at the bound ([`Fabric::bounded`]).
+    bounded: Fabric,
     islands: Vec<Vec<u32>>,
-    name: String,
+    topology: Topology,
 }
 
 impl Simulator {
@@ -92,9 +114,66 @@ impl Simulator {
         Ok(Simulator {
             fabric: Fabric::new(topo, world, params)?,
             nccl_simple: Fabric::new(topo, world, &params.nccl_simple())?,
+            bounded: Fabric::bounded(topo, world, params)?,
             islands: topo.islands_of(world),
-            name: topo.name.clone(),
+            topology: topo.clone(),
         })
+    }
+
+    /// The topology simulated.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The time of `algorithm` with every figure its prediction rests on that no
+    /// measurement covers (see [`Simulator::provenance`]) at the bound,
+    /// `Params::unmeasured_gpu_gbps` per GPU: the worst such rate published for any PCIe box.
+    /// Equal to [`Simulator::predict`] where everything is measured, and for NCCL (the
+    /// fallback the bound is compared against).
+    pub fn predict_bound(&self, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
+        if algorithm == Algorithm::Nccl {
+            return self.predict(algorithm, bytes);
+        }
+        if bytes == 0 {
+            return Err(Error::invalid("bytes", "an all-reduce of 0 bytes"));
+        }
+        self.predict_on(&self.bounded, algorithm, bytes)
+    }
+
+    /// What `algorithm`'s prediction rests on: for each operation and kind of pair its
+    /// schedule moves bulk data with, the source of the rate under load. An `Unsupported`
+    /// error where the algorithm cannot run here.
+    pub fn provenance(&self, algorithm: Algorithm) -> Result<Provenance> {
+        use crate::topology::presets::LinkOp;
+        let (_, steps) = (registry::spec(algorithm).schedule)(1024.0, &self.fabric, &self.islands)?;
+        let mut seen: Vec<(LinkOp, PairKind, Source, String)> = Vec::new();
+        if algorithm != Algorithm::Nccl {
+            for st in &steps {
+                for f in &st.flows {
+                    let (op, issuer, target) = match (f.src, f.dst, f.op) {
+                        (fabric::Endpoint::Gpu(a), fabric::Endpoint::Gpu(b), Op::Write) => (LinkOp::Store, a, Some(b)),
+                        (fabric::Endpoint::Gpu(a), fabric::Endpoint::Gpu(b), Op::Read) => (LinkOp::Load, b, Some(a)),
+                        (fabric::Endpoint::Gpu(a), fabric::Endpoint::Host(_), _) => (LinkOp::Store, a, None),
+                        (fabric::Endpoint::Host(_), fabric::Endpoint::Gpu(b), _) => (LinkOp::Load, b, None),
+                        _ => continue,
+                    };
+                    let kind = PairKind::of(&self.topology, issuer, target);
+                    let source = self.fabric.op_source(op, issuer, target);
+                    match seen.iter_mut().find(|(o, k, _, _)| *o == op && *k == kind) {
+                        Some(e) if source > e.2 => {
+                            e.2 = source;
+                            e.3 = provenance::op_source(&self.topology, op, issuer, target).1;
+                        }
+                        Some(_) => {}
+                        None => seen.push((op, kind, source, provenance::op_source(&self.topology, op, issuer, target).1)),
+                    }
+                }
+            }
+        }
+        seen.sort_by(|x, y| (x.0, x.1).cmp(&(y.0, y.1)));
+        let figures: Vec<Figure> = seen.into_iter().map(|(op, pairs, source, cite)| Figure { op, pairs, source, cite }).collect();
+        let source = figures.iter().fold(Source::Published, |s, f| s.weaker(f.source));
+        Ok(Provenance { source, figures })
     }
 
     pub fn world(&self) -> usize {
@@ -191,7 +270,7 @@ impl Simulator {
         ok.into_iter()
             .min_by(|a, b| a.total_us.total_cmp(&b.total_us))
             .ok_or_else(|| Error::Unsupported {
-                what: format!("any of the requested algorithms on {}", self.name),
+                what: format!("any of the requested algorithms on {}", self.topology.name),
                 reason: "none can run on this fabric".into(),
             })
     }
