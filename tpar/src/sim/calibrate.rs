@@ -87,6 +87,42 @@ impl Quantity {
     }
 }
 
+/// A published NCCL all-reduce sweep on a preset's exact box: the calibration's rows for that
+/// box, the plan's "published" NCCL times and `tpar model`'s measured NCCL baseline all read
+/// these numbers (a test checks each point is a calibration row).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NcclFigures {
+    pub preset: &'static str,
+    /// The calibration group (docs/sim.md) and where the figures come from.
+    pub group: &'static str,
+    pub source: &'static str,
+    pub world: usize,
+    pub launch: Launch,
+    /// (bytes, us), ascending.
+    pub points: &'static [(usize, f64)],
+}
+
+/// Every [`NcclFigures`]. The ASUS sweep leaves out its 256 B and 32 MiB points, which the
+/// model misses for stated reasons (docs/sim.md, known misses).
+pub const NCCL_FIGURES: &[NcclFigures] = &[
+    NcclFigures {
+        preset: "rtxpro6000-dualsocket-8",
+        group: "S",
+        source: "rtx6kpro asus-esc8000a doc, 8 GPU all-reduce table (NCCL untuned, eager)",
+        world: 8,
+        launch: Launch::Eager,
+        points: &[(4 * KIB, 65.6), (8 * KIB, 70.8), (16 * KIB, 69.3), (64 * KIB, 79.5), (256 * KIB, 86.2)],
+    },
+    NcclFigures { preset: "h200-nvswitch-8", group: "E", source: "sglang PR #22734 (pynccl, CUDA graph)", world: 8, launch: Launch::Graph, points: &[(16 * KIB, 17.8), (32 * KIB, 19.6), (64 * KIB, 19.9)] },
+];
+
+/// The published NCCL sweep for ranks `0..world` of `t` in `launch` mode, if `t` is a
+/// preset's exact box and one was published.
+pub fn published_nccl(t: &Topology, world: usize, launch: Launch) -> Option<&'static NcclFigures> {
+    let name = presets::exact(t)?;
+    NCCL_FIGURES.iter().find(|f| f.preset == name && f.world == world && f.launch == launch)
+}
+
 /// Every row that is not a known miss is predicted within this factor of its measurement
 /// (the bound: predicted/measured in [1/1.5, 1.5]).
 pub const MAX_FACTOR: f64 = 1.5;
@@ -573,6 +609,31 @@ mod tests {
         let held = rows.iter().filter(|r| r.set == Set::HeldOut).count();
         assert!(3 * held >= rows.len(), "{held} of {} held out", rows.len());
         assert!(bad.is_empty(), "{}", bad.join("\n"));
+    }
+
+    /// Every published NCCL point the plan and `tpar model` read is a calibration row of its
+    /// preset, world and launch mode (the two cannot drift apart).
+    #[test]
+    fn published_nccl_figures_are_calibration_rows() {
+        let rows = table(&Params::default()).unwrap();
+        for f in NCCL_FIGURES {
+            for &(bytes, us) in f.points {
+                let hit = rows.iter().any(|r| {
+                    r.machine == f.preset
+                        && r.world == f.world
+                        && r.launch == f.launch
+                        && r.quantity == Quantity::AllReduce { algorithm: Algorithm::Nccl, bytes }
+                        && r.measured == us
+                        && !matches!(r.set, Set::Miss(_))
+                });
+                assert!(hit, "{} {bytes} B {us} us is not a calibration row", f.preset);
+            }
+            assert!(published_nccl(&presets::by_name(f.preset).unwrap(), f.world, f.launch).is_some());
+        }
+        // Only the exact box: a look-alike under another name has none.
+        let mut t = presets::rtxpro6000_dualsocket_8();
+        t.name = "discovered".into();
+        assert!(published_nccl(&t, 8, Launch::Eager).is_none());
     }
 
     /// docs/sim.md's calibration section is exactly what `markdown` prints now.

@@ -264,9 +264,10 @@ impl Fabric {
             }
         }
         // Where each operation's rate under load comes from; host memory is column n.
+        let exact = crate::topology::presets::exact(topo);
         let src = |op: LinkOp| -> Vec<Vec<Source>> {
             (0..n)
-                .map(|a| (0..=n).map(|b| if a == b { Source::Published } else { provenance::op_source(topo, op, a, (b < n).then_some(b)).0 }).collect())
+                .map(|a| (0..=n).map(|b| if a == b { Source::Published } else { provenance::op_source_on(topo, exact, op, a, (b < n).then_some(b)).0 }).collect())
                 .collect()
         };
         let (store_src, load_src) = (src(LinkOp::Store), src(LinkOp::Load));

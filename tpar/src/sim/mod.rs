@@ -90,9 +90,17 @@ pub struct Provenance {
 }
 
 impl Provenance {
-    /// The figures no measurement covers, in words (empty when all are measured).
+    /// The figures no measurement covers, in words, one entry per operation (empty when all
+    /// are measured): `SM stores under load (inside a switch; across sockets)`.
     pub fn unmeasured(&self) -> Vec<String> {
-        self.figures.iter().filter(|f| !f.source.measured()).map(|f| format!("{} under load {}", f.op.name(), f.pairs.name())).collect()
+        let mut out: Vec<String> = Vec::new();
+        let mut ops: Vec<crate::topology::presets::LinkOp> = self.figures.iter().filter(|f| !f.source.measured()).map(|f| f.op).collect();
+        ops.dedup();
+        for op in ops {
+            let pairs: Vec<&str> = self.figures.iter().filter(|f| f.op == op && !f.source.measured()).map(|f| f.pairs.name()).collect();
+            out.push(format!("{} under load ({})", op.name(), pairs.join("; ")));
+        }
+        out
     }
 }
 
@@ -147,6 +155,7 @@ impl Simulator {
         use crate::topology::presets::LinkOp;
         let (_, steps) = (registry::spec(algorithm).schedule)(1024.0, &self.fabric, &self.islands)?;
         let mut seen: Vec<(LinkOp, PairKind, Source, String)> = Vec::new();
+        let exact = crate::topology::presets::exact(&self.topology);
         if algorithm != Algorithm::Nccl {
             for st in &steps {
                 for f in &st.flows {
@@ -162,10 +171,10 @@ impl Simulator {
                     match seen.iter_mut().find(|(o, k, _, _)| *o == op && *k == kind) {
                         Some(e) if source > e.2 => {
                             e.2 = source;
-                            e.3 = provenance::op_source(&self.topology, op, issuer, target).1;
+                            e.3 = provenance::op_source_on(&self.topology, exact, op, issuer, target).1;
                         }
                         Some(_) => {}
-                        None => seen.push((op, kind, source, provenance::op_source(&self.topology, op, issuer, target).1)),
+                        None => seen.push((op, kind, source, provenance::op_source_on(&self.topology, exact, op, issuer, target).1)),
                     }
                 }
             }

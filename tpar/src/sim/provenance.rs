@@ -134,6 +134,11 @@ fn probe_source(t: &Topology) -> Source {
 /// The source of the simulator's rate for `op` issued by GPU `issuer` against `target`'s
 /// memory (`None`: host memory) under all-to-all load, with its citation.
 pub fn op_source(t: &Topology, op: LinkOp, issuer: usize, target: Option<usize>) -> (Source, String) {
+    op_source_on(t, presets::exact(t), op, issuer, target)
+}
+
+/// [`op_source`] with the preset `t` is (if any) worked out once by the caller.
+pub(crate) fn op_source_on(t: &Topology, exact: Option<&'static str>, op: LinkOp, issuer: usize, target: Option<usize>) -> (Source, String) {
     let kind = PairKind::of(t, issuer, target);
     if kind == PairKind::NvLink {
         return (Source::Published, NVLINK_CITE.into());
@@ -147,8 +152,11 @@ pub fn op_source(t: &Topology, op: LinkOp, issuer: usize, target: Option<usize>)
         let origin = t.probe.as_ref().map(|p| p.source.clone()).unwrap_or_default();
         return (probe_source(t), format!("{g:.1} GB/s under all-to-all load ({origin})"));
     }
-    if let Some(b) = target {
-        if let Some(e) = presets::evidence(t, op, issuer, b) {
+    // A preset's evidence speaks for its published figures; a probe of the machine itself
+    // (tpar's, or a profile's) replaces both.
+    let own_probe = probe_source(t) == Source::Probe;
+    if let (Some(b), Some(name), false) = (target, exact, own_probe) {
+        if let Some(e) = presets::evidence_on(t, name, op, issuer, b) {
             return (Source::Published, format!("{} ({})", e.what, e.source));
         }
     }

@@ -186,7 +186,11 @@ pub fn exact(t: &Topology) -> Option<&'static str> {
 
 /// The evidence for `op` between GPUs `a` and `b` of `t`, if `t` is a preset's exact box.
 pub fn evidence(t: &Topology, op: LinkOp, a: usize, b: usize) -> Option<&'static Evidence> {
-    let name = exact(t)?;
+    evidence_on(t, exact(t)?, op, a, b)
+}
+
+/// [`evidence`] for a `t` already known to be the preset `name`'s exact box.
+pub(crate) fn evidence_on(t: &Topology, name: &str, op: LinkOp, a: usize, b: usize) -> Option<&'static Evidence> {
     EVIDENCE.iter().find(|e| e.preset == name && e.op == op && a < t.gpus.len() && b < t.gpus.len() && pairs_match(t, e.pairs, a, b))
 }
 
