@@ -212,7 +212,7 @@ fn table(t: &Topology, dtype: DType, capture: CaptureMode, backend: Backend, dec
     // No topology hash in the header: the golden tables guard decisions, and a new
     // descriptive field in Topology must not make them fail.
     let mut out = format!("# {} ({} GPUs), {}, {}, {} backend\n", t.name, t.gpu_count(), dtype, capture, backend);
-    let width = 18;
+    let width = 20;
     out.push_str(&format!("{:<10}", "bytes"));
     for w in TABLE_WORLDS {
         out.push_str(&format!("{:<width$}", format!("world {w}")));

@@ -90,6 +90,19 @@ pub struct Provenance {
 }
 
 impl Provenance {
+    /// The figures in words, those of one operation with one source and citation together:
+    /// `SM stores under load (inside a switch; across sockets): assumed (...)`.
+    pub fn describe(&self) -> Vec<String> {
+        let mut groups: Vec<(crate::topology::presets::LinkOp, Source, &str, Vec<&str>)> = Vec::new();
+        for f in &self.figures {
+            match groups.iter_mut().find(|g| g.0 == f.op && g.1 == f.source && g.2 == f.cite) {
+                Some(g) => g.3.push(f.pairs.name()),
+                None => groups.push((f.op, f.source, &f.cite, vec![f.pairs.name()])),
+            }
+        }
+        groups.into_iter().map(|(op, source, cite, pairs)| format!("{} under load ({}): {source} ({cite})", op.name(), pairs.join("; "))).collect()
+    }
+
     /// The figures no measurement covers, in words, one entry per operation (empty when all
     /// are measured): `SM stores under load (inside a switch; across sockets)`.
     pub fn unmeasured(&self) -> Vec<String> {

@@ -174,6 +174,17 @@ pub const EVIDENCE: &[Evidence] = &[
         what: "posted writes under the collapse trigger (two writers of one switch to the other switch) held 53.1-55.1 GB/s; the trigger needs three root complexes, this box has two",
         source: "rtx6kpro wrx90-cpayne-2switch-flat.md, collapse-report.md",
     },
+    // The ASUS box's own 8-GPU all-reduce sweep with a kernel that reads its peers (its
+    // author's cuda-pcie-allreduce reads peer memory with SMs; the table does not name the
+    // kernel): 151 / 588 / 2665 us at 16 / 64 / 256 KiB, every GPU reading across the
+    // sockets at once. docs/sim.md group T holds it out against the model.
+    Evidence {
+        preset: "rtxpro6000-dualsocket-8",
+        op: LinkOp::Load,
+        pairs: Pairs::AcrossSockets,
+        what: "an SM-read all-reduce on all 8 GPUs: 151 / 588 / 2665 us at 16 / 64 / 256 KiB",
+        source: "rtx6kpro asus-esc8000a doc, 8 GPU all-reduce table",
+    },
 ];
 
 /// The preset whose exact box `t` is (same name and [`Topology::hash`]), if any: published
