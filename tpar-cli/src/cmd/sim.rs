@@ -92,12 +92,8 @@ pub fn parse_algos(s: Option<&str>) -> Result<Vec<Algorithm>, String> {
     }
 }
 
-/// What `tpar::plan` (no profile, no overrides) runs for `bytes` of bf16 on this topology.
-pub fn planned(topo: &Topology, world: usize, bytes: usize, graph: bool) -> tpar::plan::Plan {
-    planned_with(topo, world, bytes, graph, None)
-}
-
-/// [`planned`] with a tuned profile.
+/// What `tpar::plan` (no overrides) runs for `bytes` of bf16 on this topology, with a tuned
+/// profile if given.
 pub fn planned_with(topo: &Topology, world: usize, bytes: usize, graph: bool, profile: Option<&tpar::profile::Profile>) -> tpar::plan::Plan {
     let overrides = Overrides::default();
     plan(&PlanInput {
