@@ -373,6 +373,31 @@ mod tests {
     }
 
     #[test]
+    fn a_collapsed_store_figure_times_push_slow() {
+        // The ASUS preset's probe: SM stores 2.7 GB/s per pair alone, no figure under load. A
+        // GPU's stores together are capped there, so two-shot push moves its 2 (n-1)/n S no
+        // faster than 2.7 GB/s; with stores measured healthy under load it is faster.
+        let ds = presets::rtxpro6000_dualsocket_8();
+        let sim = Simulator::new(&ds, 8, &Params::default()).unwrap();
+        let s = 43008.0;
+        let push = sim.predict(Algorithm::TwoshotPush, 43008).unwrap().total_us;
+        assert!(push >= 2.0 * 7.0 / 8.0 * s / (2.7 * 1e3), "{push}");
+        let mut healthy = ds.clone();
+        for q in &mut healthy.probe.as_mut().unwrap().pairs {
+            q.sm_store_gbps = Some(50.0);
+        }
+        let fast = Simulator::new(&healthy, 8, &Params::default()).unwrap().predict(Algorithm::TwoshotPush, 43008).unwrap().total_us;
+        assert!(fast < push / 2.0, "{fast} vs {push}");
+        // Its figures under load are unmeasured: at the bound it is slower still, and says so.
+        let p = sim.provenance(Algorithm::TwoshotPush).unwrap();
+        assert_eq!(p.source, Source::Assumed);
+        assert!(p.unmeasured().iter().any(|u| u.starts_with("SM stores under load")), "{:?}", p.unmeasured());
+        assert!(sim.predict_bound(Algorithm::TwoshotPush, 43008).unwrap().total_us > push);
+        // NCCL is its own fallback: its bound is its time.
+        assert_eq!(sim.predict_bound(Algorithm::Nccl, 43008).unwrap(), sim.predict(Algorithm::Nccl, 43008).unwrap());
+    }
+
+    #[test]
     fn no_p2p_preset_runs_push_via_host_and_refuses_pull() {
         let sim = Simulator::new(&presets::rtx4090_nop2p_4(), 4, &Params::default()).unwrap();
         assert_eq!(sim.predict(Algorithm::OneshotPush, 16384).unwrap().transport, Transport::Host);
