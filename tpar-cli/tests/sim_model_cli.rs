@@ -161,7 +161,7 @@ fn docs_model_md_headline_figures_are_the_default_output() {
     for span in doc.split("**").skip(1).step_by(2) {
         for word in span.split_whitespace() {
             let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ')' || c == '(');
-            let number = w.trim_start_matches('-').trim_end_matches(|c| c == 'x' || c == '%');
+            let number = w.trim_start_matches('-').trim_end_matches(['x', '%']);
             let figure = (w.ends_with('x') || w.ends_with('%')) && number.contains('.') || w.ends_with('%');
             if figure && number.parse::<f64>().is_ok() {
                 assert!(text.contains(w), "docs/model.md states **{span}**, but `tpar model` prints no {w}:\n{text}");

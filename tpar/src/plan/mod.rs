@@ -376,7 +376,7 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
                 // the one-shot limit follows vLLM's dispatch and says so. NVLink's links are
                 // measured (nccl #1264), so the choice against NCCL rests on published figures.
                 let measured = if n <= 4 { "measured on H200s" } else { "after vLLM's dispatch, not measured at this world" };
-                let nccl_src = Some(nccl_source(topo, n, s, capture));
+                let nccl_src = nccl_source(topo, n, s, capture);
                 let p = if s <= limit {
                     let (a, why) = pull(Algorithm::OneshotPush);
                     make(a, Transport::P2p, s, f, format!("NVLink, {n} ranks: {size} <= {lim} one-shot limit ({measured}){why}"))
@@ -388,9 +388,9 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
                 };
                 let (us, nccl_us) = simulated(p.algorithm);
                 return if p.algorithm == Algorithm::Nccl {
-                    p.timed(nccl_us, nccl_src.unwrap_or(Source::Assumed), nccl_us, nccl_src)
+                    p.timed(nccl_us, nccl_src, nccl_us, Some(nccl_src))
                 } else {
-                    p.timed(us, Source::Published, nccl_us, nccl_src)
+                    p.timed(us, Source::Published, nccl_us, Some(nccl_src))
                 };
             }
             let max = human_bytes(PCIE_CUSTOM_MAX_BYTES);
@@ -462,19 +462,19 @@ fn pcie_by_simulator(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: b
     let notes = if skipped.is_empty() { String::new() } else { format!("; {}", skipped.join("; ")) };
     let nccl_cost = timed.iter().find(|(a, _, _)| *a == Algorithm::Nccl).map(|(_, _, c)| c.clone());
     let nccl_us = nccl_cost.as_ref().map(|c| c.us);
-    let nccl_src = Some(nccl_source(topo, n, s, capture));
+    let nccl_src = nccl_source(topo, n, s, capture);
     let head = format!("{place}, {n} ranks, {size}: simulator (docs/sim.md)");
     let Some((a, t, c)) = timed.first().cloned() else {
         return nccl(format!("{head} timed nothing that runs here: NCCL{notes}"));
     };
     let source = links.source(c.source);
     if a == Algorithm::Nccl {
-        return nccl(format!("{head} times NCCL fastest at {:.1} us (then {others}){notes}", c.us)).timed(Some(c.us), nccl_src.unwrap_or(Source::Assumed), Some(c.us), nccl_src);
+        return nccl(format!("{head} times NCCL fastest at {:.1} us (then {others}){notes}", c.us)).timed(Some(c.us), nccl_src, Some(c.us), Some(nccl_src));
     }
     let vs = nccl_us.map(|u| format!(" vs NCCL {u:.1}")).unwrap_or_default();
     if source.measured() {
         return make(a, t, s, f, format!("{head} fastest runnable: {a} {:.1} us{vs} (then {others}); its figures: {source}{notes}", c.us))
-            .timed(Some(c.us), source, nccl_us, nccl_src);
+            .timed(Some(c.us), source, nccl_us, Some(nccl_src));
     }
     // The pick's time rests on a figure nothing measured on this box: keep it only where it
     // beats NCCL even with that figure at the bound.
@@ -486,7 +486,7 @@ fn pcie_by_simulator(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: b
                 "{head} fastest runnable: {a} {:.1} us{vs}, but that rests on unmeasured {unmeasured}: at the bound ({bound} GB/s per GPU, the worst published) it takes {:.1} us, no faster than NCCL: NCCL until a tune or `tpar topo --probe` measures them{notes}",
                 c.us, c.bound_us
             ))
-            .timed(Some(nu), nccl_src.unwrap_or(Source::Assumed), Some(nu), nccl_src);
+            .timed(Some(nu), nccl_src, Some(nu), Some(nccl_src));
             p.instead_of = Some(Unmeasured { algorithm: a, us: c.us, bound_us: c.bound_us });
             p
         }
@@ -500,7 +500,7 @@ fn pcie_by_simulator(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: b
                 c.us, c.bound_us
             ),
         )
-        .timed(Some(c.us), source, Some(nu), nccl_src)
+        .timed(Some(c.us), source, Some(nu), Some(nccl_src))
         .bounded(c.bound_us),
         None => nccl(format!("{head} fastest runnable: {a} {:.1} us, which rests on unmeasured {unmeasured}, and NCCL has no time to hold it against: NCCL{notes}", c.us)),
     }

@@ -192,7 +192,7 @@ impl Simulator {
                 }
             }
         }
-        seen.sort_by(|x, y| (x.0, x.1).cmp(&(y.0, y.1)));
+        seen.sort_by_key(|x| (x.0, x.1));
         let figures: Vec<Figure> = seen.into_iter().map(|(op, pairs, source, cite)| Figure { op, pairs, source, cite }).collect();
         let source = figures.iter().fold(Source::Published, |s, f| s.weaker(f.source));
         Ok(Provenance { source, figures })
