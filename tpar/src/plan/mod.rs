@@ -238,7 +238,9 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
                                     input.dtype,
                                     bucket.median_us
                                 );
-                                return finish(make(a, t, s, &f, why), notes);
+                                // A tune's measurement on this machine: the most trusted source.
+                                let p = make(a, t, s, &f, why).timed(Some(bucket.median_us), Source::Profile, None, None);
+                                return finish(p, notes);
                             }
                             Err(why) => notes.push(format!("profile's {a} ignored: {why}")),
                         }

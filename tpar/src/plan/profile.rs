@@ -403,6 +403,8 @@ mod tests {
         let got = plan(&input);
         assert_eq!((got.algorithm, got.transport), (Algorithm::OneshotPull, Transport::P2p), "{got}");
         assert!(got.reason.starts_with("profile:"), "{got}");
+        assert_eq!(got.source, Some(crate::sim::Source::Profile), "a tune's pick is the most trusted source: {got:?}");
+        assert!(got.predicted_us.is_some(), "{got:?}");
 
         // Another world, capture mode, topology: ignored, and the reason says so.
         let other = presets::rtxpro6000_dualsocket_8();
