@@ -1,7 +1,8 @@
 //! Thresholds (each with where its number came from) and the floor arithmetic left for the
-//! fabrics the simulator does not decide: GPUs without P2P (host memory vs NCCL). PCIe
-//! fabrics with P2P are decided by the calibrated simulator (`sim_cost`, docs/sim.md), not by
-//! floors; NVLink by thresholds measured on H200s.
+//! one case the simulator does not time: a forced host transport (`TPAR_TRANSPORT=host`) on a
+//! fabric with P2P. PCIe fabrics, with P2P or through host memory, are decided by the
+//! calibrated simulator (`sim_cost`, docs/sim.md), not by floors; NVLink by thresholds measured
+//! on H200s.
 
 /// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
 pub use crate::settings::MAX_KERNEL_BLOCKS;
