@@ -310,12 +310,20 @@ def build_site(python: Optional[str] = None) -> str:
     if os.path.isdir(dest) and _stamp_ok(stamp, key):
         return dest
     shutil.rmtree(dest, ignore_errors=True)
-    for whl in dep_wheels(python):
-        _unpack(whl, dest, skip=lambda n: n in OMIT or n.endswith("/RECORD"))
+    owners = {}  # file -> the DEPS name it came from (the carry copies CARRIED ones only)
+    for w, whl in zip(DEPS, dep_wheels(python)):
+        for f in _unpack(whl, dest, skip=lambda n: n in OMIT or n.endswith("/RECORD")):
+            owners[f] = w.name
     _write_stubs(dest, {w.name for w in DEPS})
+    owners.update({path: owner for path, (owner, _, _) in STUBS.items() if owner in {w.name for w in DEPS}})
+    with open(os.path.join(dest, OWNERS), "w") as f:
+        json.dump(owners, f)
     with open(stamp, "w") as f:
         f.write(key)
     return dest
+
+
+OWNERS = "tpar-owners.json"
 
 
 def build_src(name: str, version: str) -> str:
@@ -440,3 +448,131 @@ def import_closure(root: str, pkg: str, roots: Iterable[str], deep: Iterable[str
                 names = [mod] + [mod + "." + a.name for a in n.names]
             todo += [x for x in names if x.split(".")[0] == pkg and _module_file(root, x)]
     return {f for f in seen.values() if f}
+
+
+# ----------------------------------------------------------------------------------------
+#: Top-level modules the GPU machine has besides HOST ones (its image: torch and the
+#: libraries torch needs) and the standard library: a closure's import of anything else that
+#: is neither carried nor HOST is reported.
+GPU_IMAGE = {"torch", "numpy", "triton", "jinja2", "markupsafe", "sympy", "mpmath", "networkx", "filelock", "fsspec",
+             "packaging", "setuptools", "pkg_resources", "_distutils_hack", "six", "pytest", "pygments", "cuda", "pynvml"}
+
+
+def trace(name: str, version: str, out_dir: str, world: int = 2) -> Set[str]:
+    """Runs the harness for `name` on this machine's CPU with the tracer on; returns the
+    absolute paths of every file its ranks loaded or opened under the engine's tree and the
+    site."""
+    paths = prepare(name, version)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    tdir = tempfile.mkdtemp(prefix=f"tpar-trace-{name}-")
+    cmd = [sys.executable, os.path.join(ROOT, "scripts", "engine_harness.py"), name, str(world), "--device", "cpu",
+           "--stages", "eager,compile,thread", "--trace", tdir, "--out", out_dir]
+    r = subprocess.run(cmd, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"the harness failed on this machine's CPU for {name} {version} (logs in {out_dir}): fix that first")
+    files: Set[str] = set()
+    for f in os.listdir(tdir):
+        with open(os.path.join(tdir, f)) as fh:
+            files.update(json.load(fh))
+    shutil.rmtree(tdir, ignore_errors=True)
+    return files
+
+
+def _gpu_name(rel: str, files_312: Set[str]) -> Optional[str]:
+    """The cp312 wheel's file for a file traced in the cp311 one (extension names differ)."""
+    if rel in files_312:
+        return rel
+    d, base = os.path.split(rel)
+    stem = base.split(".")[0]
+    if d.endswith(".libs"):
+        stem = stem.split("-")[0]
+    ext = ".so" if ".so" in base else os.path.splitext(base)[1]
+    cands = [f for f in files_312 if os.path.dirname(f) == d and ext in os.path.basename(f)
+             and os.path.basename(f).split(".")[0].split("-")[0] == stem.split("-")[0]]
+    return cands[0] if len(cands) == 1 else None
+
+
+def carry(out: str = CARRY) -> None:
+    """Writes the GPU machine's carry: per engine the traced and closed files of its tree,
+    and one shared site of the CARRIED dependencies' traced files (cp312 builds)."""
+    logs = tempfile.mkdtemp(prefix="tpar-carry-logs-")
+    site311, site312 = build_site(None), build_site(GPU_PYTHON)
+    with open(os.path.join(site312, OWNERS)) as f:
+        owners312 = json.load(f)
+    with open(os.path.join(site311, OWNERS)) as f:
+        owners311 = json.load(f)
+    role = {w.name: w.role for w in DEPS}
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    manifest = {"engines": {}, "site": "site", "python": GPU_PYTHON, "lock": lock_key(),
+                "host": {w.name: w.version for w in DEPS if w.role == HOST}, "stubs": sorted(STUBS)}
+    site_files: Set[str] = set()
+    not_carried: Dict[str, Set[str]] = {}
+    for (name, version) in ENGINES:
+        src = build_src(name, version)
+        traced = trace(name, version, logs)
+        eng = {os.path.relpath(f, src) for f in traced if f.startswith(src + os.sep)}
+        mods = [r[:-3].replace("/", ".").removesuffix(".__init__") for r in eng if r.endswith(".py")]
+        closed = import_closure(src, name, mods, GPU_ROOTS.get(name, ()))
+        eng |= {os.path.relpath(f, src) for f in closed}
+        dest = os.path.join(out, f"{name}-{version}")
+        for rel in sorted(eng):
+            os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
+            shutil.copy2(os.path.join(src, rel), os.path.join(dest, rel))
+        for f in traced:
+            if f.startswith(site311 + os.sep):
+                rel = os.path.relpath(f, site311)
+                owner = owners311.get(rel)
+                if owner is None:
+                    continue
+                if role[owner] == HOST:
+                    not_carried.setdefault(owner, set()).add(rel)
+                    continue
+                g = _gpu_name(rel, {k for k, v in owners312.items() if v == owner})
+                if g is None:
+                    raise SystemExit(f"{rel} ({owner}): no counterpart in the cp312 wheel")
+                site_files.add(g)
+        manifest["engines"][name] = {"version": version, "dir": f"{name}-{version}", "files": len(eng),
+                                     "bytes": sum(os.path.getsize(os.path.join(dest, r)) for r in eng)}
+    # Each carried dependency's metadata (importlib.metadata reads versions from it).
+    carried = {owners312[f] for f in site_files}
+    for f, o in owners312.items():
+        if o in carried and ".dist-info/" in f:
+            site_files.add(f)
+    for rel in sorted(site_files):
+        os.makedirs(os.path.dirname(os.path.join(out, "site", rel)), exist_ok=True)
+        shutil.copy2(os.path.join(site312, rel), os.path.join(out, "site", rel))
+    manifest["site_bytes"] = sum(os.path.getsize(os.path.join(out, "site", r)) for r in site_files)
+    manifest["carried"] = {w.name: w.version for w in DEPS if w.name in carried}
+    manifest["host_used"] = sorted(not_carried)
+    with open(os.path.join(out, "MANIFEST.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    total = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in os.walk(out) for f in fs)
+    print(f"carry: {out}: {total / 2**20:.1f} MiB "
+          + ", ".join(f"{n} {e['files']} files {e['bytes'] / 2**20:.1f} MiB" for n, e in manifest["engines"].items())
+          + f", site {len(site_files)} files {manifest['site_bytes'] / 2**20:.1f} MiB ({', '.join(sorted(carried))});"
+          + f" from the GPU image: {', '.join(sorted(not_carried))}")
+    if total > CARRY_BUDGET:
+        raise SystemExit(f"the carry is {total / 2**20:.1f} MiB, over its budget of {CARRY_BUDGET / 2**20:.0f} MiB")
+    shutil.rmtree(logs, ignore_errors=True)
+
+
+#: What the carry may take of a GPU call's 64 MiB: the rest is the repository (about 6 MiB)
+#: and tpar's wheel (about 5 MiB).
+CARRY_BUDGET = 50 << 20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", nargs="?", default="carry", choices=("carry", "site"))
+    ap.add_argument("--out", default=CARRY)
+    args = ap.parse_args()
+    if args.what == "site":
+        for (name, version) in ENGINES:
+            print(name, version, os.pathsep.join(prepare(name, version)))
+        return
+    carry(args.out)
+
+
+if __name__ == "__main__":
+    main()
