@@ -22,7 +22,9 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
    inputs;
 5. ``thread``: a call from a worker thread (vLLM's dual-batch overlap does this);
 6. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
-   error within 1 s, without ``check()``.
+   error within 1 s, without ``check()``;
+7. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
+   up to 2048 tokens (beyond ``max_size``), through tpar and bitwise the reference.
 
 Ranks are processes; on one GPU they share it (device 0). NCCL refuses two ranks on one GPU,
 so torch's own groups use gloo and the engines' NCCL is off (vLLM ``VLLM_DISABLE_PYNCCL=1``,
@@ -57,7 +59,7 @@ import time
 HIDDEN = 7168  # DeepSeek-V3's hidden size: the engines' decode all-reduce is tokens x hidden
 TOKENS = (1, 3, 8, 64, 512)  # size classes of decode and small prefill batches
 ODD = (1, 7, 129, 4099, 21504 + 5)  # element counts off every alignment
-STAGES = ("eager", "compile", "graph", "thread", "kill")
+STAGES = ("settings", "eager", "compile", "graph", "thread", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1)
 #: A survivor must see a dead peer within this (issue 21).
 DEAD_PEER_S = 1.0
 
@@ -104,6 +106,9 @@ class Skip(Exception):
 class Engine:
     """The engine's own entry points for one rank."""
 
+    def settings(self, tpar_log):  # what the plug-in changed, read back through the engine
+        raise NotImplementedError
+
     name: str
     tp: object  # the TP GroupCoordinator
     ca: object  # its custom all-reduce object
@@ -136,6 +141,10 @@ class VllmEngine(Engine):
         self.ps = ps
         self.device = device
         cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world))
+        # The all-reduce + RMSNorm fusion on, as vLLM's config resolves it at -O2 on Hopper
+        # and Blackwell with FlashInfer (set after construction: resolving it here would need
+        # vLLM's kernels): tpar's drop-in must warn with the setting that turns it off.
+        cfg.compilation_config.pass_config.fuse_allreduce_rms = True
         self._cfg_ctx = set_current_vllm_config(cfg)
         self._cfg_ctx.__enter__()  # what vLLM's worker holds while it builds its groups
         ps.init_distributed_environment(world_size=world, rank=rank, distributed_init_method="file://" + init, local_rank=0, backend="gloo")
@@ -156,6 +165,34 @@ class VllmEngine(Engine):
 
     def ar(self, x):
         return self._ar(x)
+
+    def settings(self, tpar_log):
+        """What the plug-in changed in vLLM's own settings, read back through vLLM."""
+        import vllm.envs as envs
+        from vllm.ray.ray_env import get_env_vars_to_copy
+
+        from tpar.engines import vllm as plugin
+
+        comm = self.tp.device_communicator
+        got = {
+            "flashinfer_env": os.environ.get("VLLM_ALLREDUCE_USE_FLASHINFER"),
+            "use_flashinfer_allreduce": bool(comm.use_flashinfer_allreduce),
+            "ray_copies_tpar": sorted(v for v in get_env_vars_to_copy() if v.startswith("TPAR_")),
+            "fusion_warning": any(plugin.FUSION_OFF in m for lvl, m in tpar_log if lvl == "WARNING"),
+            "batch_invariant": bool(self.ca.batch_invariant) == bool(envs.VLLM_BATCH_INVARIANT),
+        }
+        problems = []
+        if "VLLM_ALLREDUCE_USE_FLASHINFER" not in ENV_AT_START and (got["use_flashinfer_allreduce"] or got["flashinfer_env"] != "0"):
+            problems.append("FlashInfer's all-reduce is still asked before tpar")
+        if "TPAR_ENABLE" not in got["ray_copies_tpar"]:
+            problems.append(f"TPAR_ENABLE would not reach Ray workers ({got['ray_copies_tpar']})")
+        if self.tp.rank_in_group == 0 and not got["fusion_warning"]:
+            problems.append("no warning naming the fusion setting on the group's rank 0")
+        if not got["batch_invariant"]:
+            problems.append("batch invariance differs from VLLM_BATCH_INVARIANT")
+        if problems:
+            raise RuntimeError("; ".join(problems) + f" ({got})")
+        return {"checked": got, "cases": 1}
 
     def op(self, x):
         import torch
@@ -193,6 +230,23 @@ class SglangEngine(Engine):
             return self.tp._all_reduce_out_place(x, self.tp._resolve_outplace_all_reduce_method(x) or "auto")
         return self.tp.all_reduce(x)
 
+    def settings(self, tpar_log):
+        """tpar's dispatcher replaced SGLang's, and checks SGLang's calls."""
+        import sglang.srt.distributed.device_communicators.custom_all_reduce as m
+
+        from tpar.engines import sglang as plugin
+
+        if m.dispatch_custom_allreduce is not plugin.dispatch_custom_allreduce:
+            raise RuntimeError(f"SGLang's dispatch_custom_allreduce is {m.dispatch_custom_allreduce!r}, not tpar's")
+        if m.dispatch_custom_allreduce(group=self.tp.cpu_group, device=self.device) is not plugin.SglangCustomAllreduce:
+            raise RuntimeError("tpar's dispatcher did not return tpar's class for SGLang's call")
+        try:
+            m.dispatch_custom_allreduce(group=self.tp.cpu_group, device=self.device, not_a_parameter=1)
+            raise RuntimeError("tpar's dispatcher accepted a call SGLang's original would refuse")
+        except TypeError:
+            pass
+        return {"checked": {"dispatch": "tpar's, checked against the original's signature"}, "cases": 1}
+
     def op_unavailable(self, dev):
         if dev.type == "cpu":
             return "SGLang registers its all-reduce op (sglang::outplace_all_reduce) for CUDA only"
@@ -206,6 +260,10 @@ class SglangEngine(Engine):
 
 
 # ------------------------------------------------------------------------------------------
+#: The rank's environment before the engine and its plug-ins ran.
+ENV_AT_START = dict(os.environ)
+
+
 def rank_main(args):
     rank, world = args.rank, args.world
     prefixes = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -220,6 +278,16 @@ def rank_main(args):
     if dev.type == "cuda":
         torch.cuda.set_device(0)
     rec = {"rank": rank, "stages": {}}
+    import logging
+
+    tpar_log = []  # what tpar logged (start-up warnings are checked by the settings stage)
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            tpar_log.append((record.levelname, record.getMessage()))
+
+    logging.getLogger("tpar").addHandler(_Keep(level=logging.INFO))
+    logging.getLogger("tpar").setLevel(logging.INFO)
     t0 = time.monotonic()
     eng = (VllmEngine if args.engine == "vllm" else SglangEngine)(rank, world, args.init, dev)
     ca = eng.ca
@@ -263,7 +331,9 @@ def rank_main(args):
         st = {"cases": 0, "tpar": 0, "fallback": 0, "wrong": 0}
         t1 = time.monotonic()
         try:
-            if stage == "eager":
+            if stage == "settings":
+                st.update(eng.settings(tpar_log))
+            elif stage == "eager":
                 algos = set()
                 for dname, dt, n, xs in cases():
                     took, ok = one(xs, dt, eng.ar, "eager")
@@ -320,6 +390,20 @@ def rank_main(args):
                     st["cases"] += 1
                     st["tpar" if took else "fallback"] += 1
                     st["wrong"] += not ok
+            elif stage == "batchinv":
+                # VLLM_BATCH_INVARIANT=1 (set by the caller): tpar must take every size, above
+                # max_size too, through kernels that sum in rank order: bitwise the reference.
+                if not ca.batch_invariant:
+                    raise RuntimeError("the drop-in is not batch-invariant (is VLLM_BATCH_INVARIANT=1 set?)")
+                for dname, dt in dtypes.items():
+                    for tokens in (1, 8, 64, 512, 1024, 2048):
+                        seed[0] += 1
+                        xs = make_inputs(seed[0], world, tokens * HIDDEN, dt)
+                        took, ok = one(xs, dt, eng.ar, "batchinv")
+                        st["cases"] += 1
+                        st["tpar" if took else "fallback"] += 1
+                        st["wrong"] += not ok or not took  # every size must go through tpar
+                st["chunked"] = sorted({f"{k[0]}:{k[1]}B->{v}" for k, v in ca._chunks.items() if v is not None and v * k[0].itemsize < k[1]})[:8]
             elif stage == "kill":
 
                 def die():
@@ -492,6 +576,9 @@ def judge(args, recs):
         wrong = sum(s.get("wrong", 0) for s in sts)
         fine = not errors and wrong == 0 and all(s.get("cases", 0) > 0 for s in sts)
         s0 = sts[0]
+        if "checked" in s0 and not errors:
+            lines.append(f"| {head} | {stage} | PASS | {json.dumps(s0['checked'])} |")
+            continue
         extra = f" algos {','.join(s0.get('algos', []))}" if s0.get("algos") else ""
         detail = "; ".join(errors) if errors else f"{s0.get('cases')} calls a rank, {s0.get('tpar')} through tpar, {s0.get('fallback')} fallback, {wrong} wrong{extra}"
         lines.append(f"| {head} | {stage} | {'PASS' if fine else 'FAIL'} | {detail} |")
