@@ -15,7 +15,7 @@ mod latency;
 pub use latency::{ArLatency, BenchLatency, Fixed, FromFn, LogLogTable, ProfileLatency};
 
 use crate::error::{Error, Result};
-use crate::DType;
+use crate::dtype::DType;
 
 /// Kimi-K2 / DeepSeek-V3 layer count (docs/references.md, "Model shapes").
 pub const KIMI_LAYERS: usize = 61;
@@ -254,9 +254,9 @@ pub fn evaluate(input: &ModelInput, nccl: &dyn ArLatency, others: &[(&str, &dyn 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::Profile;
+    use crate::plan::profile::Profile;
     use crate::report::Record;
-    use crate::Algorithm;
+    use crate::kinds::Algorithm;
 
     fn close(a: f64, b: f64, tol: f64) -> bool {
         (a - b).abs() <= tol
@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn profile_latency_follows_bucket_medians() {
         use crate::plan::{Backend, CaptureMode};
-        use crate::profile::ProfileFingerprint;
+        use crate::plan::profile::ProfileFingerprint;
         let topo = crate::topology::presets::pcie_2();
         let fp = ProfileFingerprint::new(&topo, None, Backend::Cuda, 8, CaptureMode::Graph);
         let recs = vec![
@@ -435,7 +435,7 @@ impl ArLatency for PlanLatency {
     fn latency(&self, bytes: usize) -> Result<(f64, String)> {
         let p = self.plan(bytes);
         let name = &self.topology.name;
-        if p.algorithm == crate::Algorithm::Nccl {
+        if p.algorithm == crate::kinds::Algorithm::Nccl {
             let (us, src) = self.nccl.latency(bytes)?;
             let why = match p.instead_of {
                 Some(u) => format!("{} rests on unmeasured figures", u.algorithm),
@@ -476,8 +476,8 @@ pub struct Case {
 /// timed by the simulator where it picks a kernel, NCCL as measured where it picks NCCL.
 pub fn default_case(input: ModelInput, measured: Option<&Measured<'_>>) -> Result<Case> {
     if let Some(m) = measured {
-        let nccl = BenchLatency::from_records(m.records, input.tp, |a| a == crate::Algorithm::Nccl)?;
-        let plan = BenchLatency::from_records(m.records, input.tp, |a| a != crate::Algorithm::Nccl)?;
+        let nccl = BenchLatency::from_records(m.records, input.tp, |a| a == crate::kinds::Algorithm::Nccl)?;
+        let plan = BenchLatency::from_records(m.records, input.tp, |a| a != crate::kinds::Algorithm::Nccl)?;
         return Ok(Case {
             title: format!("measured on {}", m.machine),
             sources: vec![format!("NCCL and tpar: measured on {} (profile)", m.machine)],
@@ -487,10 +487,10 @@ pub fn default_case(input: ModelInput, measured: Option<&Measured<'_>>) -> Resul
         });
     }
     let points = vec![(input.ar_bytes(1) as f64, FOUNDING_NCCL_DECODE_US), (input.ar_bytes(3) as f64, FOUNDING_NCCL_VERIFY_US)];
-    let table = LogLogTable::new(crate::Algorithm::Nccl, points)?;
+    let table = LogLogTable::new(crate::kinds::Algorithm::Nccl, points)?;
     let measured = move |b: usize| table.latency(b).map(|(us, how)| (us, format!("nccl as measured on the founding box ({how})")));
     let topology = crate::topology::presets::by_name(FOUNDING_TOPOLOGY).ok_or_else(|| Error::invalid("topology", format!("no preset {FOUNDING_TOPOLOGY}")))?;
-    let table2 = LogLogTable::new(crate::Algorithm::Nccl, vec![(input.ar_bytes(1) as f64, FOUNDING_NCCL_DECODE_US), (input.ar_bytes(3) as f64, FOUNDING_NCCL_VERIFY_US)])?;
+    let table2 = LogLogTable::new(crate::kinds::Algorithm::Nccl, vec![(input.ar_bytes(1) as f64, FOUNDING_NCCL_DECODE_US), (input.ar_bytes(3) as f64, FOUNDING_NCCL_VERIFY_US)])?;
     let fallback = FromFn(move |b: usize| table2.latency(b).map(|(us, how)| (us, format!("as measured on the founding box ({how})"))));
     let plan = PlanLatency::new(&topology, input.tp, input.dtype, false, Box::new(fallback))?;
     Ok(Case {
@@ -519,13 +519,13 @@ pub fn nccl_on(topology: &crate::topology::Topology, tp: usize, graph: bool) -> 
     use crate::sim::{Launch, Params, Simulator};
     let launch = if graph { Launch::Graph } else { Launch::Eager };
     if let Some(f) = crate::sim::calibrate::published_nccl(topology, tp, launch) {
-        let table = LogLogTable::new(crate::Algorithm::Nccl, f.points.iter().map(|&(b, us)| (b as f64, us)).collect())?;
+        let table = LogLogTable::new(crate::kinds::Algorithm::Nccl, f.points.iter().map(|&(b, us)| (b as f64, us)).collect())?;
         let label = format!("nccl as measured on this box ({}, group {})", f.source, f.group);
         return Ok(Box::new(FromFn(move |b: usize| table.latency(b).map(|(us, how)| (us, format!("{label}, {how}"))))));
     }
     let sim = Simulator::new(topology, tp, &Params::with_launch(launch))?;
     let name = topology.name.clone();
-    Ok(Box::new(FromFn(move |b: usize| Ok((sim.predict(crate::Algorithm::Nccl, b)?.total_us, format!("nccl simulated on {name} (no measured NCCL for this box in docs/references.md)"))))))
+    Ok(Box::new(FromFn(move |b: usize| Ok((sim.predict(crate::kinds::Algorithm::Nccl, b)?.total_us, format!("nccl simulated on {name} (no measured NCCL for this box in docs/references.md)"))))))
 }
 
 /// The founding case's question on a topology: per call and per verify step, the all-reduce
@@ -586,7 +586,7 @@ mod sim_case_tests {
         let topo = crate::topology::presets::by_name(FOUNDING_TOPOLOGY).unwrap();
         let pl = PlanLatency::new(&topo, 8, DType::BF16, false, Box::new(Fixed(FOUNDING_NCCL_VERIFY_US))).unwrap();
         for (st, bytes) in [(&p.plain, 14_336usize), (&p.spec, 43_008)] {
-            if pl.plan(bytes).algorithm == crate::Algorithm::Nccl {
+            if pl.plan(bytes).algorithm == crate::kinds::Algorithm::Nccl {
                 assert_eq!(st.ar_us, if bytes == 14_336 { FOUNDING_NCCL_DECODE_US } else { FOUNDING_NCCL_VERIFY_US }, "{st:?}");
             } else {
                 assert!(st.ar_source.contains("timed by the simulator"), "{st:?}");
@@ -601,10 +601,10 @@ mod sim_case_tests {
         use crate::report::Record;
         let rec = |a, bytes: usize, us| Record::measured(a, "cuda", DType::BF16, 8, bytes / 2, (us, us, us), 0);
         let records = vec![
-            rec(crate::Algorithm::Nccl, 14_336, 20.0),
-            rec(crate::Algorithm::Nccl, 43_008, 25.0),
-            rec(crate::Algorithm::TwoshotPush, 14_336, 8.0),
-            rec(crate::Algorithm::TwoshotPush, 43_008, 10.0),
+            rec(crate::kinds::Algorithm::Nccl, 14_336, 20.0),
+            rec(crate::kinds::Algorithm::Nccl, 43_008, 25.0),
+            rec(crate::kinds::Algorithm::TwoshotPush, 14_336, 8.0),
+            rec(crate::kinds::Algorithm::TwoshotPush, 43_008, 10.0),
         ];
         let m = Measured { records: &records, machine: "a test box" };
         let case = default_case(ModelInput::founding_case(), Some(&m)).unwrap();

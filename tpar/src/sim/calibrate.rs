@@ -22,7 +22,7 @@ use super::params::{Launch, Params};
 use super::Simulator;
 use crate::error::Result;
 use crate::topology::{pcie_gbps, presets, CpuInfo, Gpu, Link, LinkClass, PcieSwitch, Topology};
-use crate::Algorithm;
+use crate::kinds::Algorithm;
 
 /// What a figure measures.
 #[derive(Clone, Copy, Debug, PartialEq)]

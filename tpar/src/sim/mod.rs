@@ -27,7 +27,8 @@ pub mod provenance;
 
 use crate::error::{Error, Result};
 use crate::topology::Topology;
-use crate::{Algorithm, Transport};
+use crate::kinds::Algorithm;
+use crate::kinds::Transport;
 use fabric::Fabric;
 pub use params::{Launch, Params};
 pub use provenance::{Figure, PairKind, Source};
@@ -53,10 +54,10 @@ impl SimRecord {
         crate::report::Record {
             algorithm: self.algorithm,
             backend: "sim".into(),
-            dtype: crate::DType::BF16,
+            dtype: crate::dtype::DType::BF16,
             world: self.world,
             bytes: self.bytes,
-            count: self.bytes / crate::DType::BF16.size(),
+            count: self.bytes / crate::dtype::DType::BF16.size(),
             time_us: self.predicted_us,
             p10_us: self.predicted_us,
             p90_us: self.predicted_us,
