@@ -16,8 +16,12 @@ unpacks them, and builds
   communicator modules (for branches only a GPU takes). ``DEPS`` marked ``HOST`` are not
   carried: the GPU machine's image has them (its versions are printed by the harness).
 
-    python3 scripts/engine_carry.py            # download, unpack, trace, write .gpu/engines
-    python3 scripts/engine_carry.py site       # download and unpack only (what the CPU test needs)
+    .venv/bin/python scripts/engine_carry.py        # download, unpack, trace, write .gpu/engines
+    .venv/bin/python scripts/engine_carry.py site   # download and unpack only (the CPU test's part)
+    .venv/bin/python scripts/engine_carry.py --only vllm-0.33.0   # one ENGINES entry (repeatable)
+
+(the trace runs the harness, so the Python must have torch and tpar installed: ./scripts/test's
+.venv, or ``scripts/install-python.sh && .venv/bin/python -m pip install .``.)
 
 Everything downloaded is checked against the sha256 pinned here; nothing of the engines is
 modified. A newer engine version is one line in ``ENGINES`` (and its version in
@@ -70,6 +74,11 @@ ENGINES: Dict[Tuple[str, str], Wheel] = {
     ("vllm", "0.33.0"): Wheel("vllm", "0.33.0", ("4b6bdec4ab269990bf70d45a3c1e94c3760a27064513760193b26d6f0da883aa",)),  # cp38-abi3-manylinux_2_28_x86_64
     ("sglang", "0.5.23"): Wheel("sglang", "0.5.23", ("8d257a319395b322bb1be327d05e5528859358153c8563b04c0a4a3c8af164b6",)),  # cp312-cp312-manylinux_2_34_x86_64
 }
+
+
+def versions(name: str) -> Tuple[str, ...]:
+    """The pinned versions of one engine, in ENGINES' order (what the tests run)."""
+    return tuple(v for (n, v) in ENGINES if n == name)
 
 
 #: Third-party wheels the engines' distributed layer imports (found by tracing: `carry`
@@ -492,9 +501,14 @@ def _gpu_name(rel: str, files_312: Set[str]) -> Optional[str]:
     return cands[0] if len(cands) == 1 else None
 
 
-def carry(out: str = CARRY) -> None:
+def carry(out: str = CARRY, only: Optional[Iterable[str]] = None) -> None:
     """Writes the GPU machine's carry: per engine the traced and closed files of its tree,
-    and one shared site of the CARRIED dependencies' traced files (cp312 builds)."""
+    and one shared site of the CARRIED dependencies' traced files (cp312 builds). `only`:
+    the ``name-version`` entries of ENGINES to carry (default all; the budget may need a
+    choice once several versions are pinned)."""
+    chosen = [(n, v) for (n, v) in ENGINES if not only or f"{n}-{v}" in set(only)]
+    if not chosen:
+        raise SystemExit(f"--only {sorted(only or [])}: none of {[f'{n}-{v}' for n, v in ENGINES]}")
     logs = tempfile.mkdtemp(prefix="tpar-carry-logs-")
     site311, site312 = build_site(None), build_site(GPU_PYTHON)
     with open(os.path.join(site312, OWNERS)) as f:
@@ -508,7 +522,7 @@ def carry(out: str = CARRY) -> None:
                 "host": {w.name: w.version for w in DEPS if w.role == HOST}, "stubs": sorted(STUBS)}
     site_files: Set[str] = set()
     not_carried: Dict[str, Set[str]] = {}
-    for (name, version) in ENGINES:
+    for (name, version) in chosen:
         src = build_src(name, version)
         traced = trace(name, version, logs)
         eng = {os.path.relpath(f, src) for f in traced if f.startswith(src + os.sep)}
@@ -532,7 +546,7 @@ def carry(out: str = CARRY) -> None:
                 if g is None:
                     raise SystemExit(f"{rel} ({owner}): no counterpart in the cp312 wheel")
                 site_files.add(g)
-        manifest["engines"][name] = {"version": version, "dir": f"{name}-{version}", "files": len(eng),
+        manifest["engines"][f"{name}-{version}"] = {"name": name, "version": version, "dir": f"{name}-{version}", "files": len(eng),
                                      "bytes": sum(os.path.getsize(os.path.join(dest, r)) for r in eng)}
     # Each carried dependency's metadata (importlib.metadata reads versions from it).
     carried = {owners312[f] for f in site_files}
@@ -566,12 +580,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", nargs="?", default="carry", choices=("carry", "site"))
     ap.add_argument("--out", default=CARRY)
+    ap.add_argument("--only", action="append", metavar="NAME-VERSION", help="carry only these ENGINES entries (repeatable)")
     args = ap.parse_args()
     if args.what == "site":
         for (name, version) in ENGINES:
             print(name, version, os.pathsep.join(prepare(name, version)))
         return
-    carry(args.out)
+    carry(args.out, args.only)
 
 
 if __name__ == "__main__":
