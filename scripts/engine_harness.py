@@ -454,7 +454,10 @@ def matrix(path):
             times = [float(t) for t in re.findall(r"([0-9.]+) s after the death", detail)]
             result += f" {max(times):.2f} s" if times else ""
         rows.setdefault(run, {})[stage] = "skip" if result == "skipped" else result
-    print("\n".join(lines))
+    order = ["setup", *STAGES, "batchinv"]
+    stages.sort(key=lambda st: order.index(st) if st in order else len(order))
+    data = [ln for ln in lines if not ln.startswith("| run |")]
+    print("| run | stage | result | detail |\n|---|---|---|---|\n" + "\n".join(data))
     print()
     print("| run | " + " | ".join(stages) + " | result |")
     print("|---" * (len(stages) + 2) + "|")
