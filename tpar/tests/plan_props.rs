@@ -76,10 +76,8 @@ fn preconditions_hold(p: &Plan, t: &Topology, world: usize, backend: Backend) ->
         return Err("empty reason".into());
     }
     let world = world.max(1);
-    if world >= 2 {
-        if !may_run(p.algorithm, backend, p.transport) {
-            return Err(format!("planned but not runnable: {} over {} on {backend:?}", p.algorithm, p.transport));
-        }
+    if world >= 2 && !may_run(p.algorithm, backend, p.transport) {
+        return Err(format!("planned but not runnable: {} over {} on {backend:?}", p.algorithm, p.transport));
     }
     match backend {
         Backend::Cpu => {

@@ -160,7 +160,7 @@ mod tests {
         let back: Vec<Record> = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
         assert_eq!(back[0], rec.record, "readers of plain records still read them");
         assert!(std::fs::read_to_string(&c).unwrap().trim_end().ends_with(INCOMPLETE_CSV_LINE));
-        write_json(&j, &[rec.clone()]).unwrap();
+        write_json(&j, std::slice::from_ref(&rec)).unwrap();
         write_csv(&c, &[rec]).unwrap();
         assert!(!std::fs::read_to_string(&j).unwrap().contains("incomplete"));
         assert!(!std::fs::read_to_string(&c).unwrap().contains("incomplete"));
