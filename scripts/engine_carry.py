@@ -6,28 +6,23 @@ vLLM and SGLang cannot be installed where tpar is tested (no network on the GPU 
 distributed layer is Python, though: this script downloads the pinned wheels (sha256 checked),
 unpacks them, and builds
 
-- ``.engine-wheels/src/<engine>-<version>/``: every file of the engine's wheel except its
-  compiled extensions (``.so``), plus the stubs of ``STUBS``;
-- ``.engine-wheels/site/<python tag>/``: the third-party wheels of ``DEPS`` unpacked (the CPU
-  test, ``python/tests/test_engine_real.py``, puts both on ``sys.path``);
-- ``.gpu/engines/`` (``carry``): for the GPU machine, per engine, exactly the files that the
-  harness (``scripts/engine_harness.py``) loads, found by running it on this machine's CPU
-  under an import/open tracer, plus the module-level import closure of the engine's
-  communicator modules (for branches only a GPU takes). ``DEPS`` marked ``HOST`` are not
-  carried: the GPU machine's image has them (its versions are printed by the harness).
+- ``.engine-wheels/src/<engine>-<version>/``: the engine's wheel without its compiled
+  extensions (``.so``), plus the stubs of ``STUBS``;
+- ``.engine-wheels/site/<python tag>/``: the ``DEPS`` wheels unpacked (the CPU test,
+  ``python/tests/test_engine_real.py``, puts both on ``sys.path``);
+- ``.gpu/engines/`` (``carry``): for the GPU machine, per engine, the files that the harness
+  (``scripts/engine_harness.py``) loads, found by running it here under an import/open tracer,
+  plus the module-level import closure of the communicator modules (branches only a GPU
+  takes) and ``DATA_DIRS``. ``DEPS`` marked ``HOST`` are not carried: the GPU image has them.
 
     .venv/bin/python scripts/engine_carry.py        # download, unpack, trace, write .gpu/engines
     .venv/bin/python scripts/engine_carry.py site   # download and unpack only (the CPU test's part)
     .venv/bin/python scripts/engine_carry.py --only vllm-0.33.0   # one ENGINES entry (repeatable)
 
-(the trace runs the harness, so the Python must have torch and tpar installed: ./scripts/test's
-.venv, or ``scripts/install-python.sh && .venv/bin/python -m pip install .``.)
-
-Everything downloaded is checked against the sha256 pinned here; nothing of the engines is
-modified. A newer engine version is one line in ``ENGINES`` (and its version in
-``tpar/engines/__init__.py``); a dependency it adds is reported by name by ``site``/``carry``.
-Stubs (``STUBS``) replace only compiled extensions that the communicator path never calls;
-each says why (docs/engines.md has the same table).
+The trace runs the harness: the Python needs torch and tpar (./scripts/test's .venv). Nothing
+of the engines is modified. A newer engine version is one line in ``ENGINES`` (and its version
+in ``tpar/engines/__init__.py``); a dependency it adds is reported by name. Stubs replace only
+compiled extensions that the communicator path never calls; each says why (as docs/engines.md).
 """
 
 from __future__ import annotations
@@ -393,6 +388,15 @@ GPU_ROOTS = {
 }
 
 
+#: Directories of an engine's tree carried whole: the engine checks at import that they exist
+#: (a check the tracer cannot see: it records opened files, not stat calls).
+DATA_DIRS = {
+    # sglang/kernels/jit/utils/compile/paths.py raises at import unless both exist; imported
+    # by GroupCoordinator.__init__ through custom_all_reduce_v2 (found by the GPU script's CPU check).
+    "sglang": ["sglang/kernels/jit/include", "sglang/kernels/jit/csrc"],
+}
+
+
 def _module_file(root: str, mod: str) -> Optional[str]:
     p = os.path.join(root, *mod.split("."))
     if os.path.isfile(os.path.join(p, "__init__.py")):
@@ -475,7 +479,7 @@ def trace(name: str, version: str, out_dir: str, world: int = 2) -> Set[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     tdir = tempfile.mkdtemp(prefix=f"tpar-trace-{name}-")
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "engine_harness.py"), name, str(world), "--device", "cpu",
-           "--stages", "eager,compile,thread", "--trace", tdir, "--out", out_dir]
+           "--stages", "settings,eager,compile,thread", "--trace", tdir, "--out", out_dir]
     r = subprocess.run(cmd, env=env)
     if r.returncode != 0:
         raise SystemExit(f"the harness failed on this machine's CPU for {name} {version} (logs in {out_dir}): fix that first")
@@ -529,6 +533,10 @@ def carry(out: str = CARRY, only: Optional[Iterable[str]] = None) -> None:
         mods = [r[:-3].replace("/", ".").removesuffix(".__init__") for r in eng if r.endswith(".py")]
         closed = import_closure(src, name, mods, GPU_ROOTS.get(name, ()))
         eng |= {os.path.relpath(f, src) for f in closed}
+        for d in DATA_DIRS.get(name, ()):
+            if not os.path.isdir(os.path.join(src, d)):
+                raise SystemExit(f"{name} {version}: DATA_DIRS names {d}, which the wheel lacks")
+            eng |= {os.path.relpath(os.path.join(dp, f), src) for dp, _, fs in os.walk(os.path.join(src, d)) for f in fs}
         dest = os.path.join(out, f"{name}-{version}")
         for rel in sorted(eng):
             os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)
@@ -571,9 +579,7 @@ def carry(out: str = CARRY, only: Optional[Iterable[str]] = None) -> None:
     shutil.rmtree(logs, ignore_errors=True)
 
 
-#: What the carry may take of a GPU call's 64 MiB: the rest is the repository (about 6 MiB)
-#: and tpar's wheel (about 5 MiB).
-CARRY_BUDGET = 50 << 20
+CARRY_BUDGET = 50 << 20  # of a GPU call's 64 MiB: the rest is the repository (~6) and tpar's wheel (~5)
 
 
 def main() -> None:

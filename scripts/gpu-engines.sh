@@ -73,7 +73,7 @@ export TPAR_TIMEOUT_MS="${TPAR_TIMEOUT_MS:-10000}" TPAR_TOPOLOGY="${TPAR_TOPOLOG
 mapfile -t ENTRIES < <(python3 -c 'import json, sys
 for k, e in json.load(open(sys.argv[1]))["engines"].items(): print(k, e["name"], e["dir"])' "$CARRY/MANIFEST.json")
 # Seconds a run may take at world $1 before its ranks are killed (a hang; a run takes far less).
-deadline() { echo $((80 + 10 * $1)); }
+deadline() { echo $((${DEADLINE_BASE:-80} + 10 * $1)); } # DEADLINE_BASE: for slow machines (the CPU check)
 
 # harness ENTRY NAME DIR WORLD STAGES [VAR=VALUE...]: one run, its ranks' logs under $WORK/ENTRY-wWORLD[-TAG]
 harness() {
@@ -102,13 +102,15 @@ t_all=$SECONDS
 import importlib.metadata as md, json, sys
 m = json.load(open(sys.argv[1]))
 print("engines:", ", ".join(f"{e['name']} {e['version']}" for e in m["engines"].values()), "| carried:", ", ".join(f"{k} {v}" for k, v in m["carried"].items()))
+seen = []
 for name in m.get("host_used", []):
     pinned = m["host"][name]
     try:
         have = md.version(name)
     except md.PackageNotFoundError:
         have = "MISSING"
-    print(f"  from the image: {name} {have}" + ("" if have == pinned else f" (the CPU test pins {pinned})"))
+    seen.append(f"{name} {have}" + ("" if have == pinned else f" (the CPU test pins {pinned})"))
+print("from the image:", ", ".join(seen))
 EOF
     for w in $WORLDS; do
         pids=()
