@@ -49,7 +49,7 @@ fn py_err(e: Error) -> PyErr {
         Error::Unsupported { .. } => UnsupportedError::new_err(msg),
         Error::Library { .. } | Error::Cuda { .. } => LibraryError::new_err(msg),
         Error::Config { .. } | Error::Rendezvous { .. } => ConfigError::new_err(msg),
-        Error::Io { .. } => TparError::new_err(msg),
+        Error::Io { .. } | Error::Tune { .. } => TparError::new_err(msg),
     }
 }
 
