@@ -23,11 +23,14 @@ pub struct CpuRanks<'a> {
     screen: ScreenCache,
     /// Test hook: this algorithm's output is damaged on the last rank before it is judged.
     corrupt: Option<Algorithm>,
+    /// Test hook: this rank's screens fail locally after this many.
+    fail_after: Option<usize>,
+    screens: usize,
 }
 
 impl<'a> CpuRanks<'a> {
     pub fn new(comm: &'a mut Communicator) -> CpuRanks<'a> {
-        CpuRanks { comm, screen: ScreenCache::default(), corrupt: None }
+        CpuRanks { comm, screen: ScreenCache::default(), corrupt: None, fail_after: None, screens: 0 }
     }
 
     /// Test hook: flips one bit of `algo`'s output on the last rank before the screen judges
@@ -38,12 +41,26 @@ impl<'a> CpuRanks<'a> {
         self.corrupt = Some(algo);
     }
 
+    /// Test hook: this rank's screens fail (a local error, as a failed copy of the output
+    /// would be) after `n` of them, each once its call completed, so tests can show that every rank stops at the same exchange with the
+    /// same reason and keeps the defaults.
+    #[doc(hidden)]
+    pub fn fail_after_for_test(&mut self, n: usize) {
+        self.fail_after = Some(n);
+    }
+
     fn screen_t<T: Element + Send + 'static>(&mut self, algo: Algorithm, count: usize, seed: u64) -> Result<Vec<Judged>> {
         let (rank, world) = (self.comm.rank(), self.comm.world());
         let set = self.screen.get::<T>(world, count, seed)?;
         let mut out = vec![T::from_f32(0.0); count];
         poison(&mut out);
         self.comm.all_reduce_with(algo, &set.inputs[rank], &mut out)?;
+        // After the call, so that the peers' calls complete (a rank that fails before a
+        // call leaves its peers waiting in it until their timeout).
+        self.screens += 1;
+        if self.fail_after.is_some_and(|n| self.screens > n) {
+            return Err(crate::error::Error::invalid("tune test hook", format!("rank {rank} fails its screen {}", self.screens)));
+        }
         if self.corrupt == Some(algo) && rank + 1 == world {
             if let Some(x) = out.first_mut() {
                 *x = T::from_lane(x.to_lane() ^ 1);
