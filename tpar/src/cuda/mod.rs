@@ -4,6 +4,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`comm`] | `GpuCommunicator`: one rank per process and GPU, plan-driven: kernels, NCCL or an error |
+//! | `capture` | its checked captures: calls recorded during a capture, compared across ranks when it ends |
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`exec`] | streams, events, graphs, modules, kernel launches (re-exported by `driver`) |
@@ -13,6 +14,8 @@
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
 //! | [`launch`] | the one launch path: block policy, size class (default or lean variant), validation, lazy variants, PDL |
 //! | [`route`] | a resolved call: the plan's decision and where it goes (kernel and launch, NCCL, the caller's NCCL) |
+//! | [`tune`] | the first-use tune of a `GpuCommunicator` (on a workspace and NCCL of its own) and its adoption |
+//! | [`tune_emulated`] | the same start on emulated ranks (the mechanism on one GPU) |
 //! | [`watchdog`] | the liveness thread that ends a rank's calls in flight when a peer dies |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
@@ -23,6 +26,7 @@
 //! and poisons the group. Built only with the `cuda` feature; needs no CUDA at build time.
 
 pub mod abi;
+mod capture;
 pub mod comm;
 pub mod driver;
 pub mod emulated;
@@ -35,6 +39,8 @@ pub mod nccl;
 pub mod nvrtc;
 pub mod probe;
 pub mod route;
+pub mod tune;
+pub mod tune_emulated;
 pub mod watchdog;
 
 pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route};

@@ -187,6 +187,11 @@ pub trait Ranks {
     /// Times `algo` (or NCCL): for each local rank, per timed round, microseconds per call.
     /// Rounds are separated by [`sync`](Self::sync).
     fn time_local(&mut self, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>>;
+    /// Allocates what the tune needs (collective; may exchange, announcing its own failures
+    /// with [`step`]). Called once, before anything is measured.
+    fn prepare(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Seconds spent joining NCCL for the tune (0 where none was joined).
     fn nccl_join_seconds(&self) -> f64 {
         0.0
@@ -227,8 +232,9 @@ pub fn agree<R: Ranks + ?Sized>(r: &mut R, local: Result<Vec<u8>>) -> Result<Vec
     Ok(out)
 }
 
-/// Runs a local step and exchanges its result: a local failure is settled and announced.
-fn step<R: Ranks + ?Sized>(r: &mut R, local: Result<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+/// Exchanges a local step's result: a local failure is settled and announced, an agreed
+/// one (`Error::Tune`) passed on as it is.
+pub fn step<R: Ranks + ?Sized>(r: &mut R, local: Result<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
     match local {
         Err(e @ Error::Tune { .. }) => Err(e),
         Err(e) => {
@@ -308,6 +314,8 @@ pub struct Measured {
 /// rank (`Error::Tune`), or a broken control plane.
 pub fn measure<R: Ranks + ?Sized>(r: &mut R, plan: &TunePlan) -> Result<Measured> {
     let t0 = Instant::now();
+    let prepared = r.prepare().map(|()| Vec::new());
+    step(r, prepared)?;
     let mut m = Measured { nccl: Some(r.nccl()), ..Measured::default() };
     if plan.probe {
         let tp = Instant::now();
