@@ -92,6 +92,8 @@ pub struct GpuCommunicator {
     pub(super) rejected: Vec<crate::plan::tuned::Rejection>,
     /// How this start's tune went.
     pub(super) tune: crate::tune::Outcome,
+    /// What later starts of the tune need from the `Config`.
+    pub(super) tune_ctx: super::tune::TuneContext,
     /// Orders this communicator's stream after a caller's stream ([`Self::wait_for`]).
     after_caller: Event,
     /// Orders a caller's stream after this communicator's calls ([`Self::signal_to`]).
@@ -183,13 +185,14 @@ impl GpuCommunicator {
             profiles: [profile.clone(), profile],
             rejected: Vec::new(),
             tune: crate::tune::Outcome::Skipped { why: "not started".into() },
+            tune_ctx: super::tune::TuneContext::of(cfg, opts.max_bytes),
             plans: PlanCache::default(),
             resolved: HashMap::new(),
             check_calls,
             captured: None,
         };
         // This machine's tune: from the cache, measured now, or the defaults (and why).
-        super::tune::on_start(&mut comm, cfg, opts.max_bytes)?;
+        comm.tune_with(crate::tune::StartOptions::first_use(cfg.tune))?;
         Ok(comm)
     }
 

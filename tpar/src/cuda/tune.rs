@@ -1,4 +1,4 @@
-//! The first-use tune of a [`GpuCommunicator`]: [`on_start`] runs at the end of `init`, on
+//! The first-use tune of a [`GpuCommunicator`]: [`GpuCommunicator::tune_with`] runs at the end of `init`, on
 //! every rank together, after the workspaces connect. Rank 0 reads this machine's tune from
 //! the cache, or (holding the cache's lock) the ranks measure it ([`crate::tune`]) and rank
 //! 0 stores it; every rank adopts the same bytes, plans each call with the table of its
@@ -356,68 +356,88 @@ fn skip_reason(comm: &GpuCommunicator) -> Option<String> {
     None
 }
 
-/// The first-use tune of `comm` at the end of its `init` (every rank together): skip, read
-/// the cache, or tune; then adopt and check that every rank holds the same tune. Prints the
-/// start's line (rank 0; a failure on every rank). Only a broken control plane or ranks that
-/// adopted different tunes are errors.
-pub(super) fn on_start(comm: &mut GpuCommunicator, cfg: &Config, max_bytes: usize) -> Result<()> {
-    let (rank, world) = (comm.rank(), comm.world());
-    let device = comm.ws.device().clone();
-    let devices: Vec<String> = comm.control.all_gather_bytes(device.uuid()?.as_bytes())?.into_iter().map(|b| String::from_utf8_lossy(&b).into_owned()).collect();
-    let kind = RankKind::of_processes(&devices);
-    let transport = comm.ws.transport();
-    let key = TuneKey {
-        tpar_version: TuneKey::this_version(),
-        cuda_driver: super::driver::driver_version(),
-        // Only rank 0 reads the cache; NVML is asked there alone.
-        driver_version: if rank == 0 { crate::topology::nvml::driver_version() } else { None },
-        backend: Backend::Cuda,
-        ranks: kind,
-        world,
-        devices,
-        topology_hash: format!("{:016x}", comm.topology.hash()),
-        transport,
-        settings: timing_settings(&comm.overrides, &cfg.launch, transport),
-    };
-    let islands = super::comm::islands_for(&comm.topology, world);
-    let setup = Setup {
-        device,
-        rank,
-        world,
-        max_bytes,
-        timeout: cfg.timeout,
-        transport,
-        host_protocol: comm.overrides.host_protocol,
-        job_id: cfg.job_id,
-        launch: cfg.launch,
-        check_calls: comm.check_calls,
-        island_word: crate::algorithms::hierarchical::island_word(&super::comm::as_u32(&islands), world).unwrap_or(0),
-        islands,
-        kind,
-        candidates: candidates(&comm.topology, world, transport),
-    };
-    let skip = skip_reason(comm);
-    let (topology, overrides) = (&comm.topology, &comm.overrides);
-    let fingerprint = |m| ProfileFingerprint::new(topology, None, Backend::Cuda, world, m);
-    let default_is_nccl = |m, d, b| {
-        plan(&PlanInput { topology, world, bytes: b, dtype: d, capture: m, backend: Backend::Cuda, profile: None, overrides }).algorithm == Algorithm::Nccl
-    };
-    let spec = StartSpec {
-        tune: cfg.tune,
-        skip,
-        cache: crate::settings::cache_dir(),
-        key,
-        max_bytes: max_bytes as u64,
-        plan: TunePlan::first_use(max_bytes as u64, kind, &CaptureMode::ALL),
-        lock_wait: tune::LOCK_WAIT_MAX.min(cfg.timeout / 2),
-        fingerprint: &fingerprint,
-        default_is_nccl: &default_is_nccl,
-    };
-    let outcome = tune::start(&mut ProcessRanks::new(&mut comm.control, setup), &spec)?;
-    comm.adopt(outcome)
+/// What a communicator keeps from its `Config` for later starts of its tune.
+#[derive(Clone, Debug)]
+pub(super) struct TuneContext {
+    pub job_id: u64,
+    pub launch: LaunchSettings,
+    pub timeout: Duration,
+    pub max_bytes: usize,
+}
+
+impl TuneContext {
+    pub(super) fn of(cfg: &Config, max_bytes: usize) -> TuneContext {
+        TuneContext { job_id: cfg.job_id, launch: cfg.launch, timeout: cfg.timeout, max_bytes }
+    }
 }
 
 impl GpuCommunicator {
+    /// A start of this machine's tune on every rank together (`init` runs one with
+    /// `TPAR_TUNE`, the cache and the first-use budget): skip, read the cache, or tune;
+    /// then adopt it (each capture mode's table; candidates the screen rejected never run),
+    /// check that every rank holds the same, and print the start's line (rank 0; a failure
+    /// on every rank). Only a broken control plane or ranks that adopted different tunes are
+    /// errors; a failed tune keeps the defaults.
+    pub fn tune_with(&mut self, opts: crate::tune::StartOptions) -> Result<&Outcome> {
+        let (rank, world) = (self.rank(), self.world());
+        let ctx = self.tune_ctx.clone();
+        let device = self.ws.device().clone();
+        let devices: Vec<String> = self.control.all_gather_bytes(device.uuid()?.as_bytes())?.into_iter().map(|b| String::from_utf8_lossy(&b).into_owned()).collect();
+        let kind = RankKind::of_processes(&devices);
+        let transport = self.ws.transport();
+        let key = TuneKey {
+            tpar_version: TuneKey::this_version(),
+            cuda_driver: super::driver::driver_version(),
+            // Only rank 0 reads the cache; NVML is asked there alone.
+            driver_version: if rank == 0 { crate::topology::nvml::driver_version() } else { None },
+            backend: Backend::Cuda,
+            ranks: kind,
+            world,
+            devices,
+            topology_hash: format!("{:016x}", self.topology.hash()),
+            transport,
+            settings: timing_settings(&self.overrides, &ctx.launch, transport),
+        };
+        let islands = super::comm::islands_for(&self.topology, world);
+        let setup = Setup {
+            device,
+            rank,
+            world,
+            max_bytes: ctx.max_bytes,
+            timeout: ctx.timeout,
+            transport,
+            host_protocol: self.overrides.host_protocol,
+            job_id: ctx.job_id,
+            launch: ctx.launch,
+            check_calls: self.check_calls,
+            island_word: crate::algorithms::hierarchical::island_word(&super::comm::as_u32(&islands), world).unwrap_or(0),
+            islands,
+            kind,
+            candidates: candidates(&self.topology, world, transport),
+        };
+        let skip = skip_reason(self);
+        let (topology, overrides) = (&self.topology, &self.overrides);
+        let fingerprint = |m| ProfileFingerprint::new(topology, None, Backend::Cuda, world, m);
+        let default_is_nccl = |m, d, b| {
+            plan(&PlanInput { topology, world, bytes: b, dtype: d, capture: m, backend: Backend::Cuda, profile: None, overrides }).algorithm == Algorithm::Nccl
+        };
+        let max_bytes = ctx.max_bytes as u64;
+        let spec = StartSpec {
+            tune: opts.tune,
+            skip,
+            cache: opts.cache,
+            key,
+            max_bytes,
+            plan: opts.plan.unwrap_or_else(|| TunePlan::first_use(max_bytes, kind, &CaptureMode::ALL)),
+            lock_wait: tune::LOCK_WAIT_MAX.min(ctx.timeout / 2),
+            fingerprint: &fingerprint,
+            default_is_nccl: &default_is_nccl,
+        };
+        let outcome = tune::start(&mut ProcessRanks::new(&mut self.control, setup), &spec)?;
+        self.adopt(outcome)?;
+        Ok(&self.tune)
+    }
+
     /// Takes the tune's profiles (each capture mode its own table) and its screen's verdicts,
     /// checks that every rank holds the same tune, and prints the start's line.
     fn adopt(&mut self, outcome: Outcome) -> Result<()> {

@@ -20,7 +20,7 @@ use crate::plan::tuned::{RankKind, TuneKey};
 use crate::settings::Settings;
 use crate::topology::Topology;
 use crate::tune::screen::{judge, ScreenCache};
-use crate::tune::{self, Judged, Outcome, Ranks, Rounds, StartSpec, TunePlan};
+use crate::tune::{self, Judged, Outcome, Ranks, Rounds, StartOptions, StartSpec, TunePlan};
 
 /// Every rank of an emulated group, in this one process.
 pub struct EmulatedRanks<'a> {
@@ -142,6 +142,11 @@ impl Ranks for EmulatedRanks<'_> {
     fn time_local(&mut self, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
         self.time_op(algo, dtype, count, mode, rounds)
     }
+    /// The one GPU against its own memory and host memory (GPUs 0 to the group's ordinal, as
+    /// `tpar topo --probe` runs it): a test of the probe, not a fabric.
+    fn probe(&mut self) -> Result<Option<crate::topology::probe::Probe>> {
+        super::probe::run(Some(self.g.device().ordinal + 1), &super::probe::ProbeOptions::default()).map(Some)
+    }
 }
 
 /// The key of emulated ranks of `g` on this machine.
@@ -161,10 +166,10 @@ pub fn emulated_key(g: &EmulatedGroup, topology: &Topology, settings: &Settings)
     })
 }
 
-/// A start of emulated ranks, as a communicator's start runs it: read this machine's tune
-/// from the cache, or tune it (under `plan`, by default the first-use budget) and store it;
-/// `settings` gives `TPAR_TUNE` and the cache directory's variables.
-pub fn start_emulated(g: &mut EmulatedGroup, max_bytes: usize, settings: &Settings, plan: Option<TunePlan>) -> Result<Outcome> {
+/// A start of emulated ranks, as a communicator's start runs it (`opts`: `TPAR_TUNE`, the
+/// cache, the budget: by default the first-use one). `settings` gives the timeout and the
+/// settings that change timings.
+pub fn start_emulated(g: &mut EmulatedGroup, max_bytes: usize, settings: &Settings, opts: StartOptions) -> Result<Outcome> {
     let topology = Topology::discover();
     let key = emulated_key(g, &topology, settings)?;
     let world = g.world();
@@ -172,12 +177,12 @@ pub fn start_emulated(g: &mut EmulatedGroup, max_bytes: usize, settings: &Settin
     let never_nccl = |_, _, _| false;
     let timeout = settings.job.timeout.unwrap_or(crate::settings::DEFAULT_TIMEOUT);
     let spec = StartSpec {
-        tune: settings.tune,
+        tune: opts.tune,
         skip: None,
-        cache: crate::settings::cache_dir(),
+        cache: opts.cache,
         key,
         max_bytes: max_bytes as u64,
-        plan: plan.unwrap_or_else(|| TunePlan::first_use(max_bytes as u64, RankKind::Emulated, &CaptureMode::ALL)),
+        plan: opts.plan.unwrap_or_else(|| TunePlan::first_use(max_bytes as u64, RankKind::Emulated, &CaptureMode::ALL)),
         lock_wait: tune::LOCK_WAIT_MAX.min(timeout / 2),
         fingerprint: &fingerprint,
         default_is_nccl: &never_nccl,

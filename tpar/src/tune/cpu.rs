@@ -7,13 +7,16 @@
 //! eager calls (there are no graphs on CPU ranks), or offer NCCL.
 
 use super::screen::{judge, ScreenCache};
-use super::{Judged, Ranks, Rounds};
+use super::{Judged, Outcome, Ranks, Rounds, StartOptions, StartSpec, TunePlan};
 use crate::algorithms::registry::{algorithms_on, spec, Role};
 use crate::algorithms::Algorithm;
 use crate::comm::Communicator;
 use crate::dtype::{by_dtype, DType, Element};
 use crate::error::Result;
-use crate::kinds::{Backend, CaptureMode};
+use crate::kinds::{Backend, CaptureMode, Transport};
+use crate::plan::profile::ProfileFingerprint;
+use crate::plan::tuned::{RankKind, TuneKey};
+use crate::topology::Topology;
 use crate::testing::poison;
 use std::time::Instant;
 
@@ -113,4 +116,41 @@ impl Ranks for CpuRanks<'_> {
     fn time_local(&mut self, algo: Algorithm, dtype: DType, count: usize, _mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
         by_dtype!(dtype, T => self.time_t::<T>(algo, count, rounds))
     }
+}
+
+/// The key of CPU ranks of `comm`'s world on this machine.
+pub fn cpu_key(world: usize) -> TuneKey {
+    TuneKey {
+        tpar_version: TuneKey::this_version(),
+        cuda_driver: 0,
+        driver_version: None,
+        backend: Backend::Cpu,
+        ranks: RankKind::Cpu,
+        world,
+        devices: Vec::new(),
+        topology_hash: format!("{:016x}", Topology::cpu().hash()),
+        transport: Transport::Shm,
+        settings: String::new(),
+    }
+}
+
+/// A start of CPU ranks (`tpar tune --backend cpu`): as a communicator's, with `opts`, for
+/// messages up to `max_bytes`.
+pub fn start_cpu(comm: &mut Communicator, max_bytes: u64, opts: StartOptions) -> Result<Outcome> {
+    let world = comm.world();
+    let fingerprint = |m| ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, world, m);
+    let no_nccl = |_, _, _| false;
+    let timeout = comm.timeout();
+    let spec = StartSpec {
+        tune: opts.tune,
+        skip: None,
+        cache: opts.cache,
+        key: cpu_key(world),
+        max_bytes,
+        plan: opts.plan.unwrap_or_else(|| TunePlan::first_use(max_bytes, RankKind::Cpu, &[CaptureMode::Eager])),
+        lock_wait: super::LOCK_WAIT_MAX.min(timeout / 2),
+        fingerprint: &fingerprint,
+        default_is_nccl: &no_nccl,
+    };
+    super::start(&mut CpuRanks::new(comm), &spec)
 }

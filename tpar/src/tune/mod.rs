@@ -64,6 +64,29 @@ pub const LOCK_WAIT_MAX: Duration = Duration::from_secs(20);
 /// Poll period of that wait.
 pub(crate) const LOCK_POLL: Duration = Duration::from_millis(25);
 
+/// What a caller asks of one start: `TPAR_TUNE`'s value, the cache directory (`None`: no
+/// cache: with `force` the ranks tune and nothing is stored, else the start skips), and the
+/// budget (`None`: [`TunePlan::first_use`]).
+#[derive(Clone, Debug, Default)]
+pub struct StartOptions {
+    pub tune: crate::settings::Tune,
+    pub cache: Option<std::path::PathBuf>,
+    pub plan: Option<TunePlan>,
+}
+
+impl StartOptions {
+    /// A communicator's start: `TPAR_TUNE`, the cache directory of the settings, the
+    /// first-use budget.
+    pub fn first_use(tune: crate::settings::Tune) -> StartOptions {
+        StartOptions { tune, cache: crate::settings::cache_dir(), plan: None }
+    }
+
+    /// Measure now under `plan` and store nothing (`tpar tune -o FILE`).
+    pub fn measure_only(plan: TunePlan) -> StartOptions {
+        StartOptions { tune: crate::settings::Tune::Force, cache: None, plan: Some(plan) }
+    }
+}
+
 /// How one point is timed: `warmup` untimed rounds, then `iters` timed rounds of `inner`
 /// calls (back to back, or one CUDA graph of `inner` calls). Per round the slowest rank
 /// counts; the point's time is the median round's, per call.

@@ -140,6 +140,9 @@ fn choose(spec: &StartSpec<'_>) -> (Action, Option<TuneLock>) {
         return (Action::Skip(why.clone()), None);
     }
     let Some(root) = &spec.cache else {
+        if spec.tune == Tune::Force {
+            return (Action::Tune("asked to measure now, without the cache".into()), None);
+        }
         return (Action::Skip("no cache directory: set TPAR_CACHE_DIR (or HOME); without one every start would tune".into()), None);
     };
     let cache = Cache::under(root);
@@ -232,7 +235,8 @@ pub fn start<R: Ranks + ?Sized>(r: &mut R, spec: &StartSpec<'_>) -> Result<Outco
             Ok(text) => {
                 let stored = match (&spec.cache, &lock) {
                     (Some(root), Some(l)) => Cache::under(root).store(&tuned, l).map_err(|e| e.to_string()),
-                    _ => Err("no cache lock held".to_string()),
+                    (None, _) => Err("no cache directory".to_string()),
+                    (Some(_), None) => Err("no cache lock held".to_string()),
                 };
                 let said = match &stored {
                     Ok(p) => format!("+{}", p.display()),
