@@ -313,6 +313,13 @@ impl GpuComm {
         })
     }
 
+    /// How this communicator's first-use tune went: the one line its start printed (tuned in
+    /// X s / read from the cache in Y ms / no tune, and why / failed: defaults in force).
+    #[getter]
+    fn tune_status(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| Ok(c.tune_outcome().line()))
+    }
+
     /// The plan's decision for `nbytes` of `dtype`, eager or captured: (algorithm, reason).
     #[pyo3(signature = (dtype, nbytes, graph=false))]
     fn plan(&self, py: Python<'_>, dtype: &str, nbytes: usize, graph: bool) -> PyResult<(String, String)> {

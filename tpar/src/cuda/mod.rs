@@ -13,6 +13,7 @@
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
 //! | [`launch`] | the one launch path: block policy, size class (default or lean variant), validation, lazy variants, PDL |
+//! | [`probe`] / [`probe_ipc`] | the link probe: in one process over GPUs 0..n (`tpar topo --probe`), and across rank processes through CUDA IPC (the first-use tune) |
 //! | [`route`] | a resolved call: the plan's decision and where it goes (kernel and launch, NCCL, the caller's NCCL) |
 //! | [`tune`] | the first-use tune of a `GpuCommunicator` (on a workspace and NCCL of its own) and its adoption |
 //! | [`tune_emulated`] | the same start on emulated ranks (the mechanism on one GPU) |
@@ -38,6 +39,7 @@ pub mod launch;
 pub mod nccl;
 pub mod nvrtc;
 pub mod probe;
+pub mod probe_ipc;
 pub mod route;
 pub mod tune;
 pub mod tune_emulated;

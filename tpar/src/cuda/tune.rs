@@ -86,8 +86,8 @@ struct State {
 
 /// One rank process of the tune (see the module's contract).
 pub struct ProcessRanks<'a> {
-    control: &'a mut ControlPlane,
-    setup: Setup,
+    pub(super) control: &'a mut ControlPlane,
+    pub(super) setup: Setup,
     state: Option<State>,
     screen: ScreenCache,
 }
@@ -298,7 +298,7 @@ impl Ranks for ProcessRanks<'_> {
         self.time_op(algo, dtype, count, mode, rounds)
     }
     fn probe(&mut self) -> Result<Option<crate::topology::probe::Probe>> {
-        Ok(None)
+        self.probe_links(&super::probe_ipc::FIRST_USE_PROBE).map(Some)
     }
     fn settle(&mut self) {
         if self.state.is_some() {
