@@ -130,12 +130,15 @@ impl GpuCommunicator {
         let mut overrides = cfg.overrides.clone();
         let cap = opts.max_bytes as u64;
         overrides.max_bytes = Some(overrides.max_bytes.map_or(cap, |m| m.min(cap)));
-        let profile = match &overrides.profile {
-            Some(p) => Some(Profile::load(p)?),
-            None => None,
+        // TPAR_PROFILE: a profile of `tpar tune` (one mode) or an entry of the tune cache
+        // (both modes); its contents are part of the plan digest the ranks compare.
+        let profiles = match &overrides.profile {
+            Some(p) => super::tune::load_profiles(p)?,
+            None => [None, None],
         };
         // The control plane alone (no CPU workspace): rendezvous, gather/broadcast, liveness.
-        let fingerprint = cfg.fingerprint ^ plan_fingerprint(&machine, profile.as_ref(), &overrides);
+        let digest = |p: &Option<Profile>| plan_fingerprint(&machine, p.as_ref(), &overrides);
+        let fingerprint = cfg.fingerprint ^ digest(&profiles[0]) ^ digest(&profiles[1]).rotate_left(1);
         let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec { fingerprint, ..cfg.join_spec() })?;
         let device = opts.device.unwrap_or(cfg.rank % machine.gpu_count().max(1));
         let dev = super::driver::Device::open(device)?;
@@ -182,7 +185,7 @@ impl GpuCommunicator {
             topology,
             placement,
             overrides,
-            profiles: [profile.clone(), profile],
+            profiles,
             rejected: Vec::new(),
             tune: crate::tune::Outcome::Skipped { why: "not started".into() },
             tune_ctx: super::tune::TuneContext::of(cfg, opts.max_bytes),

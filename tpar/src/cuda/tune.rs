@@ -479,10 +479,92 @@ impl GpuCommunicator {
     }
 }
 
+/// The profiles `TPAR_PROFILE` names, by capture mode: a `tpar tune` profile (one mode; the
+/// plan ignores it in the other, and says why) in both slots, or a tune cache entry's tables
+/// (each mode its own; none from ranks that share a GPU).
+pub(super) fn load_profiles(path: &std::path::Path) -> Result<[Option<crate::plan::profile::Profile>; 2]> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::io(0, format!("reading profile {}", path.display()), e))?;
+    if text.starts_with("# tpar tuned profile") {
+        let t = crate::plan::tuned::Tuned::from_entry(&text).map_err(|e| Error::invalid("TPAR_PROFILE", format!("{}: {e}", path.display())))?;
+        return Ok(CaptureMode::ALL.map(|m| t.plan_profile(m).ok().cloned()));
+    }
+    let p = crate::plan::profile::Profile::from_toml(&text)?;
+    Ok([Some(p.clone()), Some(p)])
+}
+
 /// The index of `mode` in a communicator's per-mode tables.
 pub(super) fn mode_index(mode: CaptureMode) -> usize {
     match mode {
         CaptureMode::Eager => 0,
         CaptureMode::Graph => 1,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::profile::Profile;
+    use crate::plan::tuned::{Cost, Decision, Point, Tuned};
+    use crate::topology::presets;
+
+    fn entry(kind: RankKind) -> Tuned {
+        let t = presets::h200_nvswitch_8();
+        let points: Vec<Point> = CaptureMode::ALL
+            .iter()
+            .flat_map(|&mode| [(Algorithm::OneshotPush, 5.0), (Algorithm::Nccl, 20.0)].map(|(algorithm, us)| Point { mode, dtype: DType::BF16, bytes: 43008, algorithm, median_us: us }))
+            .collect();
+        let fp = |m| ProfileFingerprint::new(&t, None, Backend::Cuda, 8, m);
+        let never = |_, _, _| false;
+        let key = TuneKey {
+            tpar_version: TuneKey::this_version(),
+            cuda_driver: 13000,
+            driver_version: None,
+            backend: Backend::Cuda,
+            ranks: kind,
+            world: 8,
+            devices: vec!["GPU-x".into(); 8],
+            topology_hash: format!("{:016x}", t.hash()),
+            transport: Transport::P2p,
+            settings: String::new(),
+        };
+        Tuned::decide(Decision { key, max_bytes: 1 << 20, points: &points, rejected: Vec::new(), nccl: Ok(()), fingerprint: &fp, default_is_nccl: &never, probe: None, cost: Cost::default(), unix_time: 0 })
+    }
+
+    #[test]
+    fn tpar_profile_takes_a_tune_profile_or_a_cache_entry() {
+        let dir = std::env::temp_dir().join(format!("tpar-loadprof-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let both = dir.join("entry.toml");
+        std::fs::write(&both, entry(RankKind::GpuProcesses).to_entry().unwrap()).unwrap();
+        let p = load_profiles(&both).unwrap();
+        assert_eq!(p[mode_index(CaptureMode::Eager)].as_ref().unwrap().fingerprint.capture, CaptureMode::Eager);
+        assert_eq!(p[mode_index(CaptureMode::Graph)].as_ref().unwrap().fingerprint.capture, CaptureMode::Graph);
+        let shared = dir.join("shared.toml");
+        std::fs::write(&shared, entry(RankKind::SharedGpu).to_entry().unwrap()).unwrap();
+        assert!(load_profiles(&shared).unwrap().iter().all(Option::is_none), "no fabric figures from ranks sharing a GPU");
+        let one = dir.join("one.toml");
+        let single: Profile = entry(RankKind::GpuProcesses).profile(CaptureMode::Graph).unwrap().clone();
+        single.save(&one).unwrap();
+        assert!(load_profiles(&one).unwrap().iter().all(|p| p.as_ref() == Some(&single)));
+        let torn = dir.join("torn.toml");
+        let text = entry(RankKind::GpuProcesses).to_entry().unwrap();
+        std::fs::write(&torn, &text[..text.len() - 3]).unwrap();
+        assert!(load_profiles(&torn).is_err());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn candidates_are_what_the_plan_could_pick_here_and_settings_that_change_timings_key() {
+        let nv = candidates(&presets::h200_nvswitch_8(), 8, Transport::P2p);
+        assert!(nv.contains(&Algorithm::OneshotPush) && nv.contains(&Algorithm::TwoshotPull), "{nv:?}");
+        assert!(!nv.contains(&Algorithm::Nccl) && !nv.contains(&Algorithm::GatherBcast), "{nv:?}");
+        let host = candidates(&presets::rtx4090_nop2p_4(), 4, Transport::Host);
+        assert!(host.iter().all(|a| !crate::algorithms::registry::spec(*a).reads_remote), "no reads over host: {host:?}");
+        assert!(!host.is_empty());
+        let o = crate::settings::Overrides::default();
+        assert_eq!(timing_settings(&o, &LaunchSettings::default(), Transport::P2p), "");
+        let s = crate::settings::Settings::from_pairs([("TPAR_BLOCKS", "8"), ("TPAR_PDL", "0")]).unwrap();
+        assert_eq!(timing_settings(&s.overrides, &s.launch, Transport::P2p), "TPAR_BLOCKS=8 TPAR_PDL=0");
+        assert!(timing_settings(&o, &LaunchSettings::default(), Transport::Host).contains("host_protocol"));
     }
 }
