@@ -11,7 +11,7 @@
 use super::Judged;
 use crate::algorithms::Algorithm;
 use crate::dtype::{DType, Element};
-use crate::testing::{all_inputs, bit_diffs, digest, expected, expected_islands};
+use crate::testing::{bit_diffs, digest, expected, expected_islands, fill_input};
 use crate::error::{Error, Result};
 use std::any::Any;
 
@@ -36,7 +36,23 @@ impl ScreenCache {
         let key = (T::DTYPE, count, seed, world);
         let fresh = self.key != Some(key) || !self.set.as_ref().is_some_and(|s| s.is::<ScreenSet<T>>());
         if fresh {
-            let inputs = all_inputs::<T>(seed, 0, world, count);
+            // Every rank's input, generated in parallel (the large sizes are most of a
+            // tune's host time); the same values as `testing::all_inputs`.
+            let inputs: Vec<Vec<T>> = std::thread::scope(|s| {
+                let jobs: Vec<_> = (0..world)
+                    .map(|r| {
+                        s.spawn(move || {
+                            let mut v = vec![T::from_f32(0.0); count];
+                            fill_input(seed, 0, r, &mut v);
+                            v
+                        })
+                    })
+                    .collect();
+                jobs.into_iter().map(|j| j.join().unwrap_or_default()).collect()
+            });
+            if inputs.iter().any(|v| v.len() != count) {
+                return Err(Error::invalid("screen", "an input generator thread failed"));
+            }
             let expected = expected(&inputs);
             self.set = Some(Box::new(ScreenSet { inputs, expected, islands: None }));
             self.key = Some(key);
@@ -80,6 +96,7 @@ mod tests {
         assert_eq!(c.get::<f32>(3, 100, 7).unwrap().inputs.len(), 3, "another dtype replaces it");
         let s = c.get::<f32>(3, 100, 7).unwrap();
         assert!(s.inputs.iter().flatten().any(|x| *x != 0.0), "never all zeros");
+        assert_eq!(s.inputs, crate::testing::all_inputs::<f32>(7, 0, 3, 100), "testing::all_inputs' values");
         let want = s.promised(Algorithm::OneshotPush, &[]).to_vec();
         assert_eq!(judge(&want, &want).off, 0);
         let mut bad = want.clone();
