@@ -145,6 +145,15 @@ class Communicator:
             return self._native.route(name, nbytes, torch.cuda.is_current_stream_capturing())
         return self._native.plan(name, nbytes)
 
+    @property
+    def tune_status(self) -> Optional[str]:
+        """How this communicator's first-use tune went (CUDA): the one line its start printed
+        -- tuned in X s, read from the cache in Y ms, no tune and why, or failed with the
+        plan's defaults in force. ``None`` on CPU tensors and for a world of one."""
+        if not self._cuda or self._native is None:
+            return None
+        return self._native.tune_status
+
     def plan_reason(self, tensor: torch.Tensor, graph: Optional[bool] = None) -> str:
         """The plan's decision with its reason (GPU), as ``TPAR_DEBUG=INFO`` logs it."""
         if not self._cuda or self._native is None:

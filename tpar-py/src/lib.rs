@@ -49,7 +49,7 @@ fn py_err(e: Error) -> PyErr {
         Error::Unsupported { .. } => UnsupportedError::new_err(msg),
         Error::Library { .. } | Error::Cuda { .. } => LibraryError::new_err(msg),
         Error::Config { .. } | Error::Rendezvous { .. } => ConfigError::new_err(msg),
-        Error::Io { .. } => TparError::new_err(msg),
+        Error::Io { .. } | Error::Tune { .. } => TparError::new_err(msg),
     }
 }
 
@@ -311,6 +311,13 @@ impl GpuComm {
                 tpar::topology::ranks::Placement::Unknown(why) => format!("unknown: {why}"),
             })
         })
+    }
+
+    /// How this communicator's first-use tune went: the one line its start printed (tuned in
+    /// X s / read from the cache in Y ms / no tune, and why / failed: defaults in force).
+    #[getter]
+    fn tune_status(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| Ok(c.tune_outcome().line()))
     }
 
     /// The plan's decision for `nbytes` of `dtype`, eager or captured: (algorithm, reason).
