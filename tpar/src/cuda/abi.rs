@@ -48,6 +48,48 @@ pub struct TparArgs {
     pub islands: u64,
 }
 
+/// The fused call's arguments beyond the all-reduce's (all-reduce + residual add + RMSNorm,
+/// docs/cuda.md "Fused"). Twin of `struct TparNorm` in common.cuh. The standalone add-RMSNorm
+/// kernel takes the same (with `TparArgs::input`, `output`, `count` only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TparNorm {
+    /// Residual input, rows x hidden, 16-byte aligned.
+    pub residual: u64,
+    /// The updated residual, 16-byte aligned (may equal `residual`).
+    pub residual_out: u64,
+    /// RMSNorm weight, `hidden` elements, 16-byte aligned.
+    pub weight: u64,
+    /// Elements per row.
+    pub hidden: u32,
+    /// Epsilon as f32 bits.
+    pub eps_bits: u32,
+}
+
+/// A fused kernel's one argument: the all-reduce's (`output` is the normalised output) and
+/// the norm's. Twin of `struct TparFusedArgs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TparFusedArgs {
+    pub a: TparArgs,
+    pub n: TparNorm,
+}
+
+/// Where a rank's tile sums of squares (fused calls) start in its state buffer: after the
+/// [`TparState`] (common.cuh `TPAR_SCRATCH_OFFSET`).
+pub const SCRATCH_OFFSET: usize = 256;
+/// Vectors in a tile: one warp's (common.cuh `TPAR_TILE_VECS`); a fused call's rows and
+/// two-shot chunks are whole tiles.
+pub const TILE_VECS: usize = 32;
+/// Most tiles in a row the kernels' row sum takes (norm.cuh `TPAR_ROW_TILES_MAX`).
+pub const ROW_TILES_MAX: usize = 128;
+
+/// Bytes of a rank's state buffer: the [`TparState`], then one 8-byte tile word per tile of
+/// the largest message (`slot_vecs` vectors).
+pub fn state_bytes(slot_vecs: usize) -> usize {
+    SCRATCH_OFFSET + slot_vecs.div_ceil(TILE_VECS) * 8
+}
+
 /// What a call's descriptor says besides its count: algorithm code << 4 | dtype code.
 pub fn desc_code(algo: Algorithm, dtype: DType) -> u32 {
     ((algo.code() as u32) << 4) | dtype.code() as u32
@@ -183,6 +225,11 @@ const _: () = {
     assert!(offset_of!(TparState, prev_nvec) == 168);
     assert!(offset_of!(TparState, prev_kind) == 184);
     assert!(size_of::<TparError>() == 48);
+    assert!(size_of::<TparNorm>() == 32);
+    assert!(size_of::<TparFusedArgs>() == 368);
+    assert!(offset_of!(TparFusedArgs, n) == 336);
+    assert!(offset_of!(TparNorm, hidden) == 24);
+    assert!(size_of::<TparState>() <= SCRATCH_OFFSET);
     assert!(offset_of!(TparError, waited_ns) == 24);
     assert!(offset_of!(TparError, theirs) == 40);
 };
@@ -199,6 +246,7 @@ pub fn phase_name(phase: u32) -> &'static str {
         7 => "call-descriptor check",
         8 => "aborted (another thread of this rank failed first)",
         9 => "cross-island poll (hierarchical: that rank's island sum)",
+        10 => "row norm poll (a fused call: this rank's own tile sums of squares)",
         _ => "unknown phase",
     }
 }

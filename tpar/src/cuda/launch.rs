@@ -69,11 +69,15 @@ pub fn protocol_defines(p: HostProtocol) -> Vec<String> {
 
 /// Which compiled variant of a kernel a call runs: the default one, or the lean one for
 /// large messages (`-DTPAR_LEAN`, docs/cuda.md "Variants"): the same arithmetic in the same
-/// order, at most 64 registers a thread so that two 512-thread blocks share an SM.
+/// order, at most 64 registers a thread so that two 512-thread blocks share an SM; or the
+/// fused one (`-DTPAR_FUSED`: the default all-reduce with the residual add + RMSNorm
+/// epilogue, docs/cuda.md "Fused"), which fused calls ask for by name ([`size_class`]
+/// never picks it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SizeClass {
     Default,
     Lean,
+    Fused,
 }
 
 /// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
@@ -102,10 +106,12 @@ pub fn holds_twice(grid: u32, ranks: u32, resident: u32) -> bool {
     2 * grid * ranks <= resident
 }
 
-/// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant.
+/// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant, `-DTPAR_FUSED`
+/// for the fused one.
 pub fn size_class_defines(c: SizeClass) -> Vec<String> {
     match c {
         SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
+        SizeClass::Fused => vec!["-DTPAR_FUSED".into()],
         SizeClass::Default => Vec::new(),
     }
 }
@@ -224,7 +230,11 @@ impl Launcher {
                 what: format!("algorithm {algo} on the CUDA backend"),
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
-            let lean = if class == SizeClass::Lean { "-lean" } else { "" };
+            let lean = match class {
+                SizeClass::Lean => "-lean",
+                SizeClass::Fused => "-fused",
+                SizeClass::Default => "",
+            };
             let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
             if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
@@ -352,7 +362,7 @@ impl Launcher {
     /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
     fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
         use std::mem::offset_of;
-        const N: usize = 16;
+        const N: usize = 22;
         let out = DeviceBuffer::new(dev, N * 8)?;
         let f = self.probe.function("tpar_abi_offsets")?;
         // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
@@ -377,6 +387,12 @@ impl Launcher {
             offset_of!(TparState, prev_nvec),
             offset_of!(TparState, prev_kind),
             offset_of!(TparArgs, islands),
+            offset_of!(abi::TparFusedArgs, n),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, residual_out),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, weight),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, hidden),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, eps_bits),
+            std::mem::size_of::<abi::TparFusedArgs>(),
         ]
         .map(|x| x as u64);
         if got != want {
