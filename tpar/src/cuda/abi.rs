@@ -95,13 +95,37 @@ pub fn desc_code(algo: Algorithm, dtype: DType) -> u32 {
     ((algo.code() as u32) << 4) | dtype.code() as u32
 }
 
+/// The descriptor bit of a fused call (all-reduce + residual add + RMSNorm; dtype codes use
+/// the low three bits), so that a rank calling the fused kernel while a peer calls the plain
+/// all-reduce (or the unfused path) gets a Mismatch, never ranks that silently diverge.
+pub const DESC_FUSED: u32 = 0x8;
+
+/// [`desc_code`] of a fused call.
+pub fn fused_desc_code(algo: Algorithm, dtype: DType) -> u32 {
+    desc_code(algo, dtype) | DESC_FUSED
+}
+
+/// Which field two differing calls (`count << 8 | desc_code`, [`pack_call`]) differ in.
+fn differing_field(ours: u64, theirs: u64) -> &'static str {
+    if ours >> 8 != theirs >> 8 {
+        "count"
+    } else if (ours ^ theirs) & u64::from(DESC_FUSED) != 0 {
+        "fused (all-reduce + residual add + RMSNorm, or the all-reduce alone)"
+    } else if (ours ^ theirs) & 0xf != 0 {
+        "dtype"
+    } else {
+        "algorithm"
+    }
+}
+
 /// Decodes a mismatch record's `count << 8 | desc_code`: "oneshot-push bfloat16 count 21504".
 pub fn describe_call(packed: u64) -> (u64, String) {
     let code = packed & 0xff;
     let count = packed >> 8;
     let algo = Algorithm::from_code(code >> 4).map_or("unknown algorithm", |a| a.name());
-    let dtype = DType::from_code(code & 0xf).map_or("unknown dtype", |d| d.name());
-    (count, format!("{algo} {dtype} count {count}"))
+    let dtype = DType::from_code(code & 0x7).map_or("unknown dtype", |d| d.name());
+    let fused = if code & u64::from(DESC_FUSED) != 0 { " fused with add-RMSNorm" } else { "" };
+    (count, format!("{algo}{fused} {dtype} count {count}"))
 }
 
 /// A call as the kernels' descriptors, their mismatch records and checked captures pack it:
@@ -130,9 +154,7 @@ pub fn captured_mismatch(rank: usize, seqs: &[Vec<u64>], (k, differing): (usize,
         None => format!("no call (captured {} calls)", seqs.get(q).map_or(0, Vec::len)),
     };
     let field = match (call(rank), call(peer)) {
-        (Some(a), Some(b)) if a >> 8 != b >> 8 => "count",
-        (Some(a), Some(b)) if (a ^ b) & 0xf != 0 => "dtype",
-        (Some(_), Some(_)) => "algorithm",
+        (Some(a), Some(b)) => differing_field(a, b),
         _ => "number of captured calls",
     };
     crate::Error::Mismatch { rank, peer, field, ours: format!("{} at captured call {k}", at(rank)), theirs: at(peer) }
@@ -148,14 +170,8 @@ pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
             what: format!("rank {} in {} (block {}, call epoch {}); {where_}", rec.peer, phase_name(rec.phase), rec.block, rec.epoch),
         }),
         ERR_MISMATCH => {
-            let ((our_count, ours), (their_count, theirs)) = (describe_call(rec.ours), describe_call(rec.theirs));
-            let field = if our_count != their_count {
-                "count"
-            } else if (rec.ours ^ rec.theirs) & 0xf != 0 {
-                "dtype"
-            } else {
-                "algorithm"
-            };
+            let ((_, ours), (_, theirs)) = (describe_call(rec.ours), describe_call(rec.theirs));
+            let field = differing_field(rec.ours, rec.theirs);
             Some(crate::Error::Mismatch {
                 rank: rec.rank as usize,
                 peer: rec.peer as usize,
@@ -330,6 +346,11 @@ mod tests {
         device_error(&rec, "test").unwrap()
     }
 
+    fn mismatch_codes(ours: u32, theirs: u32) -> crate::Error {
+        let rec = TparError { code: ERR_MISMATCH, rank: 1, peer: 3, phase: 7, epoch: 42, ours: pack_call(100, ours), theirs: pack_call(100, theirs), ..Default::default() };
+        device_error(&rec, "test").unwrap()
+    }
+
     #[test]
     fn mismatch_records_name_the_field_and_both_calls() {
         let e = mismatch((Algorithm::OneshotPush, DType::BF16, 21504), (Algorithm::OneshotPush, DType::F16, 21504));
@@ -342,6 +363,9 @@ mod tests {
         let crate::Error::Mismatch { field, theirs, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::OneshotPush, DType::BF16, 1 << 40)) else { panic!() };
         assert_eq!(field, "count");
         assert!(theirs.ends_with(&format!("count {}", 1u64 << 40)), "{theirs}");
+        let crate::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
+        assert!(field.starts_with("fused"), "{field}");
+        assert!(ours.starts_with("oneshot-push fused with add-RMSNorm bfloat16 count 100"), "{ours}");
         let ok = TparError::default();
         assert!(device_error(&ok, "test").is_none());
         let t = TparError { code: ERR_TIMEOUT, peer: 2, phase: 1, waited_ns: 3_000_000_000, ..Default::default() };

@@ -13,6 +13,7 @@
 
 use super::abi::MAX_BLOCKS;
 use super::driver::{Event, Stream};
+use super::fused::{FusedBufs, FusedCall, FusedPath};
 use super::ipc::IpcWorkspace;
 use super::nccl::{self, NcclComm};
 use crate::algorithms::registry;
@@ -343,6 +344,105 @@ impl GpuCommunicator {
         }
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { self.dispatch(&p, dtype, count, input, output) }
+    }
+
+    /// Enqueues a fused all-reduce + residual add + RMSNorm on [`stream`](Self::stream)
+    /// (docs/cuda.md "Fused"): the sum of every rank's `bufs.input` in rank order, rounded
+    /// once; `residual_out = round(sum + residual)`; `norm_out = round((residual_out *
+    /// inv_rms) * weight)` per row, with the fixed-order sum of squares. The plan for the
+    /// message (x's bytes) decides the algorithm; its fused kernel runs where it takes the
+    /// call (`fused::fused_unfit`), else the unfused path (that algorithm's all-reduce, or
+    /// NCCL, into `norm_out`, then tpar's add-RMSNorm kernel in place): the same bits.
+    /// Returns the path taken. `residual` and `weight` must be the same on every rank.
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce), for every buffer of `bufs` (x, the residual
+    /// and both outputs `call.count()` elements, the weight `call.hidden`).
+    pub unsafe fn all_reduce_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs) -> Result<FusedPath> {
+        let p = self.cached_plan(call.dtype, call.bytes());
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.dispatch_fused(&p, call, bufs, false) }
+    }
+
+    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), with the plan `p` (for
+    /// x's bytes), directly on the caller's `stream` (as [`all_reduce_on`](Self::all_reduce_on)).
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), and `stream` must be a
+    /// live stream of this rank's device (or 0, the legacy stream).
+    pub unsafe fn all_reduce_add_rmsnorm_on(&mut self, stream: u64, p: &Plan, call: &FusedCall, bufs: &FusedBufs) -> Result<FusedPath> {
+        // SAFETY: as in all_reduce_on: swapped back before returning.
+        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
+        // SAFETY: the caller's contract is passed on unchanged.
+        let r = unsafe { self.dispatch_fused(p, call, bufs, false) };
+        // SAFETY: `own` is this workspace's own live stream, swapped out above.
+        unsafe { self.ws.swap_stream(own) };
+        r
+    }
+
+    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm) with `algo` forced, and
+    /// with `unfused` the unfused path even where a fused kernel would take the call
+    /// (benchmarks: the fused kernel against the all-reduce followed by the add-RMSNorm).
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm).
+    pub unsafe fn all_reduce_add_rmsnorm_with(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, unfused: bool) -> Result<FusedPath> {
+        let mut p = self.plan(call.dtype, call.bytes());
+        if p.algorithm != algo {
+            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
+            p.algorithm = algo;
+            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
+            if p.blocks == 0 {
+                p.blocks = super::launch::blocks_for(algo, p.transport, call.bytes(), self.world());
+            }
+        }
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.dispatch_fused(&p, call, bufs, unfused) }
+    }
+
+    /// tpar's add-RMSNorm kernel alone (no communication) on the caller's `stream`: for a
+    /// caller whose all-reduce ran elsewhere (the plan said NCCL and the caller ran its own).
+    /// x = `bufs.input`; in place when `norm_out == input`.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm_on`](Self::all_reduce_add_rmsnorm_on).
+    pub unsafe fn add_rmsnorm_on(&mut self, stream: u64, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.ws.check_poisoned()?;
+        // SAFETY: as in all_reduce_on: swapped back before returning.
+        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
+        let r = self.ws.enqueue_add_rmsnorm(call, bufs);
+        // SAFETY: `own` is this workspace's own live stream, swapped out above.
+        unsafe { self.ws.swap_stream(own) };
+        r
+    }
+
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm).
+    unsafe fn dispatch_fused(&mut self, p: &Plan, call: &FusedCall, bufs: &FusedBufs, unfused: bool) -> Result<FusedPath> {
+        self.ws.check_poisoned()?;
+        call.validate()?;
+        bufs.check(call)?;
+        let kernel = !unfused
+            && super::kernels::has_fused_variant(p.algorithm)
+            && registry::runnable(p.algorithm, Backend::Cuda, p.transport).is_ok()
+            && p.transport == self.ws.transport()
+            && self.ws.fused_unfit(p.algorithm, call).is_none();
+        if kernel {
+            let recorded = match (&mut self.captured, self.capture) {
+                (Some(seq), CaptureMode::Graph) => {
+                    seq.push(super::abi::pack_call(call.count(), super::abi::fused_desc_code(p.algorithm, call.dtype)));
+                    true
+                }
+                _ => false,
+            };
+            self.ws.set_check_calls(self.check_calls && !recorded);
+            self.ws.enqueue_fused(p.algorithm, call, bufs, p.blocks.clamp(1, MAX_BLOCKS as u32))?;
+            return Ok(FusedPath::Fused(p.algorithm));
+        }
+        // SAFETY: the caller's contract covers x and norm_out for count elements.
+        let algo = unsafe { self.dispatch(p, call.dtype, call.count(), bufs.input, bufs.norm_out) }?;
+        self.ws.enqueue_add_rmsnorm(call, &FusedBufs { input: bufs.norm_out, ..*bufs })?;
+        Ok(FusedPath::Unfused(algo))
     }
 
     /// # Safety

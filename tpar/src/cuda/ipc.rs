@@ -14,7 +14,8 @@
 //! segment's welcome bytes, the others' are empty, `connect` maps and registers it, and
 //! [`IpcWorkspace::all_attached`] (after a barrier) removes its name.
 
-use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
+use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparState, MAX_RANKS};
+use super::fused::{fused_unfit, FusedBufs, FusedCall};
 use super::driver::{Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
 use super::emulated::sentinel_word;
 use super::host_ws::HostWorkspace;
@@ -90,7 +91,8 @@ impl IpcWorkspace {
         // One rank per process: its kernels share the GPU with no other rank of this process.
         let launcher = Launcher::new(&dev, &stream, world, 1, transport, host_protocol, max_bytes)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
-        let state = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
+        // The state, then the fused calls' tile words (norm.cuh): zero-filled below, epoch 0.
+        let state = DeviceBuffer::new(&dev, abi::state_bytes(slot_vecs))?;
         let err = HostMapped::new(&dev, std::mem::size_of::<TparError>())?;
         let word = sentinel_word(dtype);
         let mut data_ptrs = [0u64; MAX_RANKS];
@@ -123,6 +125,7 @@ impl IpcWorkspace {
             flag_ptrs[rank] = flags.ptr;
             Areas::Device { data, flags }
         };
+        state.fill_u32(0)?;
         state.upload(std::slice::from_ref(&TparState::at(0)))?;
         dev.ctx
             .synchronize()
@@ -253,7 +256,16 @@ impl IpcWorkspace {
             });
         }
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &[input, output])?;
-        let a = TparArgs {
+        let a = self.call_args(count, input, output, if self.check_calls { abi::desc_code(algo, dtype) } else { 0 });
+        // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
+        // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
+        // of >= count elements; the kernel stays inside the layout of common.cuh.
+        unsafe { launch::launch(&l, &self.stream, &a) }
+    }
+
+    /// The kernel argument of a call of `count` elements announced as `desc_code`.
+    fn call_args(&self, count: usize, input: u64, output: u64, desc_code: u32) -> TparArgs {
+        TparArgs {
             data: self.data_ptrs,
             flags: self.flag_ptrs,
             state: self.state.ptr,
@@ -265,14 +277,49 @@ impl IpcWorkspace {
             timeout_ns: self.timeout_ns,
             rank: self.rank as u32,
             world: self.world as u32,
-            desc_code: if self.check_calls { abi::desc_code(algo, dtype) } else { 0 },
+            desc_code,
             test_delay_ns: 0,
             islands: self.islands,
-        };
-        // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
-        // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
-        // of >= count elements; the kernel stays inside the layout of common.cuh.
-        unsafe { launch::launch(&l, &self.stream, &a) }
+        }
+    }
+
+    /// Whether `algo`'s fused kernel takes `call` in this workspace (`fused::fused_unfit`:
+    /// `None`), else why not. The same answer on every rank of the same call.
+    pub fn fused_unfit(&self, algo: Algorithm, call: &FusedCall) -> Option<String> {
+        fused_unfit(algo, call, self.world, self.slot_vecs)
+    }
+
+    /// Enqueues this rank's part of a fused all-reduce + residual add + RMSNorm with `algo`'s
+    /// fused kernel (docs/cuda.md "Fused"). The caller decides the path (every rank the
+    /// same: [`fused_unfit`](Self::fused_unfit)); a call the kernel cannot take is an error.
+    pub fn enqueue_fused(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, blocks: u32) -> Result<()> {
+        self.check_poisoned()?;
+        if !self.connected {
+            return Err(Error::invalid("workspace", "connect() first"));
+        }
+        call.validate()?;
+        bufs.check(call)?;
+        if let Some(why) = self.fused_unfit(algo, call) {
+            return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm for {} x {} {}", call.rows, call.hidden, call.dtype), reason: why });
+        }
+        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks }, &[bufs.input, bufs.residual, bufs.weight, bufs.norm_out, bufs.residual_out])?;
+        let a = self.call_args(call.count(), bufs.input, bufs.norm_out, if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 });
+        // SAFETY: l.f takes one TparFusedArgs by value; `a` as in enqueue; the norm's buffers
+        // are the caller's, checked above, valid until the stream's work completes.
+        unsafe { launch::launch_fused(&l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
+    }
+
+    /// Enqueues tpar's add-RMSNorm kernel on this rank's stream (no communication): x =
+    /// `bufs.input` (the unfused path passes the all-reduce's output, `norm_out`, in place).
+    pub fn enqueue_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.check_poisoned()?;
+        call.validate()?;
+        bufs.check(call)?;
+        let l = self.launcher.prepare_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())?;
+        let a = TparArgs { input: bufs.input, output: bufs.norm_out, count: call.count() as u64, ..Default::default() };
+        // SAFETY: l.f takes one TparFusedArgs by value and touches only input, output,
+        // count and the norm's buffers: the caller's, checked above.
+        unsafe { launch::launch_fused(&l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
     }
 
     /// The islands `hierarchical` reduces over (`algorithms::hierarchical::island_word`;

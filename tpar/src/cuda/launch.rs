@@ -156,6 +156,8 @@ pub struct Launcher {
     driver: i32,
     probe: Module,
     variants: HashMap<(Algorithm, DType, SizeClass), Variant>,
+    /// tpar's add-RMSNorm kernel per dtype (the unfused path), loaded on first use.
+    norm: HashMap<DType, Variant>,
     settings: Settings,
     sms: u32,
     /// Ranks of this process whose kernels share the GPU and spin on each other (emulated
@@ -191,6 +193,7 @@ impl Launcher {
             driver,
             probe,
             variants: HashMap::new(),
+            norm: HashMap::new(),
             settings,
             sms,
             ranks_on_device: ranks_on_device.max(1) as u32,
@@ -236,6 +239,9 @@ impl Launcher {
                 SizeClass::Default => "",
             };
             let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
+            if class == SizeClass::Fused && !kernels::has_fused_variant(algo) {
+                return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm"), reason: "its kernel has no fused variant (the unfused path runs it)".into() });
+            }
             if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
                     what: format!("{algo} over the host transport with the flag protocol"),
@@ -309,6 +315,34 @@ impl Launcher {
     /// Validates a call (count, size, blocks, pointers) and chooses its grid and whether it
     /// may use PDL. `ptrs` are every input and output pointer the call uses.
     pub fn prepare(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
+        self.prepare_as(dev, call, ptrs, None)
+    }
+
+    /// As [`prepare`](Self::prepare), for the fused variant of `call.algo` (the caller has
+    /// checked the shape: `fused::fused_unfit`): the same grid as the plain call's, the
+    /// default size class's code with the fused epilogue.
+    pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
+        self.prepare_as(dev, call, ptrs, Some(SizeClass::Fused))
+    }
+
+    /// tpar's add-RMSNorm kernel (no communication) for `rows` rows of `row_vecs` vectors of
+    /// `dtype`: one block per row, loaded on first use. Never with PDL: it runs as the
+    /// engines' own kernel would, after whatever precedes it.
+    pub fn prepare_add_rmsnorm(&mut self, dev: &Device, dtype: DType, rows: usize, row_vecs: usize) -> Result<Launch> {
+        if rows == 0 || rows > i32::MAX as usize {
+            return Err(Error::invalid("rows", format!("{rows}: must be 1..=2^31-1")));
+        }
+        if !self.norm.contains_key(&dtype) {
+            let label = format!("add_rmsnorm-{}", kernels::dtype_suffix(dtype));
+            let mut module = load_unit(dev, &label, &kernels::add_rmsnorm_unit(), &nvrtc::options(&self.arch, Some(dtype)), &self.arch, self.driver)?;
+            let f = module.function(&kernels::add_rmsnorm_entry(dtype))?;
+            self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new() });
+        }
+        let f = self.norm.get(&dtype).ok_or_else(|| Error::invalid("kernel", "add-RMSNorm not loaded"))?.f;
+        Ok(Launch { f, grid: rows as u32, threads: super::fused::add_rmsnorm_threads(row_vecs), pdl: false })
+    }
+
+    fn prepare_as(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64], fixed: Option<SizeClass>) -> Result<Launch> {
         let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
         if call.count == 0 {
             return Err(Error::invalid("count", "must be positive"));
@@ -333,7 +367,10 @@ impl Launcher {
         // checked for that variant and block shape.
         let planned = explicit.unwrap_or_else(|| policy_blocks(call.algo, transport, bytes, world));
         let threads = threads_for(bytes, planned);
-        let class = self.class_for(dev, call.algo, call.dtype, bytes, planned, threads)?;
+        let class = match fixed {
+            Some(c) => c,
+            None => self.class_for(dev, call.algo, call.dtype, bytes, planned, threads)?,
+        };
         let per_sm = self.per_sm(dev, call.algo, call.dtype, class, threads)?;
         let f = self.variants.get(&(call.algo, call.dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
         let resident = per_sm * sms;
@@ -409,8 +446,25 @@ impl Launcher {
 /// `l.f` must take one `TparArgs` by value, and every pointer in `args` must be valid for
 /// the kernel's accesses (the layout of common.cuh) until it completes.
 pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()> {
+    // SAFETY: the caller's contract, for a kernel of one TparArgs.
+    unsafe { launch_param(l, stream, args) }
+}
+
+/// As [`launch`], for a fused kernel or tpar's add-RMSNorm kernel (one `TparFusedArgs`).
+///
+/// # Safety
+/// `l.f` must take one `TparFusedArgs` by value, and every pointer in `args` must be valid
+/// for the kernel's accesses (common.cuh, norm.cuh) until it completes.
+pub unsafe fn launch_fused(l: &Launch, stream: &Stream, args: &abi::TparFusedArgs) -> Result<()> {
+    // SAFETY: the caller's contract, for a kernel of one TparFusedArgs.
+    unsafe { launch_param(l, stream, args) }
+}
+
+/// # Safety
+/// `l.f` must take one `A` by value (a `#[repr(C)]` twin of its parameter).
+unsafe fn launch_param<A: Copy>(l: &Launch, stream: &Stream, args: &A) -> Result<()> {
     let mut a = *args;
-    let mut params = [&mut a as *mut TparArgs as *mut c_void];
+    let mut params = [&mut a as *mut A as *mut c_void];
     // SAFETY: an all-zero launch attribute is a valid "no attribute" value (plain data).
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;

@@ -7,6 +7,7 @@
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
+//! | [`fused`] | the fused all-reduce + residual add + RMSNorm: its shape, buffers, and when a fused kernel takes it |
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
@@ -24,6 +25,7 @@ pub mod abi;
 pub mod comm;
 pub mod driver;
 pub mod emulated;
+pub mod fused;
 pub mod host_ws;
 pub mod ipc;
 pub mod kernels;
@@ -35,3 +37,4 @@ pub mod settings;
 
 pub use comm::{GpuCommunicator, GpuOptions};
 pub use emulated::{EmulatedGroup, GroupOptions};
+pub use fused::{FusedBufs, FusedCall, FusedPath};
