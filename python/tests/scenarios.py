@@ -151,3 +151,41 @@ def dropin(rank, world):
     ca.close()
     rec["closed_disabled"] = ca.disabled and not ca.should_custom_ar(xs[rank])
     return rec
+
+
+def fused_cpu(rank, world, shapes, dtypes, seed=3):
+    """all_reduce_add_rmsnorm on CPU ranks: out of place, in place (vLLM's form) and through
+    the custom op, eager and inside torch.compile (aot_eager: traced with the fake
+    implementation, run with the real one); every output bit for bit against
+    tpar.testing.reference_add_rmsnorm, inputs left alone where they should be."""
+    from tpar.testing import make_fused_inputs, reference_add_rmsnorm
+
+    comm = tt.Communicator(device="cpu")
+    h = hashlib.sha256()
+    wrong = cases = 0
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for rows, hidden in shapes:
+            seed += 1
+            xs, res, w = make_fused_inputs(seed, world, rows, hidden, dt)
+            want_o, want_r = reference_add_rmsnorm(xs, res, w, 1e-6)
+            x, r = xs[rank].clone(), res.clone()
+            o, ro = comm.all_reduce_add_rmsnorm(x, r, w, 1e-6)
+            wrong += (bits(o) != bits(want_o)) + (bits(ro) != bits(want_r))
+            wrong += (bits(x) != bits(xs[rank])) + (bits(r) != bits(res))  # out of place: inputs untouched
+            o2, ro2 = comm.all_reduce_add_rmsnorm_(x, r, w, 1e-6)
+            wrong += (o2 is not x) + (ro2 is not r) + (bits(x) != bits(want_o)) + (bits(r) != bits(want_r))
+            o3, ro3 = torch.ops.tpar.all_reduce_add_rmsnorm(xs[rank], res, w, 1e-6, comm.handle)
+            wrong += (bits(o3) != bits(want_o)) + (bits(ro3) != bits(want_r))
+            h.update(bits(o) + bits(ro))
+            cases += 1
+
+    def f(x, r, w):
+        o, ro = torch.ops.tpar.all_reduce_add_rmsnorm(x * 1, r, w, 1e-6, comm.handle)
+        return o + 0, ro
+
+    xs, res, w = make_fused_inputs(99, world, 3, 512, torch.bfloat16)
+    want_o, want_r = reference_add_rmsnorm(xs, res, w, 1e-6)
+    co, cr = torch.compile(f, backend="aot_eager", fullgraph=True)(xs[rank], res, w)
+    comm.close()
+    return {"wrong": int(wrong), "cases": cases, "digest": h.hexdigest(), "compiled": bits(co) == bits(want_o) and bits(cr) == bits(want_r)}
