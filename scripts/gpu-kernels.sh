@@ -4,7 +4,8 @@
 #
 #   OUT=... bash scripts/gpu-kernels.sh DIR timings   issue 11's targets, before and after (~5 min)
 #   OUT=... bash scripts/gpu-kernels.sh DIR verify    every correctness step (~4-6 min)
-#   OUT=... bash scripts/gpu-kernels.sh DIR python    only verify's Python steps (~1 min)
+#   OUT=... bash scripts/gpu-kernels.sh DIR python    only verify's Python steps (~2 min)
+#   ONLY='regex' ...                                   only the steps whose names match
 #
 # DIR (carried with `run`'s carry, e.g. ".gpu-k") holds what was built here:
 #   tpar          release `tpar` of the head under test      (cargo build --release -p tpar-cli)
@@ -37,6 +38,9 @@ step() {
     [ "$1" = expect_fail ] && { expect=fail; shift; }
     local envs=(X=1); while [ "$1" != "--" ]; do envs+=("$1"); shift; done; shift
     local el=$((SECONDS - T0))
+    # ONLY (an extended regex over step names) runs a subset, e.g. after a change that a few
+    # steps cover; the others are listed as filtered.
+    if [ -n "${ONLY:-}" ] && ! [[ "$name" =~ $ONLY ]]; then summary+=("SKIP  $name (not in ONLY)"); return; fi
     if [ $((el + limit / 3)) -gt "$BUDGET" ]; then summary+=("SKIP  $name (out of time at ${el} s)"); return; fi
     echo "=== $name (t=${el}s): ${envs[*]} $*" >>"$LOG"
     local t=$SECONDS; env "${envs[@]}" timeout "$limit" "$@" >"$CACHE/step" 2>&1; local rc=$?
@@ -66,6 +70,11 @@ python_steps() {
     step python-correct-4 70 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
     step python-host-4 60 "${PYENV[@]}" TPAR_TOPOLOGY=rtx4090-nop2p-4 -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
     step python-gmismatch-4 40 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 gmismatch --out "$CACHE/py"
+    step python-thread-2 40 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 2 thread --out "$CACHE/py"
+    # A rank killed mid-step: the others raise PeerDiedError naming it within 1 s, never
+    # calling check() (deadsync: while blocked in a host synchronisation).
+    step python-deadeager-4 40 "${PYENV[@]}" TPAR_TIMEOUT_MS=30000 -- python3 "$D/gpu_python_check.py" 4 deadeager --out "$CACHE/py"
+    step python-deadsync-4 40 "${PYENV[@]}" TPAR_TIMEOUT_MS=30000 -- python3 "$D/gpu_python_check.py" 4 deadsync --out "$CACHE/py"
 }
 
 case "$MODE" in

@@ -6,7 +6,10 @@
 STAGE: `correct` (eager calls, every dtype and size class, in and out of place; then a
 122-call step captured with torch.cuda.graph, replayed with fresh inputs interleaved with eager
 calls, inside ``comm.capture()``), `gmismatch` (one rank captures another dtype: every rank
-must raise MismatchError when the capture block ends), `dead` (the last rank dies; the others must raise within the timeout), `cost` (host
+must raise MismatchError when the capture block ends), `dead` (the last rank dies; the others must raise within the timeout),
+`deadeager` / `deadsync` (the last rank dies mid-step; the others, never calling check(), must
+raise PeerDiedError naming it within 1 s of the death, also when blocked in a host
+synchronisation), `thread` (a call from a worker thread, bitwise right), `cost` (host
 time of an eager call through tpar.torch and through the raw binding, and per-call time of a
 graph replay). Ranks: processes with a gloo group for torch's own collectives (NCCL refuses
 two ranks on one GPU); tpar's kernels forced with TPAR_ALGO, planned on a preset topology
@@ -146,6 +149,69 @@ def rank_main(stage, rank, world, out):
         t1 = time.monotonic()
         comm.close()  # after an error: must neither raise nor wait past the timeout
         rec["close_s"] = time.monotonic() - t1
+    elif stage in ("deadeager", "deadsync"):
+        # The last rank dies in the middle of a step; the others keep calling eagerly and
+        # never call check(): the next call must raise PeerDiedError naming it within 1 s of
+        # the death (the liveness watchdog). deadsync: the survivors are blocked in a host
+        # synchronisation (as an engine is when it samples) when the peer dies; the watchdog
+        # must end their calls in flight so the synchronisation returns, and the next call
+        # raises.
+        x = torch.ones(21504, dtype=torch.bfloat16, device=dev)
+        comm.all_reduce(x)
+        comm.check()
+        dist.barrier()
+        stamp = os.path.join(os.path.dirname(os.environ["INIT_FILE"]), "death")
+        if rank == world - 1:
+            for _ in range(20):
+                comm.all_reduce(x)
+            torch.cuda.synchronize()
+            with open(stamp, "w") as f:
+                f.write(repr(time.time()))
+            os._exit(3)
+        err = None
+        t_sync = None
+        try:
+            for _ in range(5000):
+                comm.all_reduce(x)
+                if stage == "deadsync" and t_sync is None and os.path.exists(stamp):
+                    t0 = time.time()
+                    torch.cuda.synchronize()
+                    t_sync = time.time() - t0
+                time.sleep(0.0005)
+        except tpar.TparError as e:
+            err = e
+        t_err = time.time()
+        died = float(open(stamp).read()) if os.path.exists(stamp) else None
+        rec.update(error=type(err).__name__ if err else None, message=str(err) if err else None,
+                   seconds=(t_err - died) if died else -1.0, sync_s=t_sync,
+                   names_peer=bool(err) and f"rank {world - 1}" in str(err))
+        comm.close()
+    elif stage == "thread":
+        # A call from a worker thread (vLLM's dual-batch overlap runs the forward pass in
+        # threads): bitwise right, no exception, then back on the main thread.
+        import threading
+
+        n = 21504
+        seed = 7
+        xs = make_inputs(seed, world, n, torch.bfloat16)
+        ref = reference(xs, torch.bfloat16)
+        outs, errs = {}, []
+
+        def work(tag):
+            try:
+                torch.cuda.set_device(0)
+                y = comm.all_reduce(xs[rank].to(dev))
+                comm.check()
+                outs[tag] = bits(y)
+            except BaseException as e:  # noqa: BLE001 - the test reports any failure
+                errs.append(f"{type(e).__name__}: {e}")
+
+        t = threading.Thread(target=work, args=("thread",))
+        t.start()
+        t.join()
+        work("main")
+        rec.update(thread_ok=outs.get("thread") == bits(ref), main_ok=outs.get("main") == bits(ref), errors=errs)
+        comm.close()
     elif stage == "cost":
         n, dt = 21504, torch.bfloat16
         x = torch.randn(n, device=dev).to(dt)
@@ -154,12 +220,13 @@ def rank_main(stage, rank, world, out):
         raw = comm._native
         K = 300  # below the launch queue's depth: the GPU time-slices between the ranks' contexts
         res = {}
-        for label in ("torch", "raw", "torch_nocheck"):
+        # "torch": tpar.torch's call (its native call checks for a dead peer or a recorded
+        # error first); "raw": the native binding alone.
+        for label in ("torch", "raw"):
             for _ in range(50):
                 comm.all_reduce(x, out=o)
             torch.cuda.synchronize()
             dist.barrier()
-            comm._check_eager = label != "torch_nocheck"
             t1 = time.perf_counter()
             if label == "raw":
                 xp, op = x.data_ptr(), o.data_ptr()
@@ -173,7 +240,6 @@ def rank_main(stage, rank, world, out):
             wall = time.perf_counter() - t1
             res[label] = {"host_us_per_call": host / K * 1e6, "wall_us_per_call": wall / K * 1e6}
             comm.check()
-        comm._check_eager = True
         calls = 122
         outs = [torch.empty_like(x) for _ in range(calls)]
         g = torch.cuda.CUDAGraph()
@@ -245,10 +311,24 @@ if __name__ == "__main__":
         ok = all(r.get("error") in ("PeerDiedError", "TparTimeoutError", "AbortedError", "PoisonedError") for r in others)
         print(f"RESULT dead world={world} " + " ".join(f"rank{r['rank']}={r.get('error')}@{r.get('seconds', -1):.2f}s" for r in others)
               + f" msg0={others[0].get('message')!r} -> {'PASS' if ok else 'FAIL'}")
+    elif stage in ("deadeager", "deadsync"):
+        others = recs[:-1]
+        ok = all(r.get("error") == "PeerDiedError" and r.get("names_peer") and 0 <= r.get("seconds", -1) < 1.0 for r in others)
+        if stage == "deadsync":
+            ok = ok and all(r.get("sync_s") is not None and r["sync_s"] < 1.0 for r in others)
+        print(f"RESULT {stage} world={world} " + " ".join(f"rank{r['rank']}={r.get('error')}@{r.get('seconds', -1):.3f}s sync={r.get('sync_s')}" for r in others)
+              + f" msg0={others[0].get('message')!r} -> {'PASS' if ok else 'FAIL'}")
+    elif stage == "thread":
+        ok = all(r.get("thread_ok") and r.get("main_ok") and not r.get("errors") for r in recs)
+        print(f"RESULT thread world={world} " + " ".join(f"rank{r['rank']}={r.get('thread_ok')}/{r.get('main_ok')}{r.get('errors') or ''}" for r in recs)
+              + f" -> {'PASS' if ok else 'FAIL'}")
     elif stage == "gmismatch":
         ok = all(r.get("error") == "MismatchError" and r.get("after") is not None for r in recs)
         print(f"RESULT gmismatch world={world} " + " ".join(f"rank{r['rank']}={r.get('error')}/{r.get('after')}" for r in recs)
               + f" msg0={recs[0].get('message')!r} -> {'PASS' if ok else 'FAIL'}")
     else:
         c = recs[0].get("cost", {})
+        ok = bool(c)
         print(f"RESULT cost world={world} " + json.dumps(c))
+    # A FAIL is the exit status too: a step that runs this script passes only on PASS.
+    sys.exit(0 if ok else 1)

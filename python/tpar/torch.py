@@ -56,16 +56,6 @@ _handles = itertools.count(1)
 _live: Dict[int, "Communicator"] = {}
 
 
-def _env_int(name: str) -> Optional[int]:
-    v = os.environ.get(name, "").strip()
-    if not v:
-        return None
-    try:
-        return int(v)
-    except ValueError:
-        raise InvalidArgumentError(f"bad setting {name}={v!r}: expected an integer") from None
-
-
 def _rendezvous_path(group, rank: int) -> str:
     """Rank 0 makes a private directory (mode 0700) for the socket; every rank gets its path."""
     obj = [None]
@@ -87,10 +77,13 @@ class Communicator:
     (default: the current CUDA device, else CPU); one Communicator serves one device.
     ``max_bytes``: the largest message for tpar's GPU kernels (larger ones go to NCCL).
     ``nccl_group``: where calls that the plan gives to NCCL go (default: ``group`` when its
-    backend is NCCL, else the NCCL that tpar joins itself). ``timeout_ms``: bound on every wait
-    (default ``TPAR_TIMEOUT_MS``, else 30 s). ``TPAR_TOPOLOGY`` (a preset name or a JSON file)
-    replaces the fabric NVML discovers, for planning only. ``TPAR_*`` settings (``TPAR_ALGO``, ...) are read
-    from the environment by every rank; ranks that disagree are refused here.
+    backend is NCCL, else the NCCL that tpar joins itself). ``join_nccl``: whether tpar joins
+    an NCCL communicator of its own (False: calls the plan gives to NCCL go to
+    ``nccl_group``, or the caller runs them — see :meth:`route`; engines pass False).
+    ``timeout_ms``: bound on every wait (default ``TPAR_TIMEOUT_MS``, else 30 s).
+    ``TPAR_*`` settings (``TPAR_ALGO``, ``TPAR_TOPOLOGY``, ...) are read and checked by tpar's
+    native settings module in every rank (Python parses none of them); ranks that disagree
+    are refused here.
     """
 
     def __init__(
@@ -101,7 +94,7 @@ class Communicator:
         max_bytes: int = DEFAULT_MAX_BYTES,
         nccl_group=None,
         timeout_ms: Optional[int] = None,
-        check_eager: bool = True,
+        join_nccl: bool = True,
     ):
         if not dist.is_initialized():
             raise InvalidArgumentError("invalid argument `group`: torch.distributed is not initialized")
@@ -117,11 +110,10 @@ class Communicator:
             raise InvalidArgumentError(f"invalid argument `device`: {device} (tpar runs on CPU and CUDA devices)")
         self.device = device
         self.max_bytes = int(max_bytes)
-        self.timeout_ms = timeout_ms if timeout_ms is not None else _env_int("TPAR_TIMEOUT_MS")
+        self.timeout_ms = timeout_ms
         if nccl_group is None and "nccl" in str(dist.get_backend(self.group)):
             nccl_group = self.group
         self.nccl_group = nccl_group
-        self._check_eager = check_eager
         self._native = None
         self._cuda = device.type == "cuda"
         self.handle = next(_handles)
@@ -131,10 +123,9 @@ class Communicator:
             path = _rendezvous_path(self.group, self.rank)
             try:
                 if self._cuda:
-                    topo = os.environ.get("TPAR_TOPOLOGY", "").strip() or None
-                    self._native = GpuComm(self.rank, self.world, path, device.index, self.max_bytes, self.timeout_ms, topo)
+                    self._native = GpuComm(self.rank, self.world, path, device.index, self.max_bytes, self.timeout_ms, None, join_nccl)
                 else:
-                    self._native = CpuComm(self.rank, self.world, path, self.timeout_ms, _env_int("TPAR_SHM_BYTES"))
+                    self._native = CpuComm(self.rank, self.world, path, self.timeout_ms)
             finally:
                 # Rank 0's join returns once every rank has joined (or failed): the socket's
                 # directory is no longer needed.
@@ -145,13 +136,15 @@ class Communicator:
     # -- queries ---------------------------------------------------------------------------
 
     def plan(self, tensor: torch.Tensor) -> str:
-        """The algorithm tpar's plan picks for this tensor now (eager or being captured)."""
+        """The algorithm that runs for this tensor now (eager or being captured): a kernel's
+        name, or ``"nccl"``. Cheap on the GPU (the communicator's memo of resolved calls), so
+        an engine can ask it per call."""
         name = DTYPES.get(tensor.dtype, "float32")
         nbytes = tensor.numel() * tensor.element_size()
         if self._native is None:
             return "none"
         if self._cuda:
-            return self._native.plan(name, nbytes, torch.cuda.is_current_stream_capturing())[0]
+            return self._native.route(name, nbytes, torch.cuda.is_current_stream_capturing())
         return self._native.plan(name, nbytes)
 
     def plan_reason(self, tensor: torch.Tensor, graph: Optional[bool] = None) -> str:
@@ -196,8 +189,8 @@ class Communicator:
             self._native.all_reduce(name, n, tensor.data_ptr(), out.data_ptr())
             return out
         capturing = torch.cuda.is_current_stream_capturing()
-        if not capturing and self._check_eager:
-            self._native.poll()
+        # An eager call raises what tpar already knows (a dead peer, a kernel's error record)
+        # inside the native call, without waiting.
         stream = torch.cuda.current_stream(self.device).cuda_stream
         algo = self._native.all_reduce(stream, name, n, tensor.data_ptr(), out.data_ptr(), capturing, self.nccl_group is None)
         if algo == "nccl":
@@ -269,8 +262,6 @@ class Communicator:
             out.copy_(o)
             return out, residual_out
         capturing = torch.cuda.is_current_stream_capturing()
-        if not capturing and self._check_eager:
-            self._native.poll()
         stream = torch.cuda.current_stream(self.device).cuda_stream
         ptrs = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
         path, _ = self._native.all_reduce_add_rmsnorm(stream, name, rows, hidden, float(eps), *ptrs, capturing, self.nccl_group is None)
@@ -289,18 +280,14 @@ class Communicator:
         return self.all_reduce_add_rmsnorm(x, residual, weight, eps, out=x, residual_out=residual)
 
     def fused_path(self, x: torch.Tensor, hidden: int) -> str:
-        """How ``all_reduce_add_rmsnorm`` would run x of rows of ``hidden`` now: "fused"
-        (one kernel), "unfused" (tpar's all-reduce, then its add-RMSNorm kernel), or "nccl"
-        (the plan gives the size to NCCL). For logs and tests; GPU only."""
+        """How ``all_reduce_add_rmsnorm`` runs x (rows of ``hidden``) now, eager or being
+        captured: "fused" (one kernel), "unfused" (tpar's all-reduce, then its add-RMSNorm
+        kernel) or "nccl" (NCCL takes the all-reduce, then tpar's add-RMSNorm kernel). GPU;
+        CPU ranks: "unfused"."""
         if not self._cuda or self._native is None:
             return "unfused"
-        algo = self.plan(x)
-        if algo == "nccl":
-            return "nccl"
-        from tpar._tpar import fused_unfit
-
-        why = fused_unfit(algo, DTYPES.get(x.dtype, "float32"), x.numel() // max(hidden, 1), hidden, self.world, self.max_bytes)
-        return "fused" if why is None else "unfused"
+        name = DTYPES.get(x.dtype, "float32")
+        return self._native.fused_route(name, x.numel() // max(hidden, 1), hidden, torch.cuda.is_current_stream_capturing())[0]
 
     @contextmanager
     def capture(self):

@@ -7,7 +7,7 @@ mod cmd;
 mod harness;
 
 use clap::{Parser, Subcommand};
-use cmd::{bench, check, model, plan, selftest, sim, topo, tune};
+use cmd::{bench, check, model, plan, selftest, settings, sim, topo, tune};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -41,6 +41,8 @@ enum Command {
     /// GPU self-tests by name: timeout, mismatch, graph, epoch-wrap, kill-rank, ipc, nccl-rdzv,
     /// nccl-local
     Selftest(selftest::SelftestArgs),
+    /// Every environment variable tpar reads (TPAR_*), what it takes, and what is set now
+    Settings(settings::SettingsArgs),
 }
 
 fn main() -> ExitCode {
@@ -51,6 +53,14 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
+    // The settings are checked once, here, before any rank starts: a malformed TPAR_*
+    // variable is one message, not one per rank (ranks parse the same environment again).
+    if !harness::launch::is_rank() && !matches!(cli.command, Command::Settings(_)) {
+        if let Err(e) = tpar::Settings::from_env() {
+            eprintln!("tpar: error: {e} (`tpar settings` lists every variable)");
+            return ExitCode::from(2);
+        }
+    }
     emulated_queues();
     let result: Result<(), String> = match cli.command {
         Command::Bench(a) => bench::run(a),
@@ -61,6 +71,7 @@ fn main() -> ExitCode {
         Command::Sim(a) => sim::run(a),
         Command::Model(a) => model::run(a),
         Command::Selftest(a) => selftest::run(a),
+        Command::Settings(a) => settings::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -76,9 +87,10 @@ fn main() -> ExitCode {
 /// ranks whose streams share a queue wait on each other until the timeout (16 emulated ranks
 /// did, on one H200). More queues cost CUDA's start time (32: about 0.33 s more on an H200,
 /// `bench/results/h200-1gpu-round3.md`), so the setting is raised only for a run with more
-/// than 8 emulated ranks, to the largest of them, and never over the user's own.
+/// than 8 emulated ranks, to the largest of them (a `bench --compare` run: to what tpar's and
+/// the peer's streams need together), and never over the user's own.
 fn emulated_queues() {
-    if std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_some() {
+    if tpar::settings::cuda_hardware_queues_set() {
         return;
     }
     let args: Vec<String> = std::env::args().collect();
@@ -91,7 +103,11 @@ fn emulated_queues() {
 
 /// The hardware queues a command line's emulated ranks need beyond CUDA's 8: the largest
 /// world of `--emulate-ranks N[,N..]` (either spelling), when it is above 8 (at most 32).
+/// `bench --compare` drives a peer's ranks on streams of their own beside tpar's: twice the
+/// world and both origin streams (a peer's spin-waiting kernels have no timeout: a rank queued
+/// behind another on a shared queue would hang the run).
 fn queues_for(args: &[String]) -> Option<usize> {
+    let peers = args.iter().any(|a| a == "--compare" || a.starts_with("--compare="));
     let mut worlds = Vec::new();
     for (i, a) in args.iter().enumerate() {
         let list = match a.strip_prefix("--emulate-ranks=") {
@@ -101,7 +117,8 @@ fn queues_for(args: &[String]) -> Option<usize> {
         };
         worlds.extend(list.into_iter().flat_map(|l| l.split(',')).filter_map(|w| w.trim().parse::<usize>().ok()));
     }
-    worlds.into_iter().max().filter(|w| *w > 8).map(|w| w.min(32))
+    let need = worlds.into_iter().max().map(|w| if peers { 2 * (w + 1) } else { w });
+    need.filter(|q| *q > 8).map(|q| q.min(32))
 }
 
 #[cfg(test)]
@@ -118,6 +135,9 @@ mod tests {
         assert_eq!(q("tpar bench --emulate-ranks 2,4,8"), None);
         assert_eq!(q("tpar check --emulate-ranks 2,16 -e 1M"), Some(16));
         assert_eq!(q("tpar check --emulate-ranks=12"), Some(12));
+        assert_eq!(q("tpar bench --emulate-ranks 2,4,8 --compare vllm"), Some(18));
+        assert_eq!(q("tpar bench --emulate-ranks 2 --compare=vllm"), None);
+        assert_eq!(q("tpar bench --emulate-ranks 16 --compare vllm"), Some(32));
         assert_eq!(q("tpar bench --world 16"), None, "rank processes have one stream each");
         assert_eq!(q("tpar bench --emulate-ranks"), None);
     }

@@ -231,6 +231,20 @@ fn invalid_values_are_refused_with_the_valid_range() {
     assert!(!ok && err.contains("eager calls only"), "{err}");
 }
 
+/// `--compare` is refused before any rank or GPU starts, with the way forward: the peer's
+/// library and the script that builds it, the ranks it runs on, the peers it knows.
+#[test]
+fn compare_names_what_is_missing_before_anything_runs() {
+    let (ok, _, err) = run(&["bench", "--emulate-ranks", "2", "--compare", "vllm=/nonexistent-dir/libx.so"]);
+    assert!(!ok && err.contains("/nonexistent-dir/libx.so") && err.contains("bench/compare/vllm.sh"), "{err}");
+    let (ok, _, err) = run(&["bench", "--backend", "cpu", "--compare", "vllm"]);
+    assert!(!ok && err.contains("--emulate-ranks"), "{err}");
+    let (ok, _, err) = run(&["bench", "--emulate-ranks", "2", "--compare", "nccl"]);
+    assert!(!ok && err.contains("known peers: vllm"), "{err}");
+    let (ok, _, err) = run(&["bench", "--emulate-ranks", "2", "--compare", "b12x"]);
+    assert!(!ok && err.contains("peers_multi_gpu.py"), "{err}");
+}
+
 #[test]
 fn one_size_grammar_in_every_command() {
     let (ok, out, err) = run(&["bench", "--backend", "cpu", "--world", "2", "-b", "1KiB", "-e", "1.5K", "-f", "2", "-n", "1", "-w", "0", "--algo", "oneshot-push"]);

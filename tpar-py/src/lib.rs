@@ -21,8 +21,10 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
-use tpar::cuda::{GpuCommunicator, GpuOptions};
-use tpar::{bf16, f16, Algorithm, CaptureMode, Communicator, Config, DType, Element, Error, Overrides, Plan};
+use std::sync::{Mutex, MutexGuard};
+use tpar::cuda::fused::FusedRoute;
+use tpar::cuda::{FusedBufs, FusedCall, FusedPath, GpuCommunicator, GpuOptions, NcclUse, Route};
+use tpar::{bf16, f16, Algorithm, CaptureMode, Communicator, Config, DType, Element, Error, Settings};
 
 create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
 create_exception!(tpar, TparTimeoutError, TparError, "A bounded wait ran out (tpar::Error::Timeout); the communicator is poisoned.");
@@ -52,35 +54,31 @@ fn py_err(e: Error) -> PyErr {
     }
 }
 
+/// The dtype named `name` (Rust's one table: `DType::from_str`).
 fn dtype_of(name: &str) -> PyResult<DType> {
-    match name {
-        "float32" | "float" | "f32" => Ok(DType::F32),
-        "float16" | "half" | "f16" => Ok(DType::F16),
-        "bfloat16" | "bf16" => Ok(DType::BF16),
-        other => Err(InvalidArgumentError::new_err(format!(
-            "invalid argument `dtype`: {other:?} is not supported; tpar reduces float32, float16 and bfloat16"
-        ))),
-    }
+    name.parse::<DType>().map_err(py_err)
 }
 
 fn algorithm_of(name: &str) -> PyResult<Algorithm> {
     name.parse::<Algorithm>().map_err(py_err)
 }
 
-/// The job's configuration: defaults of `Config::new`, `TPAR_*` settings from the
-/// environment (every rank reads its own; ranks that disagree are refused at init).
-fn config(rank: usize, world: usize, path: PathBuf, timeout_ms: Option<u64>, shm_bytes: Option<usize>) -> PyResult<Config> {
-    let mut c = Config::new(rank, world, &path);
+/// The job's configuration: every `TPAR_*` setting from this process's environment, parsed
+/// by tpar's one settings module (`tpar::settings`; every rank reads its own, and ranks that
+/// disagree are refused at init), and the values the caller passed explicitly.
+fn config(rank: usize, world: usize, path: PathBuf, timeout_ms: Option<i64>, shm_bytes: Option<i64>) -> PyResult<Config> {
+    let s = Settings::from_env().map_err(py_err)?;
+    let mut c = Config::with_settings(rank, world, &path, &s);
     // The path is a private directory rank 0 made for this job alone (tpar.torch), so the
     // path identifies the job; ranks of engines need not share a parent process.
     c.job_id = tpar::units::fnv1a64(path.as_os_str().as_encoded_bytes());
     if let Some(ms) = timeout_ms {
-        c.timeout = Duration::from_millis(ms.max(1));
+        let ms = u64::try_from(ms).ok().filter(|&m| m > 0).ok_or_else(|| py_err(Error::InvalidArgument { field: "timeout_ms", reason: format!("{ms}: expected a positive number of milliseconds") }))?;
+        c.timeout = Duration::from_millis(ms);
     }
     if let Some(b) = shm_bytes {
-        c.shm_budget = b;
+        c.shm_budget = usize::try_from(b).ok().filter(|&b| b > 0).ok_or_else(|| py_err(Error::InvalidArgument { field: "shm_bytes", reason: format!("{b}: expected a positive size in bytes") }))?;
     }
-    c.overrides = Overrides::from_env().map_err(py_err)?;
     Ok(c)
 }
 
@@ -155,7 +153,7 @@ impl CpuComm {
     /// Joins the job whose rank 0 listens on `path` (every rank passes the same path).
     #[new]
     #[pyo3(signature = (rank, world, path, timeout_ms=None, shm_bytes=None))]
-    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, timeout_ms: Option<u64>, shm_bytes: Option<usize>) -> PyResult<Self> {
+    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, timeout_ms: Option<i64>, shm_bytes: Option<i64>) -> PyResult<Self> {
         let cfg = config(rank, world, path, timeout_ms, shm_bytes)?;
         let comm = py.detach(|| Communicator::init(&cfg)).map_err(py_err)?;
         Ok(CpuComm { inner: Some(comm), rank, world })
@@ -221,49 +219,50 @@ impl CpuComm {
     }
 }
 
-/// One rank of a GPU job: `tpar::cuda::GpuCommunicator` on this process's GPU.
-#[pyclass(module = "tpar._tpar", unsendable)]
+/// One rank of a GPU job: `tpar::cuda::GpuCommunicator` on this process's GPU. Usable from
+/// any thread (engines run the forward pass in worker threads, e.g. vLLM's dual-batch
+/// overlap): the communicator sits behind a mutex, every method takes it with the GIL
+/// released, and tpar binds its CUDA context on the calling thread.
+#[pyclass(module = "tpar._tpar")]
 pub struct GpuComm {
-    inner: Option<SendGpu>,
-    /// The plan's decisions per (dtype, bytes, captured): planning formats a reason string,
-    /// which an eager call should not pay every time.
+    inner: Mutex<Option<SendGpu>>,
     rank: usize,
     world: usize,
 }
 
-/// A GPU communicator that may cross into `Python::detach`.
+/// A GPU communicator that may move between threads.
 struct SendGpu(GpuCommunicator);
 
 // SAFETY: GpuCommunicator holds CUDA handles (context, streams, events, module functions,
-// IPC mappings) and host memory; the driver API lets any thread use them while the context
-// is current, and each method binds it. `GpuComm` is `unsendable`, so the communicator is
-// only ever used by the thread that made it; detaching keeps that thread, it only releases
-// the GIL.
+// IPC mappings), host memory and a watchdog thread's handle; the driver API lets any thread
+// use them while the context is current, and every call path binds the context on the
+// calling thread first (`Device::bind`). The mutex in `GpuComm` gives one thread at a time.
 unsafe impl Send for SendGpu {}
 
-impl SendGpu {
-    /// A method, not `.0`: a closure that calls it captures the whole `SendGpu` (which is
-    /// `Send`), where `.0` would capture the field alone.
-    fn get(&mut self) -> &mut GpuCommunicator {
-        &mut self.0
+fn mode(graph: bool) -> CaptureMode {
+    if graph {
+        CaptureMode::Graph
+    } else {
+        CaptureMode::Eager
     }
 }
 
 impl GpuComm {
-    fn comm(&mut self) -> PyResult<&mut GpuCommunicator> {
-        Ok(self.held()?.get())
+    /// The communicator, locked. Called with the GIL released (`py.detach`), so a thread
+    /// that waits here never holds the GIL from the thread it waits for.
+    fn lock(&self) -> PyResult<MutexGuard<'_, Option<SendGpu>>> {
+        // A poisoned lock means a panic in another thread mid-call (none is expected: tpar
+        // returns errors); the communicator's own state says whether it is still usable.
+        Ok(self.inner.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
-    fn held(&mut self) -> PyResult<&mut SendGpu> {
+    fn with<T: Send>(&self, py: Python<'_>, f: impl FnOnce(&mut GpuCommunicator) -> Result<T, Error> + Send) -> PyResult<T> {
         let rank = self.rank;
-        self.inner.as_mut().ok_or_else(|| PoisonedError::new_err(format!("rank {rank}: communicator is closed")))
-    }
-
-    /// The plan for `nbytes` of `d`, from the communicator's own memo (`tpar::plan::cache`).
-    fn plan_for(&mut self, d: DType, nbytes: usize, graph: bool) -> PyResult<std::sync::Arc<Plan>> {
-        let comm = self.comm()?;
-        comm.set_capture_mode(if graph { CaptureMode::Graph } else { CaptureMode::Eager });
-        Ok(comm.cached_plan(d, nbytes))
+        py.detach(|| {
+            let mut g = self.lock()?;
+            let c = g.as_mut().ok_or_else(|| PoisonedError::new_err(format!("rank {rank}: communicator is closed")))?;
+            f(&mut c.0).map_err(py_err)
+        })
     }
 }
 
@@ -271,17 +270,19 @@ impl GpuComm {
 impl GpuComm {
     /// Joins the job whose rank 0 listens on `path`, on CUDA device `device` (the ordinal as
     /// this process sees it), for tpar's kernels up to `max_bytes` (larger calls: NCCL).
-    /// `topology`: the fabric to plan for — a preset name, a JSON file, or None to discover
-    /// it through NVML (ranks sharing one GPU in tests plan as if on a preset's GPUs).
+    /// `topology`: the fabric to plan for — a preset name, a JSON file, or None for
+    /// `TPAR_TOPOLOGY`, else the fabric NVML discovers (ranks are placed on it by their
+    /// GPUs' PCI addresses). `nccl`: whether tpar joins an NCCL communicator of its own for
+    /// the calls its plan gives to NCCL (False: the caller runs those on its own NCCL).
     #[new]
-    #[pyo3(signature = (rank, world, path, device, max_bytes, timeout_ms=None, topology=None))]
+    #[pyo3(signature = (rank, world, path, device, max_bytes, timeout_ms=None, topology=None, nccl=true))]
     #[allow(clippy::too_many_arguments)]
-    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, device: usize, max_bytes: usize, timeout_ms: Option<u64>, topology: Option<String>) -> PyResult<Self> {
+    fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, device: usize, max_bytes: usize, timeout_ms: Option<i64>, topology: Option<String>, nccl: bool) -> PyResult<Self> {
         let cfg = config(rank, world, path, timeout_ms, None)?;
         let topology = topology.map(|t| tpar::Topology::load(&t)).transpose().map_err(py_err)?;
-        let opts = GpuOptions { device: Some(device), max_bytes, topology };
+        let opts = GpuOptions { device: Some(device), max_bytes, topology, nccl: if nccl { NcclUse::Own } else { NcclUse::Caller } };
         let comm = py.detach(|| GpuCommunicator::init(&cfg, &opts).map(SendGpu)).map_err(py_err)?;
-        Ok(GpuComm { inner: Some(comm), rank, world })
+        Ok(GpuComm { inner: Mutex::new(Some(comm)), rank, world })
     }
 
     #[getter]
@@ -296,47 +297,80 @@ impl GpuComm {
 
     /// `None` when tpar's own NCCL joined, else why not.
     #[getter]
-    fn nccl_status(&mut self) -> PyResult<Option<String>> {
-        Ok(self.comm()?.nccl_status().err().map(str::to_string))
+    fn nccl_status(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        self.with(py, |c| Ok(c.nccl_status().err().map(str::to_string)))
+    }
+
+    /// How the ranks were placed on the topology: `by-bus-id`, `as-if` (a named topology
+    /// that lists none of the ranks' GPUs) or `unknown: <why>` (calls go to NCCL).
+    #[getter]
+    fn placement(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| {
+            Ok(match c.placement() {
+                tpar::topology::ranks::Placement::ByBusId => "by-bus-id".to_string(),
+                tpar::topology::ranks::Placement::AsIf => "as-if".to_string(),
+                tpar::topology::ranks::Placement::Unknown(why) => format!("unknown: {why}"),
+            })
+        })
     }
 
     /// The plan's decision for `nbytes` of `dtype`, eager or captured: (algorithm, reason).
     #[pyo3(signature = (dtype, nbytes, graph=false))]
-    fn plan(&mut self, dtype: &str, nbytes: usize, graph: bool) -> PyResult<(String, String)> {
-        let p = self.plan_for(dtype_of(dtype)?, nbytes, graph)?;
-        Ok((p.algorithm.name().to_string(), p.to_string()))
+    fn plan(&self, py: Python<'_>, dtype: &str, nbytes: usize, graph: bool) -> PyResult<(String, String)> {
+        let d = dtype_of(dtype)?;
+        self.with(py, |c| {
+            let p = c.plan(d, nbytes, mode(graph));
+            Ok((p.algorithm.name().to_string(), p.to_string()))
+        })
+    }
+
+    /// The algorithm a call of `nbytes` of `dtype` runs (eager or captured), from the
+    /// communicator's memo of resolved calls: cheap, for an engine's per-call question
+    /// (`should_custom_ar`). `"nccl"`: NCCL takes it (the caller's, without tpar's own).
+    #[pyo3(signature = (dtype, nbytes, graph=false))]
+    fn route(&self, py: Python<'_>, dtype: &str, nbytes: usize, graph: bool) -> PyResult<&'static str> {
+        let d = dtype_of(dtype)?;
+        self.with(py, |c| c.route(d, nbytes, mode(graph)).map(|r| route_name(&r)))
     }
 
     /// Enqueues an all-reduce of `count` elements directly on the CUDA stream `stream` (a raw
-    /// `CUstream`, e.g. `torch.cuda.current_stream().cuda_stream`), with the plan for eager
-    /// calls or, `graph=True`, for calls being captured into a CUDA graph. Returns the
-    /// algorithm's name. Where the plan says NCCL and `nccl` is false, nothing is enqueued
-    /// and `"nccl"` is returned: the caller runs its own NCCL (the engine's, torch's).
+    /// `CUstream`, e.g. `torch.cuda.current_stream().cuda_stream`), resolved once per
+    /// (dtype, size, `graph`: being captured into a CUDA graph). Returns the algorithm's name.
+    /// Where the plan says NCCL and `nccl` is false (or tpar joined no NCCL), nothing is
+    /// enqueued and `"nccl"` is returned: the caller runs its own NCCL (the engine's, torch's).
+    /// An eager call first raises what is known without waiting: a dead peer, an error a
+    /// kernel recorded.
     ///
     /// The addresses must be device memory of this rank's GPU, 16-byte aligned, holding
     /// `count` elements of `dtype` until the stream's work completes (`output == input`:
-    /// in place). Does not wait and does not release the GIL (a launch takes microseconds).
+    /// in place). Does not wait.
     #[pyo3(signature = (stream, dtype, count, input, output, graph=false, nccl=false))]
     #[allow(clippy::too_many_arguments)]
-    fn all_reduce(&mut self, stream: u64, dtype: &str, count: usize, input: u64, output: u64, graph: bool, nccl: bool) -> PyResult<&'static str> {
+    fn all_reduce(&self, py: Python<'_>, stream: u64, dtype: &str, count: usize, input: u64, output: u64, graph: bool, nccl: bool) -> PyResult<&'static str> {
         let d = dtype_of(dtype)?;
-        let p = self.plan_for(d, count.saturating_mul(d.size()), graph)?;
-        if p.algorithm == Algorithm::Nccl && !nccl {
-            return Ok(Algorithm::Nccl.name());
-        }
-        let comm = self.comm()?;
-        // SAFETY: the caller's contract (see the doc comment) is all_reduce_on's.
-        let algo = unsafe { comm.all_reduce_on(stream, &p, d, count, input, output) }.map_err(py_err)?;
-        Ok(algo.name())
+        let m = mode(graph);
+        self.with(py, |c| {
+            if !graph {
+                c.check_errors()?;
+            }
+            let route = c.route(d, count.saturating_mul(d.size()), m)?;
+            match route {
+                Route::Caller => return Ok(Algorithm::Nccl.name()),
+                Route::Nccl if !nccl => return Ok(Algorithm::Nccl.name()),
+                Route::Nccl | Route::Kernel { .. } => {}
+            }
+            // SAFETY: the caller's contract (see the doc comment) is all_reduce_on's.
+            unsafe { c.all_reduce_on(stream, d, count, input, output, m) }.map(|a| a.name())
+        })
     }
 
     /// Enqueues a fused all-reduce + residual add + RMSNorm on `stream` (docs/cuda.md
-    /// "Fused"): x (`input`, this rank's partial sum) is summed over the ranks in rank order,
+    /// "Fused"): x (`input`, this rank's partial sum) summed over the ranks in rank order,
     /// `residual_out = round(sum + residual)`, `norm_out = round((residual_out * inv_rms) *
-    /// weight)` per row of `hidden`. The plan for x's bytes picks the algorithm; its fused
-    /// kernel runs where it takes the call, else its all-reduce then tpar's add-RMSNorm
-    /// kernel (the same bits). Returns (path, algorithm): path is "fused" or "unfused". Where
-    /// the plan says NCCL and `nccl` is false, nothing is enqueued and ("nccl", "nccl") is
+    /// weight)` per row of `hidden`; resolved once per (dtype, rows, hidden, `graph`). Returns
+    /// (path, algorithm): path "fused" (one kernel) or "unfused" (tpar's all-reduce or NCCL,
+    /// then tpar's add-RMSNorm kernel). Where the plan gives the all-reduce to NCCL and `nccl`
+    /// is false (or tpar joined no NCCL), nothing is enqueued and ("nccl", "nccl") is
     /// returned: the caller all-reduces into `norm_out` itself, then calls `add_rmsnorm`.
     ///
     /// Addresses as for `all_reduce`: device memory of this rank's GPU, 16-byte aligned; x,
@@ -345,7 +379,8 @@ impl GpuComm {
     #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, graph=false, nccl=false))]
     #[allow(clippy::too_many_arguments)]
     fn all_reduce_add_rmsnorm(
-        &mut self,
+        &self,
+        py: Python<'_>,
         stream: u64,
         dtype: &str,
         rows: usize,
@@ -359,18 +394,40 @@ impl GpuComm {
         graph: bool,
         nccl: bool,
     ) -> PyResult<(&'static str, &'static str)> {
-        let call = tpar::cuda::FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
-        let bufs = tpar::cuda::FusedBufs { input, residual, weight, norm_out, residual_out };
-        let p = self.plan_for(call.dtype, call.bytes(), graph)?;
-        if p.algorithm == Algorithm::Nccl && !nccl {
-            return Ok(("nccl", Algorithm::Nccl.name()));
-        }
-        let comm = self.comm()?;
-        // SAFETY: the caller's contract (see the doc comment) is all_reduce_add_rmsnorm_on's.
-        let path = unsafe { comm.all_reduce_add_rmsnorm_on(stream, &p, &call, &bufs) }.map_err(py_err)?;
-        Ok(match path {
-            tpar::cuda::FusedPath::Fused(a) => ("fused", a.name()),
-            tpar::cuda::FusedPath::Unfused(a) => ("unfused", a.name()),
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out };
+        let m = mode(graph);
+        self.with(py, |c| {
+            if !graph {
+                c.check_errors()?;
+            }
+            let r = c.resolve_fused(&call, m)?;
+            match r.route {
+                FusedRoute::Unfused { all_reduce: Route::Caller, .. } => return Ok(("nccl", Algorithm::Nccl.name())),
+                FusedRoute::Unfused { all_reduce: Route::Nccl, .. } if !nccl => return Ok(("nccl", Algorithm::Nccl.name())),
+                _ => {}
+            }
+            // SAFETY: the caller's contract (see the doc comment) is all_reduce_add_rmsnorm_on's.
+            Ok(match unsafe { c.all_reduce_add_rmsnorm_on(stream, &call, &bufs, m) }? {
+                FusedPath::Fused(a) => ("fused", a.name()),
+                FusedPath::Unfused(a) => ("unfused", a.name()),
+            })
+        })
+    }
+
+    /// How a fused call of `rows` x `hidden` of `dtype` would run now (eager or captured):
+    /// (path, algorithm) as `all_reduce_add_rmsnorm` returns them, from the memo; "nccl"
+    /// where NCCL takes the all-reduce.
+    #[pyo3(signature = (dtype, rows, hidden, graph=false))]
+    fn fused_route(&self, py: Python<'_>, dtype: &str, rows: usize, hidden: usize, graph: bool) -> PyResult<(&'static str, &'static str)> {
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps: 0.0 };
+        self.with(py, |c| {
+            let r = c.resolve_fused(&call, mode(graph))?;
+            Ok(match r.route {
+                FusedRoute::Fused { algorithm, .. } => ("fused", algorithm.name()),
+                FusedRoute::Unfused { all_reduce: Route::Caller | Route::Nccl, .. } => ("nccl", Algorithm::Nccl.name()),
+                FusedRoute::Unfused { all_reduce: Route::Kernel { algorithm, .. }, .. } => ("unfused", algorithm.name()),
+            })
         })
     }
 
@@ -380,60 +437,83 @@ impl GpuComm {
     /// `all_reduce_add_rmsnorm`.
     #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out))]
     #[allow(clippy::too_many_arguments)]
-    fn add_rmsnorm(&mut self, stream: u64, dtype: &str, rows: usize, hidden: usize, eps: f32, input: u64, residual: u64, weight: u64, norm_out: u64, residual_out: u64) -> PyResult<()> {
-        let call = tpar::cuda::FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
-        let bufs = tpar::cuda::FusedBufs { input, residual, weight, norm_out, residual_out };
-        let comm = self.comm()?;
+    fn add_rmsnorm(&self, py: Python<'_>, stream: u64, dtype: &str, rows: usize, hidden: usize, eps: f32, input: u64, residual: u64, weight: u64, norm_out: u64, residual_out: u64) -> PyResult<()> {
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out };
         // SAFETY: as for all_reduce_add_rmsnorm.
-        unsafe { comm.add_rmsnorm_on(stream, &call, &bufs) }.map_err(py_err)
+        self.with(py, |c| unsafe { c.add_rmsnorm_on(stream, &call, &bufs) })
     }
 
-    /// Raises the first error a kernel recorded so far, or a poisoned state, without waiting
-    /// for work in flight (cheap: tpar's own stream is idle when calls go on the caller's).
-    fn poll(&mut self) -> PyResult<()> {
-        self.comm()?.synchronize().map_err(py_err)
+    /// Raises what is known without waiting: a dead peer, the first error a kernel recorded,
+    /// or a poisoned state (cheap: no synchronisation).
+    fn poll(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |c| c.check_errors())
     }
 
     /// Raises the first error a kernel recorded (timeout, peer, mismatch across ranks), or a
     /// dead peer, after waiting for the work enqueued so far on `stream` — bounded by the
     /// timeout, with the GIL released. A host synchronisation: not while capturing.
-    fn check(&mut self, py: Python<'_>, stream: u64) -> PyResult<()> {
-        let held = self.held()?;
-        py.detach(|| {
-            let comm = held.get();
+    fn check(&self, py: Python<'_>, stream: u64) -> PyResult<()> {
+        self.with(py, |c| {
             // SAFETY: the caller passes a live stream of this device (torch's current one).
-            unsafe { comm.wait_for(stream) }?;
-            comm.synchronize()
+            unsafe { c.wait_for(stream) }?;
+            c.synchronize()
         })
-        .map_err(py_err)
     }
 
     /// Starts a checked capture (`GpuCommunicator::begin_capture_check`): calls captured
     /// from now on carry no per-call descriptor; their sequence is compared across ranks by
     /// `end_capture`.
-    fn begin_capture(&mut self) -> PyResult<()> {
-        self.comm()?.begin_capture_check().map_err(py_err)
+    fn begin_capture(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |c| c.begin_capture_check())
     }
 
     /// Ends a checked capture: compares every rank's captured calls over the control plane
-    /// (GIL released) and returns how many this rank captured; `MismatchError` on every rank
-    /// when they differ (the communicator is then poisoned).
-    fn end_capture(&mut self, py: Python<'_>) -> PyResult<usize> {
-        let held = self.held()?;
-        py.detach(|| held.get().end_capture_check()).map_err(py_err)
+    /// and returns how many this rank captured; `MismatchError` on every rank when they
+    /// differ (the communicator is then poisoned).
+    fn end_capture(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |c| c.end_capture_check())
     }
 
-    /// Waits until every rank gets here, over the control plane (GIL released).
-    fn barrier(&mut self, py: Python<'_>) -> PyResult<()> {
-        let held = self.held()?;
-        py.detach(|| held.get().barrier()).map_err(py_err)
+    /// Waits until every rank gets here, over the control plane.
+    fn barrier(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |c| c.barrier())
     }
 
     /// Leaves the job. Every rank must have finished its calls (a barrier first): peers may
     /// still write into this rank's workspace until they have.
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = py.detach(|| self.lock().map(|mut g| g.take()))?;
+        // Dropped with the GIL released: the watchdog thread is joined and CUDA frees.
+        py.detach(move || drop(taken));
+        Ok(())
     }
+}
+
+fn route_name(r: &Route) -> &'static str {
+    match r {
+        Route::Kernel { algorithm, .. } => algorithm.name(),
+        Route::Nccl | Route::Caller => Algorithm::Nccl.name(),
+    }
+}
+
+/// Parses every `TPAR_*` variable of this process's environment (tpar's one settings
+/// module) and raises `ConfigError` naming the first malformed one.
+#[pyfunction]
+fn check_settings() -> PyResult<()> {
+    Settings::from_env().map(|_| ()).map_err(py_err)
+}
+
+/// Whether `TPAR_DEBUG` asks for INFO logging (parsed by tpar's settings module).
+#[pyfunction]
+fn debug_logging() -> PyResult<bool> {
+    Settings::from_env().map(|s| s.overrides.debug).map_err(py_err)
+}
+
+/// The table of every setting tpar reads (Markdown), as `tpar settings --markdown` prints.
+#[pyfunction]
+fn settings_table() -> String {
+    tpar::settings::markdown_table()
 }
 
 /// tpar's exact add-RMSNorm of the all-reduce's result, from the Rust reference
@@ -493,6 +573,9 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
     m.add_function(wrap_pyfunction!(reference_add_rmsnorm, m)?)?;
     m.add_function(wrap_pyfunction!(fused_unfit, m)?)?;
+    m.add_function(wrap_pyfunction!(check_settings, m)?)?;
+    m.add_function(wrap_pyfunction!(debug_logging, m)?)?;
+    m.add_function(wrap_pyfunction!(settings_table, m)?)?;
     m.add("TparError", py.get_type::<TparError>())?;
     m.add("TparTimeoutError", py.get_type::<TparTimeoutError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;

@@ -1,7 +1,7 @@
 //! The public [`Communicator`]: join a job, then all-reduce.
 //!
-//! Owns: configuration (NCCL-style environment variables), the per-call chunk loop, the
-//! bounded waiter, poisoning. Every call either reduces correctly or returns an error; after
+//! Owns: the per-call chunk loop, the bounded waiter, poisoning (how a rank joins:
+//! `crate::config`). Every call either reduces correctly or returns an error; after
 //! an error that leaves peers in an unknown state the communicator is poisoned, raises the
 //! shared abort flag so peers fail fast, and refuses further calls with the original cause.
 //! Must never panic, hang past the timeout, or leave shared memory behind.
@@ -17,16 +17,11 @@ use crate::control::ControlPlane;
 use crate::rendezvous::JoinSpec;
 use crate::transport::shm_workspace::ShmWorkspace;
 use crate::transport::shm::ShmSegment;
-use crate::workspace::{hdr, st, Layout, Workspace, MAX_WORLD};
-use std::path::PathBuf;
+use crate::workspace::{hdr, st, Layout, Workspace};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-/// Default bound on any single wait (`TPAR_TIMEOUT_MS`).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default size of the shared workspace (`TPAR_SHM_BYTES`): large enough for ~0.4 MiB
-/// chunks at 8 ranks, small enough for a container's default /dev/shm of 64 MiB.
-pub const DEFAULT_SHM_BYTES: usize = 48 << 20;
+pub use crate::config::{Config, DEFAULT_SHM_BYTES, DEFAULT_TIMEOUT};
 /// Polls per pause when ranks outnumber cores: the peer a wait waits for may need this very
 /// core, so a wait yields after a few polls instead of `protocol::SPINS_PER_PAUSE`.
 const OVERSUBSCRIBED_SPINS: u32 = 4;
@@ -38,153 +33,6 @@ const YIELDS_BEFORE_SLEEP: u32 = 2048;
 const LONG_WAIT_SLEEP: Duration = Duration::from_micros(50);
 /// How often a waiter checks that the peer it waits for is alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
-
-/// How to join a job.
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub rank: usize,
-    pub world: usize,
-    /// Unix-domain socket path rank 0 listens on.
-    pub rendezvous: PathBuf,
-    /// Identifies the job; ranks of another job are refused.
-    pub job_id: u64,
-    /// Bound on every wait, rendezvous included.
-    pub timeout: Duration,
-    /// Size of the shared workspace (rank 0's value is used).
-    pub shm_budget: usize,
-    /// Epoch of the first call (rank 0's value is used). Tests start near u32::MAX to cross
-    /// wrap-around.
-    pub first_epoch: u32,
-    /// Extra salt for the plan-input digest that ranks compare at rendezvous (0 normally;
-    /// tests set it to provoke a mismatch). The digest itself covers topology, profile and
-    /// overrides.
-    pub fingerprint: u64,
-    /// Settings in NCCL's manner (`TPAR_ALGO`, `TPAR_PROFILE`, `TPAR_DEBUG`, …).
-    pub overrides: Overrides,
-}
-
-
-/// The job id when none is given: the rendezvous path and this process's parent. Ranks of
-/// one job share a launcher (torchrun, mpirun, `tpar`, a shell script), so they agree; a
-/// second job on the same path from another launcher gets another id and is refused by
-/// rank 0 instead of pairing with the first. Launchers that start ranks from different
-/// parents set `TPAR_JOB_ID` (as `tpar` itself does, with a random id).
-pub fn default_job_id(rendezvous: &std::path::Path) -> u64 {
-    let mut key = rendezvous.as_os_str().as_encoded_bytes().to_vec();
-    key.extend_from_slice(&std::os::unix::process::parent_id().to_le_bytes());
-    crate::units::fnv1a64(&key)
-}
-
-fn env_var(name: &'static str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn parse_env<T: std::str::FromStr>(var: &'static str, what: &str) -> Result<Option<T>> {
-    match env_var(var) {
-        None => Ok(None),
-        Some(v) => v.trim().parse::<T>().map(Some).map_err(|_| Error::Config {
-            var,
-            value: v,
-            reason: format!("expected {what}"),
-        }),
-    }
-}
-
-impl Config {
-    /// A configuration with defaults; the job id is derived from the rendezvous path.
-    pub fn new(rank: usize, world: usize, rendezvous: impl Into<PathBuf>) -> Config {
-        let rendezvous = rendezvous.into();
-        Config {
-            rank,
-            world,
-            job_id: default_job_id(&rendezvous),
-            rendezvous,
-            timeout: DEFAULT_TIMEOUT,
-            shm_budget: DEFAULT_SHM_BYTES,
-            first_epoch: 0,
-            fingerprint: 0,
-            overrides: Overrides::default(),
-        }
-    }
-
-    /// Reads `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV` (`unix:/path` or a path), and the
-    /// optional `TPAR_JOB_ID` (hex), `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES`, `TPAR_FIRST_EPOCH`.
-    pub fn from_env() -> Result<Config> {
-        let rank: usize = parse_env("TPAR_RANK", "a rank number")?.ok_or_else(|| Error::Config {
-            var: "TPAR_RANK",
-            value: String::new(),
-            reason: "not set (an outside launcher sets TPAR_RANK, TPAR_WORLD_SIZE and TPAR_RDZV)".into(),
-        })?;
-        let world: usize = parse_env("TPAR_WORLD_SIZE", "a world size")?.ok_or_else(|| Error::Config {
-            var: "TPAR_WORLD_SIZE",
-            value: String::new(),
-            reason: "not set".into(),
-        })?;
-        let rdzv = env_var("TPAR_RDZV").ok_or_else(|| Error::Config {
-            var: "TPAR_RDZV",
-            value: String::new(),
-            reason: "not set; expected unix:/path/to/socket".into(),
-        })?;
-        let path = match rdzv.split_once(':') {
-            Some(("unix", p)) => p.to_string(),
-            Some((scheme, _)) if !rdzv.starts_with('/') => {
-                return Err(Error::Config {
-                    var: "TPAR_RDZV",
-                    value: rdzv.clone(),
-                    reason: format!("unsupported scheme {scheme:?}; tpar runs inside one host: use unix:/path"),
-                })
-            }
-            _ => rdzv.clone(),
-        };
-        let mut c = Config::new(rank, world, path);
-        if let Some(j) = env_var("TPAR_JOB_ID") {
-            c.job_id = u64::from_str_radix(j.trim().trim_start_matches("0x"), 16).map_err(|_| Error::Config {
-                var: "TPAR_JOB_ID",
-                value: j,
-                reason: "expected a hexadecimal job id".into(),
-            })?;
-        }
-        if let Some(ms) = parse_env::<u64>("TPAR_TIMEOUT_MS", "milliseconds")? {
-            c.timeout = Duration::from_millis(ms.max(1));
-        }
-        if let Some(b) = parse_env::<usize>("TPAR_SHM_BYTES", "bytes")? {
-            c.shm_budget = b;
-        }
-        if let Some(e) = parse_env::<u32>("TPAR_FIRST_EPOCH", "a u32")? {
-            c.first_epoch = e;
-        }
-        c.overrides = Overrides::from_env()?;
-        Ok(c)
-    }
-
-    /// What this rank brings to the rendezvous (for joining a bare [`ControlPlane`]).
-    pub fn join_spec(&self) -> JoinSpec {
-        JoinSpec {
-            rank: self.rank,
-            world: self.world,
-            path: self.rendezvous.clone(),
-            job_id: self.job_id,
-            fingerprint: self.fingerprint,
-            timeout: self.timeout,
-            shm_budget: self.shm_budget,
-            first_epoch: self.first_epoch,
-        }
-    }
-
-    /// Checks what can be checked before meeting any peer.
-    pub fn validate(&self) -> Result<()> {
-        if !(2..=MAX_WORLD).contains(&self.world) {
-            return Err(Error::invalid(
-                "world",
-                format!("world size {} is outside 2..={MAX_WORLD} (a world of 1 needs no all-reduce)", self.world),
-            ));
-        }
-        if self.rank >= self.world {
-            return Err(Error::invalid("rank", format!("rank {} is out of range for world size {}", self.rank, self.world)));
-        }
-        Ok(())
-    }
-}
 
 /// The bounded waiter behind every spin of the CPU backend.
 struct Spinner<'a> {

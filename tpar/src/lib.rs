@@ -5,7 +5,9 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | [`comm`] | the public [`Communicator`]: join, all-reduce, poisoning; NCCL-style settings |
+//! | [`comm`] | the public [`Communicator`]: join, all-reduce, poisoning |
+//! | [`config`] | [`Config`]: how a rank joins its job |
+//! | [`settings`] | every `TPAR_*` environment variable, declared and parsed once |
 //! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
 //! | [`plan`] | the pure, total dispatch decision; `TPAR_*` overrides; the plan-input digest ranks compare |
 //! | [`profile`] | tuned profiles (TOML): measured crossovers and their fingerprint |
@@ -31,6 +33,7 @@
 pub mod algorithms;
 
 pub mod comm;
+pub mod config;
 pub mod control;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -44,6 +47,7 @@ pub use plan::profile;
 pub mod protocol;
 pub mod rendezvous;
 pub mod report;
+pub mod settings;
 pub mod sim;
 pub mod testing;
 pub mod topology;
@@ -52,7 +56,9 @@ pub mod units;
 pub mod workspace;
 
 pub use algorithms::{Algorithm, Transport};
-pub use comm::{Communicator, Config};
+pub use comm::Communicator;
+pub use config::Config;
+pub use settings::Settings;
 pub use dtype::{DType, Element};
 pub use error::{Error, Result};
 pub use plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};

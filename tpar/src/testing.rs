@@ -455,7 +455,7 @@ mod tests {
                     let mut s = 1;
                     while s < lanes {
                         for i in (0..lanes).step_by(2 * s) {
-                            x[i] = x[i] + x[i + s];
+                            x[i] += x[i + s];
                         }
                         s *= 2;
                     }

@@ -54,16 +54,14 @@ fn layout_sizes_cover_every_region() {
 }
 
 #[test]
-fn the_block_policy_is_one_function_and_honours_tpar_blocks() {
+fn the_block_policy_is_one_function_reading_no_environment() {
     use tpar::cuda::launch;
     use tpar::{Algorithm, Transport};
-    // No TPAR_BLOCKS in this test binary's environment unless the caller set one.
-    if std::env::var_os("TPAR_BLOCKS").is_none() {
-        // NVLink / one GPU: one block per 2 KiB, 128 threads each (one 16-byte vector per thread).
-        assert_eq!(launch::blocks_for(Algorithm::OneshotPush, Transport::P2p, 43008, 8), 21);
-        assert_eq!(launch::threads_for(43008, 21), 128);
-        assert_eq!(launch::blocks_for(Algorithm::TwoshotPush, Transport::Host, 16 << 20, 8), launch::HOST_MAX_BLOCKS);
-    }
+    // NVLink / one GPU: one block per 2 KiB, 128 threads each (one 16-byte vector per thread).
+    // TPAR_BLOCKS is applied by the plan and the launcher's settings, not here.
+    assert_eq!(launch::policy_blocks(Algorithm::OneshotPush, Transport::P2p, 43008, 8), 21);
+    assert_eq!(launch::threads_for(43008, 21), 128);
+    assert_eq!(launch::policy_blocks(Algorithm::TwoshotPush, Transport::Host, 16 << 20, 8), launch::HOST_MAX_BLOCKS);
 }
 
 #[test]
@@ -82,17 +80,18 @@ fn cache_key_names_source_arch_and_nvrtc_version() {
 #[test]
 fn host_workspaces_across_processes_need_a_driver_and_refuse_other_transports() {
     use tpar::cuda::ipc::IpcWorkspace;
-    use tpar::{DType, Transport};
+    use tpar::settings::LaunchSettings;
+    use tpar::Transport;
     use std::time::Duration;
     let t = Duration::from_secs(1);
     // Not a kernel transport: refused before CUDA is touched.
     for bad in [Transport::Shm, Transport::Nccl] {
-        let e = IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, bad, None, 1).err();
+        let e = IpcWorkspace::with_transport(0, 0, 2, 1 << 16, t, bad, None, 1, LaunchSettings::default()).err();
         assert!(matches!(e, Some(Error::Unsupported { .. })), "{bad}: {e:?}");
     }
     // Without a GPU: an error naming the library, never a panic, and no segment left behind.
     let job = 0x7e57_0000_0000_0000 | u64::from(std::process::id());
-    match IpcWorkspace::with_transport(0, 0, 2, 1 << 16, DType::BF16, t, Transport::Host, None, job) {
+    match IpcWorkspace::with_transport(0, 0, 2, 1 << 16, t, Transport::Host, None, job, LaunchSettings::default()) {
         Ok(ws) => assert_eq!(ws.transport(), Transport::Host),
         Err(e) => assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "{e}"),
     }

@@ -56,7 +56,14 @@ def patch_engine(engine: str, module: str, attr: str, replacement) -> None:
 
 
 def _debug() -> bool:
-    return os.environ.get("TPAR_DEBUG", "").strip().upper() in ("INFO", "DEBUG", "TRACE")
+    """``TPAR_DEBUG=INFO``, as tpar's native settings module parses it (a malformed value is
+    reported by the communicator, which refuses to start)."""
+    try:
+        from tpar._tpar import debug_logging
+
+        return debug_logging()
+    except Exception:  # noqa: BLE001 - logging must never stop an engine
+        return False
 
 
 def _say(msg: str, *args) -> None:

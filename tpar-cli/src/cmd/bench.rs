@@ -68,6 +68,11 @@ pub struct BenchArgs {
     /// GPUs: a whole verify step, CALLSxBYTES (e.g. 122x42K), per algorithm and mode
     #[arg(long, help_heading = "GPUs")]
     pub sequence: Option<String>,
+    /// GPUs: time other projects' all-reduce kernels beside tpar's, same group and harness,
+    /// and print tpar / peer per size: `vllm` (vLLM's custom all-reduce; bench/compare/vllm.sh
+    /// builds it), `vllm=LIB` for the library's path. With --json F, the peers go to F.peers.json
+    #[arg(long, value_name = "PEER[=LIB],..", help_heading = "GPUs")]
+    pub compare: Option<String>,
     /// GPU rank processes, one-GPU test: every rank on GPU 0, planning for this topology
     /// (preset or JSON). The processes time-slice the one GPU: the times measure that
     /// scheduling, not a fabric
@@ -132,6 +137,24 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             );
         }
     }
+    #[cfg(feature = "cuda")]
+    let mut peers = {
+        let run = harness::peer::PeerRun {
+            sizes: p.sizes.clone(),
+            dtypes: p.dtypes.clone(),
+            modes: p.modes.clone(),
+            inner: args.graph_inner,
+            warmup: args.warmup,
+            iters: args.iters,
+            check: args.check != 0,
+            sequence: p.sequence,
+        };
+        harness::peer::Session::new(args.compare.as_deref(), &target, args.json.as_deref(), run)?
+    };
+    #[cfg(not(feature = "cuda"))]
+    if args.compare.is_some() {
+        return Err("--compare: this tpar was built without the `cuda` feature".into());
+    }
     let max_bytes = p.sizes.iter().copied().max().unwrap_or(0).max(p.sequence.map_or(0, |s| s.1));
     let mut records = Vec::new();
     let mut wrong = 0i64;
@@ -141,6 +164,10 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             harness::run_groups(&target, &args.ranks, max_bytes, |g| {
                 root = g.root();
                 wrong += bench_group(g, &args, &p, &mut records)?;
+                #[cfg(feature = "cuda")]
+                if let Some(s) = peers.as_mut() {
+                    wrong += s.after_group(g, &records)?;
+                }
                 Ok(())
             })?;
         }
@@ -153,6 +180,9 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             let mut g = harness::gpu::GpuGroup::join(max_bytes, Some(&topology))?;
             root = g.comm.rank() == 0;
             wrong += bench_group(&mut g, &args, &p, &mut records)?;
+            if let Some(s) = peers.as_mut() {
+                wrong += s.after_group(&mut g, &records)?;
+            }
         }
         (Some(_), _) => return Err("--plan-topology puts GPU rank processes on one GPU: use --backend cuda".into()),
     }
@@ -166,6 +196,10 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         }
         if let Some(f) = &args.svg {
             output::write_svg(f, &records)?;
+        }
+        #[cfg(feature = "cuda")]
+        if let Some(s) = &peers {
+            s.write(args.json.as_deref())?;
         }
     }
     if wrong > 0 {

@@ -8,6 +8,7 @@ pub mod check;
 pub mod model;
 pub mod plan;
 pub mod selftest;
+pub mod settings;
 pub mod sim;
 pub mod topo;
 pub mod tune;

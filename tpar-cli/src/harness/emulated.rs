@@ -169,7 +169,6 @@ impl EmulatedRanks {
         let inner = t.inner.max(1);
         let start = Event::new(self.g.device()).map_err(err)?;
         let end = Event::new(self.g.device()).map_err(err)?;
-        self.g.prepare(d).map_err(err)?;
         let graph = match t.mode {
             CaptureMode::Graph => Some(
                 self.g
@@ -263,6 +262,9 @@ impl Group for EmulatedRanks {
     }
     fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
         ProfileFingerprint::new(&tpar::Topology::discover(), None, Backend::Cuda, self.g.world(), capture)
+    }
+    fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
+        Some(super::peer::Site::Emulated { device: self.g.device(), world: self.g.world() })
     }
 }
 

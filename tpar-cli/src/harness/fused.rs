@@ -196,7 +196,6 @@ impl FusedRanks {
                 Ok((path, self.judge(call, &f, in_place)?))
             }
             CaptureMode::Graph => {
-                self.g.prepare(call.dtype).map_err(what)?;
                 let mut path = None;
                 let graph = self
                     .g
@@ -235,7 +234,6 @@ impl FusedRanks {
             b.weight.fill_u32(TIMING_WORD).map_err(err)?;
         }
         let what = |e: tpar::Error| format!("{} {algo} {} {} x {}: {e}", op.label(), call.dtype, call.rows, call.hidden);
-        self.g.prepare(call.dtype).map_err(what)?;
         let inner = t.inner.max(1);
         // Compile and load everything first (nothing compiles inside a capture or a timing).
         self.enqueue(op, algo, call, &bufs).map_err(what)?;

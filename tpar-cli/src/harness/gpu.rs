@@ -74,7 +74,7 @@ impl GpuGroup {
             cfg.overrides.transport = Some(t);
         }
         let max_bytes = max_bytes.max(VEC_BYTES).div_ceil(VEC_BYTES) * VEC_BYTES;
-        let opts = GpuOptions { device: shared.map(|_| 0), max_bytes, topology: shared.cloned() };
+        let opts = GpuOptions { device: shared.map(|_| 0), max_bytes, topology: shared.cloned(), ..Default::default() };
         let comm = GpuCommunicator::init(&cfg, &opts).map_err(err)?;
         let input = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
         let output = DeviceBuffer::new(comm.device(), max_bytes).map_err(err)?;
@@ -116,8 +116,8 @@ impl GpuGroup {
         // counts within it) and live until synchronize below returns.
         let used = unsafe {
             match algo {
-                Some(a) => self.comm.all_reduce_with(a, d, count, i, o),
-                None => self.comm.all_reduce(d, count, i, o),
+                Some(a) => self.comm.all_reduce_with(a, d, count, i, o, CaptureMode::Eager),
+                None => self.comm.all_reduce(d, count, i, o, CaptureMode::Eager),
             }
         }
         .map_err(|x| what(x.to_string()))?;
@@ -144,7 +144,7 @@ impl GpuGroup {
             self.input.upload(&inputs[self.comm.rank()]).map_err(err)?;
             self.output.fill_u32(POISON_WORD).map_err(err)?;
             // SAFETY: both buffers hold max_bytes >= count * T's size and live past synchronize.
-            unsafe { self.comm.all_reduce_with(algo, T::DTYPE, count, self.input.ptr, self.output.ptr) }.map_err(err)?;
+            unsafe { self.comm.all_reduce_with(algo, T::DTYPE, count, self.input.ptr, self.output.ptr, CaptureMode::Eager) }.map_err(err)?;
             self.comm.synchronize().map_err(err)?;
             let mut out = vec![T::from_f32(0.0); count];
             self.output.download(&mut out).map_err(err)?;
@@ -158,7 +158,6 @@ impl GpuGroup {
         let inner = t.inner.max(1);
         self.input.fill_u32(TIMING_WORD).map_err(err)?;
         let (i, o) = (self.input.ptr, self.output.ptr);
-        self.comm.set_capture_mode(t.mode);
         let graph: Option<Graph> = match t.mode {
             CaptureMode::Eager => None,
             CaptureMode::Graph => {
@@ -170,7 +169,7 @@ impl GpuGroup {
                 for _ in 0..inner {
                     // SAFETY: both buffers hold max_bytes >= count * d.size() bytes and
                     // outlive the graph (dropped at the end of this function).
-                    cap = cap.and_then(|_| unsafe { self.comm.all_reduce_with(algo, d, count, i, o) });
+                    cap = cap.and_then(|_| unsafe { self.comm.all_reduce_with(algo, d, count, i, o, CaptureMode::Graph) });
                 }
                 let g = self.comm.stream().end_capture().map_err(err);
                 let checked = self.comm.end_capture_check().map_err(err);
@@ -188,7 +187,7 @@ impl GpuGroup {
                 None => {
                     for _ in 0..inner {
                         // SAFETY: as above; synchronize below waits for every call.
-                        unsafe { self.comm.all_reduce_with(algo, d, count, i, o) }.map_err(err)?;
+                        unsafe { self.comm.all_reduce_with(algo, d, count, i, o, CaptureMode::Eager) }.map_err(err)?;
                     }
                 }
             }
@@ -198,7 +197,6 @@ impl GpuGroup {
                 times.push(f64::from(self.start.elapsed_ms(&self.end).map_err(err)?) * 1e3 / inner as f64);
             }
         }
-        self.comm.set_capture_mode(CaptureMode::Eager);
         Ok(times)
     }
 }
@@ -260,10 +258,7 @@ impl Group for GpuGroup {
             .collect()
     }
     fn planned(&mut self, d: DType, bytes: usize, mode: CaptureMode) -> Option<Algorithm> {
-        self.comm.set_capture_mode(mode);
-        let a = self.comm.plan(d, bytes).algorithm;
-        self.comm.set_capture_mode(CaptureMode::Eager);
-        Some(a)
+        Some(self.comm.plan(d, bytes, mode).algorithm)
     }
     fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
         let o = by_dtype!(d, T => self.checked_t::<T>(algo, (seed, call), count, io)?);
@@ -284,5 +279,8 @@ impl Group for GpuGroup {
     }
     fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
         ProfileFingerprint::new(self.comm.topology(), None, Backend::Cuda, self.comm.world(), capture)
+    }
+    fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
+        Some(super::peer::Site::Rank { comm: &mut self.comm, shared: self.shared.is_some() })
     }
 }

@@ -21,9 +21,10 @@ pub const FAIL_GRACE: Duration = Duration::from_secs(60);
 /// How long ranks get between SIGTERM and SIGKILL when the run is stopped.
 const STOP_GRACE: Duration = Duration::from_millis(300);
 
-/// Whether this process is a rank (launched by us or by an outside launcher).
+/// Whether this process is a rank (launched by us or by an outside launcher): `TPAR_RANK`
+/// is set (a malformed one is reported when the rank joins).
 pub fn is_rank() -> bool {
-    std::env::var_os("TPAR_RANK").is_some()
+    tpar::settings::is_set("TPAR_RANK")
 }
 
 /// The signal that asked the launcher to stop (0: none yet).

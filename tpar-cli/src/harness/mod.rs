@@ -35,6 +35,8 @@ pub mod fused;
 pub mod gpu;
 pub mod launch;
 pub mod output;
+#[cfg(feature = "cuda")]
+pub mod peer;
 pub mod progress;
 pub mod table;
 pub mod verify;
@@ -399,6 +401,12 @@ pub trait Group {
     fn barrier(&mut self) -> Result<(), String>;
     /// The fingerprint a tuned profile of this group carries.
     fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint;
+    /// Where the ranks are, for timing another project's kernel beside tpar's (`bench
+    /// --compare`); `None` where no peer runs (CPU ranks).
+    #[cfg(feature = "cuda")]
+    fn peer_site(&mut self) -> Option<peer::Site<'_>> {
+        None
+    }
 }
 
 /// Runs `body` on each group of `target`: in this process for emulated ranks (one group per
@@ -464,7 +472,7 @@ pub fn encode_times(times: &[f64]) -> Vec<u8> {
 /// Whether this process prints what the ranks do before they run (the launcher, or rank 0
 /// under an outside launcher).
 pub fn first_process() -> bool {
-    std::env::var("TPAR_RANK").map_or(true, |r| r.trim() == "0")
+    !launch::is_rank() || tpar::Settings::from_env().is_ok_and(|s| s.job.rank == Some(0))
 }
 
 #[cfg(test)]

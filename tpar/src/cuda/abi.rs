@@ -22,6 +22,14 @@ pub const VEC_BYTES: usize = 16;
 pub const ERR_TIMEOUT: u32 = 1;
 /// Error code: a peer's call differs from this rank's (count, dtype or algorithm).
 pub const ERR_MISMATCH: u32 = 2;
+/// Error code written by the host, not a kernel: a peer's process died while this rank's
+/// calls waited for it (the GPU communicator's watchdog; `TparError::peer` names it).
+pub const ERR_PEER_DIED: u32 = 3;
+
+/// The push regions' empty sentinel, one 32-bit word for every dtype (all ones: the
+/// kernels' `TPAR_EMPTY_WORD`, the CPU backend's `dtype::EMPTY`), so calls of different
+/// dtypes share a push region with no refill between them.
+pub const EMPTY_WORD: u32 = crate::dtype::EMPTY as u32;
 
 /// Kernel argument, passed by value. Twin of `struct TparArgs` in common.cuh.
 #[repr(C)]
@@ -180,6 +188,11 @@ pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
                 theirs,
             })
         }
+        ERR_PEER_DIED => Some(crate::Error::PeerDied {
+            rank: rec.rank as usize,
+            peer: rec.peer as usize,
+            during: format!("this rank's calls on the GPU, which waited for it (ended by the liveness watchdog); {where_}"),
+        }),
         _ => None,
     }
 }

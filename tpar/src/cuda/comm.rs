@@ -1,42 +1,64 @@
 //! [`GpuCommunicator`]: one rank per process, one GPU per rank — how inference engines run.
 //!
 //! The setup chain is explicit: rendezvous (tpar's validated Unix socket, used here as the
-//! control plane only) -> this rank's workspace (`cuMemAlloc`) -> every peer's workspace
-//! mapped through CUDA IPC handles carried by the control plane -> NCCL joined over the same
-//! rendezvous when it can be -> per call, the plan. Ranks must agree on the plan's inputs
-//! (topology, profile, overrides): their digest salts the rendezvous fingerprint, so a rank
-//! that would plan differently is refused at init.
+//! control plane only) -> every rank's PCI address exchanged, the topology seen from the
+//! ranks ([`Topology::for_ranks`]) -> this rank's workspace (`cuMemAlloc`) -> every peer's
+//! workspace mapped through CUDA IPC handles carried by the control plane -> NCCL joined over
+//! the same rendezvous when tpar itself may call it ([`NcclUse`]) -> a watchdog thread that
+//! ends this rank's calls in flight when a peer's process dies. Ranks must agree on the
+//! plan's inputs (topology, profile, overrides): their digest salts the rendezvous
+//! fingerprint, and the ranks' topology is compared once more after the exchange.
 //!
-//! Owns: the dispatch from a plan decision to a kernel, an NCCL call, or an error. Must never
-//! launch nothing: every decision the plan can make is matched here, and the ones with no
-//! kernel yet (`hierarchical`) or no NCCL available are errors naming the way out.
+//! A call is resolved once per (dtype, bytes, capture mode) into a [`Resolved`]: the plan's
+//! decision and, for a kernel, its launch (variant, grid, threads, PDL) and the descriptor it
+//! announces. Resolution is where a decision can still be refused (a forced algorithm the
+//! registry's gate refuses, NCCL planned but not joined): the error names why and the way
+//! out. After it, a call checks its pointers and launches.
+//!
+//! Owns: the dispatch from a resolved call to a kernel, an NCCL call, or the caller's NCCL.
+//! Must never launch nothing: every route is matched, and a call routed to the caller's NCCL
+//! is refused by [`all_reduce_on`](GpuCommunicator::all_reduce_on) (callers ask
+//! [`route`](GpuCommunicator::route) first).
 
-use super::abi::MAX_BLOCKS;
 use super::driver::{Event, Stream};
-use super::fused::{FusedBufs, FusedCall, FusedPath};
 use super::ipc::IpcWorkspace;
+
+use super::fused::{FusedBufs, FusedCall, FusedPath, FusedResolved, FusedRoute};
+use super::launch::Launch;
+pub use super::route::{Resolved, Route};
 use super::nccl::{self, NcclComm};
 use crate::algorithms::registry;
-use crate::comm::Config;
-use crate::control::{ControlPlane, NoDataPlane};
-use crate::rendezvous::JoinSpec;
+use crate::config::Config;
+use crate::control::{ControlPlane, NoDataPlane, Watchdog, DEAD_PEER_GRACE, LIVENESS_PERIOD};
 use crate::error::{Error, Result};
 use crate::plan::cache::PlanCache;
-use crate::plan::{plan_fingerprint, plan_logged, Backend, CaptureMode, Overrides, Plan, PlanInput};
-use std::sync::{Arc, Mutex};
+use crate::plan::{plan_fingerprint, Backend, CaptureMode, Overrides, Plan, PlanInput};
 use crate::profile::Profile;
+use crate::rendezvous::JoinSpec;
+use crate::topology::ranks::Placement;
 use crate::topology::Topology;
 use crate::{Algorithm, DType, Transport};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How often [`GpuCommunicator::synchronize`] asks whether a peer process died.
-const LIVENESS_PERIOD: Duration = Duration::from_millis(10);
-/// How long a dead peer's work may still complete before the wait is abandoned (a peer that
-/// finished its part and exited is not a failure).
-const DEAD_PEER_GRACE: Duration = Duration::from_millis(200);
 /// Beyond the device-side deadline, so that a kernel's own timeout (which names the peer and
 /// phase) is what the caller sees when it can be.
 const HOST_GRACE: Duration = Duration::from_secs(1);
+/// Resolved calls kept before the memo starts over (many distinct sizes must not grow it
+/// without bound).
+const RESOLVED_MAX: usize = 4096;
+
+/// Whether tpar joins an NCCL communicator of its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NcclUse {
+    /// Join one at init, and run the calls the plan gives to NCCL on it (the default).
+    #[default]
+    Own,
+    /// Join none: the caller (an engine, with its own NCCL) runs the calls the plan gives to
+    /// NCCL; [`GpuCommunicator::route`] says which they are. Saves NCCL's memory and start-up.
+    Caller,
+}
 
 /// Where and how large a rank's GPU workspace is.
 #[derive(Clone, Debug, Default)]
@@ -45,27 +67,37 @@ pub struct GpuOptions {
     pub device: Option<usize>,
     /// Largest message tpar's kernels take; larger ones go to NCCL (the plan says so).
     pub max_bytes: usize,
-    /// The fabric to plan for; default: discovered through NVML.
+    /// The fabric to plan for; default: `TPAR_TOPOLOGY` (`Config::topology`), else
+    /// discovered through NVML.
     pub topology: Option<Topology>,
+    /// Whether tpar joins NCCL itself.
+    pub nccl: NcclUse,
 }
 
 /// One rank of a multi-process GPU group.
 pub struct GpuCommunicator {
+    // Dropped first: the watchdog thread writes into the workspace until it is joined.
+    watchdog: Watchdog,
     control: ControlPlane,
     ws: IpcWorkspace,
     nccl: std::result::Result<NcclComm, String>,
+    nccl_use: NcclUse,
     topology: Topology,
+    placement: Placement,
     overrides: Overrides,
     profile: Option<Profile>,
-    capture: CaptureMode,
     /// Orders this communicator's stream after a caller's stream ([`Self::wait_for`]).
     after_caller: Event,
     /// Orders a caller's stream after this communicator's calls ([`Self::signal_to`]).
     after_calls: Event,
     /// Bound on any wait (`Config::timeout`).
     timeout: Duration,
-    /// Decisions already made (eager calls do not re-plan).
-    plans: Mutex<PlanCache>,
+    /// The plan's decisions (pure; also what [`plan`](Self::plan) shows).
+    plans: PlanCache,
+    /// Calls resolved so far, per (dtype, bytes, capture mode).
+    resolved: HashMap<(DType, u64, CaptureMode), Arc<Resolved>>,
+    /// Fused calls resolved so far, per (dtype, rows, hidden, capture mode).
+    fused_resolved: HashMap<(DType, usize, usize, CaptureMode), Arc<FusedResolved>>,
     /// Whether calls are checked across ranks (TPAR_CHECK_CALLS, on by default).
     check_calls: bool,
     /// Between [`begin_capture_check`](Self::begin_capture_check) and
@@ -80,9 +112,10 @@ impl GpuCommunicator {
     /// Joins the job of `cfg` on this process's GPU.
     pub fn init(cfg: &Config, opts: &GpuOptions) -> Result<GpuCommunicator> {
         cfg.validate()?;
-        let topology = match &opts.topology {
-            Some(t) => t.clone(),
-            None => Topology::discover(),
+        let (machine, given) = match (&opts.topology, &cfg.topology) {
+            (Some(t), _) => (t.clone(), true),
+            (None, Some(name)) => (Topology::load(name)?, true),
+            (None, None) => (Topology::discover(), false),
         };
         if opts.max_bytes == 0 {
             return Err(Error::invalid("max_bytes", "must be positive"));
@@ -91,17 +124,28 @@ impl GpuCommunicator {
         let mut overrides = cfg.overrides.clone();
         let cap = opts.max_bytes as u64;
         overrides.max_bytes = Some(overrides.max_bytes.map_or(cap, |m| m.min(cap)));
-        overrides.validate(&topology, cfg.world, Backend::Cuda)?;
         let profile = match &overrides.profile {
             Some(p) => Some(Profile::load(p)?),
             None => None,
         };
         // The control plane alone (no CPU workspace): rendezvous, gather/broadcast, liveness.
-        let fingerprint = cfg.fingerprint ^ plan_fingerprint(&topology, profile.as_ref(), &overrides);
+        let fingerprint = cfg.fingerprint ^ plan_fingerprint(&machine, profile.as_ref(), &overrides);
         let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec { fingerprint, ..cfg.join_spec() })?;
-        let device = opts.device.unwrap_or(cfg.rank % topology.gpu_count().max(1));
-        let transport = kernel_transport(&topology, cfg.world, &overrides);
-        let mut ws = IpcWorkspace::with_transport(device, cfg.rank, cfg.world, opts.max_bytes, DType::BF16, cfg.timeout, transport, overrides.host_protocol, cfg.job_id)?;
+        let device = opts.device.unwrap_or(cfg.rank % machine.gpu_count().max(1));
+        let dev = super::driver::Device::open(device)?;
+        // Ranks are placed on the topology by their devices' PCI addresses, not by ordinal.
+        let ids: Vec<String> = control
+            .all_gather_bytes(dev.pci_bus_id()?.as_bytes())?
+            .into_iter()
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .collect();
+        let (topology, placement) = machine.for_ranks(&ids, given);
+        if let Placement::Unknown(why) = &placement {
+            tracing::warn!("tpar: rank {}: {why}; calls go to NCCL", cfg.rank);
+        }
+        overrides.validate(&topology, cfg.world, Backend::Cuda)?;
+        let transport = crate::plan::feasibility::kernel_transport(&topology, cfg.world, &overrides);
+        let mut ws = IpcWorkspace::with_transport(device, cfg.rank, cfg.world, opts.max_bytes, cfg.timeout, transport, overrides.host_protocol, cfg.job_id, cfg.launch)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;
         // Every rank has mapped the workspaces: the host segment's name can go.
@@ -110,24 +154,38 @@ impl GpuCommunicator {
         // The setting is in the plan digest, so every rank that got this far has the same.
         let check_calls = overrides.check_calls != Some(false);
         ws.set_check_calls(check_calls);
-        // The topology is in the plan digest too: every rank labels the same islands. Islands
-        // that do not cover the ranks (a world past the topology's GPUs) run as one.
+        // Every rank derived the same ranks' topology (the addresses were exchanged), so
+        // every rank labels the same islands. Islands that do not cover the ranks run as one.
         ws.set_islands(crate::algorithms::hierarchical::island_word(&as_u32(&islands_for(&topology, cfg.world)), cfg.world).unwrap_or(0));
-        let nccl = nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string());
+        let nccl = match opts.nccl {
+            NcclUse::Own => nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string()),
+            NcclUse::Caller => Err("not joined: the caller runs NCCL's calls (NcclUse::Caller)".to_string()),
+        };
         let after_caller = Event::ordering(ws.device())?;
         let after_calls = Event::ordering(ws.device())?;
+        let aborter = ws.aborter()?;
+        let rank = cfg.rank;
+        let watchdog = Watchdog::start(control.liveness_probe()?, cfg.rank, cfg.world, move |peer| {
+            if let Err(e) = aborter.peer_died(peer) {
+                tracing::warn!("tpar: rank {rank}: could not end the calls in flight after rank {peer} died: {e}");
+            }
+        })?;
         Ok(GpuCommunicator {
+            watchdog,
             after_caller,
             after_calls,
             timeout: cfg.timeout,
             control,
             ws,
             nccl,
+            nccl_use: opts.nccl,
             topology,
+            placement,
             overrides,
             profile,
-            capture: CaptureMode::Eager,
-            plans: Mutex::new(PlanCache::default()),
+            plans: PlanCache::default(),
+            resolved: HashMap::new(),
+            fused_resolved: HashMap::new(),
             check_calls,
             captured: None,
         })
@@ -158,9 +216,14 @@ impl GpuCommunicator {
         self.ws.stream()
     }
 
-    /// The fabric the plan decides for.
+    /// The fabric the plan decides for, as the ranks see it: GPU r is rank r's GPU.
     pub fn topology(&self) -> &Topology {
         &self.topology
+    }
+
+    /// How the ranks were placed on the topology (by PCI address, as-if, or not at all).
+    pub fn placement(&self) -> &Placement {
+        &self.placement
     }
 
     /// The islands `hierarchical` reduces over (normalised: members in rank order, islands
@@ -177,6 +240,7 @@ impl GpuCommunicator {
     /// # Safety
     /// `stream` must be a live stream of this rank's device (or 0, the legacy stream).
     pub unsafe fn wait_for(&mut self, stream: u64) -> Result<()> {
+        self.ws.device().bind()?;
         // SAFETY: the caller vouches for `stream`; our stream is live.
         unsafe {
             self.after_caller.record_on(stream as super::driver::sys::CUstream)?;
@@ -191,6 +255,7 @@ impl GpuCommunicator {
     /// # Safety
     /// As for [`wait_for`](Self::wait_for).
     pub unsafe fn signal_to(&mut self, stream: u64) -> Result<()> {
+        self.ws.device().bind()?;
         // SAFETY: as above.
         unsafe {
             self.after_calls.record_on(self.ws.stream().raw)?;
@@ -203,16 +268,11 @@ impl GpuCommunicator {
         self.nccl.as_ref().map(|_| ()).map_err(|s| s.as_str())
     }
 
-    /// Tells the plan whether calls are being captured into a CUDA graph.
-    pub fn set_capture_mode(&mut self, capture: CaptureMode) {
-        self.capture = capture;
-    }
-
     /// Starts a checked capture: from now until [`end_capture_check`](Self::end_capture_check),
-    /// calls made in graph mode ([`set_capture_mode`](Self::set_capture_mode)) are recorded
-    /// on the host and launched without a per-call descriptor (the kernels then skip the
-    /// descriptor exchange); eager calls in between keep theirs. Every rank must bracket the
-    /// same capture. Without this bracket, captured calls carry descriptors as eager ones do.
+    /// calls made in graph mode are recorded on the host and launched without a per-call
+    /// descriptor (the kernels then skip the descriptor exchange); eager calls in between keep
+    /// theirs. Every rank must bracket the same capture. Without this bracket, captured calls
+    /// carry descriptors as eager ones do.
     pub fn begin_capture_check(&mut self) -> Result<()> {
         self.ws.check_poisoned()?;
         if self.captured.is_some() {
@@ -230,7 +290,6 @@ impl GpuCommunicator {
     /// `Error::Mismatch` naming the first differing call, and the communicator is poisoned
     /// (the captured graph must not be replayed: its kernels carry no descriptor to catch it).
     pub fn end_capture_check(&mut self) -> Result<usize> {
-        self.ws.set_check_calls(self.check_calls);
         let Some(seq) = self.captured.take() else {
             self.ws.check_poisoned()?;
             return Ok(0);
@@ -261,210 +320,52 @@ impl GpuCommunicator {
         Err(e)
     }
 
-    /// The decision for `bytes` of `dtype` (logged once under `TPAR_DEBUG=INFO`).
-    pub fn plan(&self, dtype: DType, bytes: usize) -> Plan {
-        (*self.cached_plan(dtype, bytes)).clone()
-    }
-
-    /// [`plan`](Self::plan) from this communicator's memo (`plan::cache`): one decision per
-    /// (dtype, size, capture mode), shared, so an eager call does not re-plan (nor format a
-    /// reason). What bindings pass to [`all_reduce_on`](Self::all_reduce_on).
-    pub fn cached_plan(&self, dtype: DType, bytes: usize) -> Arc<Plan> {
+    /// The plan's decision for `bytes` of `dtype` in `mode` (logged once under
+    /// `TPAR_DEBUG=INFO`), from this communicator's memo.
+    pub fn plan(&mut self, dtype: DType, bytes: usize, mode: CaptureMode) -> Arc<Plan> {
         let input = PlanInput {
             topology: &self.topology,
             world: self.control.world(),
             bytes: bytes as u64,
             dtype,
-            capture: self.capture,
+            capture: mode,
             backend: Backend::Cuda,
             profile: self.profile.as_ref(),
             overrides: &self.overrides,
         };
-        match self.plans.lock() {
-            Ok(mut c) => c.get(&input),
-            // A poisoned lock only means a panic elsewhere mid-insert; plan afresh.
-            Err(_) => Arc::new(plan_logged(&input)),
+        self.plans.get(&input)
+    }
+
+    /// The call of `bytes` of `dtype` in `mode`, resolved once (plan, gate, launch shape) and
+    /// remembered. An error here (a refusal that names why) is not remembered.
+    pub fn resolve(&mut self, dtype: DType, bytes: usize, mode: CaptureMode) -> Result<Arc<Resolved>> {
+        let key = (dtype, bytes as u64, mode);
+        if let Some(r) = self.resolved.get(&key) {
+            return Ok(Arc::clone(r));
         }
-    }
-
-    /// Enqueues a sum all-reduce of `count` elements on [`stream`](Self::stream) and returns
-    /// the algorithm the plan chose. Every rank must make the same calls in the same order.
-    ///
-    /// # Safety
-    /// `input` and `output` must be device pointers on this rank's GPU, 16-byte aligned,
-    /// valid for `count` elements of `dtype` until the stream's work completes (`output` may
-    /// equal `input`). The input must be complete when the call runs on
-    /// [`stream`](Self::stream): enqueue the work that writes it there, or call
-    /// [`wait_for`](Self::wait_for) with the stream it runs on. The stream is non-blocking,
-    /// so it does not wait for the legacy default stream (a plain `cuMemcpyHtoD` from
-    /// pageable memory may still be landing when it returns).
-    pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
-        let p = self.cached_plan(dtype, count.saturating_mul(dtype.size()));
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.dispatch(&p, dtype, count, input, output) }
-    }
-
-    /// Enqueues the decision `p` (from [`plan`](Self::plan), which a caller may cache per
-    /// dtype, size and capture mode) directly on the caller's `stream`: no event pair
-    /// ([`wait_for`](Self::wait_for) / [`signal_to`](Self::signal_to)) is needed, since the
-    /// kernel (or NCCL) runs after the work enqueued there before and before the work
-    /// enqueued after. What framework bindings use (PyTorch's current stream), inside and
-    /// outside CUDA graph capture. [`synchronize`](Self::synchronize) then only reads the
-    /// kernels' error records: to wait for the calls themselves, [`wait_for`](Self::wait_for)
-    /// the caller's stream first.
-    ///
-    /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce), and `stream` must be a live stream of this
-    /// rank's device (or 0, the legacy stream).
-    pub unsafe fn all_reduce_on(&mut self, stream: u64, p: &Plan, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
-        // SAFETY: the caller vouches for `stream`; it is swapped back before returning, and
-        // `dispatch` neither panics nor drops the workspace.
-        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
-        // SAFETY: the caller's contract is passed on unchanged.
-        let r = unsafe { self.dispatch(p, dtype, count, input, output) };
-        // SAFETY: `own` is this workspace's own live stream, swapped out above.
-        unsafe { self.ws.swap_stream(own) };
-        r
-    }
-
-    /// As [`all_reduce`](Self::all_reduce) with `algo` forced (benchmarks, comparisons with
-    /// NCCL in the same run). The forced algorithm still goes through the same dispatch.
-    ///
-    /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce).
-    pub unsafe fn all_reduce_with(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
-        let mut p = self.plan(dtype, count.saturating_mul(dtype.size()));
-        if p.algorithm != algo {
-            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
-            p.algorithm = algo;
-            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
-            if p.blocks == 0 {
-                p.blocks = super::launch::blocks_for(algo, p.transport, count.saturating_mul(dtype.size()), self.world());
-            }
+        let plan = self.plan(dtype, bytes, mode);
+        let route = self.route_of(&plan, dtype, bytes)?;
+        if self.resolved.len() >= RESOLVED_MAX {
+            self.resolved.clear();
         }
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.dispatch(&p, dtype, count, input, output) }
+        let r = Arc::new(Resolved { plan, route });
+        self.resolved.insert(key, Arc::clone(&r));
+        Ok(r)
     }
 
-    /// Enqueues a fused all-reduce + residual add + RMSNorm on [`stream`](Self::stream)
-    /// (docs/cuda.md "Fused"): the sum of every rank's `bufs.input` in rank order, rounded
-    /// once; `residual_out = round(sum + residual)`; `norm_out = round((residual_out *
-    /// inv_rms) * weight)` per row, with the fixed-order sum of squares. The plan for the
-    /// message (x's bytes) decides the algorithm; its fused kernel runs where it takes the
-    /// call (`fused::fused_unfit`), else the unfused path (that algorithm's all-reduce, or
-    /// NCCL, into `norm_out`, then tpar's add-RMSNorm kernel in place): the same bits.
-    /// Returns the path taken. `residual` and `weight` must be the same on every rank.
-    ///
-    /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce), for every buffer of `bufs` (x, the residual
-    /// and both outputs `call.count()` elements, the weight `call.hidden`).
-    pub unsafe fn all_reduce_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs) -> Result<FusedPath> {
-        let p = self.cached_plan(call.dtype, call.bytes());
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.dispatch_fused(&p, call, bufs, false) }
+    /// Where a call of `bytes` of `dtype` in `mode` goes: what an engine asks before it
+    /// hands a call over (`should_custom_ar`). Memoised with the resolution.
+    pub fn route(&mut self, dtype: DType, bytes: usize, mode: CaptureMode) -> Result<Route> {
+        self.resolve(dtype, bytes, mode).map(|r| r.route)
     }
 
-    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), with the plan `p` (for
-    /// x's bytes), directly on the caller's `stream` (as [`all_reduce_on`](Self::all_reduce_on)).
-    ///
-    /// # Safety
-    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), and `stream` must be a
-    /// live stream of this rank's device (or 0, the legacy stream).
-    pub unsafe fn all_reduce_add_rmsnorm_on(&mut self, stream: u64, p: &Plan, call: &FusedCall, bufs: &FusedBufs) -> Result<FusedPath> {
-        // SAFETY: as in all_reduce_on: swapped back before returning.
-        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
-        // SAFETY: the caller's contract is passed on unchanged.
-        let r = unsafe { self.dispatch_fused(p, call, bufs, false) };
-        // SAFETY: `own` is this workspace's own live stream, swapped out above.
-        unsafe { self.ws.swap_stream(own) };
-        r
-    }
-
-    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm) with `algo` forced, and
-    /// with `unfused` the unfused path even where a fused kernel would take the call
-    /// (benchmarks: the fused kernel against the all-reduce followed by the add-RMSNorm).
-    ///
-    /// # Safety
-    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm).
-    pub unsafe fn all_reduce_add_rmsnorm_with(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, unfused: bool) -> Result<FusedPath> {
-        let mut p = self.plan(call.dtype, call.bytes());
-        if p.algorithm != algo {
-            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
-            p.algorithm = algo;
-            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
-            if p.blocks == 0 {
-                p.blocks = super::launch::blocks_for(algo, p.transport, call.bytes(), self.world());
-            }
-        }
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.dispatch_fused(&p, call, bufs, unfused) }
-    }
-
-    /// tpar's add-RMSNorm kernel alone (no communication) on the caller's `stream`: for a
-    /// caller whose all-reduce ran elsewhere (the plan said NCCL and the caller ran its own).
-    /// x = `bufs.input`; in place when `norm_out == input`.
-    ///
-    /// # Safety
-    /// As for [`all_reduce_add_rmsnorm_on`](Self::all_reduce_add_rmsnorm_on).
-    pub unsafe fn add_rmsnorm_on(&mut self, stream: u64, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
-        self.ws.check_poisoned()?;
-        // SAFETY: as in all_reduce_on: swapped back before returning.
-        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
-        let r = self.ws.enqueue_add_rmsnorm(call, bufs);
-        // SAFETY: `own` is this workspace's own live stream, swapped out above.
-        unsafe { self.ws.swap_stream(own) };
-        r
-    }
-
-    /// # Safety
-    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm).
-    unsafe fn dispatch_fused(&mut self, p: &Plan, call: &FusedCall, bufs: &FusedBufs, unfused: bool) -> Result<FusedPath> {
-        self.ws.check_poisoned()?;
-        call.validate()?;
-        bufs.check(call)?;
-        let kernel = !unfused
-            && super::kernels::has_fused_variant(p.algorithm)
-            && registry::runnable(p.algorithm, Backend::Cuda, p.transport).is_ok()
-            && p.transport == self.ws.transport()
-            && self.ws.fused_unfit(p.algorithm, call).is_none();
-        if kernel {
-            let recorded = match (&mut self.captured, self.capture) {
-                (Some(seq), CaptureMode::Graph) => {
-                    seq.push(super::abi::pack_call(call.count(), super::abi::fused_desc_code(p.algorithm, call.dtype)));
-                    true
-                }
-                _ => false,
-            };
-            self.ws.set_check_calls(self.check_calls && !recorded);
-            self.ws.enqueue_fused(p.algorithm, call, bufs, p.blocks.clamp(1, MAX_BLOCKS as u32))?;
-            return Ok(FusedPath::Fused(p.algorithm));
-        }
-        // SAFETY: the caller's contract covers x and norm_out for count elements.
-        let algo = unsafe { self.dispatch(p, call.dtype, call.count(), bufs.input, bufs.norm_out) }?;
-        self.ws.enqueue_add_rmsnorm(call, &FusedBufs { input: bufs.norm_out, ..*bufs })?;
-        Ok(FusedPath::Unfused(algo))
-    }
-
-    /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce).
-    unsafe fn dispatch(&mut self, p: &Plan, dtype: DType, count: usize, input: u64, output: u64) -> Result<Algorithm> {
-        self.ws.check_poisoned()?;
-        if count == 0 {
-            return Ok(p.algorithm);
-        }
-        match p.algorithm {
-            Algorithm::Nccl => match &self.nccl {
-                Ok(n) => {
-                    if let (Some(seq), CaptureMode::Graph) = (&mut self.captured, self.capture) {
-                        seq.push(super::abi::pack_call(count, super::abi::desc_code(Algorithm::Nccl, dtype)));
-                    }
-                    // SAFETY: the caller's contract on input/output is NCCL's.
-                    unsafe { n.all_reduce(input, output, count, dtype, self.ws.stream()) }.map(|()| Algorithm::Nccl)
-                }
-                Err(why) => Err(Error::Unsupported {
-                    what: format!("the plan's choice of NCCL ({})", p.reason),
-                    reason: format!("NCCL did not join: {why}"),
-                }),
+    fn route_of(&mut self, plan: &Plan, dtype: DType, bytes: usize) -> Result<Route> {
+        let refused = |reason: String| Error::Unsupported { what: format!("{} over {} ({})", plan.algorithm, plan.transport, plan.reason), reason };
+        match plan.algorithm {
+            Algorithm::Nccl => match (&self.nccl, self.nccl_use) {
+                (Ok(_), _) => Ok(Route::Nccl),
+                (Err(_), NcclUse::Caller) => Ok(Route::Caller),
+                (Err(why), NcclUse::Own) => Err(Error::Unsupported { what: format!("the plan's choice of NCCL ({})", plan.reason), reason: format!("NCCL did not join: {why}") }),
             },
             Algorithm::OneshotPush
             | Algorithm::OneshotPull
@@ -475,44 +376,326 @@ impl GpuCommunicator {
             | Algorithm::GatherBcast => {
                 // The registry is the gate: the plan only picks what it accepts, and a forced
                 // algorithm it refuses is an error naming why, never a launch of nothing.
-                registry::runnable(p.algorithm, Backend::Cuda, p.transport).map_err(|reason| Error::Unsupported {
-                    what: format!("{} over {} ({})", p.algorithm, p.transport, p.reason),
-                    reason,
-                })?;
-                if p.transport != self.ws.transport() {
-                    return Err(Error::Unsupported {
-                        what: format!("{} over {} ({})", p.algorithm, p.transport, p.reason),
-                        reason: format!(
-                            "this communicator's workspaces are {} memory (set TPAR_TRANSPORT at init to choose: host, or p2p where the GPUs reach each other)",
-                            if self.ws.transport() == Transport::Host { "shared host" } else { "device" }
-                        ),
-                    });
+                registry::runnable(plan.algorithm, Backend::Cuda, plan.transport).map_err(refused)?;
+                if plan.transport != self.ws.transport() {
+                    return Err(refused(format!(
+                        "this communicator's workspaces are {} memory (set TPAR_TRANSPORT at init to choose: host, or p2p where the GPUs reach each other)",
+                        if self.ws.transport() == Transport::Host { "shared host" } else { "device" }
+                    )));
                 }
-                let blocks = p.blocks.clamp(1, MAX_BLOCKS as u32);
-                // A checked capture records the call on the host instead of a descriptor.
-                let recorded = match (&mut self.captured, self.capture) {
-                    (Some(seq), CaptureMode::Graph) => {
-                        seq.push(super::abi::pack_call(count, super::abi::desc_code(p.algorithm, dtype)));
-                        true
-                    }
-                    _ => false,
-                };
-                self.ws.set_check_calls(self.check_calls && !recorded);
-                self.ws.enqueue(p.algorithm, dtype, count, input, output, blocks)?;
-                Ok(p.algorithm)
+                if bytes == 0 {
+                    // Nothing moves; every rank returns at once (see `submit`).
+                    return Ok(Route::Kernel { algorithm: plan.algorithm, launch: Launch::none(), desc_code: 0 });
+                }
+                let launch = self.ws.resolve(plan.algorithm, dtype, bytes, plan.blocks)?;
+                Ok(Route::Kernel { algorithm: plan.algorithm, launch, desc_code: super::abi::desc_code(plan.algorithm, dtype) })
             }
         }
     }
 
-    /// Waits for this rank's enqueued work; never longer than the timeout (plus a second).
+    /// Enqueues a sum all-reduce of `count` elements on [`stream`](Self::stream) and returns
+    /// the algorithm that runs. `mode`: whether the stream is being captured into a CUDA
+    /// graph. Every rank must make the same calls in the same order.
+    ///
+    /// # Safety
+    /// `input` and `output` must be device pointers on this rank's GPU, 16-byte aligned,
+    /// valid for `count` elements of `dtype` until the stream's work completes (`output` may
+    /// equal `input`). The input must be complete when the call runs on
+    /// [`stream`](Self::stream): enqueue the work that writes it there, or call
+    /// [`wait_for`](Self::wait_for) with the stream it runs on. The stream is non-blocking,
+    /// so it does not wait for the legacy default stream (a plain `cuMemcpyHtoD` from
+    /// pageable memory may still be landing when it returns).
+    pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
+        let r = self.resolve(dtype, count.saturating_mul(dtype.size()), mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit(None, &r, dtype, count, input, output, mode) }
+    }
+
+    /// As [`all_reduce`](Self::all_reduce), directly on the caller's `stream`: no event pair
+    /// ([`wait_for`](Self::wait_for) / [`signal_to`](Self::signal_to)) is needed, since the
+    /// kernel (or NCCL) runs after the work enqueued there before and before the work
+    /// enqueued after. What framework bindings use (PyTorch's current stream), inside and
+    /// outside CUDA graph capture. [`synchronize`](Self::synchronize) then only reads the
+    /// kernels' error records: to wait for the calls themselves, [`wait_for`](Self::wait_for)
+    /// the caller's stream first. A call the plan gives to NCCL on a communicator without
+    /// NCCL of its own ([`NcclUse::Caller`]) is refused: ask [`route`](Self::route) first.
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce), and `stream` must be a live stream of this
+    /// rank's device (or 0, the legacy stream).
+    pub unsafe fn all_reduce_on(&mut self, stream: u64, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
+        let r = self.resolve(dtype, count.saturating_mul(dtype.size()), mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit(Some(stream), &r, dtype, count, input, output, mode) }
+    }
+
+    /// As [`all_reduce`](Self::all_reduce) with `algo` forced (benchmarks, comparisons with
+    /// NCCL in the same run): the plan's decision with the algorithm replaced, resolved the
+    /// same way (the block count is then the launch policy's).
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce).
+    pub unsafe fn all_reduce_with(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
+        let bytes = count.saturating_mul(dtype.size());
+        let planned = self.plan(dtype, bytes, mode);
+        let r = if planned.algorithm == algo {
+            self.resolve(dtype, bytes, mode)?
+        } else {
+            let mut p = (*planned).clone();
+            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
+            p.algorithm = algo;
+            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
+            p.blocks = 0;
+            let route = self.route_of(&p, dtype, bytes)?;
+            Arc::new(Resolved { plan: Arc::new(p), route })
+        };
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit(None, &r, dtype, count, input, output, mode) }
+    }
+
+    /// Runs a resolved call: on `stream` (the caller's) or this communicator's own.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_on`](Self::all_reduce_on).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn submit(&mut self, stream: Option<u64>, r: &Resolved, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
+        self.ws.check_poisoned()?;
+        if let Some(peer) = self.watchdog.dead_peer() {
+            let e = Error::PeerDied { rank: self.rank(), peer, during: "an earlier call (seen by this rank's liveness watchdog)".into() };
+            self.ws.poison(e.to_string());
+            return Err(e);
+        }
+        if count == 0 {
+            return Ok(r.algorithm());
+        }
+        self.ws.device().bind()?;
+        let recorded = match (&mut self.captured, mode) {
+            (Some(seq), CaptureMode::Graph) => {
+                seq.push(super::abi::pack_call(count, super::abi::desc_code(r.algorithm(), dtype)));
+                true
+            }
+            _ => false,
+        };
+        match r.route {
+            Route::Caller => Err(Error::Unsupported {
+                what: format!("the plan's choice of NCCL ({})", r.plan.reason),
+                reason: "this communicator joined no NCCL (NcclUse::Caller): the caller runs these calls on its own NCCL (route() says which)".into(),
+            }),
+            Route::Nccl => {
+                let Ok(n) = &self.nccl else {
+                    return Err(Error::Unsupported { what: "NCCL".into(), reason: "not joined".into() });
+                };
+                match stream {
+                    // SAFETY: the caller's contract on input/output/stream is NCCL's.
+                    Some(s) => unsafe { n.all_reduce_raw(input, output, count, dtype, s) },
+                    // SAFETY: the caller's contract on input/output is NCCL's.
+                    None => unsafe { n.all_reduce(input, output, count, dtype, self.ws.stream()) },
+                }
+                .map(|()| Algorithm::Nccl)
+            }
+            Route::Kernel { algorithm, launch, desc_code } => {
+                let desc = if recorded || !self.check_calls { 0 } else { desc_code };
+                let own = stream.map(|s| {
+                    // SAFETY: the caller vouches for `s`; it is swapped back below, and
+                    // launch_resolved neither panics nor drops the workspace.
+                    unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
+                });
+                let res = self.ws.launch_resolved(&launch, desc, count, input, output);
+                if let Some(own) = own {
+                    // SAFETY: `own` is this workspace's own live stream, swapped out above.
+                    unsafe { self.ws.swap_stream(own) };
+                }
+                res.map(|()| algorithm)
+            }
+        }
+    }
+
+    /// The fused call shape of `call` in `mode` (docs/cuda.md "Fused"), resolved once and
+    /// remembered: the plan for x's bytes decides the algorithm; its fused kernel where it
+    /// takes the shape (`fused::fused_unfit`, the same answer on every rank), else the
+    /// all-reduce's own route followed by tpar's add-RMSNorm kernel.
+    pub fn resolve_fused(&mut self, call: &FusedCall, mode: CaptureMode) -> Result<Arc<FusedResolved>> {
+        let key = (call.dtype, call.rows, call.hidden, mode);
+        if let Some(r) = self.fused_resolved.get(&key) {
+            return Ok(Arc::clone(r));
+        }
+        call.validate()?;
+        let ar = self.resolve(call.dtype, call.bytes(), mode)?;
+        let route = match ar.route {
+            Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => {
+                let launch = self.ws.resolve_fused(algorithm, call, ar.plan.blocks)?;
+                FusedRoute::Fused { algorithm, launch, desc_code: super::abi::fused_desc_code(algorithm, call.dtype) }
+            }
+            all_reduce => FusedRoute::Unfused { all_reduce, norm: self.ws.resolve_add_rmsnorm(call)? },
+        };
+        if self.fused_resolved.len() >= RESOLVED_MAX {
+            self.fused_resolved.clear();
+        }
+        let r = Arc::new(FusedResolved { plan: Arc::clone(&ar.plan), route });
+        self.fused_resolved.insert(key, Arc::clone(&r));
+        Ok(r)
+    }
+
+    /// Enqueues a fused all-reduce + residual add + RMSNorm on [`stream`](Self::stream)
+    /// (docs/cuda.md "Fused"): every rank's `bufs.input` summed in rank order, rounded once;
+    /// `residual_out = round(sum + residual)`; `norm_out = round((residual_out * inv_rms) *
+    /// weight)` per row, the sum of squares in a fixed order. Returns the path taken (the
+    /// same bits either way). `residual`, `weight`, `eps` and `hidden` must be the same on
+    /// every rank, as under tensor parallelism.
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce), for every buffer of `bufs` (x, the residual
+    /// and both outputs `call.count()` elements, the weight `call.hidden`).
+    pub unsafe fn all_reduce_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode) -> Result<FusedPath> {
+        let r = self.resolve_fused(call, mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit_fused(None, &r, call, bufs, mode) }
+    }
+
+    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), directly on the caller's
+    /// `stream` (as [`all_reduce_on`](Self::all_reduce_on); a shape whose all-reduce the plan
+    /// gives to the caller's NCCL is refused: ask [`resolve_fused`](Self::resolve_fused)).
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), and `stream` must be a
+    /// live stream of this rank's device (or 0, the legacy stream).
+    pub unsafe fn all_reduce_add_rmsnorm_on(&mut self, stream: u64, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode) -> Result<FusedPath> {
+        let r = self.resolve_fused(call, mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit_fused(Some(stream), &r, call, bufs, mode) }
+    }
+
+    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm) with `algo` forced, and with
+    /// `unfused` the unfused path even where a fused kernel would take the call (benchmarks:
+    /// the fused kernel against the all-reduce followed by the add-RMSNorm kernel).
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm).
+    pub unsafe fn all_reduce_add_rmsnorm_with(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode, unfused: bool) -> Result<FusedPath> {
+        call.validate()?;
+        let bytes = call.bytes();
+        let planned = self.plan(call.dtype, bytes, mode);
+        let mut p = (*planned).clone();
+        if p.algorithm != algo {
+            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
+            p.algorithm = algo;
+            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
+            p.blocks = 0;
+        }
+        let ar = self.route_of(&p, call.dtype, bytes)?;
+        let route = match ar {
+            Route::Kernel { algorithm, .. } if !unfused && self.ws.fused_unfit(algorithm, call).is_none() => {
+                let launch = self.ws.resolve_fused(algorithm, call, p.blocks)?;
+                FusedRoute::Fused { algorithm, launch, desc_code: super::abi::fused_desc_code(algorithm, call.dtype) }
+            }
+            all_reduce => FusedRoute::Unfused { all_reduce, norm: self.ws.resolve_add_rmsnorm(call)? },
+        };
+        let r = FusedResolved { plan: Arc::new(p), route };
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit_fused(None, &r, call, bufs, mode) }
+    }
+
+    /// tpar's add-RMSNorm kernel alone (no communication) on the caller's `stream`: for a
+    /// caller whose all-reduce ran on its own NCCL (a fused shape routed to the caller's
+    /// NCCL). x = `bufs.input`; in place when `norm_out == input`.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm_on`](Self::all_reduce_add_rmsnorm_on).
+    pub unsafe fn add_rmsnorm_on(&mut self, stream: u64, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.ws.check_poisoned()?;
+        self.ws.device().bind()?;
+        let l = self.ws.resolve_add_rmsnorm(call)?;
+        // SAFETY: the caller vouches for `stream`; swapped back below, and the launch neither
+        // panics nor drops the workspace.
+        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
+        let res = self.ws.launch_add_rmsnorm(&l, call, bufs);
+        // SAFETY: `own` is this workspace's own live stream, swapped out above.
+        unsafe { self.ws.swap_stream(own) };
+        res
+    }
+
+    /// Runs a resolved fused call: on `stream` (the caller's) or this communicator's own.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm_on`](Self::all_reduce_add_rmsnorm_on).
+    unsafe fn submit_fused(&mut self, stream: Option<u64>, r: &FusedResolved, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode) -> Result<FusedPath> {
+        self.ws.check_poisoned()?;
+        bufs.check(call)?;
+        match r.route {
+            FusedRoute::Fused { algorithm, launch, desc_code } => {
+                if let Some(peer) = self.watchdog.dead_peer() {
+                    let e = Error::PeerDied { rank: self.rank(), peer, during: "an earlier call (seen by this rank's liveness watchdog)".into() };
+                    self.ws.poison(e.to_string());
+                    return Err(e);
+                }
+                self.ws.device().bind()?;
+                let recorded = match (&mut self.captured, mode) {
+                    (Some(seq), CaptureMode::Graph) => {
+                        seq.push(super::abi::pack_call(call.count(), desc_code));
+                        true
+                    }
+                    _ => false,
+                };
+                let desc = if recorded || !self.check_calls { 0 } else { desc_code };
+                let own = stream.map(|s| {
+                    // SAFETY: the caller vouches for `s`; it is swapped back below, and
+                    // launch_fused_resolved neither panics nor drops the workspace.
+                    unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
+                });
+                let res = self.ws.launch_fused_resolved(&launch, desc, call, bufs);
+                if let Some(own) = own {
+                    // SAFETY: `own` is this workspace's own live stream, swapped out above.
+                    unsafe { self.ws.swap_stream(own) };
+                }
+                res.map(|()| FusedPath::Fused(algorithm))
+            }
+            FusedRoute::Unfused { all_reduce, norm } => {
+                let ar = Resolved { plan: Arc::clone(&r.plan), route: all_reduce };
+                // SAFETY: the caller's contract covers x and norm_out for count elements.
+                let algo = unsafe { self.submit(stream, &ar, call.dtype, call.count(), bufs.input, bufs.norm_out, mode) }?;
+                let normed = FusedBufs { input: bufs.norm_out, ..*bufs };
+                let own = stream.map(|s| {
+                    // SAFETY: as above.
+                    unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
+                });
+                let res = self.ws.launch_add_rmsnorm(&norm, call, &normed);
+                if let Some(own) = own {
+                    // SAFETY: `own` is this workspace's own live stream, swapped out above.
+                    unsafe { self.ws.swap_stream(own) };
+                }
+                res.map(|()| FusedPath::Unfused(algo))
+            }
+        }
+    }
+
+    /// Raises what is known without waiting: a dead peer (the watchdog), an error a kernel
+    /// recorded, or a poisoned state. Cheap (no synchronisation): bindings call it before
+    /// every eager call.
+    pub fn check_errors(&mut self) -> Result<()> {
+        self.ws.check_poisoned()?;
+        if let Some(e) = self.ws.recorded_error() {
+            return Err(e);
+        }
+        if let Some(peer) = self.watchdog.dead_peer() {
+            let e = Error::PeerDied { rank: self.rank(), peer, during: "its process ended (seen by this rank's liveness watchdog)".into() };
+            self.ws.poison(e.to_string());
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Waits for this rank's enqueued work on its own stream; never longer than the timeout
+    /// (plus a second).
     ///
     /// tpar's kernels bound their own waits on the device (a timeout there is
-    /// `Error::Timeout` naming the peer and phase). NCCL's do not: a peer that died mid-call
-    /// would leave this stream waiting forever. So the host bounds the wait too: a peer
-    /// whose process is gone (and whose work does not complete within 200 ms after) is
-    /// `Error::PeerDied`, no completion by the deadline is `Error::Timeout`; either aborts
-    /// NCCL (its kernels return) and poisons the communicator.
+    /// `Error::Timeout` naming the peer and phase), and the watchdog ends them when a peer
+    /// dies. NCCL's do not: a peer that died mid-call would leave this stream waiting
+    /// forever. So the host bounds the wait too: a peer whose process is gone (and whose
+    /// work does not complete within 200 ms after) is `Error::PeerDied`, no completion by
+    /// the deadline is `Error::Timeout`; either aborts NCCL (its kernels return) and poisons
+    /// the communicator.
     pub fn synchronize(&mut self) -> Result<()> {
+        self.ws.device().bind()?;
         let start = Instant::now();
         let deadline = start + self.timeout + HOST_GRACE;
         let mut next_liveness = start + LIVENESS_PERIOD;
@@ -581,22 +764,4 @@ fn islands_for(t: &Topology, world: usize) -> Vec<Vec<usize>> {
 
 fn as_u32(islands: &[Vec<usize>]) -> Vec<Vec<u32>> {
     islands.iter().map(|i| i.iter().map(|&r| r as u32).collect()).collect()
-}
-
-/// The transport of tpar's kernels for this communicator, fixed at init: `host` when the
-/// settings force it or when the plan would use it (the ranks' GPUs cannot write each other
-/// peer-to-peer), else `p2p`. It follows the plan's own rule (`plan::default_plan`, and
-/// `feasibility::natural_transport` for profiles and forced algorithms), so every kernel
-/// plan the plan makes here runs over it; its inputs are in the plan digest, so every rank
-/// picks the same.
-fn kernel_transport(topology: &Topology, world: usize, overrides: &Overrides) -> Transport {
-    use crate::plan::feasibility::{transport_usable, Fabric};
-    let f = Fabric::of(topology, world.max(1), Backend::Cuda);
-    let host_ok = transport_usable(Transport::Host, &f).is_ok();
-    match overrides.transport {
-        Some(Transport::Host) => Transport::Host,
-        Some(_) => Transport::P2p,
-        None if host_ok && f.fits() && transport_usable(Transport::P2p, &f).is_err() => Transport::Host,
-        None => Transport::P2p,
-    }
 }

@@ -3,14 +3,17 @@
 //! pool), pinned mapped host memory, streams, events, graphs, modules, and the IPC handle
 //! hooks the multi-process backend will exchange over the rendezvous.
 //!
+//! Streams, events, graphs, modules and launches are in `exec` (re-exported here).
+//!
 //! Owns: every raw CUDA handle the backend creates, and freeing it. Must never panic
 //! (a missing libcuda is an `Error::Library`); `Drop` frees and ignores failures.
 
 use crate::error::{Error, Result};
 use cudarc::driver::{result, CudaContext, DriverError};
+pub use super::exec::*;
 pub use cudarc::driver::sys;
-use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+
+use std::ffi::c_void;
 use std::sync::Arc;
 
 pub(crate) fn cu<T>(context: impl FnOnce() -> String, r: std::result::Result<T, DriverError>) -> Result<T> {
@@ -34,6 +37,7 @@ pub fn init_driver() -> Result<()> {
 }
 
 /// One GPU, its primary context bound to the calling thread.
+#[derive(Clone)]
 pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub ordinal: usize,
@@ -65,6 +69,66 @@ impl Device {
     pub fn bind(&self) -> Result<()> {
         cu(|| "binding context".into(), self.ctx.bind_to_thread())
     }
+
+    /// Waits until everything enqueued in this device's context is done.
+    pub fn synchronize(&self) -> Result<()> {
+        cu(|| "cuCtxSynchronize".into(), self.ctx.synchronize())
+    }
+
+    /// Streaming multiprocessors of this device.
+    pub fn sm_count(&self) -> Result<u32> {
+        let n = cu(|| "SM count".into(), self.ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT))?;
+        Ok(n.max(0) as u32)
+    }
+
+    /// The PCI address of this device as the driver names it (`0000:3b:00.0`).
+    pub fn pci_bus_id(&self) -> Result<String> {
+        let mut buf = [0 as std::ffi::c_char; 32];
+        let cu_dev = self.ctx.cu_device();
+        // SAFETY: buf holds 32 bytes (the driver writes at most 13 plus a NUL); cu_dev is valid.
+        cu_rc(|| "cuDeviceGetPCIBusId".into(), unsafe { sys::cuDeviceGetPCIBusId(buf.as_mut_ptr(), buf.len() as i32, cu_dev) })?;
+        // SAFETY: the driver wrote a NUL-terminated string into buf.
+        let id = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+        Ok(id.to_string_lossy().into_owned())
+    }
+
+    /// Lets this device's kernels access `to`'s memory (already enabled is fine).
+    pub fn enable_peer_access(&self, to: &Device) -> Result<()> {
+        self.bind()?;
+        // SAFETY: this context is current; `to.ctx` is a live context of another device.
+        let rc = unsafe { sys::cuCtxEnablePeerAccess(to.ctx.cu_ctx(), 0) };
+        if rc == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
+            return Ok(());
+        }
+        cu_rc(|| format!("cuCtxEnablePeerAccess GPU{} -> GPU{}", self.ordinal, to.ordinal), rc)
+    }
+}
+
+/// The driver's CUDA version (e.g. 13000), 0 when it cannot say.
+pub fn driver_version() -> i32 {
+    let mut v = 0i32;
+    // SAFETY: v is a valid out-pointer; the call has no other precondition.
+    let _ = unsafe { sys::cuDriverGetVersion(&mut v) };
+    v
+}
+
+/// CUDA devices visible to this process.
+pub fn device_count() -> Result<usize> {
+    init_driver()?;
+    let mut count: i32 = 0;
+    // SAFETY: the driver is initialised; count is an out-pointer.
+    cu_rc(|| "cuDeviceGetCount".into(), unsafe { sys::cuDeviceGetCount(&mut count) })?;
+    Ok(count.max(0) as usize)
+}
+
+/// Enqueues a copy of `bytes` between two device-accessible (UVA) addresses on `stream`.
+///
+/// # Safety
+/// Both ranges must be live allocations of at least `bytes`, reachable from the stream's
+/// device, until the copy completes.
+pub unsafe fn memcpy_async(dst: u64, src: u64, bytes: usize, stream: &Stream) -> Result<()> {
+    // SAFETY: the caller vouches for both ranges; the stream is live.
+    cu_rc(|| "cuMemcpyAsync".into(), unsafe { sys::cuMemcpyAsync(dst, src, bytes, stream.raw) })
 }
 
 /// Device memory from `cuMemAlloc` (exportable through CUDA IPC).
@@ -91,6 +155,13 @@ impl DeviceBuffer {
         // SAFETY: ptr is a live allocation of `bytes` bytes; the count covers whole words only.
         cu_rc(|| "cuMemsetD32".into(), unsafe { sys::cuMemsetD32_v2(self.ptr, word, self.bytes / 4) })?;
         cu(|| "cuCtxSynchronize after cuMemsetD32".into(), self.ctx.synchronize())
+    }
+
+    /// Fills the first `bytes` (whole words) with a 32-bit pattern, without waiting: the caller
+    /// synchronises the device before any kernel can read it.
+    pub fn fill_prefix_u32(&self, bytes: usize, word: u32) -> Result<()> {
+        // SAFETY: ptr is a live allocation of `self.bytes`; the count stays inside it.
+        cu_rc(|| "cuMemsetD32".into(), unsafe { sys::cuMemsetD32_v2(self.ptr, word, bytes.min(self.bytes) / 4) })
     }
 
     pub fn upload<T: Copy>(&self, src: &[T]) -> Result<()> {
@@ -294,223 +365,4 @@ impl Drop for HostRegistration {
         // SAFETY: host was registered in `new` and is unregistered once; failure is ignored.
         let _ = unsafe { sys::cuMemHostUnregister(self.host) };
     }
-}
-
-/// A non-blocking stream.
-pub struct Stream {
-    ctx: Arc<CudaContext>,
-    pub raw: sys::CUstream,
-}
-
-// SAFETY: CUDA streams may be used from any thread with the context current.
-unsafe impl Send for Stream {}
-
-impl Stream {
-    pub fn new(dev: &Device) -> Result<Self> {
-        dev.bind()?;
-        let raw = cu(|| "cuStreamCreate".into(), result::stream::create(result::stream::StreamKind::NonBlocking))?;
-        Ok(Self { ctx: dev.ctx.clone(), raw })
-    }
-
-    pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: raw is a live stream.
-        cu(|| "cuStreamSynchronize".into(), unsafe { result::stream::synchronize(self.raw) })
-    }
-
-    /// Whether all work enqueued so far has completed (cuStreamQuery), without blocking.
-    pub fn is_done(&self) -> Result<bool> {
-        // SAFETY: raw is a live stream.
-        match unsafe { sys::cuStreamQuery(self.raw) } {
-            sys::CUresult::CUDA_SUCCESS => Ok(true),
-            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            e => Err(Error::Cuda { context: "cuStreamQuery".into(), code: format!("{e:?}") }),
-        }
-    }
-
-    pub fn wait(&self, ev: &Event) -> Result<()> {
-        // SAFETY: both handles are live.
-        cu(|| "cuStreamWaitEvent".into(), unsafe {
-            result::stream::wait_event(self.raw, ev.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-        })
-    }
-
-    pub fn record(&self, ev: &Event) -> Result<()> {
-        // SAFETY: both handles are live.
-        cu(|| "cuEventRecord".into(), unsafe { result::event::record(ev.raw, self.raw) })
-    }
-
-    pub fn begin_capture(&self) -> Result<()> {
-        // SAFETY: raw is a live stream.
-        cu(|| "cuStreamBeginCapture".into(), unsafe {
-            result::stream::begin_capture(self.raw, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
-        })
-    }
-
-    pub fn end_capture(&self) -> Result<Graph> {
-        // SAFETY: raw is capturing (begin_capture succeeded on it).
-        let graph = cu(|| "cuStreamEndCapture".into(), unsafe { result::stream::end_capture(self.raw) })?;
-        // SAFETY: graph is a live graph just returned by the driver.
-        let exec = match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
-            Ok(e) => e,
-            Err(e) => {
-                // SAFETY: graph is live and destroyed once.
-                let _ = unsafe { result::graph::destroy(graph) };
-                return Err(Error::Cuda { context: "cuGraphInstantiate".into(), code: format!("{:?}", e.0) });
-            }
-        };
-        Ok(Graph { ctx: self.ctx.clone(), graph, exec })
-    }
-}
-
-impl Drop for Stream {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: raw is a live stream destroyed once; pending work completes first (driver semantics).
-        let _ = unsafe { result::stream::destroy(self.raw) };
-    }
-}
-
-/// A timing-capable event.
-pub struct Event {
-    ctx: Arc<CudaContext>,
-    pub raw: sys::CUevent,
-}
-
-impl Event {
-    pub fn new(dev: &Device) -> Result<Self> {
-        dev.bind()?;
-        let raw = cu(|| "cuEventCreate".into(), result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT))?;
-        Ok(Self { ctx: dev.ctx.clone(), raw })
-    }
-
-    /// An event for ordering only (no timestamps: cheaper to record and wait on).
-    pub fn ordering(dev: &Device) -> Result<Self> {
-        dev.bind()?;
-        let raw = cu(|| "cuEventCreate".into(), result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))?;
-        Ok(Self { ctx: dev.ctx.clone(), raw })
-    }
-
-    /// Records this event on a raw stream handle (another library's stream).
-    ///
-    /// # Safety
-    /// `stream` must be a live stream of this event's context, or null (the legacy stream).
-    pub unsafe fn record_on(&self, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: the event is live; the caller vouches for the stream.
-        cu(|| "cuEventRecord".into(), unsafe { result::event::record(self.raw, stream) })
-    }
-
-    /// Makes a raw stream handle wait for this event's last record.
-    ///
-    /// # Safety
-    /// As for [`record_on`](Self::record_on).
-    pub unsafe fn wait_on(&self, stream: sys::CUstream) -> Result<()> {
-        // SAFETY: the event is live; the caller vouches for the stream.
-        cu(|| "cuStreamWaitEvent".into(), unsafe {
-            result::stream::wait_event(stream, self.raw, sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT)
-        })
-    }
-
-    /// Milliseconds from `self` to `end` (both recorded and complete).
-    pub fn elapsed_ms(&self, end: &Event) -> Result<f32> {
-        // SAFETY: both events are live.
-        cu(|| "cuEventElapsedTime".into(), unsafe { result::event::elapsed(self.raw, end.raw) })
-    }
-
-    pub fn synchronize(&self) -> Result<()> {
-        // SAFETY: raw is live.
-        cu(|| "cuEventSynchronize".into(), unsafe { result::event::synchronize(self.raw) })
-    }
-}
-
-impl Drop for Event {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: raw is live and destroyed once.
-        let _ = unsafe { result::event::destroy(self.raw) };
-    }
-}
-
-/// An instantiated CUDA graph.
-pub struct Graph {
-    ctx: Arc<CudaContext>,
-    graph: sys::CUgraph,
-    exec: sys::CUgraphExec,
-}
-
-impl Graph {
-    pub fn launch(&self, stream: &Stream) -> Result<()> {
-        // SAFETY: exec and stream are live.
-        cu(|| "cuGraphLaunch".into(), unsafe { result::graph::launch(self.exec, stream.raw) })
-    }
-}
-
-impl Drop for Graph {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: both handles are live and destroyed once.
-        let _ = unsafe { result::graph::exec_destroy(self.exec) };
-        // SAFETY: as above.
-        let _ = unsafe { result::graph::destroy(self.graph) };
-    }
-}
-
-/// A loaded module and its functions by name.
-pub struct Module {
-    ctx: Arc<CudaContext>,
-    raw: sys::CUmodule,
-    funcs: HashMap<String, sys::CUfunction>,
-}
-
-impl Module {
-    /// Loads PTX text (the driver JIT-compiles it for the device).
-    pub fn load_ptx(dev: &Device, ptx: &str) -> Result<Self> {
-        dev.bind()?;
-        let c = CString::new(ptx).map_err(|_| Error::invalid("ptx", "contains a NUL byte"))?;
-        // SAFETY: c is a NUL-terminated PTX image that outlives the call.
-        let raw = cu(|| "cuModuleLoadData".into(), unsafe { result::module::load_data(c.as_ptr() as *const c_void) })?;
-        Ok(Self { ctx: dev.ctx.clone(), raw, funcs: HashMap::new() })
-    }
-
-    /// Loads a compiled image (cubin for this device's architecture; the driver compiles nothing).
-    pub fn load_image(dev: &Device, image: &[u8]) -> Result<Self> {
-        dev.bind()?;
-        if image.is_empty() {
-            return Err(Error::invalid("cubin", "empty image"));
-        }
-        // SAFETY: image is a whole cubin (checksummed by the cache) that outlives the call;
-        // the driver validates the ELF and copies what it keeps.
-        let raw = cu(|| "cuModuleLoadData (cubin)".into(), unsafe { result::module::load_data(image.as_ptr() as *const c_void) })?;
-        Ok(Self { ctx: dev.ctx.clone(), raw, funcs: HashMap::new() })
-    }
-
-    pub fn function(&mut self, name: &str) -> Result<sys::CUfunction> {
-        if let Some(f) = self.funcs.get(name) {
-            return Ok(*f);
-        }
-        let c = CString::new(name).map_err(|_| Error::invalid("kernel name", "contains a NUL byte"))?;
-        // SAFETY: raw is a live module; c is NUL-terminated.
-        let f = cu(|| format!("cuModuleGetFunction({name})"), unsafe { result::module::get_function(self.raw, c) })?;
-        self.funcs.insert(name.to_string(), f);
-        Ok(f)
-    }
-}
-
-impl Drop for Module {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind_to_thread();
-        // SAFETY: raw is a live module unloaded once; its functions are not used afterwards.
-        let _ = unsafe { result::module::unload(self.raw) };
-    }
-}
-
-/// Launches `f` with one by-value argument struct.
-///
-/// # Safety
-/// `f` must be a live function whose single parameter has the layout of `T`, and every
-/// pointer inside `arg` must be valid for the kernel's accesses until it completes.
-pub unsafe fn launch_with_struct<T: Copy>(f: sys::CUfunction, grid: u32, block: u32, stream: &Stream, arg: &T) -> Result<()> {
-    let mut a = *arg;
-    let mut params = [&mut a as *mut T as *mut c_void];
-    // SAFETY: caller's contract; cuLaunchKernel copies the parameter before returning.
-    cu(|| "cuLaunchKernel".into(), unsafe { result::launch_kernel(f, (grid, 1, 1), (block, 1, 1), 0, stream.raw, &mut params) })
 }

@@ -16,11 +16,12 @@ use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
 use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
+use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
 
 /// Device-side deadline per call when `TPAR_TIMEOUT_MS` is unset: the crate's one default.
-pub const DEFAULT_TIMEOUT: Duration = crate::comm::DEFAULT_TIMEOUT;
+pub const DEFAULT_TIMEOUT: Duration = crate::settings::DEFAULT_TIMEOUT;
 
 /// Options of an emulated group.
 #[derive(Clone, Debug)]
@@ -39,28 +40,36 @@ pub struct GroupOptions {
     /// The push kernels' protocol over the host transport, when forced
     /// (`Overrides::host_protocol`, TPAR_HOST_PROTOCOL); `None`: [`HostProtocol::auto`].
     pub host_protocol: Option<HostProtocol>,
+    /// How the kernels are launched (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN`).
+    pub launch: LaunchSettings,
 }
 
 impl Default for GroupOptions {
     /// p2p, [`DEFAULT_TIMEOUT`], calls checked, the host protocol chosen by world size.
     /// Reads nothing from the environment: [`GroupOptions::from_env`] does.
     fn default() -> Self {
-        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true, islands: Vec::new(), host_protocol: None }
+        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true, islands: Vec::new(), host_protocol: None, launch: LaunchSettings::default() }
     }
 }
 
 impl GroupOptions {
-    /// The defaults under the environment's settings: `TPAR_TIMEOUT_MS`, `TPAR_CHECK_CALLS`
-    /// and `TPAR_HOST_PROTOCOL`. A malformed value is an error that names it, never ignored.
+    /// The defaults under the environment's settings (`crate::settings`): `TPAR_TIMEOUT_MS`,
+    /// `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL` and the launch settings. A malformed value is
+    /// an error that names it, never ignored.
     pub fn from_env(transport: Transport) -> Result<Self> {
-        let o = crate::Overrides::from_env()?;
-        Ok(Self {
+        Ok(Self::from_settings(transport, &crate::Settings::from_env()?))
+    }
+
+    /// As [`from_env`](Self::from_env), from settings already parsed.
+    pub fn from_settings(transport: Transport, s: &crate::Settings) -> Self {
+        Self {
             transport,
-            timeout: super::settings::timeout_from_env()?.unwrap_or(DEFAULT_TIMEOUT),
-            check_calls: o.check_calls != Some(false),
-            host_protocol: o.host_protocol,
+            timeout: s.job.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            check_calls: s.overrides.check_calls != Some(false),
+            host_protocol: s.overrides.host_protocol,
+            launch: s.launch,
             ..Self::default()
-        })
+        }
     }
 }
 
@@ -85,11 +94,7 @@ impl Mem {
     /// Fills the first `bytes` with `word`. No kernel may be using the memory.
     fn fill_prefix(&self, bytes: usize, word: u32) -> Result<()> {
         match self {
-            Mem::Device(b) => {
-                // SAFETY: ptr is a live allocation of at least `bytes` (callers pass a prefix length).
-                let rc = unsafe { cudarc::driver::sys::cuMemsetD32_v2(b.ptr, word, bytes.min(b.bytes) / 4) };
-                super::driver::cu_rc(|| "cuMemsetD32".into(), rc)
-            }
+            Mem::Device(b) => b.fill_prefix_u32(bytes, word),
             Mem::Host(h) => {
                 for off in (0..bytes.min(h.bytes)).step_by(4) {
                     h.write(off, word);
@@ -118,7 +123,6 @@ pub struct EmulatedGroup {
     slot_vecs: usize,
     transport: Transport,
     timeout_ns: u64,
-    sentinel_word: u32,
     capturing: bool,
     poisoned: Option<String>,
     /// Test hook: (rank, descriptor code) that rank announces instead of its call's.
@@ -133,13 +137,6 @@ pub struct EmulatedGroup {
     skew: Option<(u64, u32)>,
     launches: u64,
     dev: Device,
-}
-
-/// The empty-sentinel word of the push region: all ones for every dtype (the kernels'
-/// `TPAR_EMPTY_WORD`, the CPU backend's `dtype::EMPTY`), so calls of different dtypes share
-/// the push region with no refill between them.
-pub fn sentinel_word(_dtype: DType) -> u32 {
-    crate::dtype::EMPTY as u32
 }
 
 impl EmulatedGroup {
@@ -158,7 +155,7 @@ impl EmulatedGroup {
         if max_bytes == 0 {
             return Err(Error::invalid("max_bytes", "must be positive"));
         }
-        let queues = hardware_queues();
+        let queues = crate::settings::cuda_hardware_queues();
         if world > queues {
             return Err(Error::Unsupported {
                 what: format!("{world} emulated ranks"),
@@ -171,7 +168,7 @@ impl EmulatedGroup {
         let islands = if opts.islands.is_empty() { 0 } else { crate::algorithms::hierarchical::island_word(&opts.islands, world)? };
         let dev = Device::open(ordinal)?;
         let origin = Stream::new(&dev)?;
-        let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, opts.host_protocol, max_bytes)?;
+        let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, opts.host_protocol, max_bytes, opts.launch)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let data_bytes = abi::data_bytes(world, slot_vecs);
         let mut data = Vec::with_capacity(world);
@@ -210,7 +207,6 @@ impl EmulatedGroup {
             slot_vecs,
             transport: opts.transport,
             timeout_ns,
-            sentinel_word: sentinel_word(DType::BF16),
             capturing: false,
             desc_override: None,
             check_calls: opts.check_calls,
@@ -218,7 +214,7 @@ impl EmulatedGroup {
             poisoned: None,
             dev,
         };
-        g.reset_workspaces(sentinel_word(DType::BF16), 0)?;
+        g.reset_workspaces(0)?;
         Ok(g)
     }
 
@@ -256,10 +252,11 @@ impl EmulatedGroup {
         self.launcher.preload(&self.dev, calls)
     }
 
-    /// Waits for everything, then refills every push region with `word`, zeroes the error
-    /// records and claim words, and sets every rank's epoch — and every barrier flag — to
-    /// `epoch` (flags must equal the last completed generation, see barrier_block).
-    fn reset_workspaces(&mut self, word: u32, epoch: u32) -> Result<()> {
+    /// Waits for everything, then refills every push region with the empty sentinel, zeroes
+    /// the error records and claim words, and sets every rank's epoch — and every barrier
+    /// flag — to `epoch` (flags must equal the last completed generation, see barrier_block).
+    fn reset_workspaces(&mut self, epoch: u32) -> Result<()> {
+        let word = abi::EMPTY_WORD;
         self.synchronize_streams()?;
         let push = abi::push_region_bytes(self.world, self.slot_vecs);
         for r in 0..self.world {
@@ -271,9 +268,7 @@ impl EmulatedGroup {
             self.state[r].upload(std::slice::from_ref(&st))?;
             self.err.write(r * std::mem::size_of::<TparError>(), TparError::default());
         }
-        self.dev.ctx.synchronize().map_err(|e| Error::Cuda { context: "cuCtxSynchronize".into(), code: format!("{:?}", e.0) })?;
-        self.sentinel_word = word;
-        Ok(())
+        self.dev.synchronize()
     }
 
     /// Test hook: rank `rank` announces `desc_code` (see `abi::desc_code`) instead of its
@@ -307,8 +302,7 @@ impl EmulatedGroup {
     /// Test hook: restart every rank's epoch at `epoch` (e.g. near u32::MAX to test wrap-around).
     pub fn set_epoch_for_test(&mut self, epoch: u32) -> Result<()> {
         self.check_usable()?;
-        let w = self.sentinel_word;
-        self.reset_workspaces(w, epoch)
+        self.reset_workspaces(epoch)
     }
 
     /// Reads rank `r`'s device epoch (synchronises first).
@@ -324,26 +318,6 @@ impl EmulatedGroup {
             Some(cause) => Err(Error::Poisoned { rank: 0, cause: cause.clone() }),
             None => Ok(()),
         }
-    }
-
-    /// Makes the push region hold `dtype`'s sentinel. Every dtype has the same sentinel now,
-    /// so this refills only a workspace left in another state; kept so that a future
-    /// dtype-specific protocol (the `flag` protocol) has its hook.
-    pub fn prepare(&mut self, dtype: DType) -> Result<()> {
-        self.check_usable()?;
-        let w = sentinel_word(dtype);
-        if w == self.sentinel_word {
-            return Ok(());
-        }
-        if self.capturing {
-            return Err(Error::Unsupported {
-                what: "switching between 32- and 16-bit dtypes inside a graph capture".into(),
-                reason: "the push inboxes must be refilled first; call prepare(dtype) before capturing".into(),
-            });
-        }
-        // Keep the epoch: read rank 0's (all ranks agree when idle).
-        let e = self.epoch(0)?;
-        self.reset_workspaces(w, e)
     }
 
     fn args_for(&self, r: usize, count: usize, input: u64, output: u64, desc_code: u32) -> TparArgs {
@@ -396,9 +370,6 @@ impl EmulatedGroup {
         present: &[bool],
     ) -> Result<()> {
         self.check_usable()?;
-        if sentinel_word(dtype) != self.sentinel_word {
-            self.prepare(dtype)?;
-        }
         if inputs.len() != self.world || outputs.len() != self.world || present.len() != self.world {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
         }
@@ -579,9 +550,6 @@ impl EmulatedGroup {
         for b in bufs {
             b.check(call)?;
         }
-        if sentinel_word(call.dtype) != self.sentinel_word {
-            self.prepare(call.dtype)?;
-        }
         let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
         let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
         if unfused || fused_unfit(algo, call, self.world, self.slot_vecs).is_some() {
@@ -611,7 +579,7 @@ impl EmulatedGroup {
         for b in bufs {
             b.check(call)?;
         }
-        let l = self.launcher.prepare_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())?;
+        let l = self.launcher.resolve_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())?;
         let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
         let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
         let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
@@ -624,7 +592,7 @@ impl EmulatedGroup {
     /// inside a capture or a timing).
     pub fn preload_fused(&mut self, algos: &[Algorithm], dtypes: &[DType], rows: usize, row_vecs: usize) -> Result<()> {
         for &d in dtypes {
-            self.launcher.prepare_add_rmsnorm(&self.dev, d, rows.max(1), row_vecs)?;
+            self.launcher.resolve_add_rmsnorm(&self.dev, d, rows.max(1), row_vecs)?;
             for &a in algos {
                 let plain: Vec<(Algorithm, DType)> = vec![(a, d)];
                 self.launcher.preload(&self.dev, &plain)?;
@@ -636,10 +604,4 @@ impl EmulatedGroup {
         }
         Ok(())
     }
-}
-
-/// The hardware queues CUDA maps this process's streams onto: `CUDA_DEVICE_MAX_CONNECTIONS`
-/// (1..=32), 8 when unset or unreadable (CUDA's default).
-fn hardware_queues() -> usize {
-    std::env::var("CUDA_DEVICE_MAX_CONNECTIONS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|n| (1..=32).contains(n)).unwrap_or(8)
 }

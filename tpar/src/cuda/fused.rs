@@ -4,13 +4,18 @@
 //! all-reduce into the normalised output, then tpar's add-RMSNorm kernel in place: the same
 //! bits).
 //!
-//! Owns: [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`FusedPath`], [`FUSED_MAX_ROWS`].
+//! Owns: [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`FusedPath`], [`FusedRoute`] (a
+//! resolved fused call shape), [`FUSED_MAX_ROWS`].
 //! Must never decide differently on two ranks of the same call (it is a pure function of the
 //! call, the algorithm, the world and the workspace's size, all equal across ranks), and
 //! never launch anything (`launch`, `emulated`, `ipc` and `comm` do).
 
 use super::abi::{self, TparNorm, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
 use super::kernels;
+use super::launch::Launch;
+use super::route::{Resolved, Route};
+use crate::plan::Plan;
+use std::sync::Arc;
 use crate::error::{Error, Result};
 use crate::{Algorithm, DType};
 use std::fmt;
@@ -140,6 +145,34 @@ impl fmt::Display for FusedPath {
         match self {
             FusedPath::Fused(a) => write!(f, "{a} fused"),
             FusedPath::Unfused(a) => write!(f, "{a} + add-rmsnorm"),
+        }
+    }
+}
+
+/// Where a fused call shape goes, resolved once (`GpuCommunicator::resolve_fused`).
+#[derive(Clone, Copy, Debug)]
+pub enum FusedRoute {
+    /// The algorithm's fused kernel: its launch and the descriptor the call announces
+    /// (`abi::fused_desc_code`).
+    Fused { algorithm: Algorithm, launch: Launch, desc_code: u32 },
+    /// The all-reduce's own route (a kernel, NCCL, or the caller's NCCL), then tpar's
+    /// add-RMSNorm kernel (`norm`) in place on its output.
+    Unfused { all_reduce: Route, norm: Launch },
+}
+
+/// One fused call shape, resolved once: the plan's decision (for x's bytes) and its route.
+#[derive(Clone, Debug)]
+pub struct FusedResolved {
+    pub plan: Arc<Plan>,
+    pub route: FusedRoute,
+}
+
+impl FusedResolved {
+    /// The path and algorithm a call of this shape takes (NCCL for both NCCL routes).
+    pub fn path(&self) -> FusedPath {
+        match self.route {
+            FusedRoute::Fused { algorithm, .. } => FusedPath::Fused(algorithm),
+            FusedRoute::Unfused { all_reduce, .. } => FusedPath::Unfused(Resolved { plan: Arc::clone(&self.plan), route: all_reduce }.algorithm()),
         }
     }
 }

@@ -6,8 +6,9 @@
 //! Owns: this rank's data area and flag area (`cuMemAlloc`, so they can be exported), its
 //! device-local epoch state, its host-visible error record, its stream, and the mappings of
 //! the peers' areas. Must never refill the push region once connected (peers write into it
-//! at any time); none is needed: the empty sentinel is the same word for every dtype. Must not be dropped while a peer may still write into it: the caller agrees on
-//! the end (a final barrier over the rendezvous) before dropping.
+//! at any time); none is needed: the empty sentinel ([`abi::EMPTY_WORD`]) is the same word
+//! for every dtype. Must not be dropped while a peer may still write into it: the caller
+//! agrees on the end (a final barrier over the rendezvous) before dropping.
 //!
 //! With [`Transport::Host`] ([`IpcWorkspace::with_transport`]) the data and flag areas are
 //! instead the job's shared host segment ([`super::host_ws`]): rank 0's handle blob is the
@@ -17,11 +18,11 @@
 use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparState, MAX_RANKS};
 use super::fused::{fused_unfit, FusedBufs, FusedCall};
 use super::driver::{Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
-use super::emulated::sentinel_word;
 use super::host_ws::HostWorkspace;
-use super::launch::{self, CallSpec, Launcher};
+use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
+use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
 
@@ -52,7 +53,6 @@ pub struct IpcWorkspace {
     world: usize,
     slot_vecs: usize,
     timeout_ns: u64,
-    sentinel_word: u32,
     connected: bool,
     poisoned: Option<String>,
     check_calls: bool,
@@ -63,17 +63,17 @@ pub struct IpcWorkspace {
 
 impl IpcWorkspace {
     /// Allocates and initialises rank `rank`'s workspace on device `ordinal`, for calls of
-    /// up to `max_bytes` of dtypes as wide as `dtype` (f32, or f16/bf16).
-    pub fn new(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration) -> Result<Self> {
-        Self::with_transport(ordinal, rank, world, max_bytes, dtype, timeout, Transport::P2p, None, 0)
+    /// up to `max_bytes` of any dtype, over p2p with the default launch settings.
+    pub fn new(ordinal: usize, rank: usize, world: usize, max_bytes: usize, timeout: Duration) -> Result<Self> {
+        Self::with_transport(ordinal, rank, world, max_bytes, timeout, Transport::P2p, None, 0, LaunchSettings::default())
     }
 
     /// As [`new`](Self::new), over `transport`: `P2p` (device memory through CUDA IPC) or
     /// `Host` (the job's shared host segment, named after `job_id`; rank 0 creates it here),
     /// with the push kernels' `host_protocol` when forced (`None`: [`HostProtocol::auto`];
-    /// every rank must pass the same: the plan digest carries it).
+    /// every rank must pass the same: the plan digest carries it) and `launch` settings.
     #[allow(clippy::too_many_arguments)]
-    pub fn with_transport(ordinal: usize, rank: usize, world: usize, max_bytes: usize, dtype: DType, timeout: Duration, transport: Transport, host_protocol: Option<HostProtocol>, job_id: u64) -> Result<Self> {
+    pub fn with_transport(ordinal: usize, rank: usize, world: usize, max_bytes: usize, timeout: Duration, transport: Transport, host_protocol: Option<HostProtocol>, job_id: u64, launch: LaunchSettings) -> Result<Self> {
         if !matches!(transport, Transport::P2p | Transport::Host) {
             return Err(Error::Unsupported {
                 what: format!("transport {transport} for tpar's kernels"),
@@ -81,7 +81,7 @@ impl IpcWorkspace {
             });
         }
         if !(2..=MAX_RANKS).contains(&world) || rank >= world {
-            return Err(Error::invalid("world", format!("rank {rank} of {world}: need 2..={MAX_RANKS} ranks")));
+            return Err(Error::invalid("world", format!("rank {rank} of {world}: need 2 to {MAX_RANKS} ranks")));
         }
         if max_bytes == 0 {
             return Err(Error::invalid("max_bytes", "must be positive"));
@@ -89,12 +89,12 @@ impl IpcWorkspace {
         let dev = Device::open(ordinal)?;
         let stream = Stream::new(&dev)?;
         // One rank per process: its kernels share the GPU with no other rank of this process.
-        let launcher = Launcher::new(&dev, &stream, world, 1, transport, host_protocol, max_bytes)?;
+        let launcher = Launcher::new(&dev, &stream, world, 1, transport, host_protocol, max_bytes, launch)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         // The state, then the fused calls' tile words (norm.cuh): zero-filled below, epoch 0.
         let state = DeviceBuffer::new(&dev, abi::state_bytes(slot_vecs))?;
         let err = HostMapped::new(&dev, std::mem::size_of::<TparError>())?;
-        let word = sentinel_word(dtype);
+        let word = abi::EMPTY_WORD;
         let mut data_ptrs = [0u64; MAX_RANKS];
         let mut flag_ptrs = [0u64; MAX_RANKS];
         let areas = if transport == Transport::Host {
@@ -117,9 +117,7 @@ impl IpcWorkspace {
             // see this memory (handles are given out only after this).
             data.fill_u32(0)?;
             let push = abi::push_region_bytes(world, slot_vecs);
-            // SAFETY: data is a live allocation of at least `push` bytes; nothing runs on it yet.
-            let rc = unsafe { cudarc::driver::sys::cuMemsetD32_v2(data.ptr, word, push / 4) };
-            super::driver::cu_rc(|| "cuMemsetD32 (push region)".into(), rc)?;
+            data.fill_prefix_u32(push, word)?;
             flags.fill_u32(0)?;
             data_ptrs[rank] = data.ptr;
             flag_ptrs[rank] = flags.ptr;
@@ -127,9 +125,7 @@ impl IpcWorkspace {
         };
         state.fill_u32(0)?;
         state.upload(std::slice::from_ref(&TparState::at(0)))?;
-        dev.ctx
-            .synchronize()
-            .map_err(|e| Error::Cuda { context: "cuCtxSynchronize".into(), code: format!("{:?}", e.0) })?;
+        dev.synchronize()?;
         Ok(Self {
             launcher,
             peer_data: (0..world).map(|_| None).collect(),
@@ -144,7 +140,6 @@ impl IpcWorkspace {
             world,
             slot_vecs,
             timeout_ns: u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX).max(1),
-            sentinel_word: word,
             connected: false,
             poisoned: None,
             check_calls: true,
@@ -243,24 +238,34 @@ impl IpcWorkspace {
 
     /// Enqueues this rank's part of an all-reduce on its stream (asynchronous). Every rank
     /// must make the same calls in the same order, with the same count and blocks (0: the
-    /// launch policy, [`launch::blocks_for`], the same on every rank).
+    /// launch policy, the same on every rank). Resolves the call's shape each time: callers
+    /// that repeat shapes resolve once ([`resolve`](Self::resolve)) and use
+    /// [`launch_resolved`](Self::launch_resolved).
     pub fn enqueue(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, blocks: u32) -> Result<()> {
+        self.check_poisoned()?;
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &[input, output])?;
+        let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
+        self.launch_resolved(&l, code, count, input, output)
+    }
+
+    /// Resolves a call shape on this workspace ([`Launcher::resolve`]): once per shape.
+    pub fn resolve(&mut self, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.launcher.resolve(&self.dev, algo, dtype, bytes, blocks)
+    }
+
+    /// Launches a resolved call: `desc_code` is what this rank announces to its peers
+    /// (`abi::desc_code`; 0: no per-call check). Only the pointers are checked here.
+    pub fn launch_resolved(&mut self, l: &Launch, desc_code: u32, count: usize, input: u64, output: u64) -> Result<()> {
         self.check_poisoned()?;
         if !self.connected {
             return Err(Error::invalid("workspace", "connect() first"));
         }
-        if sentinel_word(dtype) != self.sentinel_word {
-            return Err(Error::Unsupported {
-                what: format!("{dtype} on a workspace whose empty word is {:#010x}", self.sentinel_word),
-                reason: "the workspace was created with another empty-sentinel word; peers may write into it at any time, so it cannot be refilled".into(),
-            });
-        }
-        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &[input, output])?;
-        let a = self.call_args(count, input, output, if self.check_calls { abi::desc_code(algo, dtype) } else { 0 });
+        launch::check_pointers(&[input, output])?;
+        let a = self.call_args(count, input, output, desc_code);
         // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
         // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
         // of >= count elements; the kernel stays inside the layout of common.cuh.
-        unsafe { launch::launch(&l, &self.stream, &a) }
+        unsafe { launch::launch(l, &self.stream, &a) }
     }
 
     /// The kernel argument of a call of `count` elements announced as `desc_code`.
@@ -289,37 +294,81 @@ impl IpcWorkspace {
         fused_unfit(algo, call, self.world, self.slot_vecs)
     }
 
-    /// Enqueues this rank's part of a fused all-reduce + residual add + RMSNorm with `algo`'s
-    /// fused kernel (docs/cuda.md "Fused"). The caller decides the path (every rank the
-    /// same: [`fused_unfit`](Self::fused_unfit)); a call the kernel cannot take is an error.
-    pub fn enqueue_fused(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, blocks: u32) -> Result<()> {
+    /// Resolves the fused variant of `algo` for `call` on this workspace, once per shape
+    /// (a call the fused kernel cannot take is an error: the caller decides the path, every
+    /// rank the same, with [`fused_unfit`](Self::fused_unfit)).
+    pub fn resolve_fused(&mut self, algo: Algorithm, call: &FusedCall, blocks: u32) -> Result<Launch> {
+        call.validate()?;
+        if let Some(why) = self.fused_unfit(algo, call) {
+            return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm for {} x {} {}", call.rows, call.hidden, call.dtype), reason: why });
+        }
+        self.launcher.resolve_fused(&self.dev, algo, call.dtype, call.bytes(), blocks)
+    }
+
+    /// Launches a resolved fused call (docs/cuda.md "Fused"): `desc_code` is
+    /// `abi::fused_desc_code` (0: no per-call check); the buffers are checked here.
+    pub fn launch_fused_resolved(&mut self, l: &Launch, desc_code: u32, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
         self.check_poisoned()?;
         if !self.connected {
             return Err(Error::invalid("workspace", "connect() first"));
         }
-        call.validate()?;
         bufs.check(call)?;
-        if let Some(why) = self.fused_unfit(algo, call) {
-            return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm for {} x {} {}", call.rows, call.hidden, call.dtype), reason: why });
-        }
-        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks }, &[bufs.input, bufs.residual, bufs.weight, bufs.norm_out, bufs.residual_out])?;
-        let a = self.call_args(call.count(), bufs.input, bufs.norm_out, if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 });
-        // SAFETY: l.f takes one TparFusedArgs by value; `a` as in enqueue; the norm's buffers
-        // are the caller's, checked above, valid until the stream's work completes.
-        unsafe { launch::launch_fused(&l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
+        let a = self.call_args(call.count(), bufs.input, bufs.norm_out, desc_code);
+        // SAFETY: l.f takes one TparFusedArgs by value; `a` as in launch_resolved; the norm's
+        // buffers are the caller's, checked above, valid until the stream's work completes.
+        unsafe { launch::launch_fused(l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
     }
 
-    /// Enqueues tpar's add-RMSNorm kernel on this rank's stream (no communication): x =
-    /// `bufs.input` (the unfused path passes the all-reduce's output, `norm_out`, in place).
-    pub fn enqueue_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+    /// Enqueues this rank's part of a fused all-reduce + residual add + RMSNorm with `algo`'s
+    /// fused kernel: [`resolve_fused`](Self::resolve_fused) and
+    /// [`launch_fused_resolved`](Self::launch_fused_resolved) in one.
+    pub fn enqueue_fused(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, blocks: u32) -> Result<()> {
         self.check_poisoned()?;
+        let l = self.resolve_fused(algo, call, blocks)?;
+        let code = if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 };
+        self.launch_fused_resolved(&l, code, call, bufs)
+    }
+
+    /// Resolves tpar's add-RMSNorm kernel (no communication) for `call`'s shape, once per shape.
+    pub fn resolve_add_rmsnorm(&mut self, call: &FusedCall) -> Result<Launch> {
         call.validate()?;
+        self.launcher.resolve_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())
+    }
+
+    /// Launches a resolved add-RMSNorm on this rank's stream: x = `bufs.input` (the unfused
+    /// path passes the all-reduce's output, `norm_out`, in place).
+    pub fn launch_add_rmsnorm(&mut self, l: &Launch, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.check_poisoned()?;
         bufs.check(call)?;
-        let l = self.launcher.prepare_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())?;
         let a = TparArgs { input: bufs.input, output: bufs.norm_out, count: call.count() as u64, ..Default::default() };
         // SAFETY: l.f takes one TparFusedArgs by value and touches only input, output,
         // count and the norm's buffers: the caller's, checked above.
-        unsafe { launch::launch_fused(&l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
+        unsafe { launch::launch_fused(l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
+    }
+
+    /// [`resolve_add_rmsnorm`](Self::resolve_add_rmsnorm) and
+    /// [`launch_add_rmsnorm`](Self::launch_add_rmsnorm) in one.
+    pub fn enqueue_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.check_poisoned()?;
+        let l = self.resolve_add_rmsnorm(call)?;
+        self.launch_add_rmsnorm(&l, call, bufs)
+    }
+
+    /// What a watchdog thread needs to end this rank's calls in flight when a peer dies
+    /// ([`Aborter`]). The caller must stop using it before this workspace is dropped.
+    pub fn aborter(&self) -> Result<Aborter> {
+        Ok(Aborter {
+            dev: self.dev.clone(),
+            stream: Stream::new(&self.dev)?,
+            state: self.state.ptr,
+            err: self.err.host as *mut TparError,
+            rank: self.rank as u32,
+        })
+    }
+
+    /// Whether calls carry their descriptor (the per-call check across ranks).
+    pub fn check_calls(&self) -> bool {
+        self.check_calls
     }
 
     /// The islands `hierarchical` reduces over (`algorithms::hierarchical::island_word`;
@@ -371,6 +420,14 @@ impl IpcWorkspace {
         self.poisoned.get_or_insert(cause);
     }
 
+    /// The error a kernel (or the watchdog) recorded so far, without waiting; it poisons.
+    pub fn recorded_error(&mut self) -> Option<Error> {
+        let rec = self.err.read::<TparError>(0)?;
+        let e = abi::device_error(&rec, "CUDA IPC")?;
+        self.poisoned.get_or_insert_with(|| e.to_string());
+        Some(e)
+    }
+
     /// Waits for this rank's work; a device timeout becomes `Error::Timeout` and poisons.
     pub fn synchronize(&mut self) -> Result<()> {
         let sync = self.stream.synchronize();
@@ -381,5 +438,50 @@ impl IpcWorkspace {
             }
         }
         sync
+    }
+}
+
+/// Ends a rank's calls in flight from another thread (the GPU communicator's watchdog): it
+/// claims the rank's error record on the device (`TparState::err_claim`: every spinning
+/// thread of the rank's kernels stops at its next clock check, `still_waiting` in frame.cuh)
+/// and fills the host-visible record with [`abi::ERR_PEER_DIED`], so the next call or
+/// `synchronize` raises `Error::PeerDied` naming the peer.
+pub struct Aborter {
+    dev: Device,
+    stream: Stream,
+    state: u64,
+    err: *mut TparError,
+    rank: u32,
+}
+
+// SAFETY: `err` points into the workspace's pinned host record, `state` into its device
+// state; both stay allocated while the workspace lives, and the communicator joins the
+// watchdog thread (the only user) before dropping the workspace. The record is written with
+// volatile stores only; the device word through the driver.
+unsafe impl Send for Aborter {}
+
+impl Aborter {
+    /// Fails this rank's calls in flight because `peer` died.
+    pub fn peer_died(&self, peer: usize) -> Result<()> {
+        self.dev.bind()?;
+        let off = std::mem::offset_of!(TparState, err_claim) as u64;
+        // SAFETY: state is the workspace's live TparState allocation (see the Send impl); the
+        // claim word is an aligned word inside it.
+        unsafe { super::driver::set_word_at_async(self.state + off, 1, &self.stream) }?;
+        self.stream.synchronize()?;
+        // SAFETY: err points to the live pinned record (see the Send impl); a kernel that
+        // claimed first may have written its own record: then that one stays.
+        unsafe {
+            let code = std::ptr::addr_of!((*self.err).code);
+            if std::ptr::read_volatile(code) != 0 {
+                return Ok(());
+            }
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).rank), self.rank);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).peer), peer as u32);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).phase), 0);
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).code), abi::ERR_PEER_DIED);
+        }
+        Ok(())
     }
 }

@@ -1,26 +1,28 @@
 //! The one launch path of tpar's kernels, shared by emulated ranks
 //! ([`EmulatedGroup`](super::EmulatedGroup)) and IPC workspaces
 //! ([`IpcWorkspace`](super::ipc::IpcWorkspace)): the block policy, the size class, the
-//! validation of a call (under the [`Settings`](super::settings::Settings) it was built with),
-//! loading each (algorithm, dtype) variant when a call first needs it, and the launch itself
-//! (programmatic dependent launch where the device has it).
+//! resolution of a call shape into a [`Launch`] (variant, grid, threads, PDL; under the
+//! [`LaunchSettings`] it was built with), loading each variant when a call first needs it, and
+//! the launch itself (programmatic dependent launch where the device has it).
 //!
-//! Owns: [`blocks_for`] (the block policy: one function, one place), [`Launcher`] (per
+//! A call is resolved once per shape ([`Launcher::resolve`]: algorithm, dtype, bytes, planned
+//! blocks); per call only its pointers are checked ([`check_pointers`]) before [`launch`].
+//!
+//! Owns: [`policy_blocks`] (the block policy: one function, one place), [`Launcher`] (per
 //! process and device: the ABI check, the loaded variants, their co-residency limits).
 //! Must never launch a grid whose blocks cannot all be resident at once together with the
 //! other ranks on the same GPU (the ranks spin on each other: that would deadlock until the
 //! deadline), and never launch a kernel for a call it did not validate.
 
 use super::abi::{self, TparArgs, TparState, MAX_BLOCKS, THREADS, VEC_BYTES};
-use super::driver::{cu_rc, sys, Device, DeviceBuffer, Module, Stream};
+use super::driver::{sys, Device, DeviceBuffer, Module, Stream};
 use super::kernels::{self, probe_unit};
 use super::nvrtc;
-use super::settings::{unsafe_one_buffer_for_test, unsafe_two_buffers_for_test, Settings};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
+use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::collections::HashMap;
-use std::ffi::c_void;
 
 /// Most blocks per rank over the host transport (pinned host memory across PCIe): the
 /// plan's `PCIE_MAX_BLOCKS` (PCIe fabrics collapse when every SM writes).
@@ -28,19 +30,10 @@ pub const HOST_MAX_BLOCKS: u32 = crate::plan::floors::PCIE_MAX_BLOCKS;
 /// Most blocks per rank over p2p: the kernels' cap (one flag row per block).
 pub const P2P_MAX_BLOCKS: u32 = MAX_BLOCKS as u32;
 
-/// The block policy for calls the plan did not size: thread blocks per rank for a call of
-/// `bytes` of `algo` over `transport` among `world` ranks, by the plan's one rule
-/// (`plan::floors::kernel_blocks`); `TPAR_BLOCKS` overrides it (as it overrides the plan's).
-/// Every algorithm moves about one message per rank per stage, so one rule serves all.
-pub fn blocks_for(algo: Algorithm, transport: Transport, bytes: usize, world: usize) -> u32 {
-    match super::settings::blocks_from_env() {
-        Ok(Some(b)) => b,
-        _ => policy_blocks(algo, transport, bytes, world),
-    }
-}
-
-/// [`blocks_for`] without the environment: the plan's one block policy
-/// (`plan::floors::kernel_blocks`), p2p as one GPU's memory or NVLink, host memory as PCIe.
+/// The block policy for calls the plan did not size (a forced algorithm, an emulated group's
+/// call with 0 blocks): the plan's one rule (`plan::floors::kernel_blocks`), p2p as one GPU's
+/// memory or NVLink, host memory as PCIe. `TPAR_BLOCKS` overrides it in [`Launcher::resolve`],
+/// as it overrides the plan's.
 pub fn policy_blocks(_algo: Algorithm, transport: Transport, bytes: usize, _world: usize) -> u32 {
     use crate::plan::floors::{kernel_blocks, BlockClass};
     let class = if transport == Transport::Host { BlockClass::Pcie } else { BlockClass::NvLink };
@@ -140,14 +133,38 @@ pub struct Launch {
     pub pdl: bool,
 }
 
+// SAFETY: a `CUfunction` is an opaque handle the driver lets any thread use while its
+// context is current (every launch path binds it first); `Launch` is otherwise plain data and
+// is never written through.
+unsafe impl Send for Launch {}
+// SAFETY: as above: shared references only read the handle's value.
+unsafe impl Sync for Launch {}
+
+impl Launch {
+    /// The launch of a call that moves nothing (zero elements): never launched (callers
+    /// return before launching an empty call); it keeps a resolved empty call in the memo.
+    pub fn none() -> Self {
+        Self { f: std::ptr::null_mut(), grid: 0, threads: 0, pdl: false }
+    }
+}
+
 /// What a call asks for, before validation.
 #[derive(Clone, Copy, Debug)]
 pub struct CallSpec {
     pub algo: Algorithm,
     pub dtype: DType,
     pub count: usize,
-    /// 0: the policy ([`blocks_for`], with `TPAR_BLOCKS`).
+    /// 0: the policy ([`policy_blocks`], or `TPAR_BLOCKS`).
     pub blocks: u32,
+}
+
+/// Per call, the one check left once its shape is resolved: every input and output pointer
+/// non-null and 16-byte aligned.
+pub fn check_pointers(ptrs: &[u64]) -> Result<()> {
+    match ptrs.iter().find(|p| **p % VEC_BYTES as u64 != 0 || **p == 0) {
+        Some(p) => Err(Error::invalid("buffer", format!("pointer {p:#x} is null or not 16-byte aligned"))),
+        None => Ok(()),
+    }
 }
 
 /// Per device and process: the loaded variants and what one launch may use.
@@ -158,7 +175,7 @@ pub struct Launcher {
     variants: HashMap<(Algorithm, DType, SizeClass), Variant>,
     /// tpar's add-RMSNorm kernel per dtype (the unfused path), loaded on first use.
     norm: HashMap<DType, Variant>,
-    settings: Settings,
+    settings: LaunchSettings,
     sms: u32,
     /// Ranks of this process whose kernels share the GPU and spin on each other (emulated
     /// ranks: the world; one rank per process: 1).
@@ -172,21 +189,17 @@ pub struct Launcher {
 }
 
 impl Launcher {
-    /// Loads the ABI probe (the header alone, compiled for this device), checks the
-    /// device's struct offsets against abi.rs on `stream`, and reads the settings.
-    /// `host_protocol`: the push kernels' protocol over the host transport when the caller
-    /// forces one (its `Overrides::host_protocol`), `None` for [`HostProtocol::auto`].
-    pub fn new(dev: &Device, stream: &Stream, world: usize, ranks_on_device: usize, transport: Transport, host_protocol: Option<HostProtocol>, max_bytes: usize) -> Result<Self> {
-        let settings = Settings::from_env()?;
+    /// Loads the ABI probe (the header alone, compiled for this device) and checks the
+    /// device's struct offsets against abi.rs on `stream`. `host_protocol`: the push kernels'
+    /// protocol over the host transport when the caller forces one (its
+    /// `Overrides::host_protocol`), `None` for [`HostProtocol::auto`]; `settings`: the launch
+    /// settings the caller parsed (`crate::settings`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(dev: &Device, stream: &Stream, world: usize, ranks_on_device: usize, transport: Transport, host_protocol: Option<HostProtocol>, max_bytes: usize, settings: LaunchSettings) -> Result<Self> {
         let arch = dev.arch();
-        let mut driver = 0i32;
-        // SAFETY: the driver is loaded (Device::open succeeded); driver is a valid out-pointer.
-        let _ = unsafe { sys::cuDriverGetVersion(&mut driver) };
+        let driver = super::driver::driver_version();
         let probe = load_unit(dev, "common", &probe_unit(), &nvrtc::options(&arch, None), &arch, driver)?;
-        let sms = dev
-            .ctx
-            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            .map_err(|e| Error::Cuda { context: "SM count".into(), code: format!("{:?}", e.0) })? as u32;
+        let sms = dev.sm_count()?;
         let mut l = Self {
             can_pdl: dev.major >= 9,
             arch,
@@ -211,7 +224,7 @@ impl Launcher {
         self.protocol
     }
 
-    pub fn settings(&self) -> Settings {
+    pub fn settings(&self) -> LaunchSettings {
         self.settings
     }
 
@@ -251,11 +264,10 @@ impl Launcher {
             let mut opts = nvrtc::options(&self.arch, Some(dtype));
             opts.extend(protocol_defines(self.protocol));
             opts.extend(size_class_defines(class));
-            if unsafe_one_buffer_for_test() {
-                opts.push("-DTPAR_TEST_UNSAFE_ONE_BUFFER".into());
-            }
-            if unsafe_two_buffers_for_test() {
-                opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into());
+            match self.settings.test_buffers {
+                Some(1) => opts.push("-DTPAR_TEST_UNSAFE_ONE_BUFFER".into()),
+                Some(2) => opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into()),
+                _ => {}
             }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
@@ -272,11 +284,8 @@ impl Launcher {
         if let Some(p) = v.per_sm.get(&threads) {
             return Ok(*p);
         }
-        let mut p = 0i32;
-        // SAFETY: v.f is a live function of a loaded module; p is a valid out-pointer.
-        let rc = unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut p, v.f, threads as i32, 0) };
-        cu_rc(|| format!("occupancy of {algo} {dtype} at {threads} threads"), rc)?;
-        let p = p.max(1) as u32;
+        // SAFETY: v.f is a live function of a loaded module (kept in self.variants).
+        let p = unsafe { super::driver::occupancy(v.f, threads) }.map_err(|e| Error::Cuda { context: format!("occupancy of {algo} {dtype} at {threads} threads"), code: e.to_string() })?.max(1);
         v.per_sm.insert(threads, p);
         Ok(p)
     }
@@ -313,24 +322,50 @@ impl Launcher {
     }
 
     /// Validates a call (count, size, blocks, pointers) and chooses its grid and whether it
-    /// may use PDL. `ptrs` are every input and output pointer the call uses.
+    /// may use PDL: [`resolve`](Self::resolve) and [`check_pointers`] in one.
+    /// `ptrs` are every input and output pointer the call uses.
     pub fn prepare(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
-        self.prepare_as(dev, call, ptrs, None)
+        let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
+        if call.count == 0 {
+            return Err(Error::invalid("count", "must be positive"));
+        }
+        let l = self.resolve(dev, call.algo, call.dtype, bytes, call.blocks)?;
+        check_pointers(ptrs)?;
+        Ok(l)
     }
 
-    /// As [`prepare`](Self::prepare), for the fused variant of `call.algo` (the caller has
-    /// checked the shape: `fused::fused_unfit`): the same grid as the plain call's, the
-    /// default size class's code with the fused epilogue.
+    /// As [`prepare`](Self::prepare), for the fused variant ([`resolve_fused`](Self::resolve_fused)).
     pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
-        self.prepare_as(dev, call, ptrs, Some(SizeClass::Fused))
+        let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
+        if call.count == 0 {
+            return Err(Error::invalid("count", "must be positive"));
+        }
+        let l = self.resolve_fused(dev, call.algo, call.dtype, bytes, call.blocks)?;
+        check_pointers(ptrs)?;
+        Ok(l)
+    }
+
+    /// Resolves a call shape once: validates the size and the blocks against this workspace
+    /// and this GPU, chooses the variant ([`size_class`]), the grid, the threads and whether
+    /// it may use PDL. `blocks`: the plan's, or 0 for the policy ([`policy_blocks`], or
+    /// `TPAR_BLOCKS`). The same shape always resolves the same way, so callers memoise it.
+    pub fn resolve(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.resolve_as(dev, algo, dtype, bytes, blocks, None)
+    }
+
+    /// As [`resolve`](Self::resolve), for the fused variant of `algo` (the caller has checked
+    /// the shape: `fused::fused_unfit`): the same grid as the plain call's, the default size
+    /// class's code with the fused epilogue.
+    pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.resolve_as(dev, algo, dtype, bytes, blocks, Some(SizeClass::Fused))
     }
 
     /// tpar's add-RMSNorm kernel (no communication) for `rows` rows of `row_vecs` vectors of
     /// `dtype`: one block per row, loaded on first use. Never with PDL: it runs as the
     /// engines' own kernel would, after whatever precedes it.
-    pub fn prepare_add_rmsnorm(&mut self, dev: &Device, dtype: DType, rows: usize, row_vecs: usize) -> Result<Launch> {
+    pub fn resolve_add_rmsnorm(&mut self, dev: &Device, dtype: DType, rows: usize, row_vecs: usize) -> Result<Launch> {
         if rows == 0 || rows > i32::MAX as usize {
-            return Err(Error::invalid("rows", format!("{rows}: must be 1..=2^31-1")));
+            return Err(Error::invalid("rows", format!("{rows}: must be 1 to 2^31-1")));
         }
         if !self.norm.contains_key(&dtype) {
             let label = format!("add_rmsnorm-{}", kernels::dtype_suffix(dtype));
@@ -342,23 +377,20 @@ impl Launcher {
         Ok(Launch { f, grid: rows as u32, threads: super::fused::add_rmsnorm_threads(row_vecs), pdl: false })
     }
 
-    fn prepare_as(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64], fixed: Option<SizeClass>) -> Result<Launch> {
-        let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
-        if call.count == 0 {
-            return Err(Error::invalid("count", "must be positive"));
+    fn resolve_as(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32, fixed: Option<SizeClass>) -> Result<Launch> {
+        let call = CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks };
+        if bytes == 0 || bytes % dtype.size() != 0 {
+            return Err(Error::invalid("count", format!("{bytes} B is not a positive number of {dtype} elements")));
         }
         if bytes > self.max_bytes {
             return Err(Error::invalid("count", format!("{bytes} B exceeds the workspace's max_bytes {}", self.max_bytes)));
-        }
-        if let Some(p) = ptrs.iter().find(|p| **p % VEC_BYTES as u64 != 0 || **p == 0) {
-            return Err(Error::invalid("buffer", format!("pointer {p:#x} is null or not 16-byte aligned")));
         }
         if bytes as u64 / VEC_BYTES as u64 >= 1u64 << 32 {
             // The kernels index a message's vectors in 32 bits (chunk arithmetic).
             return Err(Error::invalid("count", format!("{bytes} B: a message must have fewer than 2^32 16-byte vectors")));
         }
         if call.blocks as usize > MAX_BLOCKS {
-            return Err(Error::invalid("blocks", format!("{}: must be 1..={MAX_BLOCKS} (0: the policy)", call.blocks)));
+            return Err(Error::invalid("blocks", format!("{}: must be 1 to {MAX_BLOCKS} (0: the policy)", call.blocks)));
         }
         let (ranks, sms, pdl_on, transport, world) = (self.ranks_on_device, self.sms, self.pdl(), self.transport, self.world);
         let explicit = if call.blocks > 0 { Some(call.blocks) } else { self.settings.blocks };
@@ -446,8 +478,8 @@ impl Launcher {
 /// `l.f` must take one `TparArgs` by value, and every pointer in `args` must be valid for
 /// the kernel's accesses (the layout of common.cuh) until it completes.
 pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()> {
-    // SAFETY: the caller's contract, for a kernel of one TparArgs.
-    unsafe { launch_param(l, stream, args) }
+    // SAFETY: the caller's contract is launch_ex's.
+    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
 }
 
 /// As [`launch`], for a fused kernel or tpar's add-RMSNorm kernel (one `TparFusedArgs`).
@@ -456,42 +488,15 @@ pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()>
 /// `l.f` must take one `TparFusedArgs` by value, and every pointer in `args` must be valid
 /// for the kernel's accesses (common.cuh, norm.cuh) until it completes.
 pub unsafe fn launch_fused(l: &Launch, stream: &Stream, args: &abi::TparFusedArgs) -> Result<()> {
-    // SAFETY: the caller's contract, for a kernel of one TparFusedArgs.
-    unsafe { launch_param(l, stream, args) }
-}
-
-/// # Safety
-/// `l.f` must take one `A` by value (a `#[repr(C)]` twin of its parameter).
-unsafe fn launch_param<A: Copy>(l: &Launch, stream: &Stream, args: &A) -> Result<()> {
-    let mut a = *args;
-    let mut params = [&mut a as *mut A as *mut c_void];
-    // SAFETY: an all-zero launch attribute is a valid "no attribute" value (plain data).
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: l.grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: l.threads,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: 0,
-        hStream: stream.raw,
-        attrs: &mut attr,
-        numAttrs: u32::from(l.pdl),
-    };
-    // SAFETY: cfg and params outlive the call (the driver copies the parameter); the caller
-    // vouches for the function and the pointers inside `args`.
-    let rc = unsafe { sys::cuLaunchKernelEx(&cfg, l.f, params.as_mut_ptr(), std::ptr::null_mut()) };
-    cu_rc(|| "cuLaunchKernelEx".into(), rc)
+    // SAFETY: the caller's contract is launch_ex's.
+    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
 }
 
 /// Compiles (or reads from the cache) one translation unit and loads it; an entry the
 /// driver refuses is rebuilt once. Module loading is allowed during a stream capture (the
 /// first call of a variant may come inside one): the thread's capture mode is relaxed for it.
 pub(crate) fn load_unit(dev: &Device, label: &str, text: &str, opts: &[String], arch: &str, driver: i32) -> Result<Module> {
-    let _relaxed = RelaxedCapture::enter();
+    let _relaxed = super::driver::RelaxedCapture::enter();
     let (cubin, outcome) = nvrtc::cubin_cached(label, text, opts, arch, driver, false)?;
     match Module::load_image(dev, &cubin) {
         Ok(m) => Ok(m),
@@ -501,24 +506,6 @@ pub(crate) fn load_unit(dev: &Device, label: &str, text: &str, opts: &[String], 
             Module::load_image(dev, &cubin)
         }
         Err(e) => Err(e),
-    }
-}
-
-/// Sets this thread's stream-capture mode to relaxed, and restores it on drop.
-struct RelaxedCapture(sys::CUstreamCaptureMode);
-impl RelaxedCapture {
-    fn enter() -> Self {
-        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-        // SAFETY: mode is a valid in/out pointer; the call only swaps a per-thread setting.
-        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
-        Self(mode)
-    }
-}
-impl Drop for RelaxedCapture {
-    fn drop(&mut self) {
-        let mut mode = self.0;
-        // SAFETY: as in enter; restores the previous mode, ignoring failure.
-        let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
     }
 }
 

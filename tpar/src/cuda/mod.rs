@@ -6,15 +6,16 @@
 //! | [`comm`] | `GpuCommunicator`: one rank per process and GPU, plan-driven: kernels, NCCL or an error |
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
+//! | [`exec`] | streams, events, graphs, modules, kernel launches (re-exported by `driver`) |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
 //! | [`fused`] | the fused all-reduce + residual add + RMSNorm: its shape, buffers, and when a fused kernel takes it |
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
-//! | [`launch`] | the one launch path: block policy, size class (default or lean variant), validation, lazy variants, PDL |
+//! | [`launch`] | the one launch path: block policy, size class (default, lean or fused variant), validation, lazy variants, PDL |
+//! | [`route`] | a resolved call: the plan's decision and where it goes (kernel and launch, NCCL, the caller's NCCL) |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
-//! | [`settings`] | the launch settings from the environment (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN`, `TPAR_TIMEOUT_MS`), each parsed in one place |
 //!
 //! Contract: nothing here panics because a CUDA library is missing — presence is checked
 //! and absence is an [`Error::Library`](crate::Error::Library) that says what to install.
@@ -25,6 +26,7 @@ pub mod abi;
 pub mod comm;
 pub mod driver;
 pub mod emulated;
+pub mod exec;
 pub mod fused;
 pub mod host_ws;
 pub mod ipc;
@@ -33,8 +35,8 @@ pub mod launch;
 pub mod nccl;
 pub mod nvrtc;
 pub mod probe;
-pub mod settings;
+pub mod route;
 
-pub use comm::{GpuCommunicator, GpuOptions};
+pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route};
 pub use emulated::{EmulatedGroup, GroupOptions};
 pub use fused::{FusedBufs, FusedCall, FusedPath};

@@ -48,8 +48,8 @@ static NCCL: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
 
 fn candidates() -> Vec<String> {
     let mut v = Vec::new();
-    if let Ok(p) = std::env::var(NCCL_LIB_ENV) {
-        v.push(p);
+    if let Some(p) = crate::settings::nccl_lib() {
+        v.push(p.to_string_lossy().into_owned());
     }
     v.push("libnccl.so.2".into());
     v.push("libnccl.so".into());
@@ -252,13 +252,24 @@ impl NcclComm {
     /// `send` and `recv` must be device pointers valid for `count` elements of `dtype` until
     /// the stream's work completes.
     pub unsafe fn all_reduce(&self, send: u64, recv: u64, count: usize, dtype: DType, stream: &Stream) -> Result<()> {
+        // SAFETY: the caller's contract; `stream` is live.
+        unsafe { self.all_reduce_raw(send, recv, count, dtype, stream.raw as u64) }
+    }
+
+    /// As [`all_reduce`](Self::all_reduce), on a raw `CUstream` given as an integer (a
+    /// caller's stream, e.g. PyTorch's current one).
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce), and `stream` must be a live stream of this
+    /// communicator's device (or 0).
+    pub unsafe fn all_reduce_raw(&self, send: u64, recv: u64, count: usize, dtype: DType, stream: u64) -> Result<()> {
         let n = load()?;
         if self.raw.is_null() {
             return Err(Error::Unsupported { what: "ncclAllReduce".into(), reason: "this NCCL communicator was aborted".into() });
         }
         // SAFETY: caller's contract on the pointers; raw is a live communicator.
         n.check("ncclAllReduce", unsafe {
-            (n.all_reduce)(send as *const c_void, recv as *mut c_void, count, nccl_dtype(dtype), ncclRedOp_t::ncclSum, self.raw, stream.raw as *mut c_void)
+            (n.all_reduce)(send as *const c_void, recv as *mut c_void, count, nccl_dtype(dtype), ncclRedOp_t::ncclSum, self.raw, stream as *mut c_void)
         })
     }
 

@@ -41,8 +41,7 @@ static PRELOADED: OnceLock<std::result::Result<Vec<libloading::Library>, String>
 /// soname), so the wheel's library is used without touching LD_LIBRARY_PATH.
 fn preload() -> Result<()> {
     let r = PRELOADED.get_or_init(|| {
-        let Some(path) = std::env::var_os(NVRTC_LIB_ENV) else { return Ok(Vec::new()) };
-        let path = PathBuf::from(path);
+        let Some(path) = crate::settings::nvrtc_lib() else { return Ok(Vec::new()) };
         let mut files = Vec::new();
         if let Some(dir) = path.parent() {
             if let Ok(rd) = std::fs::read_dir(dir) {
@@ -184,16 +183,9 @@ impl Drop for ProgramGuard {
     }
 }
 
-/// Directory of the compile cache, if one can be named (`TPAR_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/tpar`, else `~/.cache/tpar`).
+/// Directory of the compile cache (`crate::settings::cache_dir`).
 pub fn cache_dir() -> Option<PathBuf> {
-    if let Some(x) = std::env::var_os("TPAR_CACHE_DIR").filter(|x| !x.is_empty()) {
-        return Some(PathBuf::from(x));
-    }
-    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| !x.is_empty()) {
-        return Some(PathBuf::from(x).join("tpar"));
-    }
-    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| PathBuf::from(h).join(".cache").join("tpar"))
+    crate::settings::cache_dir()
 }
 
 /// Everything a compiled image depends on. Two keys are equal only if the images would be.

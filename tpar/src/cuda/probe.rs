@@ -8,7 +8,7 @@
 //! Must never: register an algorithm (a probe is not one), or leave peer access half set up
 //! on error (access stays enabled; that is harmless). Runs in one process over all GPUs.
 
-use super::driver::{cu_rc, launch_with_struct, sys, Device, DeviceBuffer, Event, HostMapped, Module, Stream};
+use super::driver::{launch_with_struct, sys, Device, DeviceBuffer, Event, HostMapped, Module, Stream};
 use super::nvrtc;
 use crate::error::{Error, Result};
 use crate::topology::probe::{PairProbe, Probe};
@@ -92,23 +92,11 @@ struct PerGpu {
     streams: Vec<Stream>,
 }
 
-fn enable_peer_access(from: &Device, to: &Device) -> Result<()> {
-    from.bind()?;
-    // SAFETY: `from`'s context is current; `to.ctx` is a live context of another device.
-    let rc = unsafe { sys::cuCtxEnablePeerAccess(to.ctx.cu_ctx(), 0) };
-    if rc == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED {
-        return Ok(());
-    }
-    cu_rc(|| format!("cuCtxEnablePeerAccess GPU{} -> GPU{}", from.ordinal, to.ordinal), rc)
-}
 
 /// Measures GPUs `0..gpus` (all of them when `None`).
 pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
-    super::driver::init_driver()?;
-    let mut count: i32 = 0;
-    // SAFETY: the driver is initialised; count is an out-pointer.
-    cu_rc(|| "cuDeviceGetCount".into(), unsafe { sys::cuDeviceGetCount(&mut count) })?;
-    let n = gpus.unwrap_or(count.max(0) as usize).min(count.max(0) as usize);
+    let count = super::driver::device_count()?;
+    let n = gpus.unwrap_or(count).min(count);
     if n == 0 {
         return Err(Error::Unsupported { what: "the link probe".into(), reason: "no CUDA GPU is visible".into() });
     }
@@ -119,9 +107,7 @@ pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
     for i in 0..n {
         let dev = Device::open(i)?;
         let arch = dev.arch();
-        let mut driver: i32 = 0;
-        // SAFETY: the driver is initialised; driver is an out-pointer (0 stays if it fails).
-        let _ = unsafe { sys::cuDriverGetVersion(&mut driver) };
+        let driver = super::driver::driver_version();
         // Compiled and cached like the kernels (cubin for this device, checksummed entry).
         let mut module = super::launch::load_unit(&dev, "probe", PROBE_CU, &nvrtc::options(&arch, None), &arch, driver)?;
         let (f_store, f_load, f_ping) = (module.function("probe_store")?, module.function("probe_load")?, module.function("probe_pingpong")?);
@@ -143,7 +129,7 @@ pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
     for a in 0..n {
         for b in 0..n {
             if a != b {
-                enable_peer_access(&g[a].dev, &g[b].dev)?;
+                g[a].dev.enable_peer_access(&g[b].dev)?;
             }
         }
     }
@@ -272,8 +258,7 @@ fn timed(g: &[PerGpu], opts: &ProbeOptions, kind: Kind, ops: &[(usize, Target)])
             Kind::Copy => {
                 // SAFETY: both pointers are live UVA allocations of `bytes`; the stream is this
                 // GPU's and current.
-                let rc = unsafe { sys::cuMemcpyAsync(target, me.local.ptr, opts.bytes, streams[k].raw) };
-                cu_rc(|| format!("cuMemcpyAsync GPU{a} -> {t:?}"), rc)?;
+                unsafe { super::driver::memcpy_async(target, me.local.ptr, opts.bytes, streams[k]) }.map_err(|e| Error::Cuda { context: format!("GPU{a} -> {t:?}"), code: e.to_string() })?;
             }
         }
         streams[k].record(&evs[k].1)?;

@@ -8,6 +8,7 @@
 use super::floors::P2P_WRITE_EFFICIENCY;
 use crate::algorithms::registry;
 use crate::kinds::{Algorithm, Backend, Transport};
+use crate::settings::Overrides;
 use crate::topology::Topology;
 
 
@@ -138,4 +139,21 @@ pub(crate) fn check(a: Algorithm, t: Transport, f: &Fabric) -> std::result::Resu
         return Err(format!("{a} needs at least two islands; the {} ranks form {}", f.world, f.islands));
     }
     registry::runnable(a, f.backend, t)
+}
+
+/// The transport of tpar's kernels for a GPU communicator, fixed at init (its workspaces live
+/// there): `host` when the settings force it or when the plan would use it (the ranks' GPUs
+/// cannot write each other peer-to-peer), else `p2p`. It follows the plan's own rule (`plan::default_plan`, and
+/// `feasibility::natural_transport` for profiles and forced algorithms), so every kernel
+/// plan the plan makes here runs over it; its inputs are in the plan digest, so every rank
+/// picks the same.
+pub fn kernel_transport(topology: &Topology, world: usize, overrides: &Overrides) -> Transport {
+    let f = Fabric::of(topology, world.max(1), Backend::Cuda);
+    let host_ok = transport_usable(Transport::Host, &f).is_ok();
+    match overrides.transport {
+        Some(Transport::Host) => Transport::Host,
+        Some(_) => Transport::P2p,
+        None if host_ok && f.fits() && transport_usable(Transport::P2p, &f).is_err() => Transport::Host,
+        None => Transport::P2p,
+    }
 }

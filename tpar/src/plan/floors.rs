@@ -4,7 +4,7 @@
 //! floors; NVLink by thresholds measured on H200s.
 
 /// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
-pub const MAX_KERNEL_BLOCKS: u32 = 32;
+pub use crate::settings::MAX_KERNEL_BLOCKS;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;

@@ -39,7 +39,7 @@ use std::sync::{Mutex, OnceLock};
 
 pub use crate::kinds::{Algorithm, Backend, CaptureMode, Transport};
 pub use crate::units::{human_bytes, parse_bytes};
-pub use overrides::{HostProtocol, Overrides, MAX_KERNEL_BLOCKS, OVERRIDE_VARS};
+pub use overrides::{HostProtocol, Overrides, MAX_KERNEL_BLOCKS};
 
 // ---------------------------------------------------------------------------------------
 // Inputs and output.

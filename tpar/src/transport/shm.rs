@@ -13,7 +13,7 @@ use nix::sys::mman::{mmap, munmap, shm_open, shm_unlink, MapFlags, ProtFlags};
 use nix::sys::stat::{fstat, Mode};
 use std::ffi::c_void;
 use std::num::NonZeroUsize;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicU64;
 
@@ -151,20 +151,15 @@ impl ShmSegment {
     }
 
     fn lock_op(&self, cmd: libc::c_int, byte: usize, ty: libc::c_short) -> std::io::Result<libc::flock> {
-        let mut fl = libc::flock {
-            l_type: ty,
-            l_whence: libc::SEEK_SET as libc::c_short,
-            l_start: byte as libc::off_t,
-            l_len: 1,
-            l_pid: 0,
-        };
-        // SAFETY: fcntl on a valid fd we own with a properly initialised flock; OFD lock
-        // commands require l_pid = 0, which it is.
-        let r = unsafe { libc::fcntl(self.fd.as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
-        if r == -1 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(fl)
+        lock_op(self.fd.as_fd(), cmd, byte, ty)
+    }
+
+    /// A handle on the same liveness locks for another thread (a watchdog): it shares this
+    /// segment's open file description, so it sees the peers' locks exactly as this handle
+    /// does, and maps nothing.
+    pub fn liveness_probe(&self) -> Result<LivenessProbe> {
+        let fd = self.fd.try_clone().map_err(|e| Error::io(self.rank, format!("duplicating the liveness descriptor of {}", self.name), e))?;
+        Ok(LivenessProbe { fd })
     }
 
     /// Takes the liveness lock for `rank` (held until this handle closes).
@@ -177,10 +172,47 @@ impl ShmSegment {
     /// Whether some live process holds `rank`'s liveness lock. Errs on the side of "alive"
     /// if the check itself fails: a false "dead" would abort a healthy job.
     pub fn is_alive(&self, rank: usize) -> bool {
-        match self.lock_op(libc::F_OFD_GETLK, rank, libc::F_WRLCK as libc::c_short) {
-            Ok(fl) => fl.l_type != libc::F_UNLCK as libc::c_short,
-            Err(_) => true,
-        }
+        holds_lock(self.fd.as_fd(), rank)
+    }
+}
+
+/// The liveness locks seen from another thread ([`ShmSegment::liveness_probe`]).
+#[derive(Debug)]
+pub struct LivenessProbe {
+    fd: OwnedFd,
+}
+
+impl LivenessProbe {
+    /// As [`ShmSegment::is_alive`].
+    pub fn is_alive(&self, rank: usize) -> bool {
+        holds_lock(self.fd.as_fd(), rank)
+    }
+}
+
+fn lock_op(fd: std::os::fd::BorrowedFd<'_>, cmd: libc::c_int, byte: usize, ty: libc::c_short) -> std::io::Result<libc::flock> {
+    let mut fl = libc::flock {
+        l_type: ty,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: byte as libc::off_t,
+        l_len: 1,
+        l_pid: 0,
+    };
+    // SAFETY: fcntl on a valid fd with a properly initialised flock; OFD lock commands require
+    // l_pid = 0, which it is.
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), cmd, &mut fl as *mut libc::flock) };
+    if r == -1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fl)
+}
+
+/// Whether some live process (another open file description) holds `rank`'s liveness lock.
+/// Errs on the side of "alive" if the check itself fails: a false "dead" would abort a
+/// healthy job.
+fn holds_lock(fd: std::os::fd::BorrowedFd<'_>, rank: usize) -> bool {
+    match lock_op(fd, libc::F_OFD_GETLK, rank, libc::F_WRLCK as libc::c_short) {
+        Ok(fl) => fl.l_type != libc::F_UNLCK as libc::c_short,
+        Err(_) => true,
     }
 }
 

@@ -165,7 +165,6 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         }
         ins.push(bufs);
     }
-    r.g.prepare(d).map_err(err)?;
     let e0 = r.g.epoch(0).map_err(err)?;
     let gr = r
         .g

@@ -64,7 +64,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
     let d = DType::BF16;
     let count = (bytes / 2).max(1);
     if rank == 0 {
-        println!("# fault test: {world} ranks, calls of {bytes} B bf16 through the plan ({}), rank {kill} dies after 200", r.comm.plan(d, count * 2).algorithm);
+        println!("# fault test: {world} ranks, calls of {bytes} B bf16 through the plan ({}), rank {kill} dies after 200", r.comm.plan(d, count * 2, tpar::CaptureMode::Eager).algorithm);
     }
     let inputs = all_inputs::<bf16>(c.seed, 0, world, count);
     r.input.upload(&inputs[rank]).map_err(err)?;
@@ -79,7 +79,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
         }
         let t = Instant::now();
         // SAFETY: both buffers hold max(bytes, 16) B >= count bf16 elements and live past synchronize.
-        let res = unsafe { r.comm.all_reduce(d, count, i, o) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
+        let res = unsafe { r.comm.all_reduce(d, count, i, o, tpar::CaptureMode::Eager) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
         calls += 1;
         if let Err(x) = res {
             let waited = t.elapsed();
@@ -89,7 +89,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
                 cfg.timeout.as_millis()
             ));
             // SAFETY: as above.
-            let again = unsafe { r.comm.all_reduce(d, count, i, o) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
+            let again = unsafe { r.comm.all_reduce(d, count, i, o, tpar::CaptureMode::Eager) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
             say_err(format!("[rank {rank}] fault test: the next call: {}", again.as_ref().err().map_or("succeeded", |s| s.as_str())));
             if again.is_ok() {
                 return Err(format!("rank {rank}: a call after the failure succeeded; the group should be poisoned"));
@@ -124,7 +124,7 @@ pub fn mismatch(c: &Common) -> Result<(), String> {
     let (i, o) = (r.input.ptr, r.output.ptr);
     let call = |r: &mut GpuGroup, d: DType, n: usize| {
         // SAFETY: both buffers hold 64 KiB >= n elements of d; synchronize follows.
-        unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, n, i, o) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err))
+        unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, n, i, o, tpar::CaptureMode::Eager) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err))
     };
     call(&mut r, DType::BF16, count).map_err(|e| format!("rank {rank}: the honest call failed: {e}"))?;
     let d = if last { DType::BF16 } else { DType::F16 };
@@ -146,18 +146,16 @@ fn mismatch_graph(shared: Option<&tpar::Topology>, world: usize) -> Result<(), S
     let count = 21504;
     r.input.fill_u32(TIMING_WORD).map_err(err)?;
     let (i, o) = (r.input.ptr, r.output.ptr);
-    r.comm.set_capture_mode(tpar::CaptureMode::Graph);
     r.comm.begin_capture_check().map_err(err)?;
     r.comm.stream().begin_capture().map_err(err)?;
     let mut cap = Ok(Algorithm::OneshotPush);
     for k in 0..8 {
         let d = if k == 5 && rank + 1 == world { DType::BF16 } else { DType::F16 };
         // SAFETY: both buffers hold 64 KiB >= count elements; the graph is never launched.
-        cap = cap.and_then(|_| unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, count, i, o) });
+        cap = cap.and_then(|_| unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, count, i, o, tpar::CaptureMode::Graph) });
     }
     let g = r.comm.stream().end_capture();
     let checked = r.comm.end_capture_check();
-    r.comm.set_capture_mode(tpar::CaptureMode::Eager);
     cap.map_err(|e| format!("rank {rank}: capturing failed: {e}"))?;
     drop(g.map_err(err)?);
     match checked {
@@ -165,7 +163,7 @@ fn mismatch_graph(shared: Option<&tpar::Topology>, world: usize) -> Result<(), S
         Err(e @ tpar::Error::Mismatch { .. }) => {
             say_err(format!("[rank {rank}] mismatch test, graph: {e}"));
             // SAFETY: as above; the call must be refused before anything is enqueued.
-            match unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, DType::F16, count, i, o) } {
+            match unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, DType::F16, count, i, o, tpar::CaptureMode::Eager) } {
                 Ok(_) => Err(format!("rank {rank}: a call after the captured mismatch was accepted")),
                 Err(_) => Ok(()),
             }
@@ -243,7 +241,7 @@ pub fn ipc(c: &Common) -> Result<(), String> {
     let timeout = crate::harness::emulated::options(tpar::Transport::P2p)?.timeout;
     let max_bytes = c.max_bytes.max(43008);
     let t0 = Instant::now();
-    let mut ws = IpcWorkspace::new(c.ranks.device, rank, world, max_bytes, first, timeout).map_err(err)?;
+    let mut ws = IpcWorkspace::new(c.ranks.device, rank, world, max_bytes, timeout).map_err(err)?;
     let blobs = comm.all_gather_bytes(&ws.handle_blob().map_err(err)?).map_err(err)?;
     ws.connect(&blobs).map_err(err)?;
     let say = |m: String| if rank == 0 { println!("{m}") } else { say_err(format!("[rank 1] {m}")) };

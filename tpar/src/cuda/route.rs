@@ -1,0 +1,39 @@
+//! What one call shape resolves to, once ([`Resolved`]): the plan's decision and its
+//! [`Route`] — tpar's kernel with its launch (variant, grid, threads, PDL) and the
+//! descriptor it announces, NCCL on tpar's own communicator, or NCCL on the caller's.
+//! `GpuCommunicator::resolve` makes and memoises them; a call then only checks its pointers.
+//!
+//! Owns: the shape of a resolved call. Must never hold anything per call (pointers, counts).
+
+use super::launch::Launch;
+use crate::plan::Plan;
+use crate::Algorithm;
+use std::sync::Arc;
+
+/// Where a resolved call goes.
+#[derive(Clone, Copy, Debug)]
+pub enum Route {
+    /// tpar's kernel: its launch and the descriptor the call announces (`abi::desc_code`).
+    Kernel { algorithm: Algorithm, launch: Launch, desc_code: u32 },
+    /// NCCL, on tpar's own communicator.
+    Nccl,
+    /// NCCL, on the caller's ([`NcclUse::Caller`]): tpar enqueues nothing.
+    Caller,
+}
+
+/// One call shape, resolved once: the plan's decision and where it goes.
+#[derive(Clone, Debug)]
+pub struct Resolved {
+    pub plan: Arc<Plan>,
+    pub route: Route,
+}
+
+impl Resolved {
+    /// The algorithm that runs (NCCL for both NCCL routes).
+    pub fn algorithm(&self) -> Algorithm {
+        match self.route {
+            Route::Kernel { algorithm, .. } => algorithm,
+            Route::Nccl | Route::Caller => Algorithm::Nccl,
+        }
+    }
+}
