@@ -5,7 +5,7 @@
 //! inputs, bit for bit: #wrong). Torch's unfused ops are timed by bench/compare/fused_torch.py.
 
 use super::bench::BenchArgs;
-use crate::harness::fused::{call, fusable, parse_list, FusedRanks, Op};
+use crate::harness::fused::{call, fusable, parse_list, FusedIo, FusedRanks, Op};
 use crate::harness::gpu::err;
 use crate::harness::{self, Target, Timing};
 use serde::Serialize;
@@ -88,7 +88,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                         fc.validate().map_err(err)?;
                         for &algo in &algos {
                             let wrong = if args.check != 0 {
-                                let (_, v) = fr.check(algo, &fc, 0xf05e, (h * 1000 + r) as u64, false, CaptureMode::Eager, false, 1)?;
+                                let (_, v) = fr.check(algo, &fc, 0xf05e, (h * 1000 + r) as u64, FusedIo::OutOfPlace, CaptureMode::Eager, false, 1)?;
                                 (v.inexact + v.f64_bad.0 + v.f64_bad.1 + usize::from(!v.identical)) as i64
                             } else {
                                 -1

@@ -47,6 +47,27 @@ impl Op {
     }
 }
 
+/// Where a fused call's outputs go: new buffers; in place as vLLM's `fused_add_rms_norm`
+/// (the norm into x, the residual updated in place); or as vLLM's fusion pass asks when it
+/// gives a separate norm output (the norm apart, the updated residual into x).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedIo {
+    OutOfPlace,
+    InPlace,
+    NormApart,
+}
+
+impl FusedIo {
+    pub const ALL: [FusedIo; 3] = [FusedIo::OutOfPlace, FusedIo::InPlace, FusedIo::NormApart];
+    pub fn label(self) -> &'static str {
+        match self {
+            FusedIo::OutOfPlace => "",
+            FusedIo::InPlace => ", in place",
+            FusedIo::NormApart => ", residual into x",
+        }
+    }
+}
+
 /// The judgement of one call on every rank.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FusedVerdict {
@@ -101,19 +122,24 @@ impl FusedRanks {
         Ok(FusedRanks { g, bufs, max_count: max_bytes / 4 })
     }
 
-    /// Every rank's addresses; in place: norm_out is x and residual_out the residual (vLLM's
-    /// `fused_add_rms_norm` form).
-    pub fn ptrs(&self, in_place: bool) -> Vec<FusedBufs> {
+    /// Every rank's addresses for outputs placed as `io` says.
+    pub fn ptrs(&self, io: FusedIo) -> Vec<FusedBufs> {
         self.bufs
             .iter()
-            .map(|b| FusedBufs {
-                input: b.input.ptr,
-                residual: b.residual.ptr,
-                weight: b.weight.ptr,
-                norm_out: if in_place { b.input.ptr } else { b.norm_out.ptr },
-                residual_out: if in_place { b.residual.ptr } else { b.residual_out.ptr },
+            .map(|b| {
+                let (n, r) = Self::outputs(b, io);
+                FusedBufs { input: b.input.ptr, residual: b.residual.ptr, weight: b.weight.ptr, norm_out: n.ptr, residual_out: r.ptr }
             })
             .collect()
+    }
+
+    /// The buffers that receive (norm_out, residual_out) under `io`.
+    fn outputs(b: &RankFused, io: FusedIo) -> (&DeviceBuffer, &DeviceBuffer) {
+        match io {
+            FusedIo::OutOfPlace => (&b.norm_out, &b.residual_out),
+            FusedIo::InPlace => (&b.input, &b.residual),
+            FusedIo::NormApart => (&b.norm_out, &b.input),
+        }
     }
 
     fn fits(&self, call: &FusedCall) -> Result<(), String> {
@@ -137,14 +163,18 @@ impl FusedRanks {
     }
 
     /// Uploads fresh inputs (seed, call index), poisons the outputs (out of place).
-    fn upload<T: Element>(&self, call: &FusedCall, seed: u64, idx: u64, in_place: bool) -> Result<tpar::testing::FusedInputs<T>, String> {
+    fn upload<T: Element>(&self, call: &FusedCall, seed: u64, idx: u64, io: FusedIo) -> Result<tpar::testing::FusedInputs<T>, String> {
         let f = fused_inputs::<T>(seed, idx, self.g.world(), call.rows, call.hidden);
         for (b, x) in self.bufs.iter().zip(&f.xs) {
             b.input.upload(x).map_err(err)?;
             b.residual.upload(&f.residual).map_err(err)?;
             b.weight.upload(&f.weight).map_err(err)?;
-            if !in_place {
+            // Outputs that are not inputs are poisoned (an input aliased by an output must
+            // change into the right output, which its input value is not).
+            if io != FusedIo::InPlace {
                 b.norm_out.fill_u32(POISON_WORD).map_err(err)?;
+            }
+            if io == FusedIo::OutOfPlace {
                 b.residual_out.fill_u32(POISON_WORD).map_err(err)?;
             }
         }
@@ -152,7 +182,7 @@ impl FusedRanks {
     }
 
     /// Downloads and judges every rank's outputs against the exact reference and f64.
-    fn judge<T: Element>(&self, call: &FusedCall, f: &tpar::testing::FusedInputs<T>, in_place: bool) -> Result<FusedVerdict, String> {
+    fn judge<T: Element>(&self, call: &FusedCall, f: &tpar::testing::FusedInputs<T>, io: FusedIo) -> Result<FusedVerdict, String> {
         let n = call.count();
         let (want_norm, want_res) = expected_add_rmsnorm(&f.xs, &f.residual, &f.weight, call.hidden, call.eps);
         let mut v = FusedVerdict { identical: true, ..Default::default() };
@@ -160,8 +190,9 @@ impl FusedRanks {
         for b in &self.bufs {
             let mut norm = vec![T::from_f32(0.0); n];
             let mut res = vec![T::from_f32(0.0); n];
-            (if in_place { &b.input } else { &b.norm_out }).download(&mut norm).map_err(err)?;
-            (if in_place { &b.residual } else { &b.residual_out }).download(&mut res).map_err(err)?;
+            let (nb, rb) = Self::outputs(b, io);
+            nb.download(&mut norm).map_err(err)?;
+            rb.download(&mut res).map_err(err)?;
             v.inexact += bit_diffs(&norm, &want_norm) + bit_diffs(&res, &want_res);
             let (r, nm) = count_wrong_add_rmsnorm(&norm, &res, f, call.hidden, call.eps);
             v.f64_bad.0 += r;
@@ -178,22 +209,22 @@ impl FusedRanks {
     /// replayed `replays` times with fresh inputs before each replay (every replay judged;
     /// the verdicts summed). Returns the path taken and the verdict.
     #[allow(clippy::too_many_arguments)]
-    pub fn check(&mut self, algo: Algorithm, call: &FusedCall, seed: u64, idx: u64, in_place: bool, mode: CaptureMode, unfused: bool, replays: usize) -> Result<(FusedPath, FusedVerdict), String> {
+    pub fn check(&mut self, algo: Algorithm, call: &FusedCall, seed: u64, idx: u64, io: FusedIo, mode: CaptureMode, unfused: bool, replays: usize) -> Result<(FusedPath, FusedVerdict), String> {
         self.fits(call)?;
-        by_dtype!(call.dtype, T => self.check_t::<T>(algo, call, seed, idx, in_place, mode, unfused, replays))
+        by_dtype!(call.dtype, T => self.check_t::<T>(algo, call, seed, idx, io, mode, unfused, replays))
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn check_t<T: Element>(&mut self, algo: Algorithm, call: &FusedCall, seed: u64, idx: u64, in_place: bool, mode: CaptureMode, unfused: bool, replays: usize) -> Result<(FusedPath, FusedVerdict), String> {
+    fn check_t<T: Element>(&mut self, algo: Algorithm, call: &FusedCall, seed: u64, idx: u64, io: FusedIo, mode: CaptureMode, unfused: bool, replays: usize) -> Result<(FusedPath, FusedVerdict), String> {
         let op = if unfused { Op::Unfused } else { Op::Fused };
-        let bufs = self.ptrs(in_place);
-        let what = |e: tpar::Error| format!("{algo} {} {} x {} ({mode}{}): {e}", call.dtype, call.rows, call.hidden, if in_place { ", in place" } else { "" });
+        let bufs = self.ptrs(io);
+        let what = |e: tpar::Error| format!("{algo} {} {} x {} ({mode}{}): {e}", call.dtype, call.rows, call.hidden, io.label());
         match mode {
             CaptureMode::Eager => {
-                let f = self.upload::<T>(call, seed, idx, in_place)?;
+                let f = self.upload::<T>(call, seed, idx, io)?;
                 let path = self.enqueue(op, algo, call, &bufs).map_err(what)?.ok_or("no path")?;
                 self.g.synchronize().map_err(what)?;
-                Ok((path, self.judge(call, &f, in_place)?))
+                Ok((path, self.judge(call, &f, io)?))
             }
             CaptureMode::Graph => {
                 let mut path = None;
@@ -209,10 +240,10 @@ impl FusedRanks {
                     .map_err(what)?;
                 let mut total = FusedVerdict { identical: true, ..Default::default() };
                 for k in 0..replays.max(1) {
-                    let f = self.upload::<T>(call, seed, idx.wrapping_mul(131).wrapping_add(k as u64 + 1), in_place)?;
+                    let f = self.upload::<T>(call, seed, idx.wrapping_mul(131).wrapping_add(k as u64 + 1), io)?;
                     self.g.launch(&graph).map_err(what)?;
                     self.g.synchronize().map_err(what)?;
-                    let v = self.judge(call, &f, in_place)?;
+                    let v = self.judge(call, &f, io)?;
                     total.inexact += v.inexact;
                     total.f64_bad.0 += v.f64_bad.0;
                     total.f64_bad.1 += v.f64_bad.1;
@@ -227,7 +258,7 @@ impl FusedRanks {
     /// captured in one graph), out of place on fixed inputs.
     pub fn time(&mut self, op: Op, algo: Algorithm, call: &FusedCall, t: Timing) -> Result<Vec<f64>, String> {
         self.fits(call)?;
-        let bufs = self.ptrs(false);
+        let bufs = self.ptrs(FusedIo::OutOfPlace);
         for b in &self.bufs {
             b.input.fill_u32(TIMING_WORD).map_err(err)?;
             b.residual.fill_u32(TIMING_WORD).map_err(err)?;

@@ -80,8 +80,11 @@ impl FusedCall {
 }
 
 /// One rank's buffers of a fused call: device addresses, 16-byte aligned. `norm_out` may be
-/// `input` (in place, as vLLM's `fused_add_rms_norm`), `residual_out` may be `residual`; no
-/// other two may overlap.
+/// `input` (in place, as vLLM's `fused_add_rms_norm`), `residual_out` may be `residual` or
+/// `input` (vLLM's fusion pass asks for the updated residual in the input when it gives a
+/// separate `norm_out`); no other two may overlap. Each alias is safe: an element of x or of
+/// the residual is read, by the thread that later writes it or (two-shot, another chunk) only
+/// by its owner, before the output that aliases it is written (docs/cuda.md "Fused").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FusedBufs {
     /// x, this rank's partial sum (rows x hidden).
@@ -107,14 +110,14 @@ impl FusedBufs {
                 return Err(Error::invalid(what, format!("address {p:#x} is null or not 16-byte aligned")));
             }
         }
-        let allowed = |a: &str, b: &str| matches!((a, b), ("input", "norm_out") | ("residual", "residual_out"));
+        let allowed = |a: &str, b: &str| matches!((a, b), ("input", "norm_out") | ("input", "residual_out") | ("residual", "residual_out"));
         for (i, (a, pa, na)) in named.iter().enumerate() {
             for (b, pb, nb) in &named[i + 1..] {
                 let overlap = pa < &(pb + nb) && pb < &(pa + na);
                 if overlap && !(allowed(a, b) && pa == pb) {
                     return Err(Error::invalid(
                         "buffers",
-                        format!("{a} ({pa:#x}, {na} B) overlaps {b} ({pb:#x}, {nb} B); only norm_out == input and residual_out == residual may alias"),
+                        format!("{a} ({pa:#x}, {na} B) overlaps {b} ({pb:#x}, {nb} B); only norm_out == input, residual_out == residual and residual_out == input may alias"),
                     ));
                 }
             }
@@ -261,6 +264,8 @@ mod tests {
         let ok = FusedBufs { input: base, residual: base + 4096, weight: base + 8192, norm_out: base + 12288, residual_out: base + 16384 };
         assert!(ok.check(&c).is_ok());
         assert!(FusedBufs { norm_out: ok.input, residual_out: ok.residual, ..ok }.check(&c).is_ok(), "vLLM's in-place form");
+        assert!(FusedBufs { residual_out: ok.input, ..ok }.check(&c).is_ok(), "vLLM's pass: norm_out apart, the residual into x");
+        assert!(FusedBufs { norm_out: ok.input, residual_out: ok.input, ..ok }.check(&c).is_err(), "both outputs in one buffer");
         assert!(FusedBufs { norm_out: ok.residual, ..ok }.check(&c).is_err());
         assert!(FusedBufs { norm_out: ok.input + 16, ..ok }.check(&c).is_err(), "a partial overlap");
         assert!(FusedBufs { weight: ok.input + 2048, ..ok }.check(&c).is_err());

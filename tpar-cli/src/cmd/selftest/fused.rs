@@ -3,7 +3,7 @@
 //! paths, then a mixed sequence in one graph (harness/fused.rs does each call).
 
 use super::{Common, FusedArgs};
-use crate::harness::fused::{call, fusable, parse_list, FusedRanks, FusedVerdict};
+use crate::harness::fused::{call, fusable, parse_list, FusedIo, FusedRanks, FusedVerdict};
 use crate::harness::{self, Target};
 use tpar::algorithms::registry::algorithms_emulated;
 use tpar::cuda::FusedPath;
@@ -48,6 +48,10 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
     println!("# {:>5} {:>13} {:>9} {:>6} {:>7} {:>6} {:>8} {:>7}", "world", "algorithm", "dtype", "mode", "calls", "fused", "unfused", "failed");
     for &world in worlds {
         let mut fr = FusedRanks::new(c.ranks.device, world, max_bytes, max_hidden, *transport, c.ranks.skew_ns)?;
+        if let Some(e) = a.epoch_start {
+            fr.g.set_epoch_for_test(e).map_err(crate::harness::gpu::err)?;
+            println!("# epochs start at {e} (the sweep crosses 2^32 after {} calls)", u32::MAX - e + 1);
+        }
         let mut n = 0u64;
         for &algo in &algos {
             for &d in &dtypes {
@@ -60,13 +64,13 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
                                 continue; // not whole 16-byte vectors of this dtype: refused by design
                             }
                             n += 1;
-                            let in_place = n % 2 == 1;
+                            let io = FusedIo::ALL[(n % 3) as usize];
                             let mut paths = vec![false];
                             if a.unfused_every > 0 && n % a.unfused_every as u64 == 0 {
                                 paths.push(true);
                             }
                             for unfused in paths {
-                                let (path, v) = fr.check(algo, &fc, c.seed, n, in_place, mode, unfused, a.replays)?;
+                                let (path, v) = fr.check(algo, &fc, c.seed, n, io, mode, unfused, a.replays)?;
                                 t.calls += 1;
                                 match path {
                                     FusedPath::Fused(_) => t.fused += 1,
@@ -74,7 +78,7 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
                                 }
                                 if !v.ok() {
                                     t.failed += 1;
-                                    bad.push(describe(world, d, mode, r, h, in_place, path, &v));
+                                    bad.push(describe(world, d, mode, r, h, io, path, &v));
                                 }
                             }
                         }
@@ -102,6 +106,27 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
             }
         }
     }
+    // A rank that makes the plain all-reduce while its peers make the fused call (the
+    // descriptor's fused bit): every rank must get Mismatch naming it, then Poisoned.
+    if a.mismatch {
+        let world = worlds[0];
+        let algo = algos[0];
+        let d = dtypes[0];
+        let mut fr = FusedRanks::new(c.ranks.device, world, 1 << 20, 7168, *transport, None)?;
+        let fc = call(d, 3, 7168);
+        fr.check(algo, &fc, c.seed, 1, FusedIo::OutOfPlace, CaptureMode::Eager, false, 1).map_err(|e| format!("mismatch check: the honest control call failed: {e}"))?;
+        fr.g.set_desc_override_for_test(Some((world - 1, tpar::cuda::abi::desc_code(algo, d))));
+        let bufs = fr.ptrs(FusedIo::OutOfPlace);
+        let r = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs, 0, false).and_then(|_| fr.g.synchronize());
+        fr.g.set_desc_override_for_test(None);
+        let after = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs, 0, false).and_then(|_| fr.g.synchronize());
+        match (&r, &after) {
+            (Err(tpar::Error::Mismatch { field, .. }), Err(_)) if field.starts_with("fused") => {
+                println!("  {world:>5} a rank calling the plain all-reduce among fused calls: {}; next call: {}", r.as_ref().err().map_or(String::new(), |e| e.to_string()), after.as_ref().err().map_or(String::new(), |e| e.to_string()));
+            }
+            _ => bad.push(format!("{world} ranks: a plain call among fused ones was not a Mismatch on `fused` then Poisoned: {r:?}, then {after:?}")),
+        }
+    }
     if !bad.is_empty() {
         for b in bad.iter().take(40) {
             eprintln!("FAIL {b}");
@@ -113,10 +138,10 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
 }
 
 #[allow(clippy::too_many_arguments)]
-fn describe(world: usize, d: DType, mode: CaptureMode, rows: usize, hidden: usize, in_place: bool, path: FusedPath, v: &FusedVerdict) -> String {
+fn describe(world: usize, d: DType, mode: CaptureMode, rows: usize, hidden: usize, io: FusedIo, path: FusedPath, v: &FusedVerdict) -> String {
     format!(
         "{world} ranks {path} {d} {rows} x {hidden} ({mode}{}): {} elements differ from the reference, {} residual / {} norm outside the f64 bound, ranks identical: {}",
-        if in_place { ", in place" } else { "" },
+        io.label(),
         v.inexact,
         v.f64_bad.0,
         v.f64_bad.1,

@@ -134,6 +134,14 @@ pub struct FusedArgs {
     /// Rows of the mixed sequence's calls
     #[arg(long, default_value_t = 3)]
     pub seq_rows: usize,
+    /// Start every epoch here (e.g. 4294967290: the sweep crosses the 2^32 wrap, and the tile
+    /// words' generations with it)
+    #[arg(long)]
+    pub epoch_start: Option<u32>,
+    /// Last, on a group of its own: one rank calls the plain all-reduce among fused calls
+    /// (the descriptor's fused bit): every rank must get Mismatch, then Poisoned
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub mismatch: bool,
 }
 
 pub fn run(args: SelftestArgs) -> Result<(), String> {
