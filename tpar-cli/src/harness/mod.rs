@@ -30,6 +30,8 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod emulated;
 #[cfg(feature = "cuda")]
+pub mod fused;
+#[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod launch;
 pub mod output;

@@ -9,10 +9,11 @@
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`exec`] | streams, events, graphs, modules, kernel launches (re-exported by `driver`) |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
+//! | [`fused`] | the fused all-reduce + residual add + RMSNorm: its shape, buffers, and when a fused kernel takes it |
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
-//! | [`launch`] | the one launch path: block policy, size class (default or lean variant), validation, lazy variants, PDL |
+//! | [`launch`] | the one launch path: block policy, size class (default, lean or fused variant), validation, lazy variants, PDL |
 //! | [`probe`] / [`probe_ipc`] | the link probe: in one process over GPUs 0..n (`tpar topo --probe`), and across rank processes through CUDA IPC (the first-use tune) |
 //! | [`route`] | a resolved call: the plan's decision and where it goes (kernel and launch, NCCL, the caller's NCCL) |
 //! | [`tune`] | the first-use tune of a `GpuCommunicator` (on a workspace and NCCL of its own) and its adoption |
@@ -31,6 +32,7 @@ pub mod comm;
 pub mod driver;
 pub mod emulated;
 pub mod exec;
+pub mod fused;
 pub mod host_ws;
 pub mod ipc;
 pub mod kernels;
@@ -45,3 +47,4 @@ pub mod tune_emulated;
 
 pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route, Served};
 pub use emulated::{EmulatedGroup, GroupOptions};
+pub use fused::{FusedBufs, FusedCall, FusedPath};
