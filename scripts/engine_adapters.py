@@ -10,6 +10,7 @@ moved gets its branch here; one that kept them needs only its line in
 from __future__ import annotations
 
 import os
+import sys
 
 #: The rank's environment before the engine and its plug-ins ran (imported before either).
 ENV_AT_START = dict(os.environ)
@@ -57,10 +58,6 @@ class VllmEngine(Engine):
         self.ps = ps
         self.device = device
         cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world))
-        # The all-reduce + RMSNorm fusion on, as vLLM's config resolves it at -O2 on Hopper
-        # and Blackwell with FlashInfer (set after construction: resolving it here would need
-        # vLLM's kernels): tpar's drop-in must warn with the setting that turns it off.
-        cfg.compilation_config.pass_config.fuse_allreduce_rms = True
         self._cfg_ctx = set_current_vllm_config(cfg)
         self._cfg_ctx.__enter__()  # what vLLM's worker holds while it builds its groups
         ps.init_distributed_environment(world_size=world, rank=rank, distributed_init_method="file://" + init, local_rank=0, backend="gloo")
@@ -94,7 +91,8 @@ class VllmEngine(Engine):
             "flashinfer_env": os.environ.get("VLLM_ALLREDUCE_USE_FLASHINFER"),
             "use_flashinfer_allreduce": bool(comm.use_flashinfer_allreduce),
             "ray_copies_tpar": sorted(v for v in get_env_vars_to_copy() if v.startswith("TPAR_")),
-            "fusion_warning": any(plugin.FUSION_OFF in m for lvl, m in tpar_log if lvl == "WARNING"),
+            # Reported, not required: without FlashInfer (a CPU) vLLM has no fused op to route.
+            "fusion_routed": getattr(sys.modules.get(plugin.fusion.VLLM_MODULE), "_tpar_original_" + plugin.fusion.VLLM_OP_ATTR, None) is not None,
             "batch_invariant": bool(self.ca.batch_invariant) == bool(envs.VLLM_BATCH_INVARIANT),
         }
         problems = []
@@ -102,8 +100,6 @@ class VllmEngine(Engine):
             problems.append("FlashInfer's all-reduce is still asked before tpar")
         if "TPAR_ENABLE" not in got["ray_copies_tpar"]:
             problems.append(f"TPAR_ENABLE would not reach Ray workers ({got['ray_copies_tpar']})")
-        if self.tp.rank_in_group == 0 and not got["fusion_warning"]:
-            problems.append("no warning naming the fusion setting on the group's rank 0")
         if not got["batch_invariant"]:
             problems.append("batch invariance differs from VLLM_BATCH_INVARIANT")
         if problems:

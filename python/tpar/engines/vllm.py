@@ -17,14 +17,15 @@ What else the plug-in does in every vLLM process (docs/engines.md says why):
 - ``VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY`` gains ``TPAR_``: Ray workers get only variables
   with vLLM's known prefixes, and without ``TPAR_ENABLE`` there they would run vLLM's class.
 - The all-reduce + RMSNorm fusion pass (``fuse_allreduce_rms``, on by default at -O2 on
-  Hopper/Blackwell with FlashInfer) is decided in vLLM's config before any worker starts; the
-  plug-in cannot change it there, so each TP group's rank 0 warns with the exact setting.
+  Hopper/Blackwell with FlashInfer): the op it emits is routed to tpar's fused kernel
+  (:mod:`tpar.engines.fusion`), so it is left on.
 - ``VLLM_BATCH_INVARIANT``: the drop-in takes every size through kernels that sum in rank
   order (:meth:`TparCustomAllreduce.should_custom_ar`), as vLLM's own class takes every size.
 """
 
 import os
 
+from tpar.engines import fusion
 from tpar.engines.common import TparCustomAllreduce, _say, enabled, logger, patch_engine
 
 #: Where vLLM looks the class up, and its name there.
@@ -36,8 +37,6 @@ FLASHINFER_ENV = "VLLM_ALLREDUCE_USE_FLASHINFER"
 #: Extra prefixes of variables vLLM copies to Ray workers (vllm/ray/ray_env.py).
 RAY_PREFIXES_ENV = "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
 TPAR_PREFIX = "TPAR_"
-#: The command-line setting that switches vLLM's all-reduce + RMSNorm fusion off.
-FUSION_OFF = """--compilation-config '{"pass_config": {"fuse_allreduce_rms": false}}'"""
 
 
 def prepare_environment(environ=os.environ) -> None:
@@ -51,7 +50,7 @@ def prepare_environment(environ=os.environ) -> None:
 
 
 class VllmCustomAllreduce(TparCustomAllreduce):
-    """tpar's drop-in as vLLM builds it: batch invariance and start-up warnings from vLLM's
+    """tpar's drop-in as vLLM builds it: batch invariance and a start-up warning from vLLM's
     own settings."""
 
     def __init__(self, group, device, max_size: int = 8192 * 1024, **engine_options) -> None:
@@ -74,15 +73,6 @@ class VllmCustomAllreduce(TparCustomAllreduce):
                     "tpar: %s=%s: vLLM asks FlashInfer's all-reduce first, tpar only for what FlashInfer declines; unset it to give tpar the calls",
                     FLASHINFER_ENV, os.environ.get(FLASHINFER_ENV),
                 )
-            from vllm.config import get_current_vllm_config_or_none
-
-            cfg = get_current_vllm_config_or_none()
-            if cfg is not None and getattr(cfg.compilation_config.pass_config, "fuse_allreduce_rms", False):
-                logger.warning(
-                    "tpar: vLLM's all-reduce + RMSNorm fusion is on (fuse_allreduce_rms, the -O2 default on Hopper/Blackwell "
-                    "with FlashInfer): the all-reduces it fuses run in FlashInfer's kernel, not tpar's. Start vLLM with %s "
-                    "to give them to tpar", FUSION_OFF,
-                )
         except Exception as e:  # noqa: BLE001 - a warning must never stop the engine
             logger.debug("tpar: vLLM settings not checked: %s", e)
 
@@ -93,3 +83,4 @@ def register() -> None:
         return
     prepare_environment()
     patch_engine("vLLM", TARGET_MODULE, TARGET_ATTR, VllmCustomAllreduce)
+    fusion.install("vllm")  # its fused all-reduce + RMSNorm, to tpar (tpar/engines/fusion.py)
