@@ -15,7 +15,7 @@
 # Prepare here (CPU, network), then run on the GPU machine from the repository root:
 #
 #   scripts/install-python.sh && .venv/bin/python -m pip install .   # torch (CPU) and tpar
-#   .venv/bin/python scripts/engine_carry.py  # traces the harness on CPU: .gpu/engines, ~35 MiB
+#   .venv/bin/python scripts/engine_carry.py  # traces the harness on CPU: .gpu/engines, ~40 MiB
 #   maturin build --release -o .gpu/k         # tpar's wheel: about 5 MiB
 #   du -sh .gpu/k .gpu/engines                # with the repository (~6 MiB): under 64 MiB
 #   run(command="bash scripts/gpu-engines.sh .gpu/k .gpu/engines",      # $OUT: the run tool's
