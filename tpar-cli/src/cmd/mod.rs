@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod doctor;
 pub mod model;
 pub mod plan;
 pub mod selftest;

@@ -66,6 +66,14 @@ pub struct Engine {
     pub plugin_allowed: bool,
 }
 
+impl Engine {
+    /// Whether `version` is one of the pinned ones (a local build tag, `0.33.0+cu130`, aside).
+    pub fn pins(&self, version: &str) -> bool {
+        let base = version.split('+').next().unwrap_or(version);
+        self.pinned.iter().any(|p| p == base)
+    }
+}
+
 /// An engine setting that keeps calls from tpar, or stops it, or is worth knowing.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -142,7 +150,7 @@ impl EngineSection {
         }
         for e in self.installed() {
             let v = e.version.as_deref().unwrap_or("?");
-            if !e.pinned.is_empty() && !e.pinned.iter().any(|p| p == v) {
+            if !e.pinned.is_empty() && !e.pins(v) {
                 out.push(format!("{} {v} is not a version tpar's contract test checks ({}): the drop-in may not fit it", e.name, e.pinned.join(", ")));
             }
             if self.tpar.installed && !e.plugin_registered {

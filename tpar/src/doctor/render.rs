@@ -95,7 +95,8 @@ fn row(out: &mut String, c: &SizeClass, mode: CaptureMode, p: &Plan) {
 }
 
 fn size_classes(out: &mut String, r: &Report) {
-    heading(out, &format!("Size classes: TP {}, hidden {}, {} (tokens x {} x {} bytes)", r.tp, r.hidden, r.dtype, r.hidden, r.dtype.size()));
+    let tp = if r.tp == 0 { "no TP (no GPU)".to_string() } else { format!("TP {}", r.tp) };
+    heading(out, &format!("Size classes: {tp}, hidden {}, {} (tokens x {} x {} bytes)", r.hidden, r.dtype, r.hidden, r.dtype.size()));
     for l in &r.profile.lines {
         let _ = writeln!(out, "tuned profile: {l}");
     }
@@ -215,7 +216,7 @@ fn engine(out: &mut String, r: &Report) {
             Some(v) => {
                 let pin = if g.pinned.is_empty() {
                     "the pinned versions are unknown (tpar is not importable here)".to_string()
-                } else if g.pinned.contains(v) {
+                } else if g.pins(v) {
                     format!("a version tpar's contract test checks ({})", g.pinned.join(", "))
                 } else {
                     format!("NOT a version tpar's contract test checks ({})", g.pinned.join(", "))
