@@ -435,6 +435,20 @@ fn settings_table() -> String {
     tpar::settings::markdown_table()
 }
 
+/// `tpar doctor`'s report (text, or JSON with `json`), as `python -m tpar.doctor` prints it:
+/// `inspect(tp, archs) -> str` is called once for the engine part (doctor.py's JSON).
+#[pyfunction]
+#[pyo3(signature = (inspect, topology=None, tp=None, hidden=None, json=false))]
+fn doctor(inspect: &Bound<'_, PyAny>, topology: Option<String>, tp: Option<usize>, hidden: Option<usize>, json: bool) -> PyResult<String> {
+    let defaults = tpar::doctor::Options::default();
+    let opts = tpar::doctor::Options { topology, tp, hidden: hidden.unwrap_or(defaults.hidden), probe: false };
+    let mut report = tpar::doctor::Report::gather(&opts).map_err(py_err)?;
+    let ctx = report.engine_context();
+    let answer: String = inspect.call1((ctx.tp, ctx.archs))?.extract()?;
+    report.finish(Some(tpar::doctor::EngineSection::from_json("this Python", &answer)));
+    Ok(if json { report.json() } else { report.text() })
+}
+
 /// The element size of a dtype name, in bytes.
 #[pyfunction]
 fn dtype_size(dtype: &str) -> PyResult<usize> {
@@ -450,6 +464,7 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_settings, m)?)?;
     m.add_function(wrap_pyfunction!(debug_logging, m)?)?;
     m.add_function(wrap_pyfunction!(settings_table, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor, m)?)?;
     m.add("TparError", py.get_type::<TparError>())?;
     m.add("TparTimeoutError", py.get_type::<TparTimeoutError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;
