@@ -133,9 +133,13 @@ fn system_dirs(file: &str) -> Vec<PathBuf> {
     v
 }
 
+/// A library file found by searching: (path, version, where).
+#[cfg(feature = "cuda")]
+type Hit = (String, Option<String>, String);
+
 #[cfg(feature = "cuda")]
 /// Where `file` was searched for, and the first candidate that loads: (path, version, from).
-fn search(file: &str, candidates: &[Candidate], kind: &str, version: impl Fn(&Path) -> Option<String>) -> (Option<(String, Option<String>, String)>, Vec<String>) {
+fn search(file: &str, candidates: &[Candidate], kind: &str, version: impl Fn(&Path) -> Option<String>) -> (Option<Hit>, Vec<String>) {
     let mut looked = Vec::new();
     let mut tries: Vec<(PathBuf, String)> = candidates.iter().filter(|c| c.library == kind).map(|c| (PathBuf::from(&c.path), format!("the {} distribution of the engine's Python", c.distribution))).collect();
     if !tries.is_empty() {

@@ -104,7 +104,7 @@ fn size_classes(out: &mut String, r: &Report) {
         let _ = writeln!(out, "{n}");
         return;
     }
-    let _ = writeln!(out, "{:>6}  {:<9} {:<6} {:<15}{:>8}{:>9}{:>7}  {:<10} {}", "tokens", "bytes", "mode", "pick", "us", "nccl us", "gain", "pick from", "nccl from");
+    let _ = writeln!(out, "{:>6}  {:<9} {:<6} {:<15}{:>8}{:>9}{:>7}  {:<10} nccl from", "tokens", "bytes", "mode", "pick", "us", "nccl us", "gain", "pick from");
     for c in &r.size_classes {
         row(out, c, CaptureMode::Eager, &c.eager);
         row(out, c, CaptureMode::Graph, &c.graph);
