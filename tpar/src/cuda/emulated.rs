@@ -143,7 +143,7 @@ impl EmulatedGroup {
     /// `world` workspaces able to reduce up to `max_bytes` per call, and checks the ABI.
     pub fn new(ordinal: usize, world: usize, max_bytes: usize, opts: GroupOptions) -> Result<Self> {
         if !(2..=MAX_RANKS).contains(&world) {
-            return Err(Error::invalid("world", format!("{world}: emulated groups have 2..={MAX_RANKS} ranks")));
+            return Err(Error::invalid("world", format!("{world}: emulated groups have 2 to {MAX_RANKS} ranks")));
         }
         if !matches!(opts.transport, Transport::P2p | Transport::Host) {
             return Err(Error::Unsupported {
