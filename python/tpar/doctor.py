@@ -368,8 +368,6 @@ def engine_section(tp: int, archs: list, engine: str = "all") -> dict:
         findings.extend(rules(tp, archs))
     if engine != "all":
         engines = [e for e in engines if e["distribution"] == engine]
-    if not os.environ.get("TPAR_ENABLE"):
-        notes.append("TPAR_ENABLE is not set in this shell: the engines run without tpar")
     return {
         "python": sys.executable,
         "python_version": platform.python_version(),

@@ -245,6 +245,9 @@ fn engine(out: &mut String, r: &Report) {
     for n in &e.notes {
         let _ = writeln!(out, "note: {n}");
     }
+    if !r.settings.enable {
+        out.push_str("note: TPAR_ENABLE is not set in this shell: the engines run without tpar\n");
+    }
     let installed: Vec<String> = e.installed().map(|g| format!("{} {}", g.name, g.version.as_deref().unwrap_or("?"))).collect();
     if !installed.is_empty() && t.installed && t.importable {
         let kernels = r.size_classes.iter().filter(|c| c.graph.algorithm != Algorithm::Nccl || c.eager.algorithm != Algorithm::Nccl).count();
