@@ -10,6 +10,7 @@
 //! | [`floors`] | thresholds (each with where its number came from) and floor arithmetic |
 //! | [`overrides`] | `TPAR_*` settings and their validation |
 //! | [`profile`] | tuned profiles (TOML) and their fingerprint |
+//! | [`tuned`] | a machine's measured tune (both capture modes), its key, decision and cache entry format |
 //! Must never: do I/O inside [`plan`] (it reads no environment, no file, no clock), return an
 //! algorithm whose preconditions do not hold on the fabric (an override or profile that asks
 //! for one is ignored, and the reason says so; [`Overrides::validate`] turns it into an error
@@ -25,6 +26,7 @@ pub mod floors;
 pub mod overrides;
 pub mod profile;
 pub(crate) mod sim_cost;
+pub mod tuned;
 
 use crate::dtype::DType;
 use crate::topology::Topology;
