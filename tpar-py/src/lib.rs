@@ -16,6 +16,8 @@
 //! (joining, CPU all-reduces, barriers, synchronising), so other Python threads run and a
 //! peer's death is noticed within the timeout.
 
+mod doctor;
+
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -580,6 +582,7 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(check_settings, m)?)?;
     m.add_function(wrap_pyfunction!(debug_logging, m)?)?;
     m.add_function(wrap_pyfunction!(settings_table, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor::doctor, m)?)?;
     m.add("TparError", py.get_type::<TparError>())?;
     m.add("TparTimeoutError", py.get_type::<TparTimeoutError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;

@@ -5,6 +5,7 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`doctor`] | `tpar doctor`: what tpar sees on this box and would do inside an engine (text and JSON) |
 //! | [`comm`] | the public [`Communicator`]: join, all-reduce, poisoning |
 //! | [`config`] | [`Config`]: how a rank joins its job |
 //! | [`settings`] | every `TPAR_*` environment variable, declared and parsed once |
@@ -38,6 +39,7 @@ pub mod config;
 pub mod control;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod doctor;
 pub mod dtype;
 pub mod error;
 pub mod kinds;

@@ -472,6 +472,15 @@ pub fn cuda_hardware_queues_set() -> bool {
     std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_some()
 }
 
+/// The declared variables set (non-empty) in this process's environment, with their raw
+/// values, in [`VARS`] order (`tpar doctor` shows them; a value that is not UTF-8 is shown
+/// lossily, and [`Settings::from_env`] refuses it).
+pub fn set_vars() -> Vec<(&'static str, String)> {
+    VARS.iter()
+        .filter_map(|v| std::env::var_os(v.name).filter(|x| !x.is_empty()).map(|x| (v.name, x.to_string_lossy().into_owned())))
+        .collect()
+}
+
 /// The settings table as Markdown (the README's, `tpar settings --markdown`).
 pub fn markdown_table() -> String {
     let mut s = String::from("| variable | group | values | default | what it does |\n|---|---|---|---|---|\n");

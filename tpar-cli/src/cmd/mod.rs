@@ -5,6 +5,7 @@ pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod bench_fused;
 pub mod check;
+pub mod doctor;
 pub mod model;
 pub mod plan;
 pub mod selftest;
