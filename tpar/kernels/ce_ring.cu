@@ -243,7 +243,7 @@ extern "C" __global__ void __launch_bounds__(32) ce_pause(const CeArgs c) { test
 
 // Lossy wire: this rank's chunk for every other owner, block by block into its stage slot.
 template <class D, u32 W>
-__device__ void ce_quant(const CeArgs& c) {
+__device__ __forceinline__ void ce_quant(const CeArgs& c) {
     if (ce_failed(c)) return;
     const u64 t0 = global_tid(), stride = grid_threads();
     const u64 qvec = CE_QBLOCK / D::LANES;
@@ -363,7 +363,7 @@ __device__ __forceinline__ void ce_reduce_wire(const CeArgs& c, const CeChunk& k
 // One kernel per wire format (W a template parameter: a kernel holding all three paths
 // spilled on sm_90).
 template <class D, u32 W>
-__device__ void ce_reduce(const CeArgs& c) {
+__device__ __forceinline__ void ce_reduce(const CeArgs& c) {
     if (ce_failed(c)) return;
     const CeChunk k = ce_chunk<D>(c, c.a.rank);
     if (W == CE_WIRE_EXACT) ce_reduce_exact<D>(c, k);
@@ -372,7 +372,7 @@ __device__ void ce_reduce(const CeArgs& c) {
 
 // The other owners' chunks of the piece, from my gather area into my output.
 template <class D, u32 W>
-__device__ void ce_finish(const CeArgs& c) {
+__device__ __forceinline__ void ce_finish(const CeArgs& c) {
     if (ce_failed(c)) return;
     const u64 t0 = global_tid(), stride = grid_threads();
     const u64 qvec = CE_QBLOCK / D::LANES;
