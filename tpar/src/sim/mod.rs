@@ -32,6 +32,9 @@ use crate::algorithms::registry;
 use crate::algorithms::schedule::{Op, Schedule, Sync};
 use serde::{Deserialize, Serialize};
 
+/// Kernel launches of one `ce-ring` call of one piece (`algorithms::ce_ring`).
+const CE_RING_LAUNCHES: f64 = 8.0;
+
 /// One prediction, as `tpar sim --json` writes it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SimRecord {
@@ -129,6 +132,9 @@ impl Simulator {
         let caps = fabric.capacities();
         let fixed = match algorithm {
             Algorithm::Nccl => p.nccl_fixed_us,
+            // Its kernels: entry signal and wait, a signal and a wait per phase, the reduction
+            // and the final copy (per piece; the simulator times one piece).
+            Algorithm::CeRing => p.kernel_fixed_us + CE_RING_LAUNCHES * p.launch_us(),
             _ => p.kernel_fixed_us + p.launch_us(),
         };
         let mut barrier = 0.0f64;
@@ -164,6 +170,7 @@ impl Simulator {
                 Sync::Barrier => barrier + p.poll_us,
                 Sync::HostPoll => p.host_poll_us,
                 Sync::NcclStep => p.nccl_step_us,
+                Sync::CopyStep => p.ce_copy_us,
             };
             steps.push((st.label, land + sync));
             total += land + sync;
