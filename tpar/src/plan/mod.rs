@@ -229,7 +229,8 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
             | Algorithm::StagedPush
             | Algorithm::Hierarchical
             | Algorithm::GatherBcast
-            | Algorithm::Nccl => a,
+            | Algorithm::Nccl
+            | Algorithm::CeRing => a,
         };
         let t = forced.unwrap_or_else(|| natural_transport(alt, f));
         if reads_win && alt != a && check(alt, t, f).is_ok() {
@@ -293,11 +294,31 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
             }
             let max = human_bytes(PCIE_CUSTOM_MAX_BYTES);
             if s > PCIE_CUSTOM_MAX_BYTES {
-                return nccl(format!("PCIe P2P, {n} ranks: {size} > {max}: no latency left to win, NCCL"));
+                return nccl(format!("PCIe P2P, {n} ranks: {size} > {max}: no latency left to win, NCCL{}", ce_ring_note(s, f, topo, capture)));
             }
             pcie_by_simulator(s, f, forced, reads_win, topo, capture)
         }
     }
+}
+
+/// What the simulator says of `ce-ring` (copy engines) for a large PCIe call the default
+/// plan sends to NCCL: `ce-ring` is picked only from a tuned profile that measured it on this
+/// machine (`Role::Measured`), so an unmeasured prediction, however fast, only shows in the
+/// reason, with where its copy-engine rates came from.
+fn ce_ring_note(s: u64, f: &Fabric, topo: &Topology, capture: CaptureMode) -> String {
+    let a = Algorithm::CeRing;
+    if check(a, natural_transport(a, f), f).is_err() {
+        return String::new();
+    }
+    let n = f.world;
+    let costs = sim_cost::costs(topo, n, s, capture, &[a, Algorithm::Nccl]);
+    let us = |x: Algorithm| costs.iter().find(|(b, _)| *b == x).and_then(|(_, c)| c.as_ref().ok().copied()).filter(|v| v.is_finite());
+    let (Some(ce), Some(nc)) = (us(a), us(Algorithm::Nccl)) else {
+        return String::new();
+    };
+    let probed = topo.probe.as_ref().is_some_and(|p| (0..n).all(|i| (0..n).filter(|&j| j != i).all(|j| p.pair(i, Some(j)).is_some_and(|q| q.ce_gbps.is_some()))));
+    let rates = if probed { "copy-engine rates measured by the link probe" } else { "copy-engine rates assumed (the links' rates)" };
+    format!("; the simulator times ce-ring at {ce:.1} us against NCCL {nc:.1} us ({rates}, per-copy start assumed): unmeasured on this machine, so NCCL until `tpar tune` measures ce-ring")
 }
 
 /// PCIe with P2P, no profile: the calibrated simulator's fastest algorithm among those that
