@@ -129,7 +129,7 @@ impl EmulatedRanks {
             .map(|b| {
                 let mut out = vec![T::from_f32(0.0); count];
                 (if in_place { &b.input } else { &b.output }).download(&mut out).map_err(err)?;
-                Ok(judge_on(&out, inputs, algo, &self.islands))
+                Ok(judge_on(&out, inputs, algo, &self.islands, self.g.wire()))
             })
             .collect()
     }

@@ -134,7 +134,7 @@ impl GpuGroup {
         if count > 0 && !via_caller {
             out_buf.download(&mut out).map_err(err)?;
         }
-        Ok(judge_on(&out, &inputs, used, &self.comm.islands()))
+        Ok(judge_on(&out, &inputs, used, &self.comm.islands(), self.comm.wire()))
     }
 
     fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {

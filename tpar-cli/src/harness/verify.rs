@@ -4,6 +4,8 @@
 //! within the f64 reference's bound); NCCL rounds every partial sum in half and bf16, so it
 //! is held to the bound for that. All ranks' outputs must be bitwise identical.
 
+use tpar::algorithms::ce_wire;
+use tpar::kinds::Wire;
 use tpar::testing::{bit_diffs, count_wrong, count_wrong_islands, count_wrong_stepwise, digest, expected, expected_islands};
 use tpar::{Algorithm, Element};
 
@@ -21,17 +23,20 @@ pub struct Outcome {
 /// Judges `out`, the result of `used` on `inputs` (every rank's), the ranks forming one
 /// island.
 pub fn judge<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm) -> Outcome {
-    judge_on(out, inputs, used, &[])
+    judge_on(out, inputs, used, &[], Wire::Exact)
 }
 
 /// As [`judge`], on ranks forming `islands` (normalised, as
 /// `tpar::algorithms::hierarchical::normalize` gives them; empty: one island). Only
 /// `hierarchical` depends on them: it must equal its own exact arithmetic (island sums
 /// rounded to the dtype, then added in island order) bit for bit, within the f64 bound
-/// that allows the second rounding.
-pub fn judge_on<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>]) -> Outcome {
+/// that allows the second rounding. `wire`: what `ce-ring` put on the wire (`TPAR_WIRE`);
+/// on a lossy wire it must equal `ce_wire::expected` (the quantised arithmetic) bit for bit
+/// and lie within the documented bound around the f64 sum (`ce_wire::count_wrong`).
+pub fn judge_on<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>], wire: Wire) -> Outcome {
     let (wrong, inexact) = match used {
         Algorithm::Nccl => (count_wrong_stepwise(out, inputs), 0),
+        Algorithm::CeRing if wire.is_lossy() => (ce_wire::count_wrong(out, inputs, wire), bit_diffs(out, &ce_wire::expected(inputs, wire))),
         Algorithm::Hierarchical if islands.len() > 1 => (count_wrong_islands(out, inputs), bit_diffs(out, &expected_islands(inputs, islands))),
         _ => (count_wrong(out, inputs), bit_diffs(out, &expected(inputs))),
     };

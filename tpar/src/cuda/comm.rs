@@ -41,6 +41,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+// Checked captures (`begin_capture_check` / `end_capture_check`): a file of their own.
+mod capture;
+
 /// Beyond the device-side deadline, so that a kernel's own timeout (which names the peer and
 /// phase) is what the caller sees when it can be.
 const HOST_GRACE: Duration = Duration::from_secs(1);
@@ -154,6 +157,9 @@ impl GpuCommunicator {
         // Every rank derived the same ranks' topology (the addresses were exchanged), so
         // every rank labels the same islands. Islands that do not cover the ranks run as one.
         ws.set_islands(crate::algorithms::hierarchical::island_word(&as_u32(&islands_for(&topology, cfg.world)), cfg.world).unwrap_or(0));
+        if registry::spec(Algorithm::CeRing).gpu_transports.contains(&ws.transport()) {
+            ws.enable_ce(overrides.wire.unwrap_or_default())?;
+        }
         let nccl = match opts.nccl {
             NcclUse::Own => nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string()),
             NcclUse::Caller => Err("not joined: the caller runs NCCL's calls (NcclUse::Caller)".to_string()),
@@ -222,6 +228,11 @@ impl GpuCommunicator {
         &self.placement
     }
 
+    /// What `ce-ring` puts on the wire here (`TPAR_WIRE`; exact unless set).
+    pub fn wire(&self) -> crate::kinds::Wire {
+        self.overrides.wire.unwrap_or_default()
+    }
+
     /// The islands `hierarchical` reduces over (normalised: members in rank order, islands
     /// by first rank): the topology's, when they partition the ranks; else one island.
     pub fn islands(&self) -> Vec<Vec<usize>> {
@@ -262,58 +273,6 @@ impl GpuCommunicator {
     /// Whether NCCL joined, or why not.
     pub fn nccl_status(&self) -> std::result::Result<(), &str> {
         self.nccl.as_ref().map(|_| ()).map_err(|s| s.as_str())
-    }
-
-    /// Starts a checked capture: from now until [`end_capture_check`](Self::end_capture_check),
-    /// calls made in graph mode are recorded on the host and launched without a per-call
-    /// descriptor (the kernels then skip the descriptor exchange); eager calls in between keep
-    /// theirs. Every rank must bracket the same capture. Without this bracket, captured calls
-    /// carry descriptors as eager ones do.
-    pub fn begin_capture_check(&mut self) -> Result<()> {
-        self.ws.check_poisoned()?;
-        if self.captured.is_some() {
-            return Err(Error::invalid("capture", "begin_capture_check called twice without end_capture_check"));
-        }
-        if self.check_calls {
-            self.captured = Some(Vec::new());
-        }
-        Ok(())
-    }
-
-    /// Ends a checked capture: every rank's captured call sequence is compared over the
-    /// control plane (a 16-byte digest; the sequences themselves only when digests differ).
-    /// Returns how many calls this rank captured. When the ranks differ, every rank gets
-    /// `Error::Mismatch` naming the first differing call, and the communicator is poisoned
-    /// (the captured graph must not be replayed: its kernels carry no descriptor to catch it).
-    pub fn end_capture_check(&mut self) -> Result<usize> {
-        let Some(seq) = self.captured.take() else {
-            self.ws.check_poisoned()?;
-            return Ok(0);
-        };
-        let digest = |s: &[u64]| {
-            let bytes: Vec<u8> = s.iter().flat_map(|c| c.to_le_bytes()).collect();
-            crate::units::fnv1a64(&bytes)
-        };
-        let mut mine = Vec::with_capacity(16);
-        mine.extend_from_slice(&(seq.len() as u64).to_le_bytes());
-        mine.extend_from_slice(&digest(&seq).to_le_bytes());
-        let all = self.control.all_gather_bytes(&mine)?;
-        if all.iter().all(|d| *d == mine) {
-            return Ok(seq.len());
-        }
-        let bytes: Vec<u8> = seq.iter().flat_map(|c| c.to_le_bytes()).collect();
-        let seqs: Vec<Vec<u64>> = self
-            .control
-            .all_gather_bytes(&bytes)?
-            .iter()
-            .map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
-            .collect();
-        let e = match super::abi::first_captured_difference(&seqs) {
-            Some(d) => super::abi::captured_mismatch(self.rank(), &seqs, d),
-            None => Error::invalid("capture", "the captured sequences' digests differ but their calls do not"),
-        };
-        self.ws.poison(e.to_string());
-        Err(e)
     }
 
     /// The plan's decision for `bytes` of `dtype` in `mode` (logged once under
@@ -369,7 +328,8 @@ impl GpuCommunicator {
             | Algorithm::TwoshotPull
             | Algorithm::StagedPush
             | Algorithm::Hierarchical
-            | Algorithm::GatherBcast => {
+            | Algorithm::GatherBcast
+            | Algorithm::CeRing => {
                 // The registry is the gate: the plan only picks what it accepts, and a forced
                 // algorithm it refuses is an error naming why, never a launch of nothing.
                 registry::runnable(plan.algorithm, Backend::Cuda, plan.transport).map_err(refused)?;
@@ -383,8 +343,13 @@ impl GpuCommunicator {
                     // Nothing moves; every rank returns at once (see `submit`).
                     return Ok(Route::Kernel { algorithm: plan.algorithm, launch: Launch::none(), desc_code: 0 });
                 }
+                let desc_code = super::abi::desc_code(plan.algorithm, dtype);
+                if plan.algorithm == Algorithm::CeRing {
+                    self.ws.ce_prepare(dtype, bytes)?;
+                    return Ok(Route::CopyEngine { desc_code });
+                }
                 let launch = self.ws.resolve(plan.algorithm, dtype, bytes, plan.blocks)?;
-                Ok(Route::Kernel { algorithm: plan.algorithm, launch, desc_code: super::abi::desc_code(plan.algorithm, dtype) })
+                Ok(Route::Kernel { algorithm: plan.algorithm, launch, desc_code })
             }
         }
     }
@@ -489,19 +454,22 @@ impl GpuCommunicator {
                 }
                 .map(|()| Algorithm::Nccl)
             }
-            Route::Kernel { algorithm, launch, desc_code } => {
+            Route::Kernel { desc_code, .. } | Route::CopyEngine { desc_code } => {
                 let desc = if recorded || !self.check_calls { 0 } else { desc_code };
                 let own = stream.map(|s| {
                     // SAFETY: the caller vouches for `s`; it is swapped back below, and
                     // launch_resolved neither panics nor drops the workspace.
                     unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
                 });
-                let res = self.ws.launch_resolved(&launch, desc, count, input, output);
+                let res = match r.route {
+                    Route::Kernel { launch, .. } => self.ws.launch_resolved(&launch, desc, count, input, output),
+                    _ => self.ws.ce_launch(dtype, count, input, output, desc),
+                };
                 if let Some(own) = own {
                     // SAFETY: `own` is this workspace's own live stream, swapped out above.
                     unsafe { self.ws.swap_stream(own) };
                 }
-                res.map(|()| algorithm)
+                res.map(|()| r.algorithm())
             }
         }
     }
