@@ -53,7 +53,12 @@ def correctness(rank, world, sizes, dtypes, seed=1):
 
 def bad_input(rank, world, kind, who="all"):
     """`who` ranks pass a bad tensor (`kind`); the others a good one. Records what each rank
-    raised and when; where every rank was bad, a good call must work afterwards."""
+    raised and when; where every rank was bad, a good call must work afterwards.
+
+    The bad calls are made one rank at a time, each while every other rank waits in a gloo
+    barrier (the good ranks call only after every bad rank has raised): a bad call that
+    entered the collective instead of raising at once would wait for peers that are not
+    calling, and end in a timeout, which the tests tell from InvalidArgumentError."""
     comm = tt.Communicator(device="cpu")
     n = 1000
     good = make_inputs(5, world, n, torch.float32)
@@ -69,12 +74,23 @@ def bad_input(rank, world, kind, who="all"):
             x = torch.empty(n, device="meta")
         elif kind == "out_size":
             out = torch.empty(n + 1)
-    t0 = time.monotonic()
-    try:
-        comm.all_reduce(x, out=out)
-        raise AssertionError(f"rank {rank}: all_reduce accepted {kind} (bad here: {bad_here})")
-    except tpar.TparError as e:
-        first = {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+    bad_ranks = range(world) if who == "all" else [int(who)]
+    first = None
+
+    def call():
+        t0 = time.monotonic()
+        try:
+            comm.all_reduce(x, out=out)
+            raise AssertionError(f"rank {rank}: all_reduce accepted {kind} (bad here: {bad_here})")
+        except tpar.TparError as e:
+            return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+
+    for k in bad_ranks:
+        if rank == k:
+            first = call()
+        dist.barrier()
+    if first is None:
+        first = call()  # a good rank, after every bad one raised
     after = None
     if who == "all":
         got = comm.all_reduce(good[rank].clone())

@@ -111,9 +111,9 @@ pub fn expected_islands<T: Element>(inputs: &[Vec<T>], islands: &[Vec<usize>]) -
 /// Half an ulp of `T` relative to 1.0.
 pub fn unit_roundoff<T: Element>() -> f64 {
     match T::DTYPE {
-        crate::DType::F32 => 2f64.powi(-24),
-        crate::DType::F16 => 2f64.powi(-11),
-        crate::DType::BF16 => 2f64.powi(-8),
+        crate::dtype::DType::F32 => 2f64.powi(-24),
+        crate::dtype::DType::F16 => 2f64.powi(-11),
+        crate::dtype::DType::BF16 => 2f64.powi(-8),
     }
 }
 
@@ -160,12 +160,70 @@ pub fn count_wrong_stepwise<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
     count_outside(out, inputs, |s, mag, world| u * (s.abs() + (world - 1.0) * mag) + world * 2f64.powi(-23) * mag)
 }
 
+/// Everything a call's outputs are judged against, computed once from every rank's inputs:
+/// the rank-order f32 sum rounded once ([`expected`]) and, per element, the f64 sum and sum
+/// of magnitudes the tolerances use. Judging `world` ranks' outputs of one call against one
+/// `Reference` gives the same counts as [`count_wrong`] and friends on each, at `1 / world`
+/// of the cost (the reference is the O(world x count) part).
+#[derive(Clone, Debug)]
+pub struct Reference<T> {
+    /// The rank-order f32 sum, rounded once to `T`.
+    pub exact: Vec<T>,
+    sum: Vec<f64>,
+    mag: Vec<f64>,
+    world: f64,
+}
+
+impl<T: Element> Reference<T> {
+    pub fn new(inputs: &[Vec<T>]) -> Reference<T> {
+        let n = inputs.first().map_or(0, |v| v.len());
+        let (mut sum, mut mag) = (vec![0f64; n], vec![0f64; n]);
+        for inp in inputs {
+            for ((s, m), x) in sum.iter_mut().zip(mag.iter_mut()).zip(inp) {
+                let x = x.to_f32() as f64;
+                *s += x;
+                *m += x.abs();
+            }
+        }
+        Reference { exact: expected(inputs), sum, mag, world: inputs.len() as f64 }
+    }
+
+    fn outside(&self, out: &[T], tol: impl Fn(f64, f64, f64) -> f64) -> usize {
+        out.iter()
+            .zip(self.sum.iter().zip(&self.mag))
+            .filter(|(o, (s, mag))| {
+                let v = o.to_f32() as f64;
+                !(v - **s).abs().le(&(tol(**s, **mag, self.world) + f64::MIN_POSITIVE))
+            })
+            .count()
+            + out.len().saturating_sub(self.sum.len())
+    }
+
+    /// [`count_wrong`] of `out`.
+    pub fn count_wrong(&self, out: &[T]) -> usize {
+        let u = unit_roundoff::<T>();
+        self.outside(out, |s, mag, world| u * s.abs() + world * 2f64.powi(-23) * mag)
+    }
+
+    /// [`count_wrong_islands`] of `out`.
+    pub fn count_wrong_islands(&self, out: &[T]) -> usize {
+        let u = unit_roundoff::<T>();
+        self.outside(out, |s, mag, world| u * (s.abs() + mag) + world * 2f64.powi(-23) * mag)
+    }
+
+    /// [`count_wrong_stepwise`] of `out`.
+    pub fn count_wrong_stepwise(&self, out: &[T]) -> usize {
+        let u = unit_roundoff::<T>();
+        self.outside(out, |s, mag, world| u * (s.abs() + (world - 1.0) * mag) + world * 2f64.powi(-23) * mag)
+    }
+}
+
 /// Overwrites `buf` with a NaN pattern no algorithm produces, so stale outputs show.
 pub fn poison<T: Element>(buf: &mut [T]) {
     let bits = match T::DTYPE {
-        crate::DType::F32 => 0x7fa5_a5a5,
-        crate::DType::F16 => 0x7da5,
-        crate::DType::BF16 => 0x7fa5,
+        crate::dtype::DType::F32 => 0x7fa5_a5a5,
+        crate::dtype::DType::F16 => 0x7da5,
+        crate::dtype::DType::BF16 => 0x7fa5,
     };
     for x in buf.iter_mut() {
         *x = T::from_lane(bits);
@@ -191,9 +249,9 @@ impl Special {
 /// Every rank's input of kind `kind`.
 pub fn special_inputs<T: Element>(kind: Special, world: usize, count: usize) -> Vec<Vec<T>> {
     let max = match T::DTYPE {
-        crate::DType::F32 => f32::MAX,
-        crate::DType::F16 => 65504.0,
-        crate::DType::BF16 => half::bf16::MAX.to_f32(),
+        crate::dtype::DType::F32 => f32::MAX,
+        crate::dtype::DType::F16 => 65504.0,
+        crate::dtype::DType::BF16 => half::bf16::MAX.to_f32(),
     };
     (0..world)
         .map(|r| {
@@ -262,6 +320,33 @@ pub fn digest<T: Element>(buf: &[T]) -> u64 {
 mod tests {
     use super::*;
     use half::bf16;
+
+    #[test]
+    fn a_reference_judges_as_the_functions_do() {
+        fn check<T: Element>(world: usize, n: usize) {
+            let inputs: Vec<Vec<T>> = all_inputs(7, world as u64, world, n);
+            let r = Reference::new(&inputs);
+            assert_eq!(bit_diffs(&r.exact, &expected(&inputs)), 0);
+            let mut outs = vec![r.exact.clone()];
+            let mut off = r.exact.clone();
+            for (k, x) in off.iter_mut().enumerate().filter(|(k, _)| k % 5 == 0) {
+                *x = T::from_f32(x.to_f32() * (1.0 + 0.01 * (k % 3) as f32) + 0.001);
+            }
+            outs.push(off);
+            let mut nan = r.exact.clone();
+            poison(&mut nan[..n / 2]);
+            outs.push(nan);
+            for out in &outs {
+                assert_eq!(r.count_wrong(out), count_wrong(out, &inputs));
+                assert_eq!(r.count_wrong_islands(out), count_wrong_islands(out, &inputs));
+                assert_eq!(r.count_wrong_stepwise(out), count_wrong_stepwise(out, &inputs));
+            }
+            assert!(r.count_wrong(&outs[2]) >= n / 2, "poisoned elements count");
+        }
+        check::<f32>(8, 1000);
+        check::<half::f16>(3, 777);
+        check::<bf16>(16, 513);
+    }
 
     #[test]
     fn inputs_are_reproducible_and_nonzero() {

@@ -87,6 +87,7 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
     }
     let sizes = harness::size_steps(args.min_bytes, args.max_bytes, args.step_factor)?;
     let dtypes = harness::parse_dtypes(&args.dtype)?;
+    harness::holds_an_element("-b", args.min_bytes, &dtypes)?;
     if args.iters == 0 {
         return Err("-n must be at least 1".into());
     }

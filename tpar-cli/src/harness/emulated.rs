@@ -1,9 +1,9 @@
 //! Emulated ranks: N ranks as streams of one GPU ([`tpar::cuda::EmulatedGroup`]), all in
 //! this process. They prove correctness and kernel cost, not interconnect behaviour.
 
-use super::verify::{judge_on, Outcome, Verdict};
+use super::verify::{Judge, Outcome, Verdict};
 use super::{Group, Io, Timing};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::{EmulatedGroup, GroupOptions};
@@ -13,7 +13,7 @@ use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
 use tpar::units::{percentiles, Spread};
 use tpar::{Algorithm, DType, Element, Transport};
 
-use super::gpu::{err, POISON_WORD, TIMING_WORD};
+use super::verify::{err, POISON_WORD, TIMING_WORD};
 
 /// A rank's input and output buffers.
 pub struct RankBufs {
@@ -79,6 +79,25 @@ pub struct EmulatedRanks {
     pub bufs: Vec<RankBufs>,
     /// The islands `hierarchical` reduces over, normalised (for the verifier).
     pub islands: Vec<Vec<usize>>,
+    /// Where the checked calls' time went, summed over them (see [`Phases`]).
+    phases: Phases,
+}
+
+/// Host time of checked calls by phase, summed: what `tpar check` spends besides the
+/// kernels, printed with its verdict so that a slow run shows where its time went.
+#[derive(Default)]
+struct Phases {
+    calls: u64,
+    /// Generating every rank's inputs.
+    inputs: Duration,
+    /// Uploading inputs and poisoning outputs (each copy and fill synchronises).
+    copies: Duration,
+    /// The all-reduce: enqueue on every rank, then synchronise.
+    run: Duration,
+    /// Downloading every rank's output.
+    download: Duration,
+    /// The references (once per call) and judging every rank's output.
+    judge: Duration,
 }
 
 impl EmulatedRanks {
@@ -102,9 +121,9 @@ impl EmulatedRanks {
         if let Some(ns) = skew_ns {
             // Fixed seed: a failing skewed run can be repeated exactly.
             g.set_skew_for_test(Some((0x5_4e3, ns)));
-            eprintln!("# skewed ranks: random delays of 0..{ns} ns on the device before calls, per rank and call");
+            eprintln!("# skewed ranks: random delays of 0 to {ns} ns on the device before calls, per rank and call");
         }
-        Ok(EmulatedRanks { g, bufs, islands: norm })
+        Ok(EmulatedRanks { g, bufs, islands: norm, phases: Phases::default() })
     }
 
     /// Blocks for a call: 0, the launch policy (`tpar::cuda::launch::blocks_for`, which
@@ -114,8 +133,9 @@ impl EmulatedRanks {
     }
 
     /// Uploads every rank's input of `inputs`, poisons the outputs, runs `algo`, and judges
-    /// every rank's output (the inputs themselves, in place).
+    /// every rank's output (the inputs themselves, in place) against one reference.
     fn run_and_judge<T: Element>(&mut self, algo: Algorithm, inputs: &[Vec<T>], count: usize, in_place: bool) -> Result<Vec<Outcome>, String> {
+        let t = Instant::now();
         for (b, x) in self.bufs.iter().zip(inputs) {
             b.input.upload(x).map_err(err)?;
             b.output.fill_u32(POISON_WORD).map_err(err)?;
@@ -123,19 +143,34 @@ impl EmulatedRanks {
         let (i, o) = ptrs(&self.bufs);
         let o = if in_place { i.clone() } else { o };
         let blocks = self.blocks(count * T::DTYPE.size());
+        let t_run = Instant::now();
         self.g.all_reduce(algo, T::DTYPE, count, &i, &o, blocks).map_err(|e| format!("{algo} {} count {count}: {e}", T::DTYPE))?;
-        self.bufs
+        let t_download = Instant::now();
+        let outs = self
+            .bufs
             .iter()
             .map(|b| {
                 let mut out = vec![T::from_f32(0.0); count];
                 (if in_place { &b.input } else { &b.output }).download(&mut out).map_err(err)?;
-                Ok(judge_on(&out, inputs, algo, &self.islands, self.g.wire()))
+                Ok(out)
             })
-            .collect()
+            .collect::<Result<Vec<_>, String>>()?;
+        let t_judge = Instant::now();
+        let judge = Judge::new(inputs, algo, &self.islands, self.g.wire());
+        let outcomes = outs.iter().map(|out| judge.outcome(out)).collect();
+        let p = &mut self.phases;
+        p.copies += t_run - t;
+        p.run += t_download - t_run;
+        p.download += t_judge - t_download;
+        p.judge += t_judge.elapsed();
+        Ok(outcomes)
     }
 
     fn checked_t<T: Element>(&mut self, algo: Algorithm, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        let t = Instant::now();
         let inputs = all_inputs::<T>(seed, call, self.g.world(), count);
+        self.phases.inputs += t.elapsed();
+        self.phases.calls += 1;
         let outcomes = self.run_and_judge(algo, &inputs, count, io == Io::InPlace)?;
         Ok(Verdict::of(&outcomes, count))
     }
@@ -265,6 +300,22 @@ impl Group for EmulatedRanks {
     }
     fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
         Some(super::peer::Site::Emulated { device: self.g.device(), world: self.g.world() })
+    }
+    fn phase_report(&self) -> Option<String> {
+        let p = &self.phases;
+        let n = p.calls.max(1) as f64;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
+        (p.calls > 0).then(|| {
+            format!(
+                "host time per checked call ({} calls): inputs {:.3} ms, upload + poison {:.3} ms, all-reduce + sync {:.3} ms, download {:.3} ms, judge {:.3} ms",
+                p.calls,
+                ms(p.inputs),
+                ms(p.copies),
+                ms(p.run),
+                ms(p.download),
+                ms(p.judge)
+            )
+        })
     }
 }
 

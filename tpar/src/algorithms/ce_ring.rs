@@ -29,7 +29,7 @@
 use super::schedule::{gpu, step, unsupported, Endpoint, FabricView, Flow, Op, Step, Sync};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::{Algorithm, Transport};
+use crate::kinds::{Algorithm, Transport};
 use std::ops::Range;
 
 /// Elements per quantisation block of a lossy wire (one f32 scale each): b12x's DmaAllReduce

@@ -35,12 +35,12 @@
 //! check of an exact call (those are bitwise against the rank-order sum).
 
 use super::ce_ring::{Geometry, QBLOCK};
-use crate::dtype::{pack_acc, unpack_into, Element};
+use crate::dtype::{pack_acc, unpack_into, DType, Element};
 use crate::kinds::Wire;
 
 /// Blocks whose largest magnitude is below this travel as zeros (a smaller scale would be
 /// an f32 subnormal: too few bits to keep the bound).
-pub const TINY: f32 = f32::from_bits(0x0d80_0000); // 2^-100
+pub const TINY: f32 = 1.0 / (1u128 << 100) as f32; // 2^-100, exact
 /// Largest FP8 E4M3 magnitude (E4M3FN: no infinities).
 pub const FP8_MAX: f32 = 448.0;
 /// INT8 steps each side of zero (symmetric; -128 marks NaN).
@@ -50,7 +50,9 @@ pub const INT8_NAN: u8 = 0x80;
 /// The FP8 E4M3 code of a NaN (S.1111.111).
 pub const FP8_NAN: u8 = 0x7f;
 /// The NaN both sides produce (the GPU's canonical NaN).
-const NAN: f32 = f32::from_bits(0x7fff_ffff);
+fn nan() -> f32 {
+    f32::from_bits(0x7fff_ffff)
+}
 
 /// Per-quantisation error relative to the block's largest magnitude (see the module doc).
 pub fn eps(wire: Wire) -> f64 {
@@ -93,7 +95,7 @@ pub fn e4m3_to_f32(c: u8) -> f32 {
     let e = i32::from((c >> 3) & 0xf);
     let m = i32::from(c & 7);
     if e == 15 && m == 7 {
-        return NAN;
+        return nan();
     }
     let mag = if e == 0 { m as f32 * pow2(-9) } else { (8 + m) as f32 * pow2(e - 10) };
     if c & 0x80 != 0 {
@@ -118,7 +120,7 @@ pub fn f32_to_i8(x: f32) -> u8 {
 /// INT8 to f32.
 pub fn i8_to_f32(c: u8) -> f32 {
     if c == INT8_NAN {
-        NAN
+        nan()
     } else {
         f32::from(c as i8)
     }
@@ -142,7 +144,7 @@ pub fn amax(xs: impl IntoIterator<Item = f32>) -> f32 {
 /// [`TINY`], NaN when `amax` is not finite.
 pub fn block_scale(amax: f32, wire: Wire) -> (f32, f32) {
     if amax.is_nan() || amax > f32::MAX {
-        return (NAN, NAN);
+        return (nan(), nan());
     }
     if amax < TINY {
         return (0.0, 0.0);
@@ -230,7 +232,7 @@ pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>], wire: Wire) -> usiz
     let count = out.len();
     let g = Geometry::new(count, T::DTYPE, world);
     let e = eps(wire);
-    let u = crate::testing::unit_roundoff::<T>();
+    let u = unit_roundoff::<T>();
     let w23 = world as f64 * 2f64.powi(-23);
     let mut wrong = 0usize;
     for p in 0..g.pieces {
@@ -247,7 +249,8 @@ pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>], wire: Wire) -> usiz
                     let core = q1 + w23 * (mags[k] + q1) + e * (m_block + q1) * (1.0 + w23);
                     let bound = core + u * (s.abs() + core) + world as f64 * f64::from(TINY);
                     let v = f64::from(out[i].to_f32());
-                    if !((v - s).abs() <= bound) {
+                    let within = (v - s).abs() <= bound;
+                    if !within {
                         wrong += 1;
                     }
                 }
@@ -257,6 +260,13 @@ pub fn count_wrong<T: Element>(out: &[T], inputs: &[Vec<T>], wire: Wire) -> usiz
     wrong
 }
 
-#[cfg(test)]
-#[path = "ce_wire_tests.rs"]
-mod tests;
+/// The unit roundoff of `T` (half an ulp at 1).
+fn unit_roundoff<T: Element>() -> f64 {
+    match T::DTYPE {
+        DType::F32 => 2f64.powi(-24),
+        DType::F16 => 2f64.powi(-11),
+        DType::BF16 => 2f64.powi(-8),
+    }
+}
+
+// Tests: tpar/tests/ce_wire.rs (they draw inputs from `testing`, a layer above this one).

@@ -26,7 +26,7 @@ use super::{kernels, launch, nvrtc};
 use crate::algorithms::ce_ring::{Geometry, MAX_PIECES};
 use crate::error::{Error, Result};
 use crate::kinds::Wire;
-use crate::DType;
+use crate::dtype::DType;
 use std::collections::HashMap;
 use std::mem::{offset_of, size_of};
 
@@ -422,6 +422,7 @@ impl CeRank {
     }
 
     /// Enqueues this rank's part of one call, `main` being the stream its kernels run on.
+    #[allow(clippy::too_many_arguments)]
     pub fn enqueue(&mut self, dev: &Device, main: &Stream, base: RankView, dtype: DType, count: usize, io: (u64, u64), desc_code: u32) -> Result<()> {
         self.prepare(dev, dtype, count, base)?;
         let v = self.view(base);

@@ -21,7 +21,7 @@ use super::driver::{Device, DeviceBuffer, Event, Stream};
 use crate::algorithms::ce_ring::Geometry;
 use crate::error::{Error, Result};
 use crate::kinds::Wire;
-use crate::DType;
+use crate::dtype::DType;
 use std::collections::HashMap;
 
 /// What a call needs of the group: its streams and fork/join events, and each rank's view.
@@ -65,6 +65,8 @@ impl EmulatedCe {
     }
 
     /// Enqueues one all-reduce of `count` elements on every rank of `g`.
+    // Rank r indexes its stream, copy stream, events and steps together: plainer by index.
+    #[allow(clippy::needless_range_loop)]
     pub fn enqueue(&mut self, dev: &Device, mut g: Group<'_>, dtype: DType, count: usize, io: (&[u64], &[u64]), desc_code: u32) -> Result<()> {
         let world = g.views.len();
         if world != g.streams.len() || world != self.copies.len() || io.0.len() != world || io.1.len() != world {

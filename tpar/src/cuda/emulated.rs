@@ -148,7 +148,7 @@ impl EmulatedGroup {
     /// `world` workspaces able to reduce up to `max_bytes` per call, and checks the ABI.
     pub fn new(ordinal: usize, world: usize, max_bytes: usize, opts: GroupOptions) -> Result<Self> {
         if !(2..=MAX_RANKS).contains(&world) {
-            return Err(Error::invalid("world", format!("{world}: emulated groups have 2..={MAX_RANKS} ranks")));
+            return Err(Error::invalid("world", format!("{world}: emulated groups have 2 to {MAX_RANKS} ranks")));
         }
         if !matches!(opts.transport, Transport::P2p | Transport::Host) {
             return Err(Error::Unsupported {
@@ -400,7 +400,7 @@ impl EmulatedGroup {
         if present.iter().any(|p| !p) {
             return Err(Error::Unsupported { what: "ce-ring with absent emulated ranks".into(), reason: "its emulated ranks order each other with events: nothing waits on the device, so there is no timeout to test".into() });
         }
-        if count == 0 || count.checked_mul(dtype.size()).is_none_or(|b| b > self.max_bytes) {
+        if count == 0 || count.checked_mul(dtype.size()).map_or(true, |b| b > self.max_bytes) {
             return Err(Error::invalid("count", format!("{count} elements of {dtype}: must be positive and fit max_bytes {}", self.max_bytes)));
         }
         launch::check_pointers(inputs)?;

@@ -73,4 +73,20 @@ mod tests {
         assert!(g.flow(Endpoint::Gpu(0), Endpoint::Gpu(1), 1.0, Op::Copy).is_err());
         assert!(g.flow(Endpoint::Gpu(0), Endpoint::Host(0), 1.0, Op::Copy).is_ok());
     }
+
+    #[test]
+    fn ce_ring_is_timed_on_every_p2p_preset_and_its_figures_are_assumed() {
+        use crate::kinds::Algorithm;
+        use crate::sim::provenance::Source;
+        use crate::sim::Simulator;
+        for t in presets::all() {
+            let n = t.gpus.len().min(8);
+            let sim = Simulator::new(&t, n, &Params::default()).unwrap();
+            let p = sim.predict(Algorithm::CeRing, 64 << 20).unwrap();
+            assert!(p.total_us.is_finite() && p.total_us > 0.0, "{}: {p:?}", t.name);
+            // Twice the copies' bytes cannot beat the busiest link: a floor for the prediction.
+            assert!(p.total_us >= 2.0 * (n - 1) as f64 * ((64 << 20) as f64 / n as f64) / (1e3 * 1e3), "{}: {}", t.name, p.total_us);
+            assert_eq!(sim.provenance(Algorithm::CeRing).unwrap().source, Source::Assumed, "{}", t.name);
+        }
+    }
 }

@@ -8,14 +8,15 @@
 
 use crate::algorithms::{run_chunk, Algorithm, Call};
 use crate::plan::{plan_fingerprint, Backend, CaptureMode, Overrides, PlanInput};
-use crate::profile::{Profile, ProfileFingerprint};
+use crate::plan::profile::{Profile, ProfileFingerprint};
 use crate::topology::Topology;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
 use crate::control::ControlPlane;
 use crate::rendezvous::JoinSpec;
-use crate::transport::shm_workspace::ShmWorkspace;
+pub mod shm_workspace;
+use shm_workspace::ShmWorkspace;
 use crate::transport::shm::ShmSegment;
 use crate::workspace::{hdr, st, Layout, Workspace};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -211,6 +212,13 @@ impl Communicator {
         let (control, joined) = ControlPlane::join::<ShmWorkspace>(&JoinSpec { fingerprint: digest ^ cfg.fingerprint, ..cfg.join_spec() })?;
         let ws = Workspace::new(joined.layout, joined.shm.words())?;
         ws.status(cfg.rank)[st::PID].store_relaxed(std::process::id() as u64);
+        // A chunk's worth of scratch: the layout is bounded (`MAX_WORKSPACE_BYTES`), and a
+        // failed allocation is an error, not an abort.
+        let mut scratch = Vec::new();
+        scratch
+            .try_reserve_exact(joined.layout.cap)
+            .map_err(|e| Error::invalid("workspace", format!("{} words of scratch: {e}", joined.layout.cap)))?;
+        scratch.resize(joined.layout.cap, 0);
         Ok(Communicator {
             dispatch: Dispatch {
                 topology,
@@ -221,7 +229,7 @@ impl Communicator {
             rank: cfg.rank,
             world: cfg.world,
             layout: joined.layout,
-            scratch: vec![0; joined.layout.cap],
+            scratch,
             shm: joined.shm,
             control,
             epoch: joined.first_epoch,
@@ -260,7 +268,7 @@ impl Communicator {
     }
 
     /// The algorithm the plan picks for `bytes` of `dtype` on this communicator.
-    pub fn planned(&mut self, dtype: crate::DType, bytes: usize) -> Algorithm {
+    pub fn planned(&mut self, dtype: crate::dtype::DType, bytes: usize) -> Algorithm {
         let d = &mut self.dispatch;
         d.cache
             .get(&PlanInput {
@@ -361,7 +369,7 @@ impl Communicator {
         if n as u64 > MAX_COUNT {
             return Err(Error::invalid("count", format!("{n} elements exceeds {MAX_COUNT}")));
         }
-        crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::Transport::Shm)
+        crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::kinds::Transport::Shm)
             .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
         let ws = Workspace::new(self.layout, self.shm.words())?;
         let chunk = chunk_elems::<T>(algo, n, self.layout.cap);
