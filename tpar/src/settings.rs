@@ -517,5 +517,4 @@ pub fn text_table() -> String {
 }
 
 #[cfg(test)]
-#[path = "settings_tests.rs"]
 mod tests;

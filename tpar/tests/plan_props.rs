@@ -34,7 +34,7 @@ fn may_run(a: Algorithm, backend: Backend, t: Transport) -> bool {
         Backend::Cpu => t == T::Shm && matches!(a, A::OneshotPush | A::OneshotPull | A::TwoshotPush | A::TwoshotPull | A::GatherBcast),
         Backend::Cuda => matches!(
             (a, t),
-            (A::OneshotPush | A::TwoshotPush, T::P2p | T::Host) | (A::OneshotPull | A::TwoshotPull | A::StagedPush | A::Hierarchical, T::P2p) | (A::Nccl, T::Nccl)
+            (A::OneshotPush | A::TwoshotPush | A::CeRing, T::P2p | T::Host) | (A::OneshotPull | A::TwoshotPull | A::StagedPush | A::Hierarchical, T::P2p) | (A::Nccl, T::Nccl)
         ),
     }
 }
