@@ -28,7 +28,7 @@
 // The copy-engine descriptors follow the call descriptors in the flag area (abi.rs:
 // CE_FLAG_OFFSET): [phase][piece][src] x 16 bytes.
 #define CE_FLAG_OFFSET (TPAR_DESC_OFFSET + 3u * TPAR_MAX_RANKS * 16u)
-#define CE_PHASE_CODE_BASE 10u  // error records: 10 + phase (abi::phase_name)
+#define CE_PHASE_CODE_BASE 11u  // error records: 11 + phase (abi::phase_name)
 
 struct CeArgs {
     TparArgs a;        // every rank's areas, this rank's state (err_claim) and error record, the call

@@ -562,26 +562,48 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
 #define TPAR_BOUNDS __launch_bounds__(TPAR_THREADS)
 #endif
 #define TPAR_ENTRY(NAME, SUFFIX, D) \
+    static_assert(!TPAR_FUSED_ASKED, #NAME " has no fused variant"); \
     extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparArgs a) { NAME<D>(a); }
-#if defined(TPAR_ONLY_F32)
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32)
-#elif defined(TPAR_ONLY_F16)
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f16, DF16)
-#elif defined(TPAR_ONLY_BF16)
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, bf16, DBF16)
+// Kernels with a fused variant (TPAR_FUSED_READY) take their epilogue as a second argument
+// (norm.cuh): the plain one stores the sum; the fused one (-DTPAR_FUSED) adds the residual
+// and normalises, and the entry takes the fused arguments.
+#if TPAR_FUSED_ON
+#define TPAR_FENTRY(NAME, SUFFIX, D) \
+    extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparFusedArgs fa) { NormOut<D> o(fa.n); NAME<D>(fa.a, o); }
 #else
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32) TPAR_ENTRY(NAME, f16, DF16) TPAR_ENTRY(NAME, bf16, DBF16)
+#define TPAR_FENTRY(NAME, SUFFIX, D) \
+    extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparArgs a) { PlainOut<D> o; NAME<D>(a, o); }
 #endif
+#if defined(TPAR_ONLY_F32)
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, f32, DF32)
+#elif defined(TPAR_ONLY_F16)
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, f16, DF16)
+#elif defined(TPAR_ONLY_BF16)
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, bf16, DBF16)
+#else
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, f32, DF32) E(NAME, f16, DF16) E(NAME, bf16, DBF16)
+#endif
+#define TPAR_INSTANTIATE(NAME) TPAR_EACH_DTYPE(TPAR_ENTRY, NAME)
+#define TPAR_INSTANTIATE_FUSABLE(NAME) TPAR_EACH_DTYPE(TPAR_FENTRY, NAME)
 
 // Field offsets as this compiler lays them out; the host checks them against abi.rs.
 // out[0..8] = offsets of TparArgs.{flags, state, err, input, count, slot_vecs, timeout_ns, rank},
 // out[8] = TparError.waited_ns, out[9] = TparState.err_claim, out[10] = TparArgs.desc_code,
 // out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
-// out[14] = TparState.prev_kind, out[15] = TparArgs.islands.
+// out[14] = TparState.prev_kind, out[15] = TparArgs.islands, out[16..21] =
+// TparFusedArgs.{n, n.residual_out, n.weight, n.hidden, n.eps_bits}, sizeof(TparFusedArgs).
 extern "C" __global__ void tpar_abi_offsets(u64* out) {
     TparArgs a;
     TparError e;
     TparState s;
+    TparFusedArgs fa;
+    const char* fb = (const char*)&fa;
+    out[16] = (u64)((const char*)&fa.n - fb);
+    out[17] = (u64)((const char*)&fa.n.residual_out - fb);
+    out[18] = (u64)((const char*)&fa.n.weight - fb);
+    out[19] = (u64)((const char*)&fa.n.hidden - fb);
+    out[20] = (u64)((const char*)&fa.n.eps_bits - fb);
+    out[21] = (u64)sizeof(TparFusedArgs);
     const char* b = (const char*)&a;
     const char* sb = (const char*)&s;
     out[0] = (u64)((const char*)&a.flags - b);
@@ -608,3 +630,4 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
 extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparArgs a) {}
 
 #include "flags.cuh"
+#include "norm.cuh"

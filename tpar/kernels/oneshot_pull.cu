@@ -15,10 +15,11 @@
 // barrier orders exactly the data each block reads.
 #define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
 #define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
+#define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
 #include "common.cuh"
 
-template <class D>
-__device__ void oneshot_pull(const TparArgs& a) {
+template <class D, class O>
+__device__ void oneshot_pull(const TparArgs& a, O& out) {
     typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const I nvec = (I)vecs_for<D>(a.count);
@@ -27,6 +28,7 @@ __device__ void oneshot_pull(const TparArgs& a) {
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
     if (!TPAR_LEAN_ON && first < nvec) pre = D::canon(load_input<D>(a, first));  // lean: reloaded (4 registers fewer)
+    out.prefetch(a, first);
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
     for (I v = first; v < nvec; v += stride) {
@@ -40,14 +42,18 @@ __device__ void oneshot_pull(const TparArgs& a) {
     const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
     for (I v = first; v < nvec; v += stride) {
         const V16 own = !TPAR_LEAN_ON && v == first ? pre : D::canon(load_input<D>(a, v));
-        store_output<D>(a, v, load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own));
+        V16 r = load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own);
+        out.transform(a, v, r);
+        out.put(a, f, v, r);
     }
     if (dm) {
         if (TPAR_LEAN_ON) desc_only<D>(a, f, dm);
         else desc_check<D>(a, f, d, dm);
     }
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
+    if (O::fused())
+        for (I v = first; v < nvec; v += stride) out.norm(a, f, v);
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 
-TPAR_INSTANTIATE(oneshot_pull)
+TPAR_INSTANTIATE_FUSABLE(oneshot_pull)

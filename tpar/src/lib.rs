@@ -22,6 +22,7 @@
 //! | [`model`] | decode / speculative-decode throughput from all-reduce latency |
 //! | [`plot`] | latency-versus-size SVG charts of bench or sim records |
 //! | [`testing`] | reproducible inputs, exact and f64 references, poisoning, digests |
+//! | [`tune`] | the first-use tune: budget, screen, timings, rank 0's decision, the tune cache |
 //! | [`error`] | the one error enum |
 //! | `cuda` | (feature `cuda`) NVRTC-compiled kernels, emulated ranks on one GPU, host transport, NCCL |
 //!
@@ -52,6 +53,7 @@ pub mod sim;
 pub mod testing;
 pub mod topology;
 pub mod transport;
+pub mod tune;
 pub mod units;
 pub mod workspace;
 

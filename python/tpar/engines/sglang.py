@@ -8,6 +8,7 @@ calls it for the class to instantiate; its signature changes between versions, s
 replacement takes ``*args, **kwargs``. ``--disable-custom-all-reduce`` still switches it off.
 """
 
+from tpar.engines import fusion
 from tpar.engines.common import TparCustomAllreduce, patch_engine
 
 TARGET_MODULE = "sglang.srt.distributed.device_communicators.custom_all_reduce"
@@ -22,3 +23,4 @@ def dispatch_custom_allreduce(*args, **kwargs):
 def register() -> None:
     """The entry point. Idempotent; does nothing unless ``TPAR_ENABLE=1``."""
     patch_engine("SGLang", TARGET_MODULE, TARGET_ATTR, dispatch_custom_allreduce)
+    fusion.install("sglang")  # its fused all-reduce + RMSNorm, to tpar (tpar/engines/fusion.py)

@@ -8,6 +8,7 @@ that module attribute before the groups are built (plug-ins load first) is enoug
 ``--disable-custom-all-reduce`` still switches it off, as for vLLM's own class.
 """
 
+from tpar.engines import fusion
 from tpar.engines.common import TparCustomAllreduce, patch_engine
 
 #: Where vLLM looks the class up, and its name there.
@@ -18,3 +19,4 @@ TARGET_ATTR = "CustomAllreduce"
 def register() -> None:
     """The entry point. Idempotent; does nothing unless ``TPAR_ENABLE=1``."""
     patch_engine("vLLM", TARGET_MODULE, TARGET_ATTR, TparCustomAllreduce)
+    fusion.install("vllm")  # its fused all-reduce + RMSNorm, to tpar (tpar/engines/fusion.py)

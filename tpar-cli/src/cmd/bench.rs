@@ -78,6 +78,17 @@ pub struct BenchArgs {
     /// scheduling, not a fabric
     #[arg(long, hide = true)]
     pub plan_topology: Option<String>,
+    /// Time the fused all-reduce + residual add + RMSNorm instead of the size sweep: per
+    /// --hidden x --rows and algorithm, the all-reduce alone, the fused call, the all-reduce
+    /// followed by tpar's add-RMSNorm kernel, and that kernel alone (emulated ranks)
+    #[arg(long, help_heading = "Fused all-reduce + add-RMSNorm")]
+    pub fused: bool,
+    /// --fused: hidden sizes (elements per row), a comma list [default: 7168]
+    #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
+    pub hidden: Option<String>,
+    /// --fused: rows (tokens), counts and ranges such as 1-8,16 [default: 1,3,8]
+    #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
+    pub rows: Option<String>,
 }
 
 /// Everything validated, before any rank starts.
@@ -90,6 +101,12 @@ struct Plan {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    if args.fused {
+        #[cfg(feature = "cuda")]
+        return super::bench_fused::run(&args);
+        #[cfg(not(feature = "cuda"))]
+        return Err("--fused times GPU kernels: this tpar was built without the `cuda` feature".into());
+    }
     let target = args.ranks.target("bench", true)?;
     if args.iters == 0 {
         return Err("-n must be at least 1".into());

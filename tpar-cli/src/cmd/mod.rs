@@ -2,6 +2,8 @@
 //! every kind of rank.
 
 pub mod bench;
+#[cfg(feature = "cuda")]
+pub mod bench_fused;
 pub mod check;
 pub mod model;
 pub mod plan;

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::{EmulatedGroup, GroupOptions};
-use tpar::plan::{Backend, CaptureMode};
-use tpar::profile::ProfileFingerprint;
-use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
+use tpar::plan::CaptureMode;
+use tpar::testing::all_inputs;
 use tpar::units::{percentiles, Spread};
 use tpar::{Algorithm, DType, Element, Transport};
 
@@ -175,20 +174,6 @@ impl EmulatedRanks {
         Ok(Verdict::of(&outcomes, count))
     }
 
-    fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {
-        let mut ok = true;
-        for kind in Special::ALL {
-            let inputs = special_inputs::<T>(kind, self.g.world(), count);
-            self.run_and_judge(algo, &inputs, count, false)?;
-            for b in &self.bufs {
-                let mut out = vec![T::from_f32(0.0); count];
-                b.output.download(&mut out).map_err(err)?;
-                ok &= is_exact(&out, &inputs);
-            }
-        }
-        Ok(ok)
-    }
-
     /// Per-call microseconds per timed iteration; `algo` None times the empty kernel (the
     /// launch floor of emulation).
     pub fn time_op(&mut self, algo: Option<Algorithm>, d: DType, count: usize, t: Timing) -> Result<Vec<f64>, String> {
@@ -285,9 +270,6 @@ impl Group for EmulatedRanks {
         }
         by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
     }
-    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
-        by_dtype!(d, T => self.exact_t::<T>(algo, count))
-    }
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
         let mut s = self.time_op(Some(algo), d, count, t)?;
         Ok(Some(percentiles(&mut s)))
@@ -295,8 +277,9 @@ impl Group for EmulatedRanks {
     fn barrier(&mut self) -> Result<(), String> {
         self.g.synchronize().map_err(err)
     }
-    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
-        ProfileFingerprint::new(&tpar::Topology::discover(), None, Backend::Cuda, self.g.world(), capture)
+    fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
+        let settings = tpar::Settings::from_env().map_err(err)?;
+        tpar::cuda::tune_emulated::start_emulated(&mut self.g, max_bytes, &settings, opts).map_err(err)
     }
     fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
         Some(super::peer::Site::Emulated { device: self.g.device(), world: self.g.world() })

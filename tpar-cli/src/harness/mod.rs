@@ -30,6 +30,8 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod emulated;
 #[cfg(feature = "cuda")]
+pub mod fused;
+#[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod launch;
 pub mod output;
@@ -42,7 +44,6 @@ pub mod verify;
 use clap::Args;
 use tpar::algorithms::registry::{algorithms_emulated, algorithms_on, spec};
 use tpar::plan::{Backend, CaptureMode};
-use tpar::profile::ProfileFingerprint;
 use tpar::units::Spread;
 use tpar::{Algorithm, DType, Transport};
 pub use verify::Verdict;
@@ -158,6 +159,20 @@ impl Target {
 /// Whether this command runs emulated ranks (set by [`RankArgs::target`]), so that no
 /// message suggests `--emulate-ranks` to a command that refuses it.
 static EMULATE_OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// Set by `tpar tune`: GPU rank processes join with `TPAR_TUNE=off` (the command runs its
+/// own start of the tune once they joined, under its own budget).
+static TUNE_AT_JOIN_OFF: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+
+/// Makes GPU rank processes of this command join without their first-use tune.
+pub fn no_tune_at_join() {
+    let _ = TUNE_AT_JOIN_OFF.set(());
+}
+
+/// Whether [`no_tune_at_join`] was called.
+pub fn tune_at_join_off() -> bool {
+    TUNE_AT_JOIN_OFF.get().is_some()
+}
 
 /// `--transport host` for GPU rank processes, once [`RankArgs::gpu_transport`] saw it.
 static GPU_TRANSPORT: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
@@ -430,13 +445,9 @@ pub trait Group {
     /// One call on fresh random inputs of every rank (`seed`, `call`), output poisoned,
     /// judged by the one verifier and agreed by every rank. `algo` None: the plan's pick.
     fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String>;
-    /// Bit-exact on inputs whose sums are exact in any order, on every rank.
-    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String>;
     /// Per-call microseconds: per iteration the slowest rank; the root gets the spread.
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String>;
     fn barrier(&mut self) -> Result<(), String>;
-    /// The fingerprint a tuned profile of this group carries.
-    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint;
     /// Where the ranks are, for timing another project's kernel beside tpar's (`bench
     /// --compare`); `None` where no peer runs (CPU ranks).
     #[cfg(feature = "cuda")]
@@ -447,6 +458,9 @@ pub trait Group {
     fn phase_report(&self) -> Option<String> {
         None
     }
+    /// One start of this machine's tune on this group (the library's one tuner:
+    /// `tpar::tune`), for messages up to `max_bytes`; the same outcome on every rank.
+    fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String>;
 }
 
 /// Runs `body` on each group of `target`: in this process for emulated ranks (one group per

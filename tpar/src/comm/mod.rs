@@ -248,6 +248,11 @@ impl Communicator {
         self.rank
     }
 
+    /// The bound on every wait (`Config::timeout`).
+    pub fn timeout(&self) -> std::time::Duration {
+        self.timeout
+    }
+
     pub fn world(&self) -> usize {
         self.world
     }

@@ -10,7 +10,8 @@
 //! Must never launch a kernel for a subset of ranks except through the explicit test hook,
 //! and never reuse a poisoned group.
 
-use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
+use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparNorm, TparState, MAX_RANKS};
+use super::fused::{fused_unfit, FusedBufs, FusedCall, FusedPath};
 use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
 use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
@@ -183,7 +184,8 @@ impl EmulatedGroup {
         for _ in 0..world {
             data.push(Mem::new(&dev, opts.transport, data_bytes)?);
             flags.push(Mem::new(&dev, opts.transport, abi::FLAG_BYTES)?);
-            let st = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
+            // The state, then the fused calls' tile words (norm.cuh), all epoch 0 (see reset).
+            let st = DeviceBuffer::new(&dev, abi::state_bytes(slot_vecs))?;
             st.fill_u32(0)?;
             state.push(st);
             streams.push(Stream::new(&dev)?);
@@ -272,6 +274,8 @@ impl EmulatedGroup {
             self.data[r].fill_prefix(push, word)?;
             self.flags[r].fill_prefix(abi::FLAG_BYTES, epoch)?;
             let st = TparState::at(epoch);
+            // The fused calls' tile words carry the epoch: never the next call's generation.
+            self.state[r].fill_u32(epoch)?;
             self.state[r].upload(std::slice::from_ref(&st))?;
             self.err.write(r * std::mem::size_of::<TparError>(), TparError::default());
         }
@@ -386,7 +390,7 @@ impl EmulatedGroup {
         let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
-        self.launch_all(&l, (count, code), inputs, outputs, present)
+        self.launch_all(&l, (count, code), inputs, outputs, present, None)
     }
 
     /// What `ce-ring` puts on the wire here.
@@ -439,13 +443,14 @@ impl EmulatedGroup {
         }
         let all = vec![true; self.world];
         let l = self.launcher.floor(blocks)?;
-        self.launch_all(&l, (1, 0), inputs, outputs, &all)
+        self.launch_all(&l, (1, 0), inputs, outputs, &all, None)
     }
 
     /// `(count, desc_code)`: the call as every rank announces it (see `abi::desc_code`).
     /// Inside a capture the kernels get no descriptor: the host records each rank's call and
-    /// checks the sequences across ranks when the capture ends.
-    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), inputs: &[u64], outputs: &[u64], present: &[bool]) -> Result<()> {
+    /// checks the sequences across ranks when the capture ends. `norm`: the kernel takes the
+    /// fused arguments, rank r's norm part `norm[r]` (fused kernels, tpar's add-RMSNorm).
+    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), inputs: &[u64], outputs: &[u64], present: &[bool], norm: Option<&[TparNorm]>) -> Result<()> {
         // Eager: fork from and join into the origin stream around every call, so the origin
         // stream carries the collective (and timing events on it cover all ranks). Inside a
         // capture the fork/join happens once around the whole body instead, so each rank's
@@ -469,10 +474,16 @@ impl EmulatedGroup {
             if eager {
                 self.streams[r].wait(&self.fork)?;
             }
-            // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is a live allocation
-            // of this group (or a caller buffer of >= count elements), kept alive by &mut self
-            // until synchronize; the kernel's accesses stay inside the layout in common.cuh.
-            unsafe { launch::launch(l, &self.streams[r], &a)? };
+            match norm.and_then(|n| n.get(r)) {
+                // SAFETY: l.f takes one TparFusedArgs (the callers pair a fused or add-RMSNorm
+                // launch with `norm`); `a` as below, and n's buffers are the caller's, checked
+                // (FusedBufs::check) and kept alive by the caller until synchronize.
+                Some(n) => unsafe { launch::launch_fused(l, &self.streams[r], &TparFusedArgs { a, n: *n })? },
+                // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is a live allocation
+                // of this group (or a caller buffer of >= count elements), kept alive by &mut self
+                // until synchronize; the kernel's accesses stay inside the layout in common.cuh.
+                None => unsafe { launch::launch(l, &self.streams[r], &a)? },
+            }
             if eager {
                 self.streams[r].record(&self.joins[r])?;
                 self.origin.wait(&self.joins[r])?;
@@ -575,5 +586,76 @@ impl EmulatedGroup {
     pub fn launch(&self, graph: &Graph) -> Result<()> {
         self.check_usable()?;
         graph.launch(&self.origin)
+    }
+}
+
+/// The fused all-reduce + residual add + RMSNorm on emulated ranks (docs/cuda.md "Fused").
+impl EmulatedGroup {
+    /// Enqueues a fused call on every rank (`bufs[r]`: rank r's buffers): `algo`'s fused
+    /// kernel where it takes the call ([`fused_unfit`]) and `unfused` is false; else the
+    /// unfused path, `algo`'s all-reduce into every rank's `norm_out`, then tpar's add-RMSNorm
+    /// kernel in place. The same bits either way. Returns the path taken.
+    pub fn enqueue_add_rmsnorm(&mut self, algo: Algorithm, call: &FusedCall, bufs: &[FusedBufs], blocks: u32, unfused: bool) -> Result<FusedPath> {
+        self.check_usable()?;
+        call.validate()?;
+        if bufs.len() != self.world {
+            return Err(Error::invalid("bufs", format!("need one set of buffers per rank ({})", self.world)));
+        }
+        for b in bufs {
+            b.check(call)?;
+        }
+        let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
+        let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
+        if unfused || fused_unfit(algo, call, self.world, self.slot_vecs).is_some() {
+            self.enqueue(algo, call.dtype, call.count(), &inputs, &outputs, blocks)?;
+            let normed: Vec<FusedBufs> = bufs.iter().map(|b| FusedBufs { input: b.norm_out, ..*b }).collect();
+            self.enqueue_norm_only(call, &normed)?;
+            return Ok(FusedPath::Unfused(algo));
+        }
+        let ptrs: Vec<u64> = bufs.iter().flat_map(|b| [b.input, b.residual, b.weight, b.norm_out, b.residual_out]).collect();
+        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks }, &ptrs)?;
+        let code = if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 };
+        let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
+        let all = vec![true; self.world];
+        self.launch_all(&l, (call.count(), code), &inputs, &outputs, &all, Some(&norm))?;
+        Ok(FusedPath::Fused(algo))
+    }
+
+    /// tpar's add-RMSNorm kernel alone on every rank, no communication: `residual_out =
+    /// input + residual`, `norm_out = rmsnorm(residual_out) * weight` (in place when
+    /// `norm_out == input`), as the engines' fused_add_rms_norm after an all-reduce.
+    pub fn enqueue_norm_only(&mut self, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
+        self.check_usable()?;
+        call.validate()?;
+        if bufs.len() != self.world {
+            return Err(Error::invalid("bufs", format!("need one set of buffers per rank ({})", self.world)));
+        }
+        for b in bufs {
+            b.check(call)?;
+        }
+        let l = self.launcher.resolve_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())?;
+        let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
+        let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
+        let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
+        let all = vec![true; self.world];
+        self.launch_all(&l, (call.count(), 0), &inputs, &outputs, &all, Some(&norm))
+    }
+
+    /// Compiles and loads what fused calls of `dtypes` by `algos` need now: each algorithm's
+    /// fused variant (where it has one) and the add-RMSNorm kernel (so that nothing compiles
+    /// inside a capture or a timing).
+    pub fn preload_fused(&mut self, algos: &[Algorithm], dtypes: &[DType], rows: usize, row_vecs: usize) -> Result<()> {
+        for &d in dtypes {
+            self.launcher.resolve_add_rmsnorm(&self.dev, d, rows.max(1), row_vecs)?;
+            for &a in algos {
+                let plain: Vec<(Algorithm, DType)> = vec![(a, d)];
+                self.launcher.preload(&self.dev, &plain)?;
+                if super::kernels::has_fused_variant(a) {
+                    let probe = self.state[0].ptr; // any aligned address: nothing is launched
+                    self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0 }, &[probe])?;
+                }
+            }
+        }
+        Ok(())
     }
 }

@@ -62,11 +62,15 @@ pub fn protocol_defines(p: HostProtocol) -> Vec<String> {
 
 /// Which compiled variant of a kernel a call runs: the default one, or the lean one for
 /// large messages (`-DTPAR_LEAN`, docs/cuda.md "Variants"): the same arithmetic in the same
-/// order, at most 64 registers a thread so that two 512-thread blocks share an SM.
+/// order, at most 64 registers a thread so that two 512-thread blocks share an SM; or the
+/// fused one (`-DTPAR_FUSED`: the default all-reduce with the residual add + RMSNorm
+/// epilogue, docs/cuda.md "Fused"), which fused calls ask for by name ([`size_class`]
+/// never picks it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SizeClass {
     Default,
     Lean,
+    Fused,
 }
 
 /// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
@@ -95,10 +99,12 @@ pub fn holds_twice(grid: u32, ranks: u32, resident: u32) -> bool {
     2 * grid * ranks <= resident
 }
 
-/// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant.
+/// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant, `-DTPAR_FUSED`
+/// for the fused one.
 pub fn size_class_defines(c: SizeClass) -> Vec<String> {
     match c {
         SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
+        SizeClass::Fused => vec!["-DTPAR_FUSED".into()],
         SizeClass::Default => Vec::new(),
     }
 }
@@ -167,6 +173,8 @@ pub struct Launcher {
     driver: i32,
     probe: Module,
     variants: HashMap<(Algorithm, DType, SizeClass), Variant>,
+    /// tpar's add-RMSNorm kernel per dtype (the unfused path), loaded on first use.
+    norm: HashMap<DType, Variant>,
     settings: LaunchSettings,
     sms: u32,
     /// Ranks of this process whose kernels share the GPU and spin on each other (emulated
@@ -198,6 +206,7 @@ impl Launcher {
             driver,
             probe,
             variants: HashMap::new(),
+            norm: HashMap::new(),
             settings,
             sms,
             ranks_on_device: ranks_on_device.max(1) as u32,
@@ -237,8 +246,15 @@ impl Launcher {
                 what: format!("algorithm {algo} on the CUDA backend"),
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
-            let lean = if class == SizeClass::Lean { "-lean" } else { "" };
+            let lean = match class {
+                SizeClass::Lean => "-lean",
+                SizeClass::Fused => "-fused",
+                SizeClass::Default => "",
+            };
             let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
+            if class == SizeClass::Fused && !kernels::has_fused_variant(algo) {
+                return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm"), reason: "its kernel has no fused variant (the unfused path runs it)".into() });
+            }
             if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
                     what: format!("{algo} over the host transport with the flag protocol"),
@@ -318,11 +334,50 @@ impl Launcher {
         Ok(l)
     }
 
+    /// As [`prepare`](Self::prepare), for the fused variant ([`resolve_fused`](Self::resolve_fused)).
+    pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
+        let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
+        if call.count == 0 {
+            return Err(Error::invalid("count", "must be positive"));
+        }
+        let l = self.resolve_fused(dev, call.algo, call.dtype, bytes, call.blocks)?;
+        check_pointers(ptrs)?;
+        Ok(l)
+    }
+
     /// Resolves a call shape once: validates the size and the blocks against this workspace
     /// and this GPU, chooses the variant ([`size_class`]), the grid, the threads and whether
     /// it may use PDL. `blocks`: the plan's, or 0 for the policy ([`policy_blocks`], or
     /// `TPAR_BLOCKS`). The same shape always resolves the same way, so callers memoise it.
     pub fn resolve(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.resolve_as(dev, algo, dtype, bytes, blocks, None)
+    }
+
+    /// As [`resolve`](Self::resolve), for the fused variant of `algo` (the caller has checked
+    /// the shape: `fused::fused_unfit`): the same grid as the plain call's, the default size
+    /// class's code with the fused epilogue.
+    pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.resolve_as(dev, algo, dtype, bytes, blocks, Some(SizeClass::Fused))
+    }
+
+    /// tpar's add-RMSNorm kernel (no communication) for `rows` rows of `row_vecs` vectors of
+    /// `dtype`: one block per row, loaded on first use. Never with PDL: it runs as the
+    /// engines' own kernel would, after whatever precedes it.
+    pub fn resolve_add_rmsnorm(&mut self, dev: &Device, dtype: DType, rows: usize, row_vecs: usize) -> Result<Launch> {
+        if rows == 0 || rows > i32::MAX as usize {
+            return Err(Error::invalid("rows", format!("{rows}: must be 1 to 2^31-1")));
+        }
+        if !self.norm.contains_key(&dtype) {
+            let label = format!("add_rmsnorm-{}", kernels::dtype_suffix(dtype));
+            let mut module = load_unit(dev, &label, &kernels::add_rmsnorm_unit(), &nvrtc::options(&self.arch, Some(dtype)), &self.arch, self.driver)?;
+            let f = module.function(&kernels::add_rmsnorm_entry(dtype))?;
+            self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new() });
+        }
+        let f = self.norm.get(&dtype).ok_or_else(|| Error::invalid("kernel", "add-RMSNorm not loaded"))?.f;
+        Ok(Launch { f, grid: rows as u32, threads: super::fused::add_rmsnorm_threads(row_vecs), pdl: false })
+    }
+
+    fn resolve_as(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32, fixed: Option<SizeClass>) -> Result<Launch> {
         let call = CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks };
         if bytes == 0 || bytes % dtype.size() != 0 {
             return Err(Error::invalid("count", format!("{bytes} B is not a positive number of {dtype} elements")));
@@ -344,7 +399,10 @@ impl Launcher {
         // checked for that variant and block shape.
         let planned = explicit.unwrap_or_else(|| policy_blocks(call.algo, transport, bytes, world));
         let threads = threads_for(bytes, planned);
-        let class = self.class_for(dev, call.algo, call.dtype, bytes, planned, threads)?;
+        let class = match fixed {
+            Some(c) => c,
+            None => self.class_for(dev, call.algo, call.dtype, bytes, planned, threads)?,
+        };
         let per_sm = self.per_sm(dev, call.algo, call.dtype, class, threads)?;
         let f = self.variants.get(&(call.algo, call.dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
         let resident = per_sm * sms;
@@ -373,7 +431,7 @@ impl Launcher {
     /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
     fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
         use std::mem::offset_of;
-        const N: usize = 16;
+        const N: usize = 22;
         let out = DeviceBuffer::new(dev, N * 8)?;
         let f = self.probe.function("tpar_abi_offsets")?;
         // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
@@ -398,6 +456,12 @@ impl Launcher {
             offset_of!(TparState, prev_nvec),
             offset_of!(TparState, prev_kind),
             offset_of!(TparArgs, islands),
+            offset_of!(abi::TparFusedArgs, n),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, residual_out),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, weight),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, hidden),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, eps_bits),
+            std::mem::size_of::<abi::TparFusedArgs>(),
         ]
         .map(|x| x as u64);
         if got != want {
@@ -414,6 +478,16 @@ impl Launcher {
 /// `l.f` must take one `TparArgs` by value, and every pointer in `args` must be valid for
 /// the kernel's accesses (the layout of common.cuh) until it completes.
 pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()> {
+    // SAFETY: the caller's contract is launch_ex's.
+    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
+}
+
+/// As [`launch`], for a fused kernel or tpar's add-RMSNorm kernel (one `TparFusedArgs`).
+///
+/// # Safety
+/// `l.f` must take one `TparFusedArgs` by value, and every pointer in `args` must be valid
+/// for the kernel's accesses (common.cuh, norm.cuh) until it completes.
+pub unsafe fn launch_fused(l: &Launch, stream: &Stream, args: &abi::TparFusedArgs) -> Result<()> {
     // SAFETY: the caller's contract is launch_ex's.
     unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
 }

@@ -10,6 +10,7 @@
 //! | [`floors`] | thresholds (each with where its number came from) and floor arithmetic |
 //! | [`overrides`] | `TPAR_*` settings and their validation |
 //! | [`profile`] | tuned profiles (TOML) and their fingerprint |
+//! | [`tuned`] | a machine's measured tune (both capture modes), its key, decision and cache entry format |
 //! | `copy_engines` | the reason's note on `ce-ring` for large PCIe calls (simulated, never picked by default) |
 //! Must never: do I/O inside [`plan`] (it reads no environment, no file, no clock), return an
 //! algorithm whose preconditions do not hold on the fabric (an override or profile that asks
@@ -26,6 +27,7 @@ pub mod floors;
 pub mod overrides;
 pub mod profile;
 pub(crate) mod sim_cost;
+pub mod tuned;
 mod copy_engines;
 
 use crate::dtype::DType;

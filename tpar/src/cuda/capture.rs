@@ -1,12 +1,13 @@
-//! Checked captures of a [`GpuCommunicator`]: calls captured in graph mode are recorded on
-//! the host and compared across ranks over the control plane when the capture ends (their
-//! kernels then run without a per-call descriptor). A child module of `comm` (it reads the
-//! communicator's fields), in a file of its own to keep comm.rs under 600 lines.
+//! Checked captures of a [`GpuCommunicator`]: the calls captured into a CUDA graph between
+//! [`begin_capture_check`](GpuCommunicator::begin_capture_check) and
+//! [`end_capture_check`](GpuCommunicator::end_capture_check) run without per-call
+//! descriptors and are compared across ranks over the control plane once, when the capture
+//! ends (docs/cuda.md, "Call descriptors").
 //!
-//! Owns: the bracket and the comparison. Must never: let a captured graph whose ranks
-//! disagree be replayed unnoticed (the communicator is poisoned).
+//! Owns: the recording and the comparison. Must never let a mismatched capture pass: the
+//! communicator is poisoned (the graph must not be replayed).
 
-use super::GpuCommunicator;
+use super::comm::GpuCommunicator;
 use crate::error::{Error, Result};
 
 impl GpuCommunicator {
@@ -54,8 +55,8 @@ impl GpuCommunicator {
             .iter()
             .map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
             .collect();
-        let e = match super::super::abi::first_captured_difference(&seqs) {
-            Some(d) => super::super::abi::captured_mismatch(self.rank(), &seqs, d),
+        let e = match super::abi::first_captured_difference(&seqs) {
+            Some(d) => super::abi::captured_mismatch(self.rank(), &seqs, d),
             None => Error::invalid("capture", "the captured sequences' digests differ but their calls do not"),
         };
         self.ws.poison(e.to_string());
