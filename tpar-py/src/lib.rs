@@ -431,6 +431,7 @@ impl GpuComm {
                 FusedRoute::Fused { algorithm, .. } => ("fused", algorithm.name()),
                 FusedRoute::Unfused { all_reduce: Route::Caller | Route::Nccl, .. } => ("nccl", Algorithm::Nccl.name()),
                 FusedRoute::Unfused { all_reduce: Route::Kernel { algorithm, .. }, .. } => ("unfused", algorithm.name()),
+                FusedRoute::Unfused { all_reduce: Route::CopyEngine { .. }, .. } => ("unfused", Algorithm::CeRing.name()),
             })
         })
     }
