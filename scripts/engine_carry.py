@@ -388,12 +388,13 @@ GPU_ROOTS = {
 }
 
 
-#: Directories of an engine's tree carried whole: the engine checks at import that they exist
-#: (a check the tracer cannot see: it records opened files, not stat calls).
+#: Engine files the CPU trace cannot see (stat-checked at import, or GPU-only); dirs go whole.
 DATA_DIRS = {
     # sglang/kernels/jit/utils/compile/paths.py raises at import unless both exist; imported
     # by GroupCoordinator.__init__ through custom_all_reduce_v2 (found by the GPU script's CPU check).
     "sglang": ["sglang/kernels/jit/include", "sglang/kernels/jit/csrc"],
+    # files too: vLLM's platform check imports its pynvml on GPUs only (the trace runs on CPU)
+    "vllm": ["vllm/third_party/__init__.py", "vllm/third_party/pynvml.py"],
 }
 
 
@@ -534,9 +535,9 @@ def carry(out: str = CARRY, only: Optional[Iterable[str]] = None) -> None:
         closed = import_closure(src, name, mods, GPU_ROOTS.get(name, ()))
         eng |= {os.path.relpath(f, src) for f in closed}
         for d in DATA_DIRS.get(name, ()):
-            if not os.path.isdir(os.path.join(src, d)):
+            if not os.path.exists(os.path.join(src, d)):
                 raise SystemExit(f"{name} {version}: DATA_DIRS names {d}, which the wheel lacks")
-            eng |= {os.path.relpath(os.path.join(dp, f), src) for dp, _, fs in os.walk(os.path.join(src, d)) for f in fs}
+            eng |= {d} if os.path.isfile(os.path.join(src, d)) else {os.path.relpath(os.path.join(dp, f), src) for dp, _, fs in os.walk(os.path.join(src, d)) for f in fs}
         dest = os.path.join(out, f"{name}-{version}")
         for rel in sorted(eng):
             os.makedirs(os.path.dirname(os.path.join(dest, rel)), exist_ok=True)

@@ -143,6 +143,7 @@ def rank_main(args):
     tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
     digest = hashlib.sha256()
     seed = [1000]
+    why = []  # the wrong calls, described
 
     def one(x_all, dt, call, what):
         """One call: returns (took_tpar, ok). Output compared with the reference."""
@@ -157,6 +158,9 @@ def rank_main(args):
             ok = bool(torch.allclose(y.cpu().float(), ref.float(), rtol=tol[dt], atol=tol[dt]))
         if bits(x) != bits(x_all[rank]):
             ok = False  # the input must be left alone (out of place)
+        if not ok:  # what went wrong, for the record (first few)
+            d = (y.cpu().float() - ref.float()).abs()
+            why.append(f"{what} {dt} n={x.numel()} took={took} max|d|={d.max().item():.3g} at {int(d.argmax())}, {int((d > 0).sum())} differ")
         return took, ok
 
     def cases():
@@ -257,6 +261,9 @@ def rank_main(args):
             st = {"skipped": str(e)}
         except Exception as e:  # noqa: BLE001 - reported, the parent fails the run
             st["error"] = f"{type(e).__name__}: {e}"[:400]
+        if why:
+            st["wrong_calls"] = why[:6]
+            why.clear()
         st["seconds"] = round(time.monotonic() - t1, 2)
         rec["stages"][stage] = st
         if stage != "kill":
@@ -327,10 +334,27 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
     if not ca.should_custom_ar(x):
         return {"error": "tpar does not take the kill stage's call (8 x 7168 bf16)"}
     eng.ar(x)
+    pids = [None] * world
+    dist.all_gather_object(pids, os.getpid(), group=group)
     dist.barrier(group=group)
     if rank == world - 1:
         die()  # mid-step: the survivors' next all-reduce has no peer
     t0 = time.monotonic()
+    gone = {}  # diagnosis: when the dead rank's process finished exiting (zombie or reaped)
+
+    def watch(pid=pids[-1]):
+        while time.monotonic() < t0 + 15 and "after_s" not in gone:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                state = "gone"
+            gone.setdefault("states", []).append(state) if state not in gone.get("states", []) else None
+            if state in ("Z", "X", "gone"):
+                gone["after_s"] = round(time.monotonic() - t0, 3)
+            time.sleep(0.02)
+
+    threading.Thread(target=watch, daemon=True).start()
     calls = 0
     deadline = t0 + 30
     while time.monotonic() < deadline:
@@ -338,7 +362,7 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
             eng.ar(x)
             calls += 1
         except tpar.TparError as e:
-            return {"raised": type(e).__name__, "message": str(e)[:300], "raised_at": time.time(), "after_s": round(time.monotonic() - t0, 3), "calls_before": calls}
+            return {"raised": type(e).__name__, "message": str(e)[:300], "raised_at": time.time(), "after_s": round(time.monotonic() - t0, 3), "calls_before": calls, "dead_process": dict(gone)}
         except BaseException as e:  # noqa: BLE001 - not tpar's error family: a failure
             return {"error": f"not a TparError: {type(e).__name__}: {e}", "after_s": round(time.monotonic() - t0, 3)}
     return {"error": f"no error in {deadline - t0:.0f} s of calls with a dead peer ({calls} calls returned)"}
@@ -402,7 +426,7 @@ def judge(args, recs):
                 if "raised_at" in s and died:
                     s["after_death_s"] = round(s["raised_at"] - died, 3)
             fine = died is not None and recs[-1].get("returncode") == 3 and all(s.get("after_death_s", 1e9) <= DEAD_PEER_S for s in sts)
-            detail = "; ".join(f"r{r['rank']}: " + (f"{s['raised']} {s.get('after_death_s')} s after the death" if "raised" in s else s.get("error", "?")) for r, s in zip(survivors, sts))
+            detail = "; ".join(f"r{r['rank']}: " + (f"{s['raised']} {s.get('after_death_s')} s after the death (its process: {s.get('dead_process')})" if "raised" in s else s.get("error", "?")) for r, s in zip(survivors, sts))
             msg = next((s.get("message") for s in sts if s.get("message")), "")
             lines.append(f"| {head} | kill | {'PASS' if fine else 'FAIL'} | {detail}; {msg[:120]!r} |")
             ok &= fine
@@ -419,6 +443,7 @@ def judge(args, recs):
             lines.append(f"| {head} | {stage} | PASS | {json.dumps(s0['checked'])} |")
             continue
         extra = f" algos {','.join(s0.get('algos', []))}" if s0.get("algos") else ""
+        extra += "".join(f"; r{r['rank']} wrong: " + " / ".join(s["wrong_calls"]) for r, s in zip(recs, sts) if s.get("wrong_calls"))[:900]
         detail = "; ".join(errors) if errors else f"{s0.get('cases')} calls a rank, {s0.get('tpar')} through tpar, {s0.get('fallback')} fallback, {wrong} wrong{extra}"
         lines.append(f"| {head} | {stage} | {'PASS' if fine else 'FAIL'} | {detail} |")
         ok &= fine
