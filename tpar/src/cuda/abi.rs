@@ -54,6 +54,19 @@ pub struct TparArgs {
     /// (`algorithms::hierarchical::island_word`); 0 is one island. Appended: the fields
     /// above keep their offsets.
     pub islands: u64,
+    /// This call's [`TparIo`] in device memory (every rank's registered input and output:
+    /// the pull kernels' zero-copy path for graph calls, io.cuh), 0 for none. Appended.
+    pub io: u64,
+}
+
+/// Every rank's input and output of one registered call, as one rank addresses them: the
+/// table `TparArgs::io` points at. Twin of `struct TparIo` in io.cuh. `input[rank] == 0`
+/// (the rank's own input) marks a table the host left unregistered: the kernel copies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TparIo {
+    pub input: [u64; MAX_RANKS],
+    pub output: [u64; MAX_RANKS],
 }
 
 /// What a call's descriptor says besides its count: algorithm code << 4 | dtype code.
@@ -181,7 +194,10 @@ pub struct TparError {
 }
 
 const _: () = {
-    assert!(size_of::<TparArgs>() == 336);
+    assert!(size_of::<TparArgs>() == 344);
+    assert!(offset_of!(TparArgs, io) == 336);
+    assert!(size_of::<TparIo>() == 256);
+    assert!(offset_of!(TparIo, output) == 128);
     assert!(offset_of!(TparArgs, test_delay_ns) == 324);
     assert!(offset_of!(TparArgs, islands) == 328);
     assert!(offset_of!(TparArgs, desc_code) == 320);

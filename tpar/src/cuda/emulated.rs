@@ -12,6 +12,7 @@
 
 use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
 use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
+use super::io_tables::{self, IoTables};
 use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
@@ -132,6 +133,9 @@ pub struct EmulatedGroup {
     /// During a capture: what each rank was asked to call, `count << 8 | desc_code`, checked
     /// across ranks when the capture ends (the kernels then carry no descriptor).
     captured: Vec<Vec<u64>>,
+    /// The registered-buffer tables of captured calls (zero copy; `launch::registers`):
+    /// every rank's pointers are this process's, so a capture registers its calls itself.
+    io: IoTables,
     /// Test hook: (seed, most ns) of random per-rank, per-call delays; launches counted.
     skew: Option<(u64, u32)>,
     launches: u64,
@@ -190,6 +194,7 @@ impl EmulatedGroup {
         let mut g = Self {
             launcher,
             captured: Vec::new(),
+            io: IoTables::default(),
             skew: None,
             launches: 0,
             streams,
@@ -370,9 +375,42 @@ impl EmulatedGroup {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
         }
         let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
-        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &ptrs)?;
+        // Inside a capture the buffers are registered (their tables flushed when it ends).
+        let bytes = count.saturating_mul(dtype.size());
+        let registered = self.capturing && self.transport == Transport::P2p && launch::registers(algo, bytes, self.launcher.settings().zero_copy);
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
-        self.launch_all(&l, (count, code), inputs, outputs, present)
+        let io = if registered { Some(io_tables::table(inputs, outputs)) } else { None };
+        self.launch_all(&l, (count, code), (inputs, outputs, io), present)
+    }
+
+    /// Test hook: on every rank's stream, copies `bytes` from `src[r]` to `dst[r]` (device
+    /// pointers), as an engine's own work between two calls would (capturable: inside a
+    /// capture the copies join each rank's chain). The skewed graph test overwrites a rank's
+    /// input and reads its output this way right after its call: a rank that left a
+    /// registered call while a peer still used its buffers gives wrong sums.
+    pub fn enqueue_copies(&mut self, src: &[u64], dst: &[u64], bytes: usize) -> Result<()> {
+        self.check_usable()?;
+        if src.len() != self.world || dst.len() != self.world {
+            return Err(Error::invalid("copies", format!("need one source and destination per rank ({})", self.world)));
+        }
+        let eager = !self.capturing;
+        if eager {
+            self.origin.record(&self.fork)?;
+        }
+        for r in 0..self.world {
+            if eager {
+                self.streams[r].wait(&self.fork)?;
+            }
+            // SAFETY: the caller's buffers hold at least `bytes` each (a test hook's contract),
+            // live until synchronize; the stream is this group's.
+            unsafe { super::driver::memcpy_async(dst[r], src[r], bytes, &self.streams[r])? };
+            if eager {
+                self.streams[r].record(&self.joins[r])?;
+                self.origin.wait(&self.joins[r])?;
+            }
+        }
+        Ok(())
     }
 
     /// Measurement hook: launches the empty kernel `tpar_noop` on every rank exactly as a
@@ -385,13 +423,14 @@ impl EmulatedGroup {
         }
         let all = vec![true; self.world];
         let l = self.launcher.floor(blocks)?;
-        self.launch_all(&l, (1, 0), inputs, outputs, &all)
+        self.launch_all(&l, (1, 0), (inputs, outputs, None), &all)
     }
 
     /// `(count, desc_code)`: the call as every rank announces it (see `abi::desc_code`).
     /// Inside a capture the kernels get no descriptor: the host records each rank's call and
-    /// checks the sequences across ranks when the capture ends.
-    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), inputs: &[u64], outputs: &[u64], present: &[bool]) -> Result<()> {
+    /// checks the sequences across ranks when the capture ends. `io`: the call's registered
+    /// buffers (every rank's input and output, one table for all ranks: one address space).
+    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), (inputs, outputs, io): (&[u64], &[u64], Option<abi::TparIo>), present: &[bool]) -> Result<()> {
         // Eager: fork from and join into the origin stream around every call, so the origin
         // stream carries the collective (and timing events on it cover all ranks). Inside a
         // capture the fork/join happens once around the whole body instead, so each rank's
@@ -406,6 +445,9 @@ impl EmulatedGroup {
             }
             let mut a = self.args_for(r, count, inputs[r], outputs[r], desc_code);
             a.test_delay_ns = self.skew_ns(r);
+            if let Some(t) = io {
+                a.io = self.io.address(&self.dev, t)?;
+            }
             if !eager && desc_code != 0 {
                 if let Some(seq) = self.captured.get_mut(r) {
                     seq.push(abi::pack_call(count, a.desc_code));
@@ -479,7 +521,9 @@ impl EmulatedGroup {
 
     /// Captures whatever `body` enqueues into one CUDA graph (on the origin stream; the rank
     /// streams join through the fork/join events). Epochs advance on the device, so the graph
-    /// replays correctly any number of times.
+    /// replays correctly any number of times. Calls that `launch::registers` run zero copy:
+    /// their buffers are registered here (the tables live as long as the group), so they
+    /// must stay allocated while the graph may replay, as vLLM requires of its graph inputs.
     pub fn capture(&mut self, body: impl FnOnce(&mut Self) -> Result<()>) -> Result<Graph> {
         self.check_usable()?;
         self.synchronize_streams()?;
@@ -498,6 +542,8 @@ impl EmulatedGroup {
         r?;
         let g = g?;
         self.check_captured()?;
+        // The registered calls' tables, before the graph can run.
+        self.io.flush()?;
         Ok(g)
     }
 

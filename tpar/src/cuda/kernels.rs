@@ -19,10 +19,21 @@ pub const FRAME_CUH: &str = include_str!("../../kernels/frame.cuh");
 /// `#include "flags.cuh"`.
 pub const FLAGS_CUH: &str = include_str!("../../kernels/flags.cuh");
 
+/// Registered caller buffers (the pull kernels' zero-copy path for graph calls) and the ABI
+/// probe, spliced into [`FRAME_CUH`] where it says `#include "io.cuh"`.
+pub const IO_CUH: &str = include_str!("../../kernels/io.cuh");
+
 /// The whole header every kernel includes: [`COMMON_CUH`] with [`FRAME_CUH`] spliced in, and
-/// [`FLAGS_CUH`] into that.
+/// [`FLAGS_CUH`] and [`IO_CUH`] into that.
 pub fn header() -> String {
-    COMMON_CUH.replace("#include \"frame.cuh\"", &FRAME_CUH.replace("#include \"flags.cuh\"", FLAGS_CUH))
+    let frame = FRAME_CUH.replace("#include \"flags.cuh\"", FLAGS_CUH).replace("#include \"io.cuh\"", IO_CUH);
+    COMMON_CUH.replace("#include \"frame.cuh\"", &frame)
+}
+
+/// Whether `algorithm`'s kernel has the zero-copy path for registered graph calls (io.cuh:
+/// its source calls `io_all_reduce`).
+pub fn has_registered_path(algorithm: Algorithm) -> bool {
+    source_for(algorithm).is_some_and(|s| s.text.contains("io_all_reduce<"))
 }
 
 /// One kernel source file.
@@ -139,10 +150,19 @@ mod tests {
     }
 
     #[test]
+    fn the_pull_kernels_have_the_registered_path() {
+        use crate::Algorithm as A;
+        for a in kernel_algorithms() {
+            assert_eq!(has_registered_path(a), matches!(a, A::OneshotPull | A::TwoshotPull), "{a}");
+        }
+    }
+
+    #[test]
     fn header_mentions_the_abi_sizes_it_asserts() {
         let h = header();
         assert!(!h.contains("#include"), "the header splices in everything it includes");
-        assert!(h.contains("sizeof(TparArgs) == 336"));
+        assert!(h.contains("sizeof(TparArgs) == 344"));
+        assert!(h.contains("sizeof(TparIo) == 256"));
         assert!(h.contains("#define TPAR_MAX_RANKS 16"));
         assert!(h.contains("#define TPAR_MAX_BLOCKS 32"));
         assert!(h.contains("#define TPAR_THREADS 512"));

@@ -89,6 +89,15 @@ pub fn size_class(algo: Algorithm, bytes: usize, forced: Option<bool>, default_h
     }
 }
 
+/// Whether a call of `bytes` of `algo` captured in a graph runs registered (zero copy: the
+/// pull kernels read every rank's input in place, io.cuh): its kernel has the path and the
+/// call is at least [`registered_min_bytes`](crate::plan::floors::registered_min_bytes) of
+/// its algorithm, or `forced` (`TPAR_ZERO_COPY`) says so. Only where the caller registers
+/// buffers (an emulated group's capture; a rank's checked capture).
+pub fn registers(algo: Algorithm, bytes: usize, forced: Option<bool>) -> bool {
+    kernels::has_registered_path(algo) && forced.unwrap_or(bytes as u64 >= crate::plan::floors::registered_min_bytes(algo))
+}
+
 /// Whether a grid of `grid` blocks per rank, for each of `ranks` ranks sharing the GPU, fits
 /// twice over in `resident` blocks (the current and the next call, as PDL overlaps them).
 pub fn holds_twice(grid: u32, ranks: u32, resident: u32) -> bool {
@@ -150,6 +159,9 @@ pub struct CallSpec {
     pub count: usize,
     /// 0: the policy ([`policy_blocks`], or `TPAR_BLOCKS`).
     pub blocks: u32,
+    /// The call's buffers are registered (it runs its kernel's zero-copy path, which only
+    /// the default variant has: [`registers`]).
+    pub registered: bool,
 }
 
 /// Per call, the one check left once its shape is resolved: every input and output pointer
@@ -253,6 +265,9 @@ impl Launcher {
                 Some(2) => opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into()),
                 _ => {}
             }
+            if self.settings.test_no_end_barrier {
+                opts.push("-DTPAR_TEST_UNSAFE_NO_END_BARRIER".into());
+            }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
             self.variants.insert((algo, dtype, class), Variant { _module: module, f, per_sm: HashMap::new() });
@@ -275,9 +290,13 @@ impl Launcher {
     }
 
     /// The variant a call of `bytes` of `algo` on `planned` blocks of `threads` runs
-    /// ([`size_class`]; the default variant's residency read from the driver).
-    fn class_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, planned: u32, threads: u32) -> Result<SizeClass> {
+    /// ([`size_class`]; the default variant's residency read from the driver). A registered
+    /// call runs the default variant (the lean one has no zero-copy path) unless `TPAR_LEAN=1`.
+    fn class_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, planned: u32, threads: u32, registered: bool) -> Result<SizeClass> {
         let forced = self.settings.lean;
+        if registered && forced.is_none() {
+            return Ok(SizeClass::Default);
+        }
         // Cheap cases first: no occupancy query (nor a default variant loaded) when the
         // kernel, the size or TPAR_LEAN already decides.
         let unless_resident = size_class(algo, bytes, forced, false);
@@ -298,7 +317,7 @@ impl Launcher {
         for (a, d) in calls {
             self.variant(dev, *a, *d, SizeClass::Default)?;
             let planned = self.settings.blocks.unwrap_or_else(|| policy_blocks(*a, self.transport, bytes, self.world));
-            if self.class_for(dev, *a, *d, bytes, planned, threads_for(bytes, planned))? == SizeClass::Lean {
+            if self.class_for(dev, *a, *d, bytes, planned, threads_for(bytes, planned), false)? == SizeClass::Lean {
                 self.variant(dev, *a, *d, SizeClass::Lean)?;
             }
         }
@@ -313,7 +332,7 @@ impl Launcher {
         if call.count == 0 {
             return Err(Error::invalid("count", "must be positive"));
         }
-        let l = self.resolve(dev, call.algo, call.dtype, bytes, call.blocks)?;
+        let l = self.resolve_call(dev, call.algo, call.dtype, bytes, call.blocks, call.registered)?;
         check_pointers(ptrs)?;
         Ok(l)
     }
@@ -323,7 +342,12 @@ impl Launcher {
     /// it may use PDL. `blocks`: the plan's, or 0 for the policy ([`policy_blocks`], or
     /// `TPAR_BLOCKS`). The same shape always resolves the same way, so callers memoise it.
     pub fn resolve(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
-        let call = CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks };
+        self.resolve_call(dev, algo, dtype, bytes, blocks, false)
+    }
+
+    /// [`resolve`](Self::resolve) for a call whose buffers are `registered` or not.
+    pub fn resolve_call(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32, registered: bool) -> Result<Launch> {
+        let call = CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered };
         if bytes == 0 || bytes % dtype.size() != 0 {
             return Err(Error::invalid("count", format!("{bytes} B is not a positive number of {dtype} elements")));
         }
@@ -344,7 +368,7 @@ impl Launcher {
         // checked for that variant and block shape.
         let planned = explicit.unwrap_or_else(|| policy_blocks(call.algo, transport, bytes, world));
         let threads = threads_for(bytes, planned);
-        let class = self.class_for(dev, call.algo, call.dtype, bytes, planned, threads)?;
+        let class = self.class_for(dev, call.algo, call.dtype, bytes, planned, threads, call.registered)?;
         let per_sm = self.per_sm(dev, call.algo, call.dtype, class, threads)?;
         let f = self.variants.get(&(call.algo, call.dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
         let resident = per_sm * sms;
@@ -373,7 +397,7 @@ impl Launcher {
     /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
     fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
         use std::mem::offset_of;
-        const N: usize = 16;
+        const N: usize = 18;
         let out = DeviceBuffer::new(dev, N * 8)?;
         let f = self.probe.function("tpar_abi_offsets")?;
         // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
@@ -398,6 +422,8 @@ impl Launcher {
             offset_of!(TparState, prev_nvec),
             offset_of!(TparState, prev_kind),
             offset_of!(TparArgs, islands),
+            offset_of!(TparArgs, io),
+            offset_of!(abi::TparIo, output),
         ]
         .map(|x| x as u64);
         if got != want {

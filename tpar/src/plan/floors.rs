@@ -108,6 +108,19 @@ pub fn lean_min_bytes(algo: crate::Algorithm) -> u64 {
     }
 }
 
+/// Smallest graph-captured call (bytes) of `algo` that runs registered, i.e. zero copy: the
+/// pull kernels read every rank's input in place (and two-shot writes every rank's output)
+/// instead of copying the input into the workspace (`cuda::launch::registers`, io.cuh).
+/// PROVISIONAL until measured (bench/results/h200-1gpu-large.md): two-shot pull from
+/// 256 KiB (where its copy is most of the traffic), one-shot pull never.
+pub fn registered_min_bytes(algo: crate::Algorithm) -> u64 {
+    use crate::Algorithm as A;
+    match algo {
+        A::TwoshotPull => 256 * KIB,
+        _ => u64::MAX,
+    }
+}
+
 /// Threads per block for a call of `bytes` on `blocks` blocks (the other half of
 /// [`kernel_blocks`]): one 16-byte vector per thread, rounded up to whole warps, at least
 /// [`NVLINK_MIN_THREADS`] and at most [`MAX_KERNEL_THREADS`]. Under the NVLink rule that is
