@@ -51,17 +51,20 @@ fn plan_table_rtxpro6000_dualsocket_8() {
 }
 
 #[test]
-fn plan_json_has_the_four_fields() {
+fn plan_json_has_the_decision_and_its_numbers() {
     let (ok, out, err) = tpar(&["plan", "-t", "h200-nvswitch-8", "--world", "8", "--bytes", "42K", "-d", "bfloat16", "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let obj = v.as_object().unwrap();
     let mut keys: Vec<&str> = obj.keys().map(String::as_str).collect();
     keys.sort();
-    assert_eq!(keys, ["algorithm", "blocks", "reason", "transport"]);
+    assert_eq!(keys, ["algorithm", "blocks", "bound_us", "instead_of", "nccl_source", "nccl_us", "predicted_us", "reason", "source", "transport"]);
     assert_eq!(obj["algorithm"], "oneshot-push");
     assert_eq!(obj["transport"], "p2p");
     assert!(obj["reason"].as_str().unwrap().contains("42 KiB"));
+    // NVLink: thresholds measured with tpar's kernels on H200s; times from the simulator.
+    assert_eq!(obj["source"], "published");
+    assert!(obj["predicted_us"].as_f64().unwrap() < obj["nccl_us"].as_f64().unwrap());
 }
 
 #[test]

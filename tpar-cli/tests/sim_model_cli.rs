@@ -106,3 +106,68 @@ fn model_measure_needs_gpus() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--measure needs 2 or more GPUs") && err.contains("--nccl-us"), "{err}");
 }
+
+/// Every fenced block in docs/model.md, docs/plan.md and docs/sim.md whose first line is
+/// `$ tpar ...` is a command and what it prints: the test runs the command and checks each
+/// other line of the block appears in its output, in order (a line `...` stands for lines
+/// left out). A drift on either side, the code's or the doc's, fails.
+#[test]
+fn docs_command_blocks_print_what_the_docs_show() {
+    let mut checked = 0usize;
+    for doc in ["model.md", "plan.md", "sim.md"] {
+        let path = format!("{}/../docs/{doc}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if line.trim_start() != "```" {
+                continue;
+            }
+            let block: Vec<&str> = lines.by_ref().take_while(|l| l.trim_start() != "```").collect();
+            let Some(cmd) = block.first().and_then(|l| l.strip_prefix("$ tpar ")) else { continue };
+            let args: Vec<&str> = cmd.split_whitespace().collect();
+            let out = Command::new(env!("CARGO_BIN_EXE_tpar"))
+                .args(&args)
+                .env_remove("TPAR_PROFILE")
+                .env_remove("TPAR_ALGO")
+                .env_remove("TPAR_TRANSPORT")
+                .env_remove("TPAR_DISABLE")
+                .env_remove("TPAR_MAX_BYTES")
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "docs/{doc}: `tpar {cmd}` failed: {}", String::from_utf8_lossy(&out.stderr));
+            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+            let mut have = stdout.lines().map(str::trim_end);
+            for want in block[1..].iter().map(|l| l.trim_end()).filter(|l| *l != "...") {
+                assert!(
+                    have.by_ref().any(|h| h == want),
+                    "docs/{doc}: `tpar {cmd}` no longer prints (in this order):\n  {want}\nit prints:\n{stdout}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 3, "only {checked} command blocks found");
+}
+
+/// docs/model.md's prose states the worked case's headline figures in bold (a ratio `2.33x`,
+/// a change `-39%`, a break-even `2.95 tokens`); each must be what `tpar model` prints now.
+#[test]
+fn docs_model_md_headline_figures_are_the_default_output() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/model.md")).unwrap();
+    let out = tpar(&["model"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let mut checked = 0;
+    for span in doc.split("**").skip(1).step_by(2) {
+        for word in span.split_whitespace() {
+            let w = word.trim_matches(|c: char| c == ',' || c == '.' || c == ')' || c == '(');
+            let number = w.trim_start_matches('-').trim_end_matches(['x', '%']);
+            let figure = (w.ends_with('x') || w.ends_with('%')) && number.contains('.') || w.ends_with('%');
+            if figure && number.parse::<f64>().is_ok() {
+                assert!(text.contains(w), "docs/model.md states **{span}**, but `tpar model` prints no {w}:\n{text}");
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked >= 3, "only {checked} headline figures found");
+}

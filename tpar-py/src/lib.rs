@@ -22,7 +22,7 @@ use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::sync::{Mutex, MutexGuard};
-use tpar::cuda::{GpuCommunicator, GpuOptions, NcclUse, Route};
+use tpar::cuda::{GpuCommunicator, GpuOptions, NcclUse, Route, Served};
 use tpar::{bf16, f16, Algorithm, CaptureMode, Communicator, Config, DType, Element, Error, Settings};
 
 create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
@@ -352,14 +352,11 @@ impl GpuComm {
             if !graph {
                 c.check_errors()?;
             }
-            let route = c.route(d, count.saturating_mul(d.size()), m)?;
-            match route {
-                Route::Caller => return Ok(Algorithm::Nccl.name()),
-                Route::Nccl if !nccl => return Ok(Algorithm::Nccl.name()),
-                Route::Nccl | Route::Kernel { .. } => {}
+            // SAFETY: the caller's contract (see the doc comment) is submit_on's.
+            match unsafe { c.submit_on(stream, d, count, input, output, m, !nccl) }? {
+                Served::Ran(a) => Ok(a.name()),
+                Served::ToCaller => Ok(Algorithm::Nccl.name()),
             }
-            // SAFETY: the caller's contract (see the doc comment) is all_reduce_on's.
-            unsafe { c.all_reduce_on(stream, d, count, input, output, m) }.map(|a| a.name())
         })
     }
 

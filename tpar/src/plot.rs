@@ -154,7 +154,8 @@ pub fn series_svg(title: &str, series: &[Series], path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Algorithm, DType};
+    use crate::kinds::Algorithm;
+use crate::dtype::DType;
 
     #[test]
     fn writes_an_svg_with_text_and_one_line_per_algorithm() {

@@ -2,7 +2,8 @@
 //!
 //! Owns: the record schema shared by `bench`, `tune`, `model` and `sim`. Must never do I/O.
 
-use crate::{Algorithm, DType};
+use crate::kinds::Algorithm;
+use crate::dtype::DType;
 use serde::{Deserialize, Serialize};
 
 /// One measured (algorithm, size) point. `time_us` is the median over iterations.

@@ -104,6 +104,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_ZERO_COPY", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "graph-captured pull calls read the ranks' inputs in place, the buffers registered when the capture ends: from each algorithm's measured size (auto), at every size (1), never (0: copy into the workspace)", example: "0" },
     Var { name: "TPAR_NVRTC_LIB", group: Group::Libraries, values: "a path to libnvrtc.so.13", default: "(found by name)", doc: "the NVRTC that compiles tpar's kernels", example: "/usr/local/cuda/lib64/libnvrtc.so.13" },
     Var { name: "TPAR_NCCL_LIB", group: Group::Libraries, values: "a path to libnccl.so.2", default: "(found by name)", doc: "the NCCL tpar falls back to", example: "/usr/lib/libnccl.so.2" },
+    Var { name: "TPAR_VLLM_LIB", group: Group::Libraries, values: "a path to libtpar_vllm_ar.so", default: ".gpu/vllm-build/libtpar_vllm_ar.so", doc: "vLLM's kernel built by bench/compare/vllm.sh, for `tpar bench --compare vllm`", example: "/tmp/libtpar_vllm_ar.so" },
     Var { name: "TPAR_CACHE_DIR", group: Group::Libraries, values: "a directory", default: "$XDG_CACHE_HOME/tpar, else ~/.cache/tpar", doc: "compiled kernels and tuned profiles; a corrupt entry is rebuilt", example: "/tmp/tpar-cache" },
     Var { name: "TPAR_DEBUG", group: Group::Logging, values: "NONE, VERSION, WARN, INFO or TRACE", default: "WARN", doc: "INFO logs each distinct plan decision once, with its reason", example: "INFO" },
     Var { name: "TPAR_ENABLE", group: Group::Engines, values: BOOL, default: "0", doc: "swap tpar in for vLLM's and SGLang's custom all-reduce (their plug-ins read it)", example: "1" },
@@ -439,7 +440,7 @@ impl Settings {
             }
             // Paths read where they are used (`nvrtc_lib`, `nccl_lib`, `cache_dir`): any
             // non-empty value is well-formed.
-            "TPAR_NVRTC_LIB" | "TPAR_NCCL_LIB" | "TPAR_CACHE_DIR" => {}
+            "TPAR_NVRTC_LIB" | "TPAR_NCCL_LIB" | "TPAR_CACHE_DIR" | "TPAR_VLLM_LIB" => {}
             _ => return Err(bad(name, raw, "nothing: tpar declares this variable but has no parser for it (a bug)")),
         }
         Ok(())
@@ -459,6 +460,11 @@ fn path_var(name: &str) -> Option<PathBuf> {
 /// `TPAR_NVRTC_LIB`: the NVRTC library file to load first.
 pub fn nvrtc_lib() -> Option<PathBuf> {
     path_var("TPAR_NVRTC_LIB")
+}
+
+/// `TPAR_VLLM_LIB`: the comparison library of vLLM's kernel (`tpar bench --compare vllm`).
+pub fn vllm_lib() -> Option<PathBuf> {
+    path_var("TPAR_VLLM_LIB")
 }
 
 /// `TPAR_NCCL_LIB`: the NCCL library file to try first.

@@ -111,9 +111,9 @@ pub fn expected_islands<T: Element>(inputs: &[Vec<T>], islands: &[Vec<usize>]) -
 /// Half an ulp of `T` relative to 1.0.
 pub fn unit_roundoff<T: Element>() -> f64 {
     match T::DTYPE {
-        crate::DType::F32 => 2f64.powi(-24),
-        crate::DType::F16 => 2f64.powi(-11),
-        crate::DType::BF16 => 2f64.powi(-8),
+        crate::dtype::DType::F32 => 2f64.powi(-24),
+        crate::dtype::DType::F16 => 2f64.powi(-11),
+        crate::dtype::DType::BF16 => 2f64.powi(-8),
     }
 }
 
@@ -163,9 +163,9 @@ pub fn count_wrong_stepwise<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
 /// Overwrites `buf` with a NaN pattern no algorithm produces, so stale outputs show.
 pub fn poison<T: Element>(buf: &mut [T]) {
     let bits = match T::DTYPE {
-        crate::DType::F32 => 0x7fa5_a5a5,
-        crate::DType::F16 => 0x7da5,
-        crate::DType::BF16 => 0x7fa5,
+        crate::dtype::DType::F32 => 0x7fa5_a5a5,
+        crate::dtype::DType::F16 => 0x7da5,
+        crate::dtype::DType::BF16 => 0x7fa5,
     };
     for x in buf.iter_mut() {
         *x = T::from_lane(bits);
@@ -191,9 +191,9 @@ impl Special {
 /// Every rank's input of kind `kind`.
 pub fn special_inputs<T: Element>(kind: Special, world: usize, count: usize) -> Vec<Vec<T>> {
     let max = match T::DTYPE {
-        crate::DType::F32 => f32::MAX,
-        crate::DType::F16 => 65504.0,
-        crate::DType::BF16 => half::bf16::MAX.to_f32(),
+        crate::dtype::DType::F32 => f32::MAX,
+        crate::dtype::DType::F16 => 65504.0,
+        crate::dtype::DType::BF16 => half::bf16::MAX.to_f32(),
     };
     (0..world)
         .map(|r| {

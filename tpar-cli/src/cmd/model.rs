@@ -5,19 +5,17 @@ use crate::cmd::sim::human;
 use std::path::PathBuf;
 use tpar::model::{self, ArLatency, BenchLatency, Compute, Fixed, FromFn, LogLogTable, ModelInput};
 use tpar::report::Record;
-use tpar::sim::{Launch, Params, Simulator};
 use tpar::topology::Topology;
 use tpar::{Algorithm, DType};
 
-/// Topology simulated when no latency source is given: the docs/references.md serving case.
-const DEFAULT_SIM_TOPOLOGY: &str = "rtxpro6000-dualsocket-8";
-
 #[derive(clap::Args, Debug)]
 #[command(
-    after_help = "All-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (given), \
---profile (tpar only), --bench (a `tpar bench --json` file, interpolated log-log), or --sim (the simulator on a topology; \
-default rtxpro6000-dualsocket-8). \"plan\" is the fastest non-NCCL algorithm the source offers.\n\n\
-Examples:\n  tpar model                                  # Kimi-K2 class, TP 8, the docs/references.md case\n  \
+    after_help = "With no figures given, `tpar model` models the founding case (docs/model.md): NCCL as measured on that box, \
+tpar's side as tpar::plan picks it on rtxpro6000-dualsocket-8 (timed by the simulator; NCCL's measured time where the plan picks NCCL). \
+Otherwise all-reduce latency comes from, in order of precedence: --nccl-us / --plan-us (given), \
+--profile (tpar only), --bench (a `tpar bench --json` file, interpolated log-log), or --sim (tpar::plan's pick on a topology, \
+timed by the simulator; NCCL as measured where docs/references.md has it for that box, else simulated, and the output says which).\n\n\
+Examples:\n  tpar model                                  # the founding case, as docs/model.md works it\n  \
 tpar model --bench results.json --acceptance 3.0\n  \
 tpar model --measure --tp 4 --graph --baseline-tok-s 60   # on 2+ GPUs: measure their all-reduces first\n  tpar model --compute-ms 2.5 --nccl-us 14K=71,42K=225 --plan-us 20 --acceptance 1.8\n\n\
 The worked case is in docs/model.md."
@@ -52,13 +50,13 @@ pub struct ModelArgs {
     /// reading weights, an assumption).
     #[arg(long, default_value_t = ModelInput::default().verify_compute_factor)]
     verify_compute_factor: f64,
-    /// Drafting cost per verify step, ms (the default is a guess: docs/references.md gives none;
-    /// docs/model.md finds ~3 ms consistent with the docs/references.md case).
-    #[arg(long, default_value_t = ModelInput::default().draft_ms)]
+    /// Drafting cost per verify step, ms (default: 3, derived for the founding run in
+    /// docs/model.md; docs/references.md gives none).
+    #[arg(long, default_value_t = ModelInput::founding_case().draft_ms)]
     draft_ms: f64,
-    /// Tokens yielded per verify step (accepted drafts + bonus token; default: the middle
-    /// of EAGLE-3's 2.3-3.2 for Kimi-class drafts, docs/references.md).
-    #[arg(long, default_value_t = ModelInput::default().acceptance)]
+    /// Tokens yielded per verify step (accepted drafts + bonus token; default: 1.8, what the
+    /// founding run achieved (docs/model.md); EAGLE-3's model cards give 2.3-3.2).
+    #[arg(long, default_value_t = ModelInput::founding_case().acceptance)]
     acceptance: f64,
     /// NCCL all-reduce latency, us: one figure for every size, or SIZE=US points
     /// interpolated log-log (e.g. 14K=71,42K=225).
@@ -74,7 +72,8 @@ pub struct ModelArgs {
     /// Latency from a `tpar bench --json` file (records of world = --tp).
     #[arg(long)]
     bench: Option<PathBuf>,
-    /// Latency from the simulator on this topology (preset or JSON file).
+    /// tpar's latency from tpar::plan's pick on this topology (preset or JSON file), timed by
+    /// the simulator; NCCL's measured where docs/references.md has it for that box, else simulated.
     #[arg(long)]
     sim: Option<String>,
     /// CUDA-graph launches instead of eager: with --sim, what the simulator models; with
@@ -153,12 +152,6 @@ fn load_bench(path: &std::path::Path, graph: bool) -> Result<Vec<Record>, String
     Ok(kept)
 }
 
-fn sim_latency(topo: &str, tp: usize, graph: bool) -> Result<Simulator, String> {
-    let t = Topology::load(topo).map_err(|e| e.to_string())?;
-    let params = Params::with_launch(if graph { Launch::Graph } else { Launch::Eager });
-    Simulator::new(&t, tp, &params).map_err(|e| e.to_string())
-}
-
 /// `225` (every size) or `14K=71,42K=225` (points, log-log).
 fn parse_latency(s: &str, algorithm: Algorithm) -> Result<Box<dyn ArLatency>, String> {
     if !s.contains('=') {
@@ -215,57 +208,60 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
         None if args.measure => Some(measure(&args, &input)?),
         None => None,
     };
-    let need_sim = (args.nccl_us.is_none() || (args.plan_us.is_none() && args.profile.is_none())) && records.is_none();
-    let sim_name = args.sim.clone().unwrap_or_else(|| DEFAULT_SIM_TOPOLOGY.to_string());
-    let sim = if need_sim || args.sim.is_some() {
-        Some(sim_latency(&sim_name, args.tp, args.graph)?)
-    } else {
-        None
-    };
+    let given = args.nccl_us.is_some() || args.plan_us.is_some() || args.profile.is_some() || records.is_some() || args.sim.is_some();
 
-    let nccl: Box<dyn ArLatency> = if let Some(us) = &args.nccl_us {
-        parse_latency(us, Algorithm::Nccl)?
-    } else if let Some(r) = &records {
-        Box::new(BenchLatency::from_records(r, args.tp, |a| a == Algorithm::Nccl).map_err(|e| e.to_string())?)
+    // No figures given: the default case. Without GPUs it is the founding case with NCCL as
+    // measured there (docs/model.md); a tune of this machine will hand its records to the
+    // same function (`model::default_case`'s `measured`) and replace it.
+    let (nccl, plan): (Box<dyn ArLatency>, Box<dyn ArLatency>) = if !given {
+        let case = model::default_case(input.clone(), None).map_err(|e| e.to_string())?;
+        println!("# case: {}", case.title);
+        for line in &case.sources {
+            println!("# {line}");
+        }
+        println!("# (give --sim PRESET, --bench FILE, --nccl-us / --plan-us or --profile to model something else; docs/model.md)");
+        println!();
+        (case.nccl, case.plan)
     } else {
-        let s = sim.clone().ok_or("no latency source")?;
-        let name = sim_name.clone();
-        Box::new(FromFn(move |b| {
-            Ok((s.predict(Algorithm::Nccl, b)?.total_us, format!("nccl (sim {name})")))
-        }))
-    };
-    let plan: Box<dyn ArLatency> = if let Some(us) = &args.plan_us {
-        parse_latency(us, Algorithm::OneshotPush)?
-    } else if let Some(p) = &args.profile {
-        let prof = tpar::profile::Profile::load(p).map_err(|e| e.to_string())?;
-        Box::new(tpar::model::ProfileLatency::new(&prof, dtype).map_err(|e| e.to_string())?)
-    } else if let Some(r) = &records {
-        Box::new(BenchLatency::from_records(r, args.tp, |a| a != Algorithm::Nccl).map_err(|e| e.to_string())?)
-    } else {
-        // tpar::plan chooses, the simulator times the choice.
-        let s = sim.clone().ok_or("no latency source")?;
-        let name = sim_name.clone();
+        let sim_name = args.sim.clone().unwrap_or_else(|| model::FOUNDING_TOPOLOGY.to_string());
         let topo = Topology::load(&sim_name).map_err(|e| e.to_string())?;
-        let (tp, graph) = (args.tp, args.graph);
-        Box::new(FromFn(move |b| {
-            let pl = crate::cmd::sim::planned(&topo, tp, b, graph);
-            let p = s.predict(pl.algorithm, b)?;
-            Ok((p.total_us, format!("{} (tpar plan, timed by sim {name})", pl.algorithm)))
-        }))
+        // NCCL as given, as benched, or on the topology: measured where docs/references.md has
+        // it for that box, else simulated (`model::nccl_on` labels which).
+        let nccl_source = || -> Result<Box<dyn ArLatency>, String> {
+            if let Some(us) = &args.nccl_us {
+                parse_latency(us, Algorithm::Nccl)
+            } else if let Some(r) = &records {
+                Ok(Box::new(BenchLatency::from_records(r, args.tp, |a| a == Algorithm::Nccl).map_err(|e| e.to_string())?))
+            } else {
+                model::nccl_on(&topo, args.tp, args.graph).map_err(|e| e.to_string())
+            }
+        };
+        let nccl = nccl_source()?;
+        let plan: Box<dyn ArLatency> = if let Some(us) = &args.plan_us {
+            parse_latency(us, Algorithm::OneshotPush)?
+        } else if let Some(p) = &args.profile {
+            let prof = tpar::profile::Profile::load(p).map_err(|e| e.to_string())?;
+            Box::new(tpar::model::ProfileLatency::new(&prof, dtype).map_err(|e| e.to_string())?)
+        } else if let Some(r) = &records {
+            Box::new(BenchLatency::from_records(r, args.tp, |a| a != Algorithm::Nccl).map_err(|e| e.to_string())?)
+        } else {
+            // tpar::plan chooses; the simulator times a kernel; a NCCL pick costs NCCL's time.
+            Box::new(model::PlanLatency::new(&topo, args.tp, dtype, args.graph, nccl_source()?).map_err(|e| e.to_string())?)
+        };
+        // Say which topology tpar's side is planned on (never silent), and the verify step
+        // side by side.
+        let simulated = args.plan_us.is_none() && args.profile.is_none() && records.is_none();
+        if simulated {
+            if args.sim.is_none() {
+                println!("# no --sim given: tpar's pick is planned on the {sim_name} preset (the founding box's topology is not stated); --sim rtxpro6000-pcie-switch-8 for one socket");
+            }
+            print!("{}", model::sim_case_report(&topo, &input, args.graph).map_err(|e| e.to_string())?);
+            println!();
+        }
+        (nccl, plan)
     };
 
     let out = model::evaluate(&input, nccl.as_ref(), &[("plan", plan.as_ref())]).map_err(|e| e.to_string())?;
-
-    // Say which topology the simulator models (it was a silent default) and, for it, the
-    // verify step's all-reduce time under tpar's pick and under NCCL side by side.
-    if sim.is_some() {
-        let topo = Topology::load(&sim_name).map_err(|e| e.to_string())?;
-        if args.sim.is_none() {
-            println!("# no --sim given: modelling the {sim_name} preset (the 8x RTX PRO 6000 case); --sim rtxpro6000-pcie-switch-8 for one socket");
-        }
-        print!("{}", model::sim_case_report(&topo, &input, args.graph).map_err(|e| e.to_string())?);
-        println!();
-    }
 
     println!(
         "# tpar model: {} layers x {} all-reduces = {} per step; hidden {}, {}, TP {}",

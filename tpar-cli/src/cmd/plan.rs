@@ -48,10 +48,13 @@ pub struct PlanArgs {
     /// A tuned profile (TOML, from `tpar tune`). Default: $TPAR_PROFILE.
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
-    /// Print the plan as JSON: {algorithm, transport, blocks, reason}.
+    /// Print the plan as JSON: {algorithm, transport, blocks, reason, predicted_us, nccl_us,
+    /// source, nccl_source, bound_us, instead_of}.
     #[arg(long, conflicts_with = "table")]
     pub json: bool,
-    /// Print the decision for sizes 8 B..1 GiB (rows) and world sizes 2..8 (columns).
+    /// Print the decision for sizes 8 B..1 GiB (rows) and world sizes 2..8 (columns), then
+    /// per world each pick's predicted time, NCCL's, the gain and where each number comes
+    /// from (with --world N: that world's only).
     #[arg(long)]
     pub table: bool,
 }
@@ -90,7 +93,19 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
     };
 
     if args.table {
-        print!("{}", table(&topology, args.dtype, capture, backend, |w, b| plan(&input(w, b))));
+        let decide = |w, b| plan(&input(w, b));
+        let worlds: Vec<usize> = match args.world {
+            Some(w) => vec![w],
+            None => {
+                print!("{}", table(&topology, args.dtype, capture, backend, decide));
+                // Worlds past the topology's GPUs are NCCL by rule: the matrix says so.
+                let most = if backend == Backend::Cuda && topology.gpu_count() > 0 { topology.gpu_count() } else { usize::MAX };
+                TABLE_WORLDS.filter(|&w| w <= most).collect()
+            }
+        };
+        for w in worlds {
+            print!("\n{}", detail(w, decide));
+        }
         return Ok(());
     }
     let world = args.world.ok_or("--world N is required (or use --table)")?;
@@ -137,6 +152,15 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
         println!("  transport  {}", p.transport);
         println!("  blocks     {}", p.blocks);
         println!("  reason     {}", p.reason);
+        let us = |v: Option<f64>| v.map(|x| format!("{x:.1} us")).unwrap_or_else(|| "-".into());
+        let src = |v: Option<tpar::plan::Source>| v.map(|x| x.name()).unwrap_or("-");
+        if p.predicted_us.is_some() || p.source.is_some() {
+            println!("  predicted  {} ({})", us(p.predicted_us), src(p.source));
+        }
+        if p.nccl_us.is_some() {
+            let gain = p.gain().map(|g| format!(", {g:.2}x")).unwrap_or_default();
+            println!("  nccl       {} ({}){gain}", us(p.nccl_us), src(p.nccl_source));
+        }
     }
     Ok(())
 }
@@ -150,10 +174,37 @@ pub fn table_sizes() -> impl Iterator<Item = u64> {
 pub const TABLE_WORLDS: std::ops::RangeInclusive<usize> = 2..=8;
 
 fn cell(p: &Plan) -> String {
+    let star = if p.instead_of.is_some() { "*" } else { "" };
     match p.transport {
-        Transport::Host => format!("{}/host", p.algorithm),
-        Transport::P2p | Transport::Shm | Transport::Nccl => p.algorithm.to_string(),
+        Transport::Host => format!("{}/host{star}", p.algorithm),
+        Transport::P2p | Transport::Shm | Transport::Nccl => format!("{}{star}", p.algorithm),
     }
+}
+
+/// One world's decisions with their numbers: the pick, its predicted time, NCCL's, the gain,
+/// and where each comes from; for a NCCL that replaced a tpar kernel resting on an unmeasured
+/// figure, which kernel and its time at the bound (docs/plan.md, "Where each number comes
+/// from"). Deterministic (golden-tested).
+fn detail(world: usize, decide: impl Fn(usize, u64) -> Plan) -> String {
+    let us = |v: Option<f64>| v.map(|x| format!("{x:.1}")).unwrap_or_else(|| "-".into());
+    let src = |v: Option<tpar::plan::Source>| v.map(|x| x.name().to_string()).unwrap_or_else(|| "-".into());
+    let mut out = format!("# world {world}: the pick, its predicted time per call (us), NCCL's, the gain, and where each comes from\n");
+    out.push_str(&format!("{:<10}{:<19}{:>9}{:>9}{:>8}  {:<10} {:<10} {}\n", "bytes", "pick", "us", "nccl us", "gain", "pick from", "nccl from", "note"));
+    for s in table_sizes() {
+        let p = decide(world, s);
+        let gain = p.gain().map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into());
+        let note = match (&p.instead_of, p.bound_us) {
+            (Some(u), _) => format!("{} {:.1} us rests on unmeasured figures: {:.1} us at the bound", u.algorithm, u.us, u.bound_us),
+            (None, Some(b)) => format!("rests on unmeasured figures; holds at the bound: {b:.1} us"),
+            (None, None) => String::new(),
+        };
+        let name = cell(&p);
+        let line = format!("{:<10}{:<19}{:>9}{:>9}{:>8}  {:<10} {:<10} {note}", human_bytes(s).replace(' ', ""), name, us(p.predicted_us), us(p.nccl_us), gain, src(p.source), src(p.nccl_source));
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.push_str("# pick from: the least trusted figure the pick's time rests on (profile, probe, published, assumed); \"holds at the bound\": it beats NCCL even with its unmeasured figures at the worst rate published for any PCIe box; nccl*: NCCL instead of a tpar kernel that would not\n");
+    out
 }
 
 /// The decision matrix, deterministic (golden-tested).
@@ -161,7 +212,7 @@ fn table(t: &Topology, dtype: DType, capture: CaptureMode, backend: Backend, dec
     // No topology hash in the header: the golden tables guard decisions, and a new
     // descriptive field in Topology must not make them fail.
     let mut out = format!("# {} ({} GPUs), {}, {}, {} backend\n", t.name, t.gpu_count(), dtype, capture, backend);
-    let width = 18;
+    let width = 20;
     out.push_str(&format!("{:<10}", "bytes"));
     for w in TABLE_WORLDS {
         out.push_str(&format!("{:<width$}", format!("world {w}")));
@@ -176,6 +227,6 @@ fn table(t: &Topology, dtype: DType, capture: CaptureMode, backend: Backend, dec
         out.truncate(out.trim_end().len());
         out.push('\n');
     }
-    out.push_str("# cells: algorithm; /host = through pinned host memory (no P2P); nccl = NCCL's own transport\n");
+    out.push_str("# cells: algorithm; /host = through pinned host memory (no P2P); nccl = NCCL's own transport; nccl* = NCCL because the fastest tpar kernel rests on an unmeasured figure\n");
     out
 }

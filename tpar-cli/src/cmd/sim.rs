@@ -92,12 +92,8 @@ pub fn parse_algos(s: Option<&str>) -> Result<Vec<Algorithm>, String> {
     }
 }
 
-/// What `tpar::plan` (no profile, no overrides) runs for `bytes` of bf16 on this topology.
-pub fn planned(topo: &Topology, world: usize, bytes: usize, graph: bool) -> tpar::plan::Plan {
-    planned_with(topo, world, bytes, graph, None)
-}
-
-/// [`planned`] with a tuned profile.
+/// What `tpar::plan` (no overrides) runs for `bytes` of bf16 on this topology, with a tuned
+/// profile if given.
 pub fn planned_with(topo: &Topology, world: usize, bytes: usize, graph: bool, profile: Option<&tpar::profile::Profile>) -> tpar::plan::Plan {
     let overrides = Overrides::default();
     plan(&PlanInput {
@@ -177,7 +173,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     for a in &runnable {
         header.push_str(&format!(" {:>13}", a.name()));
     }
-    header.push_str(&format!("  {:<13} {:>9}  {:<22}", "sim pick", "vs nccl", "tpar plan (sim us)"));
+    header.push_str(&format!("  {:<13} {:>9} {:<10} {:>9}  {:<22}", "sim pick", "vs nccl", "its from", "at bound", "tpar plan (sim us)"));
     println!("{header}");
 
     let mut records = Vec::new();
@@ -206,7 +202,11 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         }
         if let Some((a, t)) = best {
             let ratio = nccl.map(|n| format!("{:.2}x", n / t)).unwrap_or_else(|| "-".into());
-            line.push_str(&format!("  {:<13} {:>9}", a.name(), ratio));
+            // Where the pick's time comes from, and its time with unmeasured figures at the
+            // bound (docs/sim.md, "Unmeasured figures").
+            let from = sim.provenance(a).map(|p| p.source.name()).unwrap_or("-");
+            let bound = if a == Algorithm::Nccl { "-".to_string() } else { sim.predict_bound(a, b).map(|p| format!("{:.2}", p.total_us)).unwrap_or_else(|_| "-".into()) };
+            line.push_str(&format!("  {:<13} {:>9} {:<10} {:>9}", a.name(), ratio, from, bound));
             winners.push((b, a));
         }
         let pl = planned_with(&topo, world, b, args.graph, profile.as_ref());
@@ -228,9 +228,17 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         println!("# {a}: not simulated: {e}");
     }
     println!(
-        "# sim pick: the fastest simulated algorithm; tpar plan: what tpar::plan runs {}",
+        "# sim pick: the fastest simulated algorithm; its from: the least trusted figure its time rests on (profile, probe, published, assumed); at bound: its time with every unmeasured figure at {} GB/s per GPU, the worst published; tpar plan: what tpar::plan runs {}",
+        tpar::sim::params::UNMEASURED_GPU_GBPS,
         if profile.is_some() { "with this profile" } else { "with no tuned profile" }
     );
+    // What each algorithm's time rests on.
+    for &a in runnable.iter().filter(|&&a| a != Algorithm::Nccl) {
+        if let Ok(p) = sim.provenance(a) {
+            let figs = p.describe();
+            println!("# {a} rests on: {}", if figs.is_empty() { "no link figure".to_string() } else { figs.join("; ") });
+        }
+    }
     if args.steps {
         println!("# where the time goes, us: fixed (launch + kernel work) | step: time ...");
         for &b in &sizes {

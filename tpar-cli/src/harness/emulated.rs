@@ -13,7 +13,7 @@ use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
 use tpar::units::{percentiles, Spread};
 use tpar::{Algorithm, DType, Element, Transport};
 
-use super::gpu::{err, POISON_WORD, TIMING_WORD};
+use super::verify::{err, POISON_WORD, TIMING_WORD};
 
 /// A rank's input and output buffers.
 pub struct RankBufs {

@@ -14,15 +14,7 @@ use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
 use tpar::units::Spread;
 use tpar::{Algorithm, DType, Element, Transport};
 
-/// Written into outputs before each checked call: a NaN in every lane width (f32, f16,
-/// bf16) that no algorithm writes and that is not the workspace's empty sentinel.
-pub const POISON_WORD: u32 = 0x7fa5_7fa5;
-/// Written into inputs before timed calls: finite and non-zero in every lane width.
-pub const TIMING_WORD: u32 = 0x3c00_3c00;
-
-pub fn err(x: tpar::Error) -> String {
-    x.to_string()
-}
+pub use super::verify::{err, POISON_WORD, TIMING_WORD};
 
 /// Launches `world` rank processes of this command. Unless `shared` (a correctness test on
 /// one GPU), refuses more ranks than GPUs: processes sharing a GPU measure time-slicing.

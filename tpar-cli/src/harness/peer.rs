@@ -16,7 +16,7 @@
 //! spin-waiting kernels with more blocks than one GPU holds at once (they would deadlock), or
 //! present a time-sliced run (rank processes sharing one GPU) as a measurement.
 
-use super::gpu::{err, POISON_WORD, TIMING_WORD};
+use super::verify::{err, POISON_WORD, TIMING_WORD};
 use super::output::BenchRecord;
 use super::{Group, Timing};
 use libloading::Library;
@@ -61,7 +61,7 @@ pub fn parse(s: &str) -> Result<Vec<PeerSpec>, String> {
         };
         match name {
             "vllm" => {
-                let lib = lib.or_else(|| std::env::var_os("TPAR_VLLM_LIB").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from(VLLM_DEFAULT_LIB));
+                let lib = lib.or_else(|| tpar::settings::vllm_lib()).unwrap_or_else(|| PathBuf::from(VLLM_DEFAULT_LIB));
                 v.push(PeerSpec { name: name.into(), lib });
             }
             "flashinfer" | "b12x" => {

@@ -7,6 +7,16 @@
 use tpar::testing::{bit_diffs, count_wrong, count_wrong_islands, count_wrong_stepwise, digest, expected, expected_islands};
 use tpar::{Algorithm, Element};
 
+/// Written into outputs before each checked call: a NaN in every lane width (f32, f16,
+/// bf16) that no algorithm writes and that is not the workspace's empty sentinel.
+pub const POISON_WORD: u32 = 0x7fa5_7fa5;
+/// Written into inputs before timed calls: finite and non-zero in every lane width.
+pub const TIMING_WORD: u32 = 0x3c00_3c00;
+
+pub fn err(x: tpar::Error) -> String {
+    x.to_string()
+}
+
 /// What one checked call gave on one rank.
 #[derive(Clone, Copy, Debug)]
 pub struct Outcome {

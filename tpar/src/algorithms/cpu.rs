@@ -22,7 +22,7 @@ pub(crate) fn run_chunk<W: Word, S: Wait, T: Element>(
     if input.len() != out.len() || input.len().div_ceil(T::LANES) > call.ws.layout.cap {
         return Err(Error::invalid("chunk", format!("{} in, {} out, capacity {} words", input.len(), out.len(), call.ws.layout.cap)));
     }
-    registry::runnable(algo, crate::Backend::Cpu, crate::Transport::Shm)
+    registry::runnable(algo, crate::kinds::Backend::Cpu, crate::kinds::Transport::Shm)
         .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
     match algo {
         Algorithm::OneshotPush => oneshot_push::run(call, input, out),

@@ -26,7 +26,8 @@
 
 use crate::error::{Error, Result};
 use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step, unsupported};
-use crate::{Algorithm, Transport};
+use crate::kinds::Algorithm;
+use crate::kinds::Transport;
 
 /// Islands normalised: members in rank order, islands ordered by their first rank, empty
 /// ones and ranks >= `world` dropped. `Err` unless they partition `0..world` exactly.

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step};
-use crate::Transport;
+use crate::kinds::Transport;
 
 /// NCCL's ring all-reduce as the simulator models it: 2(n-1) steps of one chunk to the next
 /// rank, LL protocol (wire bytes inflated by the protocol's flag words).

@@ -11,7 +11,8 @@ use crate::dtype::{reduce_into, Element};
 use crate::error::Result;
 use crate::protocol::{barrier, Wait, Word};
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, step, unsupported};
-use crate::{Algorithm, Transport};
+use crate::kinds::Algorithm;
+use crate::kinds::Transport;
 use std::borrow::Cow;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {

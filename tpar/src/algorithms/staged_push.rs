@@ -7,7 +7,8 @@
 
 use crate::error::Result;
 use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step, unsupported};
-use crate::{Algorithm, Transport};
+use crate::kinds::Algorithm;
+use crate::kinds::Transport;
 
 /// The communication schedule the simulator replays: N-1 steps of one shifted push each.
 pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {

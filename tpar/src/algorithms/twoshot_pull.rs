@@ -12,7 +12,8 @@ use crate::protocol::{barrier, Wait, Word};
 use crate::workspace::piece_range;
 use std::borrow::Cow;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, step, unsupported};
-use crate::{Algorithm, Transport};
+use crate::kinds::Algorithm;
+use crate::kinds::Transport;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {
     let (ws, me, world) = (c.ws, c.rank, c.world());

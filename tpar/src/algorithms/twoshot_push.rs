@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::protocol::{take_descriptor, Wait, Word};
 use crate::workspace::piece_range;
 use super::schedule::{FabricView, Op, Step, Sync, all_pairs, host_reads, host_write, step};
-use crate::Transport;
+use crate::kinds::Transport;
 use std::borrow::Cow;
 
 pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T]) -> Result<()> {

@@ -24,7 +24,7 @@ use super::driver::{Event, Stream};
 use super::ipc::IpcWorkspace;
 
 use super::launch::Launch;
-pub use super::route::{Resolved, Route};
+pub use super::route::{Resolved, Route, Served};
 use super::nccl::{self, NcclComm};
 use crate::algorithms::registry;
 use crate::config::Config;
@@ -423,6 +423,27 @@ impl GpuCommunicator {
         let r = self.resolve(dtype, count.saturating_mul(dtype.size()), mode)?;
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { self.submit(Some(stream), &r, dtype, count, input, output, mode) }
+    }
+
+    /// One call from a framework binding, as it has it: `count` elements of `dtype` on the
+    /// caller's `stream`, being captured or not (`mode`). Resolves (memoised) and runs it,
+    /// unless the resolution routes it to NCCL and that NCCL is the caller's: with no NCCL
+    /// of tpar's own ([`NcclUse::Caller`]), or `nccl_to_caller` (the caller prefers its own
+    /// NCCL even where tpar joined one). Then nothing is enqueued and the answer says so:
+    /// [`Served::ToCaller`], never a silent no-op. The byte count is computed here, once.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_on`](Self::all_reduce_on).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn submit_on(&mut self, stream: u64, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode, nccl_to_caller: bool) -> Result<Served> {
+        let r = self.resolve(dtype, count.saturating_mul(dtype.size()), mode)?;
+        match r.route {
+            Route::Caller => return Ok(Served::ToCaller),
+            Route::Nccl if nccl_to_caller => return Ok(Served::ToCaller),
+            Route::Nccl | Route::Kernel { .. } => {}
+        }
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit(Some(stream), &r, dtype, count, input, output, mode) }.map(Served::Ran)
     }
 
     /// As [`all_reduce`](Self::all_reduce) with `algo` forced (benchmarks, comparisons with

@@ -37,5 +37,5 @@ pub mod nvrtc;
 pub mod probe;
 pub mod route;
 
-pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route};
+pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route, Served};
 pub use emulated::{EmulatedGroup, GroupOptions};

@@ -37,3 +37,12 @@ impl Resolved {
         }
     }
 }
+
+/// What [`GpuCommunicator::submit_on`](super::GpuCommunicator::submit_on) did with a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Served {
+    /// Enqueued on the caller's stream: tpar's kernel, or NCCL on tpar's own communicator.
+    Ran(Algorithm),
+    /// Routed to NCCL, which is the caller's to run: nothing was enqueued.
+    ToCaller,
+}

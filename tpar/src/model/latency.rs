@@ -2,9 +2,10 @@
 //! --json` records interpolated log-log, a tuned profile's buckets. Must never do I/O.
 
 use crate::error::{Error, Result};
-use crate::profile::Profile;
+use crate::plan::profile::Profile;
 use crate::report::Record;
-use crate::{Algorithm, DType};
+use crate::kinds::Algorithm;
+use crate::dtype::DType;
 
 /// A source of all-reduce latency for a message size.
 pub trait ArLatency {

@@ -1,7 +1,8 @@
 //! Thresholds (each with where its number came from) and the floor arithmetic left for the
-//! fabrics the simulator does not decide: GPUs without P2P (host memory vs NCCL). PCIe
-//! fabrics with P2P are decided by the calibrated simulator (`sim_cost`, docs/sim.md), not by
-//! floors; NVLink by thresholds measured on H200s.
+//! one case the simulator does not time: a forced host transport (`TPAR_TRANSPORT=host`) on a
+//! fabric with P2P. PCIe fabrics, with P2P or through host memory, are decided by the
+//! calibrated simulator (`sim_cost`, docs/sim.md), not by floors; NVLink by thresholds measured
+//! on H200s.
 
 /// Most thread blocks a tpar kernel runs with (the flag area has a slot per block).
 pub use crate::settings::MAX_KERNEL_BLOCKS;
@@ -98,8 +99,8 @@ pub const MAX_KERNEL_THREADS: u32 = 512;
 /// at 256-512 KiB (9.76 -> 10.38, 11.93 -> 12.43) and gains from 1 MiB (22.22 -> 20.85);
 /// two-shot pull loses to 1 MiB (15.82 -> 16.64) and gains from 2 MiB (28.22 -> 24.70,
 /// 4 MiB 49.96 -> 43.43). Other algorithms have no lean variant (never reached).
-pub fn lean_min_bytes(algo: crate::Algorithm) -> u64 {
-    use crate::Algorithm as A;
+pub fn lean_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
+    use crate::kinds::Algorithm as A;
     match algo {
         A::OneshotPull => 128 * KIB,
         A::TwoshotPush => MIB,

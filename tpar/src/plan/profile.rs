@@ -255,7 +255,7 @@ mod tests {
     use super::*;
     use crate::plan::{plan, Overrides, PlanInput};
     use crate::topology::presets;
-    use crate::Transport;
+    use crate::kinds::Transport;
 
     fn rec(a: Algorithm, bytes: usize, t: f64, wrong: i64) -> Record {
         Record::measured(a, "cuda", DType::BF16, 8, bytes / 2, (t, t, t), wrong)
@@ -361,8 +361,9 @@ mod tests {
         let before = plan(&input(Some(&no_probe)));
         let after = plan(&input(Some(&back)));
         assert!(!crate::algorithms::registry::spec(before.algorithm).reads_remote && before.algorithm != Algorithm::Nccl, "healthy links: a push algorithm: {before}");
+        // No special rule: the simulator times pushes at the probe's 2.7 GB/s, and they lose.
         assert!(crate::algorithms::registry::spec(after.algorithm).reads_remote || after.algorithm == Algorithm::Nccl, "collapsed writes: no push: {after}");
-        assert!(after.reason.contains("collapsed peer writes") && after.reason.contains("profile's probe"), "{after}");
+        assert!(after.reason.contains("profile's probe"), "{after}");
         // The simulator on the probed topology times pushes with the measured store rate.
         let sim = |t: &Topology| crate::sim::Simulator::new(t, 8, &crate::sim::Params::default()).unwrap().predict(Algorithm::OneshotPush, 43008).unwrap().total_us;
         let (probed, assumed) = (sim(&back.topology_with_probe(&t).unwrap()), sim(&t));
@@ -402,6 +403,8 @@ mod tests {
         let got = plan(&input);
         assert_eq!((got.algorithm, got.transport), (Algorithm::OneshotPull, Transport::P2p), "{got}");
         assert!(got.reason.starts_with("profile:"), "{got}");
+        assert_eq!(got.source, Some(crate::sim::Source::Profile), "a tune's pick is the most trusted source: {got:?}");
+        assert!(got.predicted_us.is_some(), "{got:?}");
 
         // Another world, capture mode, topology: ignored, and the reason says so.
         let other = presets::rtxpro6000_dualsocket_8();

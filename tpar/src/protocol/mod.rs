@@ -15,7 +15,7 @@
 //! spin goes through a [`Wait`], which enforces the deadline, the abort flag and peer
 //! liveness.
 
-use crate::algorithms::Algorithm;
+use crate::kinds::Algorithm;
 use crate::dtype::{DType, EMPTY};
 use crate::error::{Error, Result};
 use crate::workspace::Workspace;

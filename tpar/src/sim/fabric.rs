@@ -24,8 +24,19 @@ use super::flows::FlowSpec;
 pub use crate::algorithms::schedule::{Endpoint, Op};
 use crate::algorithms::schedule::FabricView;
 use super::params::Params;
+use super::provenance::{self, Source};
 use crate::error::{Error, Result};
+use crate::topology::presets::LinkOp;
 use crate::topology::{LinkClass, Topology};
+
+/// The larger of two optional rates.
+fn max_some(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, None) => x,
+        (None, y) => y,
+    }
+}
 
 /// One resource: a name for reports and a capacity.
 #[derive(Clone, Debug, PartialEq)]
@@ -71,15 +82,36 @@ pub struct Fabric {
     load_cap: Vec<Vec<Option<f64>>>,
     flag_us: Vec<Vec<Option<f64>>>,
     /// Per GPU, what its SM stores / loads to all peers together sustained under the probe's
-    /// all-to-all load (a resource), when the probe measured every peer.
+    /// all-to-all load (a resource), when the probe measured every peer; else, when the probe
+    /// measured pairs alone, its fastest pair alone (assumed: more destinations are not
+    /// assumed to add rate to what one GPU's port sustained with one).
     store_loaded: Vec<Option<usize>>,
     load_loaded: Vec<Option<usize>>,
+    /// Per (issuer, target), where the rate of SM stores / loads under load comes from
+    /// (`provenance::op_source`); `[a][n]` is host memory.
+    store_src: Vec<Vec<Source>>,
+    load_src: Vec<Vec<Source>>,
+    /// The bound (`Params::unmeasured_gpu_gbps`), per GPU for its stores and its loads, on
+    /// flows whose rate under load is assumed. Only in a fabric built by [`Fabric::bounded`].
+    bound_store: Vec<Option<usize>>,
+    bound_load: Vec<Option<usize>>,
     params: Params,
 }
 
 impl Fabric {
     /// Builds the fabric of GPUs `0..world` of `topo`.
     pub fn new(topo: &Topology, world: usize, params: &Params) -> Result<Fabric> {
+        Fabric::build(topo, world, params, false)
+    }
+
+    /// The same fabric with every kernel flow whose rate under load no figure for this box
+    /// measures capped, per GPU and operation, at `params.unmeasured_gpu_gbps`: what the
+    /// plan checks a choice against before it trusts an assumed figure (docs/sim.md).
+    pub fn bounded(topo: &Topology, world: usize, params: &Params) -> Result<Fabric> {
+        Fabric::build(topo, world, params, true)
+    }
+
+    fn build(topo: &Topology, world: usize, params: &Params, bound: bool) -> Result<Fabric> {
         if world < 2 || world > topo.gpu_count() {
             return Err(Error::invalid(
                 "world",
@@ -208,6 +240,7 @@ impl Fabric {
         if let Some(probe) = &topo.probe {
             for a in 0..n {
                 let (mut st, mut ld) = (Some(0.0f64), Some(0.0f64));
+                let (mut st_alone, mut ld_alone) = (None::<f64>, None::<f64>);
                 for b in (0..n).filter(|&b| b != a) {
                     let q = probe.pair(a, Some(b));
                     store_cap[a][b] = q.and_then(|q| q.sm_store_gbps);
@@ -215,16 +248,45 @@ impl Fabric {
                     flag_us[a][b] = q.and_then(|q| q.flag_us);
                     st = st.zip(q.and_then(|q| q.sm_store_loaded_gbps)).map(|(x, y)| x + y);
                     ld = ld.zip(q.and_then(|q| q.sm_load_loaded_gbps)).map(|(x, y)| x + y);
+                    st_alone = max_some(st_alone, store_cap[a][b]);
+                    ld_alone = max_some(ld_alone, load_cap[a][b]);
                 }
-                if let Some(g) = st {
-                    store_loaded[a] = Some(add(format!("gpu{a}.stores.probed"), g)?);
+                match (st, st_alone) {
+                    (Some(g), _) => store_loaded[a] = Some(add(format!("gpu{a}.stores.probed"), g)?),
+                    (None, Some(g)) => store_loaded[a] = Some(add(format!("gpu{a}.stores.alone"), g)?),
+                    (None, None) => {}
                 }
-                if let Some(g) = ld {
-                    load_loaded[a] = Some(add(format!("gpu{a}.loads.probed"), g)?);
+                match (ld, ld_alone) {
+                    (Some(g), _) => load_loaded[a] = Some(add(format!("gpu{a}.loads.probed"), g)?),
+                    (None, Some(g)) => load_loaded[a] = Some(add(format!("gpu{a}.loads.alone"), g)?),
+                    (None, None) => {}
+                }
+            }
+        }
+        // Where each operation's rate under load comes from; host memory is column n.
+        let exact = crate::topology::presets::exact(topo);
+        let src = |op: LinkOp| -> Vec<Vec<Source>> {
+            (0..n)
+                .map(|a| (0..=n).map(|b| if a == b { Source::Published } else { provenance::op_source_on(topo, exact, op, a, (b < n).then_some(b)).0 }).collect())
+                .collect()
+        };
+        let (store_src, load_src) = (src(LinkOp::Store), src(LinkOp::Load));
+        let (mut bound_store, mut bound_load) = (vec![None; n], vec![None; n]);
+        if bound {
+            for a in 0..n {
+                if store_src[a].iter().any(|s| !s.measured()) {
+                    bound_store[a] = Some(add(format!("gpu{a}.stores.bound"), params.unmeasured_gpu_gbps)?);
+                }
+                if load_src[a].iter().any(|s| !s.measured()) {
+                    bound_load[a] = Some(add(format!("gpu{a}.loads.bound"), params.unmeasured_gpu_gbps)?);
                 }
             }
         }
         Ok(Fabric {
+            store_src,
+            load_src,
+            bound_store,
+            bound_load,
             store_cap,
             load_cap,
             flag_us,
@@ -385,6 +447,9 @@ impl Fabric {
                     if let Some(res) = self.store_loaded[a] {
                         f.resources.push(res);
                     }
+                    if let Some(res) = self.bound_store[a].filter(|_| !self.store_src[a][b].measured()) {
+                        f.resources.push(res);
+                    }
                 }
                 Ok(f)
             }
@@ -411,6 +476,9 @@ impl Fabric {
                 if let Some(res) = self.load_loaded[b] {
                     r.push(res);
                 }
+                if let Some(res) = self.bound_load[b].filter(|_| bulk && !self.load_src[b][a].measured()) {
+                    r.push(res);
+                }
                 let mut f = FlowSpec::new(r, bytes, rtt);
                 f.rate_cap_gbps = p.read_window_bytes / rtt / 1e3;
                 if let Some(cap) = self.load_cap[b][a] {
@@ -426,13 +494,18 @@ impl Fabric {
                 r.extend(self.across(sa, sb)?.into_iter().filter(|x| !self.rc.contains(x)));
                 r.extend(down);
                 r.push(self.gpus[a].inject_pcie);
-                Ok(FlowSpec::new(r, bytes, p.nccl_shm_hop_us))
+                let hop = if sa != sb { p.nccl_shm_cross_socket_hop_us } else { p.nccl_shm_hop_us };
+                Ok(FlowSpec::new(r, bytes, hop))
             }
             (Endpoint::Gpu(a), Endpoint::Host(s), Op::Write) => {
                 let (mut r, sa) = self.up(a)?;
                 r.extend(self.across(sa, s)?.into_iter().filter(|x| !self.rc.contains(x)));
                 r.push(*self.mem.get(s).ok_or_else(|| Error::invalid("socket", format!("no socket {s}")))?);
                 r.push(self.gpus[a].inject_pcie);
+                let n = self.gpus.len();
+                if let Some(res) = self.bound_store[a].filter(|_| !self.store_src[a][n].measured()) {
+                    r.push(res);
+                }
                 let lat = p.pcie_egress_us + p.rc_hop_us + if sa != s { p.socket_hop_us + p.rc_hop_us } else { 0.0 };
                 Ok(FlowSpec::new(r, bytes, lat))
             }
@@ -442,6 +515,10 @@ impl Fabric {
                 r.extend(self.across(s, sb)?.into_iter().filter(|x| !self.rc.contains(x)));
                 r.extend(down);
                 r.push(self.gpus[b].inject_pcie);
+                let n = self.gpus.len();
+                if let Some(res) = self.bound_load[b].filter(|_| !self.load_src[b][n].measured()) {
+                    r.push(res);
+                }
                 let rtt = p.host_poll_us + if s != sb { 2.0 * (p.socket_hop_us + p.rc_hop_us) } else { 0.0 };
                 let mut f = FlowSpec::new(r, bytes, rtt);
                 f.rate_cap_gbps = p.read_window_bytes / rtt / 1e3;
@@ -486,6 +563,18 @@ impl Fabric {
     /// Capacity of rank `b`'s receive link, GB/s.
     pub fn rx_gbps(&self, b: usize) -> Result<f64> {
         Ok(self.resources[self.gpu(b)?.rx].gbps)
+    }
+
+    /// Where the rate of `op` issued by `issuer` against `target` (None: host memory) under
+    /// load comes from.
+    pub fn op_source(&self, op: LinkOp, issuer: usize, target: Option<usize>) -> Source {
+        let n = self.gpus.len();
+        let t = target.unwrap_or(n).min(n);
+        let m = match op {
+            LinkOp::Store => &self.store_src,
+            LinkOp::Load => &self.load_src,
+        };
+        m.get(issuer).and_then(|r| r.get(t)).copied().unwrap_or(Source::Assumed)
     }
 
     /// The parameters the fabric was built with.

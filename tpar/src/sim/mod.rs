@@ -9,6 +9,7 @@
 //! | [`params`] | every number not in the topology, with where it came from (spec / measured / fitted) |
 //! | [`fabric`] | resources (links per direction, switch uplinks, root complexes, socket link, read trackers, host memory) and routes |
 //! | [`calibrate`] | docs/references.md figures, the prediction for each, and the error |
+//! | [`provenance`] | where each figure a prediction rests on comes from (profile, probe, published, assumed) |
 //!
 //! Contention is not typed in: when 8 GPUs write all peers at once, their flows meet on the
 //! same GPU links, root complexes and socket link, and max-min sharing decides what each
@@ -22,12 +23,15 @@ pub mod calibrate;
 pub mod fabric;
 pub mod flows;
 pub mod params;
+pub mod provenance;
 
 use crate::error::{Error, Result};
 use crate::topology::Topology;
-use crate::{Algorithm, Transport};
+use crate::kinds::Algorithm;
+use crate::kinds::Transport;
 use fabric::Fabric;
 pub use params::{Launch, Params};
+pub use provenance::{Figure, PairKind, Source};
 use crate::algorithms::registry;
 use crate::algorithms::schedule::{Op, Schedule, Sync};
 use serde::{Deserialize, Serialize};
@@ -50,10 +54,10 @@ impl SimRecord {
         crate::report::Record {
             algorithm: self.algorithm,
             backend: "sim".into(),
-            dtype: crate::DType::BF16,
+            dtype: crate::dtype::DType::BF16,
             world: self.world,
             bytes: self.bytes,
-            count: self.bytes / crate::DType::BF16.size(),
+            count: self.bytes / crate::dtype::DType::BF16.size(),
             time_us: self.predicted_us,
             p10_us: self.predicted_us,
             p90_us: self.predicted_us,
@@ -76,14 +80,54 @@ pub struct Prediction {
     pub steps: Vec<(&'static str, f64)>,
 }
 
+/// What a kernel's predicted time rests on: the figures of the operations its schedule
+/// moves bulk data with, per kind of pair, under load, and where each comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Provenance {
+    /// The least trusted of the figures (`Published` when the kernel moves no bulk data over
+    /// a link, e.g. one rank).
+    pub source: Source,
+    pub figures: Vec<Figure>,
+}
+
+impl Provenance {
+    /// The figures in words, those of one operation with one source and citation together:
+    /// `SM stores under load (inside a switch; across sockets): assumed (...)`.
+    pub fn describe(&self) -> Vec<String> {
+        let mut groups: Vec<(crate::topology::presets::LinkOp, Source, &str, Vec<&str>)> = Vec::new();
+        for f in &self.figures {
+            match groups.iter_mut().find(|g| g.0 == f.op && g.1 == f.source && g.2 == f.cite) {
+                Some(g) => g.3.push(f.pairs.name()),
+                None => groups.push((f.op, f.source, &f.cite, vec![f.pairs.name()])),
+            }
+        }
+        groups.into_iter().map(|(op, source, cite, pairs)| format!("{} under load ({}): {source} ({cite})", op.name(), pairs.join("; "))).collect()
+    }
+
+    /// The figures no measurement covers, in words, one entry per operation (empty when all
+    /// are measured): `SM stores under load (inside a switch; across sockets)`.
+    pub fn unmeasured(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        let mut ops: Vec<crate::topology::presets::LinkOp> = self.figures.iter().filter(|f| !f.source.measured()).map(|f| f.op).collect();
+        ops.dedup();
+        for op in ops {
+            let pairs: Vec<&str> = self.figures.iter().filter(|f| f.op == op && !f.source.measured()).map(|f| f.pairs.name()).collect();
+            out.push(format!("{} under load ({})", op.name(), pairs.join("; ")));
+        }
+        out
+    }
+}
+
 /// A simulator for one topology and world size (the fabric is built once).
 #[derive(Clone, Debug)]
 pub struct Simulator {
     fabric: Fabric,
     /// The same fabric with NCCL's Simple protocol (NCCL takes the faster of LL and Simple).
     nccl_simple: Fabric,
+    /// The same fabric with unmeasured figures at the bound ([`Fabric::bounded`]).
+    bounded: Fabric,
     islands: Vec<Vec<u32>>,
-    name: String,
+    topology: Topology,
 }
 
 impl Simulator {
@@ -92,9 +136,67 @@ impl Simulator {
         Ok(Simulator {
             fabric: Fabric::new(topo, world, params)?,
             nccl_simple: Fabric::new(topo, world, &params.nccl_simple())?,
+            bounded: Fabric::bounded(topo, world, params)?,
             islands: topo.islands_of(world),
-            name: topo.name.clone(),
+            topology: topo.clone(),
         })
+    }
+
+    /// The topology simulated.
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    /// The time of `algorithm` with every figure its prediction rests on that no
+    /// measurement covers (see [`Simulator::provenance`]) at the bound,
+    /// `Params::unmeasured_gpu_gbps` per GPU: the worst such rate published for any PCIe box.
+    /// Equal to [`Simulator::predict`] where everything is measured, and for NCCL (the
+    /// fallback the bound is compared against).
+    pub fn predict_bound(&self, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
+        if algorithm == Algorithm::Nccl {
+            return self.predict(algorithm, bytes);
+        }
+        if bytes == 0 {
+            return Err(Error::invalid("bytes", "an all-reduce of 0 bytes"));
+        }
+        self.predict_on(&self.bounded, algorithm, bytes)
+    }
+
+    /// What `algorithm`'s prediction rests on: for each operation and kind of pair its
+    /// schedule moves bulk data with, the source of the rate under load. An `Unsupported`
+    /// error where the algorithm cannot run here.
+    pub fn provenance(&self, algorithm: Algorithm) -> Result<Provenance> {
+        use crate::topology::presets::LinkOp;
+        let (_, steps) = (registry::spec(algorithm).schedule)(1024.0, &self.fabric, &self.islands)?;
+        let mut seen: Vec<(LinkOp, PairKind, Source, String)> = Vec::new();
+        let exact = crate::topology::presets::exact(&self.topology);
+        if algorithm != Algorithm::Nccl {
+            for st in &steps {
+                for f in &st.flows {
+                    let (op, issuer, target) = match (f.src, f.dst, f.op) {
+                        (fabric::Endpoint::Gpu(a), fabric::Endpoint::Gpu(b), Op::Write) => (LinkOp::Store, a, Some(b)),
+                        (fabric::Endpoint::Gpu(a), fabric::Endpoint::Gpu(b), Op::Read) => (LinkOp::Load, b, Some(a)),
+                        (fabric::Endpoint::Gpu(a), fabric::Endpoint::Host(_), _) => (LinkOp::Store, a, None),
+                        (fabric::Endpoint::Host(_), fabric::Endpoint::Gpu(b), _) => (LinkOp::Load, b, None),
+                        _ => continue,
+                    };
+                    let kind = PairKind::of(&self.topology, issuer, target);
+                    let source = self.fabric.op_source(op, issuer, target);
+                    match seen.iter_mut().find(|(o, k, _, _)| *o == op && *k == kind) {
+                        Some(e) if source > e.2 => {
+                            e.2 = source;
+                            e.3 = provenance::op_source_on(&self.topology, exact, op, issuer, target).1;
+                        }
+                        Some(_) => {}
+                        None => seen.push((op, kind, source, provenance::op_source_on(&self.topology, exact, op, issuer, target).1)),
+                    }
+                }
+            }
+        }
+        seen.sort_by_key(|x| (x.0, x.1));
+        let figures: Vec<Figure> = seen.into_iter().map(|(op, pairs, source, cite)| Figure { op, pairs, source, cite }).collect();
+        let source = figures.iter().fold(Source::Published, |s, f| s.weaker(f.source));
+        Ok(Provenance { source, figures })
     }
 
     pub fn world(&self) -> usize {
@@ -191,7 +293,7 @@ impl Simulator {
         ok.into_iter()
             .min_by(|a, b| a.total_us.total_cmp(&b.total_us))
             .ok_or_else(|| Error::Unsupported {
-                what: format!("any of the requested algorithms on {}", self.name),
+                what: format!("any of the requested algorithms on {}", self.topology.name),
                 reason: "none can run on this fabric".into(),
             })
     }
@@ -269,6 +371,31 @@ mod tests {
         let pull = sw.predict(Algorithm::OneshotPull, 43008).unwrap().total_us;
         let push = sw.predict(Algorithm::OneshotPush, 43008).unwrap().total_us;
         assert!(pull < 3.0 * push, "pull {pull} push {push}");
+    }
+
+    #[test]
+    fn a_collapsed_store_figure_times_push_slow() {
+        // The ASUS preset's probe: SM stores 2.7 GB/s per pair alone, no figure under load. A
+        // GPU's stores together are capped there, so two-shot push moves its 2 (n-1)/n S no
+        // faster than 2.7 GB/s; with stores measured healthy under load it is faster.
+        let ds = presets::rtxpro6000_dualsocket_8();
+        let sim = Simulator::new(&ds, 8, &Params::default()).unwrap();
+        let s = 43008.0;
+        let push = sim.predict(Algorithm::TwoshotPush, 43008).unwrap().total_us;
+        assert!(push >= 2.0 * 7.0 / 8.0 * s / (2.7 * 1e3), "{push}");
+        let mut healthy = ds.clone();
+        for q in &mut healthy.probe.as_mut().unwrap().pairs {
+            q.sm_store_gbps = Some(50.0);
+        }
+        let fast = Simulator::new(&healthy, 8, &Params::default()).unwrap().predict(Algorithm::TwoshotPush, 43008).unwrap().total_us;
+        assert!(fast < push / 2.0, "{fast} vs {push}");
+        // Its figures under load are unmeasured: at the bound it is slower still, and says so.
+        let p = sim.provenance(Algorithm::TwoshotPush).unwrap();
+        assert_eq!(p.source, Source::Assumed);
+        assert!(p.unmeasured().iter().any(|u| u.starts_with("SM stores under load")), "{:?}", p.unmeasured());
+        assert!(sim.predict_bound(Algorithm::TwoshotPush, 43008).unwrap().total_us > push);
+        // NCCL is its own fallback: its bound is its time.
+        assert_eq!(sim.predict_bound(Algorithm::Nccl, 43008).unwrap(), sim.predict(Algorithm::Nccl, 43008).unwrap());
     }
 
     #[test]

@@ -60,14 +60,20 @@ pub struct Params {
     /// 16 blocks x 1 KiB in flight per peer.
     pub read_window_bytes: f64,
     /// Bytes of non-posted reads a root complex keeps outstanding for peer traffic, all GPUs
-    /// together; with the round trip this is a capacity (Little's law). Fitted to the
-    /// derived pull one-shot time of docs/references.md's 38 tok/s (docs/sim.md).
+    /// together; with the round trip this is a capacity (Little's law). Fitted to b12x's pull
+    /// one-shot at 96 KiB on 8 RTX PRO 6000 (docs/sim.md group M).
     pub rc_read_outstanding_bytes: f64,
-    /// The same for reads that cross the socket link. Fitted to p2pmark's all-to-all reads on
-    /// the ASUS dual-socket box (46.4 GB/s for 8 GPUs, docs/sim.md group R). It was 8 KiB,
-    /// fitted to a pull one-shot time derived from a serving run (H), which put 8 GPUs'
-    /// cross-socket reads at 3.9 GB/s in all, 12x below that box's own measurement.
+    /// The same for a kernel's SM loads that cross the socket link. Fitted to the pull one-shot
+    /// time derived from the founding serving run (docs/sim.md group H: 340-380 us at 42 KiB
+    /// on 8 GPUs); the ASUS box's own 8-GPU SM-read all-reduce sweep (group T, 151-2665 us at
+    /// 16-256 KiB) is held out against it. SM loads keep far fewer bytes outstanding than
+    /// copy engines do (the next field): that gap is the mechanism of the pull collapse.
     pub socket_read_outstanding_bytes: f64,
+    /// The same for copy-engine reads (64 MB `cudaMemcpyPeerAsync`, p2pmark's bandwidth mode).
+    /// Fitted to p2pmark's all-to-all reads on the ASUS dual-socket box (46.4 GB/s for 8 GPUs,
+    /// docs/sim.md group R). Only the calibration's copy-engine rows use it: tpar's kernels
+    /// move data with SM loads and stores.
+    pub socket_ce_read_outstanding_bytes: f64,
     /// Peer traffic a root complex forwards, in multiples of one GPU link. Fitted: 8 GPUs
     /// writing all peers get 0.38-0.44 of their isolated rate on one CPU (docs/references.md).
     pub rc_forward_links: f64,
@@ -90,6 +96,12 @@ pub struct Params {
     /// 32 KB on 8 GPUs. (A cudaMemcpy through host takes ~14 us; NCCL's LL hand-off through
     /// host memory is a flag poll, far cheaper.)
     pub nccl_shm_hop_us: f64,
+    /// The same hop between GPUs on different sockets: the flag and the data sit in one
+    /// socket's memory, and the other socket's GPU polls them across the socket link. NCCL's
+    /// ring steps at its slowest hop's pace, so on a two-socket box (two of eight hops cross)
+    /// this sets the untuned NCCL floor. Fitted to the ASUS box's own 8-GPU NCCL sweep at
+    /// 16 KiB (docs/sim.md group S: 69.3 us); its other sizes are held out.
+    pub nccl_shm_cross_socket_hop_us: f64,
     /// NCCL's fixed cost per call, launch included, eager or in a graph alike: docs/references.md
     /// shows NCCL floors of 15-20 us both eager (4x RTX PRO 6000) and in graphs (4x V100,
     /// H200 pynccl), so its floor is not the launch. Fitted to those floors.
@@ -104,6 +116,14 @@ pub struct Params {
     /// Bytes on the wire per payload byte for NCCL's LL protocol (8-byte flag per 8 bytes:
     /// spec of the protocol) -> 2.
     pub nccl_ll_wire_factor: f64,
+    /// The bound (docs/sim.md, "Unmeasured figures"): what one GPU's SM stores or SM loads to
+    /// all its peers together carry, GB/s, under all-to-all load, where no figure for this box
+    /// measures that op under load. The worst such rate published for a PCIe box: the founding
+    /// case's pull one-shot (group H, 360 us at 42 KiB on 8 GPUs) moves 7 x 42 KiB per GPU in
+    /// 360 - 9.4 us (launch, fixed work, two barriers): 0.86 GB/s (derived). The ASUS box's
+    /// own 8-GPU SM-read sweep (group T) runs at 0.7-0.9 GB/s per GPU. The plan keeps a tpar
+    /// kernel whose time rests on an unmeasured figure only where it beats NCCL even there.
+    pub unmeasured_gpu_gbps: f64,
     /// Whether NCCL uses P2P across the socket link (NCCL_P2P_LEVEL=SYS). Off by default,
     /// as docs/references.md's AMD tuning figure implies (48.2 us untuned vs 26.2 us at SYS).
     pub nccl_p2p_across_sockets: bool,
@@ -130,6 +150,7 @@ impl Default for Params {
             read_window_bytes: READ_WINDOW_BYTES,
             rc_read_outstanding_bytes: RC_READ_OUTSTANDING_BYTES,
             socket_read_outstanding_bytes: SOCKET_READ_OUTSTANDING_BYTES,
+            socket_ce_read_outstanding_bytes: SOCKET_CE_READ_OUTSTANDING_BYTES,
             rc_forward_links: 3.3,
             socket_link_gbps: 45.0,
             host_memory_gbps: 200.0,
@@ -137,6 +158,8 @@ impl Default for Params {
             kernel_fixed_us: KERNEL_FIXED_US,
             host_poll_us: 4.1,
             nccl_shm_hop_us: 1.5,
+            nccl_shm_cross_socket_hop_us: NCCL_SHM_CROSS_SOCKET_HOP_US,
+            unmeasured_gpu_gbps: UNMEASURED_GPU_GBPS,
             nccl_fixed_us: 12.5,
             nccl_step_us: 0.3,
             nccl_simple_step_us: NCCL_SIMPLE_STEP_US,
@@ -150,7 +173,11 @@ impl Default for Params {
 const PCIE_KERNEL_FRACTION: f64 = 0.65;
 const READ_WINDOW_BYTES: f64 = 16384.0;
 const RC_READ_OUTSTANDING_BYTES: f64 = 262144.0;
-const SOCKET_READ_OUTSTANDING_BYTES: f64 = 57344.0;
+const SOCKET_READ_OUTSTANDING_BYTES: f64 = 8192.0;
+const SOCKET_CE_READ_OUTSTANDING_BYTES: f64 = 57344.0;
+const NCCL_SHM_CROSS_SOCKET_HOP_US: f64 = 3.6;
+/// Derived (group H): 7 x 43008 B per GPU over (360 - 9.4) us.
+pub const UNMEASURED_GPU_GBPS: f64 = 0.86;
 const KERNEL_FIXED_US: f64 = 2.1;
 const NCCL_SIMPLE_STEP_US: f64 = 4.5;
 

@@ -129,6 +129,82 @@ pub const PUBLISHED: &[Published] = &[
     Published { preset: "l40s-direct-8", pairs: Pairs::AcrossSockets, field: Field::CeLoaded, value: 2.4, source: "flashinfer PR #4870: 9.7 GB/s per GPU over its 4 cross pairs" },
 ];
 
+/// Which operation a piece of evidence is about: a kernel's SM stores to peers (posted
+/// writes: the push algorithms) or its SM loads from peers (non-posted reads: the pulls).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LinkOp {
+    Store,
+    Load,
+}
+
+impl LinkOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkOp::Store => "SM stores",
+            LinkOp::Load => "SM loads",
+        }
+    }
+}
+
+/// Published evidence of how an operation behaves under concurrent load on a preset's exact
+/// box, where no rate under all-to-all load is published (so it is not in the probe), but a
+/// test of the failure that matters was: what makes the figure "published" rather than
+/// "assumed" for the plan (docs/plan.md, "Where each number comes from").
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Evidence {
+    pub preset: &'static str,
+    pub op: LinkOp,
+    pub pairs: Pairs,
+    /// What was measured, in words.
+    pub what: &'static str,
+    pub source: &'static str,
+}
+
+/// Every piece of [`Evidence`]. Deliberately short: a rate under load belongs in
+/// [`PUBLISHED`] (the probe); this list holds only tests of a collapse on the exact box.
+pub const EVIDENCE: &[Evidence] = &[
+    // The WRX90 box with two c-payne (Microchip) switches on two root ports: the posted-write
+    // collapse fires only when one source switch writes to GPUs behind two or more root
+    // complexes (rtx6kpro collapse-report.md); with two root complexes it cannot, and the
+    // trigger test on this very box measured 53.1-55.1 GB/s.
+    Evidence {
+        preset: "rtxpro6000-pcie-switch-8",
+        op: LinkOp::Store,
+        pairs: Pairs::All,
+        what: "posted writes under the collapse trigger (two writers of one switch to the other switch) held 53.1-55.1 GB/s; the trigger needs three root complexes, this box has two",
+        source: "rtx6kpro wrx90-cpayne-2switch-flat.md, collapse-report.md",
+    },
+    // The ASUS box's own 8-GPU all-reduce sweep with a kernel that reads its peers (its
+    // author's cuda-pcie-allreduce reads peer memory with SMs; the table does not name the
+    // kernel): 151 / 588 / 2665 us at 16 / 64 / 256 KiB, every GPU reading across the
+    // sockets at once. docs/sim.md group T holds it out against the model.
+    Evidence {
+        preset: "rtxpro6000-dualsocket-8",
+        op: LinkOp::Load,
+        pairs: Pairs::AcrossSockets,
+        what: "an SM-read all-reduce on all 8 GPUs: 151 / 588 / 2665 us at 16 / 64 / 256 KiB",
+        source: "rtx6kpro asus-esc8000a doc, 8 GPU all-reduce table",
+    },
+];
+
+/// The preset whose exact box `t` is (same name and [`Topology::hash`]), if any: published
+/// figures and evidence apply to that box only, never to a machine that merely resembles it.
+pub fn exact(t: &Topology) -> Option<&'static str> {
+    let name = NAMES.iter().copied().find(|n| *n == t.name)?;
+    let preset = by_name(name)?;
+    (preset.hash() == t.hash()).then_some(name)
+}
+
+/// The evidence for `op` between GPUs `a` and `b` of `t`, if `t` is a preset's exact box.
+pub fn evidence(t: &Topology, op: LinkOp, a: usize, b: usize) -> Option<&'static Evidence> {
+    evidence_on(t, exact(t)?, op, a, b)
+}
+
+/// [`evidence`] for a `t` already known to be the preset `name`'s exact box.
+pub(crate) fn evidence_on(t: &Topology, name: &str, op: LinkOp, a: usize, b: usize) -> Option<&'static Evidence> {
+    EVIDENCE.iter().find(|e| e.preset == name && e.op == op && a < t.gpus.len() && b < t.gpus.len() && pairs_match(t, e.pairs, a, b))
+}
+
 /// The preset's published figures as a probe (`None` when none are published).
 fn published_probe(t: &Topology) -> Option<super::probe::Probe> {
     use super::probe::{PairProbe, Probe};
@@ -157,7 +233,7 @@ fn published_probe(t: &Topology) -> Option<super::probe::Probe> {
     }))
 }
 
-fn pairs_match(t: &Topology, pairs: Pairs, a: usize, b: usize) -> bool {
+pub(crate) fn pairs_match(t: &Topology, pairs: Pairs, a: usize, b: usize) -> bool {
     let (ga, gb) = (&t.gpus[a], &t.gpus[b]);
     let same_switch = ga.switch.is_some() && ga.switch == gb.switch;
     match pairs {

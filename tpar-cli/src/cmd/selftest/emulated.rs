@@ -2,7 +2,7 @@
 
 use super::Common;
 use crate::harness::emulated::{alloc_bufs, islands_for, options, ptrs, EmulatedRanks};
-use crate::harness::gpu::{err, POISON_WORD};
+use crate::harness::verify::{err, POISON_WORD};
 use crate::harness::verify::{judge_on, Verdict};
 use crate::harness::{self, table};
 use std::time::{Duration, Instant};

@@ -8,14 +8,15 @@
 
 use crate::algorithms::{run_chunk, Algorithm, Call};
 use crate::plan::{plan_fingerprint, Backend, CaptureMode, Overrides, PlanInput};
-use crate::profile::{Profile, ProfileFingerprint};
+use crate::plan::profile::{Profile, ProfileFingerprint};
 use crate::topology::Topology;
 use crate::dtype::Element;
 use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
 use crate::control::ControlPlane;
 use crate::rendezvous::JoinSpec;
-use crate::transport::shm_workspace::ShmWorkspace;
+mod shm_workspace;
+use shm_workspace::ShmWorkspace;
 use crate::transport::shm::ShmSegment;
 use crate::workspace::{hdr, st, Layout, Workspace};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -260,7 +261,7 @@ impl Communicator {
     }
 
     /// The algorithm the plan picks for `bytes` of `dtype` on this communicator.
-    pub fn planned(&mut self, dtype: crate::DType, bytes: usize) -> Algorithm {
+    pub fn planned(&mut self, dtype: crate::dtype::DType, bytes: usize) -> Algorithm {
         let d = &mut self.dispatch;
         d.cache
             .get(&PlanInput {
@@ -361,7 +362,7 @@ impl Communicator {
         if n as u64 > MAX_COUNT {
             return Err(Error::invalid("count", format!("{n} elements exceeds {MAX_COUNT}")));
         }
-        crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::Transport::Shm)
+        crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::kinds::Transport::Shm)
             .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
         let ws = Workspace::new(self.layout, self.shm.words())?;
         let chunk = chunk_elems::<T>(algo, n, self.layout.cap);

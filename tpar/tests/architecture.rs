@@ -1,0 +1,126 @@
+//! docs/architecture.md's pinned facts: the crate list is the workspace's members, and every
+//! `crate::<module>` path in the library goes to a module on its own line of the layer list
+//! or below, except the exceptions the page names (with their reasons).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn doc() -> String {
+    std::fs::read_to_string(root().join("docs/architecture.md")).unwrap()
+}
+
+fn between<'a>(text: &'a str, begin: &str, end: &str) -> &'a str {
+    let a = text.find(begin).unwrap_or_else(|| panic!("docs/architecture.md lacks {begin}"));
+    let rest = &text[a..];
+    let b = rest.find(end).unwrap_or_else(|| panic!("docs/architecture.md lacks {end}"));
+    &rest[..b]
+}
+
+#[test]
+fn the_crate_list_is_the_workspace() {
+    let cargo = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let members_line = cargo.lines().find(|l| l.trim_start().starts_with("members")).unwrap();
+    let members: BTreeSet<String> = members_line.split('"').skip(1).step_by(2).map(str::to_string).collect();
+    let listed: BTreeSet<String> = between(&doc(), "<!-- crates:begin", "<!-- crates:end")
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(members, listed, "docs/architecture.md's crate table against Cargo.toml's members");
+}
+
+/// Module -> its line in the layer list (0 = top).
+fn layers() -> BTreeMap<String, usize> {
+    let d = doc();
+    let block = between(&d, "<!-- layers:begin", "<!-- layers:end");
+    let mut m = BTreeMap::new();
+    for (i, line) in block.lines().filter(|l| !l.starts_with("<!--") && !l.starts_with("```") && !l.trim().is_empty()).enumerate() {
+        for name in line.split_whitespace() {
+            assert!(m.insert(name.to_string(), i).is_none(), "{name} is listed twice");
+        }
+    }
+    m
+}
+
+fn exceptions() -> BTreeSet<(String, String)> {
+    let d = doc();
+    let block = between(&d, "<!-- layer-exceptions:begin", "<!-- layer-exceptions:end");
+    let mut out = BTreeSet::new();
+    for l in block.lines().filter(|l| l.starts_with("- `")) {
+        let (from, to) = l.split_once("->").unwrap();
+        let from = from.trim_start_matches("- ").trim().trim_matches('`').to_string();
+        let to = to.split(':').next().unwrap();
+        for t in to.split(',') {
+            out.insert((from.clone(), t.trim().trim_matches('`').to_string()));
+        }
+    }
+    out
+}
+
+fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            rs_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+#[test]
+fn every_module_imports_only_its_layer_or_below() {
+    let layers = layers();
+    let allowed = exceptions();
+    let src = root().join("tpar/src");
+    // Every module the crate root declares is placed in the list.
+    let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+    for l in lib.lines() {
+        if let Some(name) = l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod ")) {
+            let name = name.trim_end_matches(';');
+            assert!(layers.contains_key(name), "module {name} is in lib.rs but not in docs/architecture.md's layer list");
+        }
+    }
+    let mut files = Vec::new();
+    rs_files(&src, &mut files);
+    let mut up = Vec::new();
+    let mut seen_exceptions = BTreeSet::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap();
+        let first = rel.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+        let module = first.trim_end_matches(".rs").to_string();
+        if module == "lib" {
+            continue;
+        }
+        let Some(&mine) = layers.get(&module) else { panic!("{} belongs to no listed module", rel.display()) };
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            let mut rest = code;
+            while let Some(i) = rest.find("crate::") {
+                let tail = &rest[i + 7..];
+                let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
+                let target = &tail[..end];
+                if let Some(&theirs) = layers.get(target) {
+                    if target != module && theirs < mine {
+                        if allowed.contains(&(module.clone(), target.to_string())) {
+                            seen_exceptions.insert((module.clone(), target.to_string()));
+                        } else {
+                            up.push(format!("{}:{}: {module} (line {mine}) -> {target} (line {theirs})", rel.display(), n + 1));
+                        }
+                    }
+                }
+                rest = &tail[end..];
+            }
+        }
+    }
+    assert!(up.is_empty(), "imports up the layer list (move the code, or name the exception and its reason in docs/architecture.md):\n{}", up.join("\n"));
+    // A named exception that the code no longer needs must go from the page too.
+    let stale: Vec<_> = allowed.difference(&seen_exceptions).collect();
+    assert!(stale.is_empty(), "docs/architecture.md names exceptions the code no longer has: {stale:?}");
+}
