@@ -28,9 +28,11 @@
 // the signal in their block, ordered by block_sync and the cumulative st.release.sys).
 // In place (input == output): two-shot writes chunk c of rank q's output only from rank c,
 // after rank c's own reads of chunk c of every input (same thread, data dependence), and no
-// other rank reads chunk c of any input; one-shot writes only its own output, after its own
-// reads. No workspace data buffer is used, so no reuse argument is needed beyond the
-// barriers: generations (epoch + 1) only grow in each flag slot, as for the copy path.
+// other rank reads chunk c of any input. One-shot in place is NOT safe (every peer reads my
+// input while I write my sum over it; wrong sums on one H200 with skewed ranks): the host
+// never registers it (io_tables::may_register), such calls copy. No workspace data buffer is
+// used, so no reuse argument is needed beyond the barriers: generations (epoch + 1) only
+// grow in each flag slot, as for the copy path.
 
 // Per call and rank, in device memory. Twin of abi.rs `TparIo`.
 struct TparIo {

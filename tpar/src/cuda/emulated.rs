@@ -375,9 +375,13 @@ impl EmulatedGroup {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
         }
         let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
-        // Inside a capture the buffers are registered (their tables flushed when it ends).
+        // Inside a capture the buffers are registered (their tables flushed when it ends),
+        // unless they alias in a way the registered kernel cannot take (one-shot in place).
         let bytes = count.saturating_mul(dtype.size());
-        let registered = self.capturing && self.transport == Transport::P2p && launch::registers(algo, bytes, self.launcher.settings().zero_copy);
+        let registered = self.capturing
+            && self.transport == Transport::P2p
+            && launch::registers(algo, bytes, self.launcher.settings().zero_copy)
+            && io_tables::may_register(algo, inputs, outputs, bytes);
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
         let io = if registered { Some(io_tables::table(inputs, outputs)) } else { None };

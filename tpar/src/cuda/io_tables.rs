@@ -12,6 +12,7 @@
 use super::abi::TparIo;
 use super::driver::{Device, DeviceBuffer};
 use crate::error::Result;
+use crate::kinds::Algorithm;
 use std::collections::HashMap;
 
 /// Tables per device allocation (256 B each: 256 KiB chunks).
@@ -85,4 +86,51 @@ pub fn table(inputs: &[u64], outputs: &[u64]) -> TparIo {
         *d = *s;
     }
     t
+}
+
+/// Whether a call of `algo` over `bytes` per rank may run registered on these buffers (one
+/// input and one output per rank, all in one address space). The registered kernels read
+/// the inputs in place until their end barrier, so no output may overlap any input, with one
+/// exception: two-shot pull in place (`inputs[r] == outputs[r]`), where chunk c of every
+/// buffer is read and then written by the same thread of rank c and by no one else.
+/// One-shot pull in place is not: every rank reads my input while I write my sum over it
+/// (seen on one H200: wrong sums with skewed ranks, `selftest graph --scratch`). A call
+/// that may not register copies into the workspace, as every unregistered call does.
+pub fn may_register(algo: Algorithm, inputs: &[u64], outputs: &[u64], bytes: usize) -> bool {
+    let b = bytes as u64;
+    let overlap = |x: u64, y: u64| x < y.saturating_add(b) && y < x.saturating_add(b);
+    outputs.iter().enumerate().all(|(q, &o)| {
+        inputs.iter().enumerate().all(|(p, &i)| {
+            if !overlap(o, i) {
+                return true;
+            }
+            algo == Algorithm::TwoshotPull && p == q && o == i
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_place_registers_only_for_two_shot() {
+        let (ins, outs) = ([0x1000u64, 0x9000], [0x5000u64, 0xd000]);
+        for a in [Algorithm::OneshotPull, Algorithm::TwoshotPull] {
+            assert!(may_register(a, &ins, &outs, 0x4000), "{a}: disjoint buffers");
+            assert!(!may_register(a, &ins, &outs, 0x4001), "{a}: output 0 overlaps input 0's last byte");
+            assert!(!may_register(a, &ins, &[0x5000, 0x9010], 0x1000), "{a}: rank 1 writes over its own input, shifted");
+        }
+        assert!(may_register(Algorithm::TwoshotPull, &ins, &ins, 0x4000), "two-shot in place");
+        assert!(!may_register(Algorithm::OneshotPull, &ins, &ins, 0x4000), "one-shot in place");
+        assert!(!may_register(Algorithm::TwoshotPull, &ins, &[0x9000, 0x1000], 0x4000), "rank 0 writes over rank 1's input");
+        assert!(!may_register(Algorithm::TwoshotPull, &ins, &[0x1010, 0x9000], 0x4000), "partly in place");
+    }
+
+    #[test]
+    fn table_fills_the_ranks_and_zeroes_the_rest() {
+        let t = table(&[1, 2, 3], &[4, 5, 6]);
+        assert_eq!(&t.input[..4], &[1, 2, 3, 0]);
+        assert_eq!(&t.output[..4], &[4, 5, 6, 0]);
+    }
 }
