@@ -304,6 +304,29 @@ fn nccl_source(t: &Topology, world: usize, bytes: u64, capture: CaptureMode) -> 
     }
 }
 
+/// NVLink, a call captured in a CUDA graph (its buffers registered: two-shot pull reads the
+/// inputs in place): [`NVLINK_GRAPH_RULE`] and [`NVLINK_GRAPH_CUSTOM_MAX_BYTES`], measured
+/// with emulated ranks on one H200 against vLLM's kernel.
+/// `None` where the kernel cannot run on this fabric (`feasibility::check`): the eager rule.
+fn graph_nvlink(s: u64, f: &Fabric) -> Option<Plan> {
+    let n = f.world;
+    let size = human_bytes(s);
+    let (push_max, pull_max) = NVLINK_GRAPH_RULE[if n <= 2 { 0 } else if n <= 4 { 1 } else { 2 }];
+    let max = human_bytes(NVLINK_GRAPH_CUSTOM_MAX_BYTES);
+    let why = "measured with emulated ranks on one H200, graphs";
+    let (a, reason) = if s <= push_max {
+        (Algorithm::OneshotPush, format!("NVLink, {n} ranks, graph: {size} <= {}: one-shot push ({why})", human_bytes(push_max)))
+    } else if s <= pull_max {
+        (Algorithm::OneshotPull, format!("NVLink, {n} ranks, graph: {size} <= {}: one-shot pull ({why})", human_bytes(pull_max)))
+    } else if s <= NVLINK_GRAPH_CUSTOM_MAX_BYTES {
+        (Algorithm::TwoshotPull, format!("NVLink, {n} ranks, graph: {} < {size} <= {max}: two-shot pull, zero copy on registered buffers ({why})", human_bytes(pull_max)))
+    } else {
+        return Some(nccl(format!("NVLink, {n} ranks, graph: {size} > {max}: NCCL (tpar's kernels measured to {max})")));
+    };
+    check(a, Transport::P2p, f).ok()?;
+    Some(make(a, Transport::P2p, s, f, reason))
+}
+
 /// The default decision for a feasible fabric (world fits, backend known).
 fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, links: &Links<'_>, capture: CaptureMode) -> Plan {
     let n = f.world;
@@ -379,7 +402,10 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
                 // measured (nccl #1264), so the choice against NCCL rests on published figures.
                 let measured = if n <= 4 { "measured on H200s" } else { "after vLLM's dispatch, not measured at this world" };
                 let nccl_src = nccl_source(topo, n, s, capture);
-                let p = if s <= limit {
+                let graph = if capture == CaptureMode::Graph && forced.is_none() { graph_nvlink(s, f) } else { None };
+                let p = if let Some(p) = graph {
+                    p
+                } else if s <= limit {
                     let (a, why) = pull(Algorithm::OneshotPush);
                     make(a, Transport::P2p, s, f, format!("NVLink, {n} ranks: {size} <= {lim} one-shot limit ({measured}){why}"))
                 } else if s <= NVLINK_CUSTOM_MAX_BYTES {
@@ -640,8 +666,19 @@ mod tests {
         let o = Overrides::default();
         let h = presets::h200_nvswitch_8();
         assert_eq!(run(&h, 8, 16 * 1024, Backend::Cuda, &o).algorithm, Algorithm::OneshotPush);
-        assert_eq!(run(&h, 8, 1 << 20, Backend::Cuda, &o).algorithm, Algorithm::TwoshotPush);
+        // Graphs (registered buffers): the rule measured against vLLM's kernel (floors.rs).
+        assert_eq!(run(&h, 8, 64 * 1024, Backend::Cuda, &o).algorithm, Algorithm::OneshotPull);
+        assert_eq!(run(&h, 8, 1 << 20, Backend::Cuda, &o).algorithm, Algorithm::TwoshotPull);
+        assert_eq!(run(&h, 8, 16 << 20, Backend::Cuda, &o).algorithm, Algorithm::TwoshotPull);
+        assert_eq!(run(&h, 2, 512 * 1024, Backend::Cuda, &o).algorithm, Algorithm::OneshotPush);
+        assert_eq!(run(&h, 2, 1 << 20, Backend::Cuda, &o).algorithm, Algorithm::TwoshotPull);
         assert_eq!(run(&h, 8, 64 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
+        // Eager calls copy: the eager rule, NCCL above 2 MiB.
+        let eager = |w: usize, b: u64| {
+            plan(&PlanInput { topology: &h, world: w, bytes: b, dtype: DType::BF16, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &o }).algorithm
+        };
+        assert_eq!(eager(8, 1 << 20), Algorithm::TwoshotPush);
+        assert_eq!(eager(8, 4 << 20), Algorithm::Nccl);
         let sw = presets::rtxpro6000_pcie_switch_8();
         assert_eq!(run(&sw, 8, 1024, Backend::Cuda, &o).algorithm, Algorithm::OneshotPush);
         assert_eq!(run(&sw, 8, 16 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
