@@ -10,7 +10,7 @@
 #       by x4, bf16, graphs, the 122 x 42 KiB step, every algorithm against vLLM,
 #       TPAR_PDL=1 then TPAR_PDL=0 (the plan's pick in the table: h200-nvswitch-8)
 #   OUT=... bash scripts/gpu-large.sh DIR dev     the development call: correctness, then the
-#       same timings with zero copy forced on (TPAR_ZERO_COPY=1) and off (=0)
+#       same timings with zero copy forced on (TPAR_ZERO_COPY=1) and off (=0), PDL on and off
 #   ONLY='regex'                                  only the steps whose names match
 #
 # DIR (carried, e.g. ".gpu/k") holds `tpar` (cargo build --release -p tpar-cli). vLLM's two
@@ -20,7 +20,9 @@
 set -uo pipefail
 D="${1:?usage: gpu-large.sh DIR final|dev}"
 MODE="${2:?usage: gpu-large.sh DIR final|dev}"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+# ROOT: the repository root (bench/compare/vllm.sh); the script may travel in a carried folder.
+ROOT="${ROOT:-$(cd "$(dirname "$0")/.." && pwd)}"
+VSRC="${VLLM_SRC:-$ROOT/.gpu/vllm-src}"
 OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
 B="$D/tpar"; LOG="$OUT/large.log"; : >"$LOG"; : >"$OUT/compare.txt"
 [ -x "$B" ] || { echo "no release tpar at $B" >&2; exit 2; }
@@ -54,7 +56,7 @@ step() {
   echo "tpar $(sha256sum "$B" | cut -c1-16)"; "$B" --version; } >>"$LOG" 2>&1
 
 LIB="$ROOT/.gpu/vllm-build/libtpar_vllm_ar.so"
-bash "$ROOT/bench/compare/vllm.sh" build "$ROOT/.gpu/vllm-src" >"$OUT/nvcc.log" 2>&1 && [ -f "$LIB" ] \
+bash "$ROOT/bench/compare/vllm.sh" build "$VSRC" >"$OUT/nvcc.log" 2>&1 && [ -f "$LIB" ] \
     && summary+=("PASS  vllm-build") || { summary+=("FAIL  vllm-build (nvcc.log)"); failed=1; }
 V=(--compare "vllm=$LIB")
 
@@ -68,8 +70,7 @@ step zc-graph-odd 40 $Z -- "$B" selftest graph --emulate-ranks 3,8 --replays 5 -
 step zc-graph-42K 40 $Z -- "$B" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
 step zc-graph-nopdl 30 $Z TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 5 --skew-ns 20000 --sequence 24x4M --scratch -d bfloat16
 step guard-zc-no-end-barrier 30 expect_fail $Z TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_NO_END_BARRIER=1 XDG_CACHE_HOME="$CACHE/ne" -- "$B" selftest graph --emulate-ranks 8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d bfloat16
-step guard-sentinel-2buf 25 expect_fail TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/u2" -- "$B" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
-step check 60 -- "$B" check --emulate-ranks 2,8 -e 16M --calls 100 -d all --algo oneshot-push,oneshot-pull,twoshot-push,twoshot-pull
+step check 120 -- "$B" check --emulate-ranks 2,8 -e 4M --calls 30 -d all --algo oneshot-push,oneshot-pull,twoshot-push,twoshot-pull
 
 MAIN=(bench --mode graph -b 1K -e 16M -f 4 -d bfloat16 --sequence 122x43008)
 case "$MODE" in
@@ -77,10 +78,13 @@ dev)
     A=(--algo oneshot-push,oneshot-pull,twoshot-push,twoshot-pull)
     step zc1 120 TPAR_PDL=1 $Z -- "$B" "${MAIN[@]}" -n 20 -w 3 --emulate-ranks 2,4,8 "${A[@]}" "${V[@]}" --json "$OUT/zc1.json"
     step zc0 60 TPAR_PDL=1 TPAR_ZERO_COPY=0 -- "$B" "${MAIN[@]}" -n 20 -w 3 --emulate-ranks 2,4,8 --algo oneshot-pull,twoshot-pull --json "$OUT/zc0.json"
+    step zc1-nopdl 120 TPAR_PDL=0 $Z -- "$B" "${MAIN[@]}" -n 20 -w 3 --emulate-ranks 2,4,8 "${A[@]}" "${V[@]}" --json "$OUT/zc1-nopdl.json"
+    step zc0-nopdl 60 TPAR_PDL=0 TPAR_ZERO_COPY=0 -- "$B" "${MAIN[@]}" -n 20 -w 3 --emulate-ranks 2,4,8 --algo oneshot-pull,twoshot-pull --json "$OUT/zc0-nopdl.json"
     ;;
 final)
-    step pdl1 200 TPAR_PDL=1 -- "$B" "${MAIN[@]}" -n 50 -w 5 --emulate-ranks 2,4,8 "${V[@]}" --json "$OUT/pdl1.json"
-    step pdl0 200 TPAR_PDL=0 -- "$B" "${MAIN[@]}" -n 50 -w 5 --emulate-ranks 2,4,8 "${V[@]}" --json "$OUT/pdl0.json"
+    A=(--algo oneshot-push,oneshot-pull,twoshot-push,twoshot-pull)
+    step pdl1 200 TPAR_PDL=1 -- "$B" "${MAIN[@]}" -n 30 -w 5 --emulate-ranks 2,4,8 "${A[@]}" "${V[@]}" --json "$OUT/pdl1.json"
+    step pdl0 200 TPAR_PDL=0 -- "$B" "${MAIN[@]}" -n 30 -w 5 --emulate-ranks 2,4,8 "${A[@]}" "${V[@]}" --json "$OUT/pdl0.json"
     ;;
 *) echo "unknown mode $MODE (final|dev)" >&2; exit 2 ;;
 esac
