@@ -170,7 +170,7 @@ impl DeviceBuffer {
 
     /// [`upload`](Self::upload) at `offset` bytes into the buffer.
     pub fn upload_at<T: Copy>(&self, offset: usize, src: &[T]) -> Result<()> {
-        if offset.checked_add(std::mem::size_of_val(src)).is_none_or(|end| end > self.bytes) {
+        if offset.checked_add(std::mem::size_of_val(src)).map_or(true, |end| end > self.bytes) {
             return Err(Error::invalid("upload", "source larger than the buffer"));
         }
         // SAFETY: bounds checked above; the source is read before the call returns.

@@ -41,7 +41,7 @@ impl IoTables {
         if let Some(a) = self.index.get(&t) {
             return Ok(*a);
         }
-        if self.chunks.last().is_none_or(|c| c.host.len() == TABLES_PER_CHUNK) {
+        if self.chunks.last().map_or(true, |c| c.host.len() == TABLES_PER_CHUNK) {
             let buf = DeviceBuffer::new(dev, TABLES_PER_CHUNK * TABLE_BYTES)?;
             self.chunks.push(Chunk { buf, host: Vec::with_capacity(TABLES_PER_CHUNK), flushed: 0 });
         }

@@ -292,6 +292,7 @@ impl Launcher {
     /// The variant a call of `bytes` of `algo` on `planned` blocks of `threads` runs
     /// ([`size_class`]; the default variant's residency read from the driver). A registered
     /// call runs the default variant (the lean one has no zero-copy path) unless `TPAR_LEAN=1`.
+    #[allow(clippy::too_many_arguments)]
     fn class_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, planned: u32, threads: u32, registered: bool) -> Result<SizeClass> {
         let forced = self.settings.lean;
         if registered && forced.is_none() {

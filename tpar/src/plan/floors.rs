@@ -141,6 +141,7 @@ pub fn registered_min_bytes(algo: crate::Algorithm) -> u64 {
 ///   push's 4.84-5.37 without: push stays), pull from 32 KiB (the 122 x 42 KiB step 4.12 vs
 ///   push 4.42; 64 KiB 4.83 vs 5.59; 256 KiB 8.06 vs two-shot pull 8.80), two-shot pull from
 ///   1 MiB (9.65 vs one-shot pull 18.00).
+///
 /// Eager calls keep the rule above (no registration; copy-path measurements unchanged).
 /// Rank processes do not register their graph buffers yet: there two-shot pull copies.
 pub const NVLINK_GRAPH_RULE: [(u64, u64); 3] = [(512 * KIB, 512 * KIB), (64 * KIB, 256 * KIB), (16 * KIB, 256 * KIB)];
