@@ -53,7 +53,12 @@ def correctness(rank, world, sizes, dtypes, seed=1):
 
 def bad_input(rank, world, kind, who="all"):
     """`who` ranks pass a bad tensor (`kind`); the others a good one. Records what each rank
-    raised and when; where every rank was bad, a good call must work afterwards."""
+    raised and when; where every rank was bad, a good call must work afterwards.
+
+    The bad calls are made one rank at a time, each while every other rank waits in a gloo
+    barrier (the good ranks call only after every bad rank has raised): a bad call that
+    entered the collective instead of raising at once would wait for peers that are not
+    calling, and end in a timeout, which the tests tell from InvalidArgumentError."""
     comm = tt.Communicator(device="cpu")
     n = 1000
     good = make_inputs(5, world, n, torch.float32)
@@ -69,12 +74,23 @@ def bad_input(rank, world, kind, who="all"):
             x = torch.empty(n, device="meta")
         elif kind == "out_size":
             out = torch.empty(n + 1)
-    t0 = time.monotonic()
-    try:
-        comm.all_reduce(x, out=out)
-        raise AssertionError(f"rank {rank}: all_reduce accepted {kind} (bad here: {bad_here})")
-    except tpar.TparError as e:
-        first = {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+    bad_ranks = range(world) if who == "all" else [int(who)]
+    first = None
+
+    def call():
+        t0 = time.monotonic()
+        try:
+            comm.all_reduce(x, out=out)
+            raise AssertionError(f"rank {rank}: all_reduce accepted {kind} (bad here: {bad_here})")
+        except tpar.TparError as e:
+            return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+
+    for k in bad_ranks:
+        if rank == k:
+            first = call()
+        dist.barrier()
+    if first is None:
+        first = call()  # a good rank, after every bad one raised
     after = None
     if who == "all":
         got = comm.all_reduce(good[rank].clone())
@@ -150,4 +166,77 @@ def dropin(rank, world):
     rec["all_reduce_out"] = ca.all_reduce(xs[rank], out=o, registered=False) is o and bits(o) == bits(ref)
     ca.close()
     rec["closed_disabled"] = ca.disabled and not ca.should_custom_ar(xs[rank])
+    return rec
+
+
+def fused_cpu(rank, world, shapes, dtypes, seed=3):
+    """all_reduce_add_rmsnorm on CPU ranks: out of place, in place (vLLM's form) and through
+    the custom op, eager and inside torch.compile (aot_eager: traced with the fake
+    implementation, run with the real one); every output bit for bit against
+    tpar.testing.reference_add_rmsnorm, inputs left alone where they should be."""
+    from tpar.testing import make_fused_inputs, reference_add_rmsnorm
+
+    comm = tt.Communicator(device="cpu")
+    h = hashlib.sha256()
+    wrong = cases = 0
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for rows, hidden in shapes:
+            seed += 1
+            xs, res, w = make_fused_inputs(seed, world, rows, hidden, dt)
+            want_o, want_r = reference_add_rmsnorm(xs, res, w, 1e-6)
+            x, r = xs[rank].clone(), res.clone()
+            o, ro = comm.all_reduce_add_rmsnorm(x, r, w, 1e-6)
+            wrong += (bits(o) != bits(want_o)) + (bits(ro) != bits(want_r))
+            wrong += (bits(x) != bits(xs[rank])) + (bits(r) != bits(res))  # out of place: inputs untouched
+            o2, ro2 = comm.all_reduce_add_rmsnorm_(x, r, w, 1e-6)
+            wrong += (o2 is not x) + (ro2 is not r) + (bits(x) != bits(want_o)) + (bits(r) != bits(want_r))
+            o3, ro3 = torch.ops.tpar.all_reduce_add_rmsnorm(xs[rank], res, w, 1e-6, comm.handle)
+            wrong += (bits(o3) != bits(want_o)) + (bits(ro3) != bits(want_r))
+            h.update(bits(o) + bits(ro))
+            cases += 1
+
+    def f(x, r, w):
+        o, ro = torch.ops.tpar.all_reduce_add_rmsnorm(x * 1, r, w, 1e-6, comm.handle)
+        return o + 0, ro
+
+    xs, res, w = make_fused_inputs(99, world, 3, 512, torch.bfloat16)
+    want_o, want_r = reference_add_rmsnorm(xs, res, w, 1e-6)
+    co, cr = torch.compile(f, backend="aot_eager", fullgraph=True)(xs[rank], res, w)
+    comm.close()
+    return {"wrong": int(wrong), "cases": cases, "digest": h.hexdigest(), "compiled": bits(co) == bits(want_o) and bits(cr) == bits(want_r)}
+
+
+def fusion_routing(rank, world):
+    """tpar.engines.fusion's side of the engines' fused calls (see test_fusion_contract):
+    CPU tensors, tpar's drop-in object as the group's custom all-reduce, the engines'
+    originals replaced by recorders (their FlashInfer kernels need GPUs)."""
+    from tpar.engines import TparCustomAllreduce, fusion
+    from tpar.testing import make_fused_inputs, reference_add_rmsnorm
+
+    ca = TparCustomAllreduce(group=dist.group.WORLD, device="cpu", max_size=1 << 20)
+    handed = []
+    fusion._vllm["code"] = 4
+    fusion._vllm["original"] = lambda *a, **k: handed.append(k.get("weight_bias") == 1.0 and "gemma" or k.get("quant_out") is not None and "quant" or "dtype")
+    fusion._sglang["original"] = lambda *a: handed.append("sglang-declined") or (None, None)
+    xs, res, w = make_fused_inputs(21, world, 3, 1024, torch.bfloat16)
+    want_o, want_r = reference_add_rmsnorm(xs, res, w, 1e-6)
+    rec = {}
+    # vLLM, norm_out None: allreduce_in becomes the norm, residual the updated residual.
+    x, r = xs[rank].clone(), res.clone()
+    fusion.vllm_fused_allreduce_norm(x, r, w, 1e-6, world, True, True, 64, 4, _group_ca=lambda: ca)
+    rec["vllm_inplace"] = bits(x) == bits(want_o) and bits(r) == bits(want_r)
+    # vLLM, norm_out given: the norm there, the updated residual into allreduce_in.
+    x, r, n = xs[rank].clone(), res.clone(), torch.full_like(xs[rank], float("nan"))
+    fusion.vllm_fused_allreduce_norm(x, r, w, 1e-6, world, True, True, 64, 4, norm_out=n, _group_ca=lambda: ca)
+    rec["vllm_norm_out"] = bits(n) == bits(want_o) and bits(x) == bits(want_r) and bits(r) == bits(res)
+    # SGLang: new tensors.
+    o, ro = fusion.sglang_allreduce_residual_rmsnorm(xs[rank], res, w, 1e-6, _decide=lambda x, r, w, g: ca if fusion.takes(ca, x, r, w) else None)
+    rec["sglang"] = bits(o) == bits(want_o) and bits(ro) == bits(want_r)
+    # Handed back: a Gemma weight offset, a quantised output, a weight of another dtype.
+    fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w, 1e-6, world, True, True, 64, 4, weight_bias=1.0, _group_ca=lambda: ca)
+    fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w, 1e-6, world, True, True, 64, 4, quant_out=torch.empty(1), _group_ca=lambda: ca)
+    fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w.float(), 1e-6, world, True, True, 64, 4, _group_ca=lambda: ca)
+    rec["handed_back"] = handed
+    ca.close()
     return rec

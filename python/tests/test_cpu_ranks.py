@@ -8,8 +8,13 @@ from ranks import run_ranks
 # A short bound on every wait, so that the error tests finish in seconds.
 TIMEOUT_MS = 3000
 ERR_ENV = {"TPAR_TIMEOUT_MS": str(TIMEOUT_MS)}
-# Every error must reach every rank within the timeout, plus start-up slack on 2 busy cores.
-ERR_BOUND_S = TIMEOUT_MS / 1000 + 3.0
+# The library's bound on a wait when TPAR_TIMEOUT_MS is not set (README): a rank that
+# ignored the setting would wait this long.
+DEFAULT_TIMEOUT_S = 30.0
+# Every error must reach every rank within the configured timeout. The bound sits halfway to
+# the default: a rank that waited the default fails it, and a loaded 2-core machine has
+# 13 s of slack (a bound of the timeout plus 3 s raced there).
+ERR_BOUND_S = (TIMEOUT_MS / 1000 + DEFAULT_TIMEOUT_S) / 2
 
 ODD_SIZES = [1, 3, 7, 8, 17, 255, 1001, 4099, 65537]
 
@@ -44,12 +49,15 @@ def test_every_dtype_odd_sizes_bitwise(world, algo, shm):
         assert res[0]["algos"] == [algo]
 
 
+# Bad input is refused before any communication. The scenario proves it by order, not by
+# time: each bad call is made while every other rank is parked in a gloo barrier, so a bad
+# call that entered the collective would find no peer and end in TparTimeoutError, not in
+# InvalidArgumentError (a wall-clock bound of 0.5 s raced on 2 busy cores).
 @pytest.mark.parametrize("kind", ["noncontiguous", "int32", "device", "out_size"])
 def test_bad_input_on_every_rank_raises_and_leaves_it_usable(kind):
     res = ok_records(run_ranks(2, "bad_input", env=ERR_ENV, kind=kind, who="all"))
     for r in res:
         assert r["first"]["type"] == "InvalidArgumentError", r
-        assert r["first"]["seconds"] < 0.5, r  # before any communication
         assert "invalid argument" in r["first"]["message"]
         assert r["good_call_after"] is True
 
@@ -57,9 +65,9 @@ def test_bad_input_on_every_rank_raises_and_leaves_it_usable(kind):
 @pytest.mark.parametrize("kind", ["noncontiguous", "int32"])
 def test_bad_input_on_one_rank_raises_on_every_rank(kind):
     res = ok_records(run_ranks(2, "bad_input", env=ERR_ENV, kind=kind, who="1"))
-    assert res[1]["first"]["type"] == "InvalidArgumentError"
-    assert res[1]["first"]["seconds"] < 0.5
-    # Rank 0 waits for a peer that never calls: it must raise, within the timeout.
+    assert res[1]["first"]["type"] == "InvalidArgumentError", res[1]
+    # Rank 0 calls after rank 1 raised and waits for a peer that never calls: it must raise,
+    # within the timeout.
     assert res[0]["first"]["type"] in ("TparTimeoutError", "PeerDiedError", "AbortedError"), res[0]
     assert res[0]["first"]["seconds"] < ERR_BOUND_S, res[0]
 

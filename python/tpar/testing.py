@@ -4,13 +4,26 @@ so can an engine's). Imports torch.
     xs = make_inputs(seed, world, n, torch.bfloat16)   # every rank's input; each rank can regenerate all
     y = comm.all_reduce(xs[rank].to(dev))
     assert bits(y.cpu()) == bits(reference(xs, torch.bfloat16))
+
+    xs, res, w = make_fused_inputs(seed, world, rows, hidden, torch.bfloat16)
+    out, res_out = comm.all_reduce_add_rmsnorm(xs[rank].to(dev), res.to(dev), w.to(dev), 1e-6)
+    want_out, want_res = reference_add_rmsnorm(xs, res, w, 1e-6)   # bit for bit
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["make_inputs", "reference", "bits", "INT_VIEW"]
+__all__ = [
+    "make_inputs",
+    "reference",
+    "bits",
+    "INT_VIEW",
+    "make_fused_inputs",
+    "tree_sum",
+    "add_rmsnorm",
+    "reference_add_rmsnorm",
+]
 
 #: The integer view of each dtype, for bitwise comparison.
 INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
@@ -40,3 +53,65 @@ def reference(xs, dtype: torch.dtype):
 def bits(t: torch.Tensor) -> bytes:
     """The tensor's bytes (moved to the CPU), for bitwise comparison across ranks."""
     return t.detach().cpu().contiguous().view(INT_VIEW[t.dtype]).numpy().tobytes()
+
+
+# ---------------------------------------------------------------------------------------
+# The fused all-reduce + residual add + RMSNorm (docs/cuda.md "Fused all-reduce + residual
+# add + RMSNorm"): the same arithmetic as tpar's kernels and its Rust reference
+# (tpar::testing::expected_add_rmsnorm), bit for bit. Every float32 operation is done in
+# float64 and rounded to float32 (``_rn``): for +, *, / and sqrt that is the correctly rounded
+# float32 result (float64 has more than 2 x 24 + 2 bits), whatever torch's float32 kernels do
+# (torch 2.11's CPU float32 sqrt is not correctly rounded: 1 ulp off on some inputs).
+
+
+def _rn(t: torch.Tensor) -> torch.Tensor:
+    """A float64 result rounded once to float32."""
+    return t.to(torch.float32)
+
+
+def make_fused_inputs(seed: int, world: int, rows: int, hidden: int, dtype: torch.dtype):
+    """Every rank's x (``make_inputs``, rows x hidden), and the residual (values as x's) and
+    the weight (in [0.5, 1.5), an RMSNorm weight near one), the same on every rank."""
+    xs = [x.reshape(rows, hidden) for x in make_inputs(seed, world, rows * hidden, dtype)]
+    residual = make_inputs(seed + 7_777_777, 1, rows * hidden, dtype)[0].reshape(rows, hidden)
+    g = torch.Generator().manual_seed(seed * 31 + hidden)
+    weight = (torch.rand(hidden, generator=g, dtype=torch.float64) + 0.5).to(dtype)
+    return xs, residual, weight
+
+
+def tree_sum(t: torch.Tensor) -> torch.Tensor:
+    """The fixed-order float32 sum over the last dimension: a perfect binary tree over the
+    elements, padded with +0.0 to a power of two, every node the float32 sum (rounded once) of
+    its left and right child (what the kernels compute in vectors, warps and tiles)."""
+    t = t.to(torch.float32)
+    n = t.shape[-1]
+    p = 1 << max(0, (n - 1).bit_length())
+    if p != n:
+        t = torch.nn.functional.pad(t, (0, p - n))
+    while t.shape[-1] > 1:
+        t = _rn(t[..., 0::2].double() + t[..., 1::2].double())
+    return t[..., 0]
+
+
+def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """tpar's add-RMSNorm, bit for bit, rows of ``weight.numel()``: ``residual_out =
+    round(x + residual)`` (a float32 add, then one rounding to the dtype); per row ``inv = 1 /
+    sqrt(tree_sum(r * r) / hidden + eps)``, each operation in float32; ``out = round((r * inv) *
+    weight)``. Returns (out, residual_out), shaped as x. Works on any device."""
+    dtype, hidden = x.dtype, weight.numel()
+    r = _rn(x.double() + residual.double()).to(dtype)
+    rd = r.double().reshape(-1, hidden)
+    ss = tree_sum(_rn(rd * rd))
+    eps32 = torch.tensor(eps, dtype=torch.float32, device=x.device).double()
+    mean = _rn(ss.double() / hidden)
+    root = _rn(torch.sqrt(_rn(mean.double() + eps32).double()))
+    inv = _rn(1.0 / root.double())
+    out = _rn(_rn(rd * inv.double()[:, None]).double() * weight.double()).to(dtype)
+    return out.reshape(x.shape), r
+
+
+def reference_add_rmsnorm(xs, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+    """What tpar's fused all-reduce + add-RMSNorm gives every rank, bit for bit:
+    ``add_rmsnorm`` of the rank-order float32 sum rounded once (``reference``)."""
+    s = reference([x.reshape(-1) for x in xs], xs[0].dtype).reshape(xs[0].shape)
+    return add_rmsnorm(s, residual, weight, eps)

@@ -6,6 +6,8 @@
     y = comm.all_reduce(x)                                  # out of place; or out=...
     comm.all_reduce_(x)                                     # in place
     y = torch.ops.tpar.all_reduce(x, comm.handle)           # the same, for torch.compile
+    out, res = comm.all_reduce_add_rmsnorm(x, res, w, eps)   # all-reduce + residual add + RMSNorm, one kernel
+    out, res = torch.ops.tpar.all_reduce_add_rmsnorm(x, res, w, eps, comm.handle)
 
 CUDA tensors go through tpar's kernels (``tpar::cuda::GpuCommunicator``), launched directly on
 torch's current stream: no host synchronisation, no event, and the same call works inside
@@ -29,7 +31,7 @@ import os
 from contextlib import contextmanager
 import shutil
 import tempfile
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -145,6 +147,15 @@ class Communicator:
             return self._native.route(name, nbytes, torch.cuda.is_current_stream_capturing())
         return self._native.plan(name, nbytes)
 
+    @property
+    def tune_status(self) -> Optional[str]:
+        """How this communicator's first-use tune went (CUDA): the one line its start printed
+        -- tuned in X s, read from the cache in Y ms, no tune and why, or failed with the
+        plan's defaults in force. ``None`` on CPU tensors and for a world of one."""
+        if not self._cuda or self._native is None:
+            return None
+        return self._native.tune_status
+
     def plan_reason(self, tensor: torch.Tensor, graph: Optional[bool] = None) -> str:
         """The plan's decision with its reason (GPU), as ``TPAR_DEBUG=INFO`` logs it."""
         if not self._cuda or self._native is None:
@@ -200,6 +211,92 @@ class Communicator:
     def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
         """Sums ``tensor`` over all ranks in place and returns it."""
         return self.all_reduce(tensor, out=tensor)
+
+    # -- the fused all-reduce + residual add + RMSNorm ------------------------------------
+
+    def all_reduce_add_rmsnorm(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        weight: torch.Tensor,
+        eps: float,
+        *,
+        out: Optional[torch.Tensor] = None,
+        residual_out: Optional[torch.Tensor] = None,
+    ):
+        """The all-reduce of ``x`` followed by the residual add and RMSNorm of each row (the
+        last dimension, ``weight.numel()`` elements), in one kernel where tpar has one:
+        returns ``(out, residual_out)`` with
+
+            residual_out = round(sum of x over the ranks, rank order, float32, rounded once
+                                 + residual)                                 # float32 add
+            out          = round((residual_out * inv_rms) * weight),  inv_rms = 1 / sqrt(
+                           sum of residual_out**2 in a fixed tree / hidden + eps)
+
+        bit for bit on every rank (docs/cuda.md "Fused all-reduce + residual add + RMSNorm";
+        ``tpar.testing.reference_add_rmsnorm`` computes the same). New tensors when ``out`` /
+        ``residual_out`` are None; ``out=x, residual_out=residual`` is the in-place form of
+        vLLM's ``fused_add_rms_norm(input, residual, weight, epsilon)`` (also
+        ``all_reduce_add_rmsnorm_``); the returned pair is what SGLang's and FlashInfer's
+        fused all-reduce + residual RMSNorm return (norm_out, residual_out). ``residual`` and
+        ``weight`` must be the same on every rank, as under tensor parallelism. On CUDA,
+        enqueued on the current stream; capturable in a CUDA graph."""
+        name = self._validate(x, "x")
+        for t, what in ((residual, "residual"), (weight, "weight")):
+            if self._validate(t, what) != name:
+                raise InvalidArgumentError(f"invalid argument `{what}`: dtype {t.dtype}, but x is {x.dtype}")
+        if x.dim() == 0 or weight.dim() != 1 or weight.numel() != x.shape[-1]:
+            raise InvalidArgumentError(
+                f"invalid argument `weight`: shape {tuple(weight.shape)}; expected ({x.shape[-1] if x.dim() else '?'},): one weight per element of a row of x {tuple(x.shape)}"
+            )
+        if residual.shape != x.shape:
+            raise InvalidArgumentError(f"invalid argument `residual`: shape {tuple(residual.shape)} differs from x's {tuple(x.shape)}")
+        hidden = weight.numel()
+        rows = x.numel() // hidden if hidden else 0
+        if out is None:
+            out = torch.empty_like(x)
+        if residual_out is None:
+            residual_out = torch.empty_like(residual)
+        for t, what in ((out, "out"), (residual_out, "residual_out")):
+            if self._validate(t, what) != name or t.shape != x.shape:
+                raise InvalidArgumentError(f"invalid argument `{what}`: {t.dtype} {tuple(t.shape)} does not match x's {x.dtype} {tuple(x.shape)}")
+        if self._native is None or not self._cuda:
+            # One rank (no peers), or CPU ranks: tpar's all-reduce, then the add-RMSNorm in
+            # torch float32 operations (tpar.testing: the same bits as the kernels).
+            from tpar.testing import add_rmsnorm
+
+            s = self.all_reduce(x) if self._native is not None else x
+            o, r = add_rmsnorm(s, residual, weight, float(eps))
+            residual_out.copy_(r)
+            out.copy_(o)
+            return out, residual_out
+        capturing = torch.cuda.is_current_stream_capturing()
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        ptrs = (x.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
+        path, _ = self._native.all_reduce_add_rmsnorm(stream, name, rows, hidden, float(eps), *ptrs, capturing, self.nccl_group is None)
+        if path == "nccl":
+            # The plan gave this size to NCCL and the caller's group runs it: that all-reduce
+            # into `out`, then tpar's add-RMSNorm kernel in place.
+            if out is not x:
+                out.copy_(x)
+            dist.all_reduce(out, group=self.nccl_group)
+            self._native.add_rmsnorm(stream, name, rows, hidden, float(eps), out.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
+        return out, residual_out
+
+    def all_reduce_add_rmsnorm_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
+        """``all_reduce_add_rmsnorm`` in place, as vLLM's ``fused_add_rms_norm``: ``x``
+        becomes the normalised output, ``residual`` the updated residual; returns both."""
+        return self.all_reduce_add_rmsnorm(x, residual, weight, eps, out=x, residual_out=residual)
+
+    def fused_path(self, x: torch.Tensor, hidden: int) -> str:
+        """How ``all_reduce_add_rmsnorm`` runs x (rows of ``hidden``) now, eager or being
+        captured: "fused" (one kernel), "unfused" (tpar's all-reduce, then its add-RMSNorm
+        kernel) or "nccl" (NCCL takes the all-reduce, then tpar's add-RMSNorm kernel). GPU;
+        CPU ranks: "unfused"."""
+        if not self._cuda or self._native is None:
+            return "unfused"
+        name = DTYPES.get(x.dtype, "float32")
+        return self._native.fused_route(name, x.numel() // max(hidden, 1), hidden, torch.cuda.is_current_stream_capturing())[0]
 
     @contextmanager
     def capture(self):
@@ -279,6 +376,14 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
         @_all_reduce_op.register_fake
         def _all_reduce_fake(tensor: torch.Tensor, handle: int) -> torch.Tensor:
             return torch.empty_like(tensor)
+
+        @torch.library.custom_op("tpar::all_reduce_add_rmsnorm", mutates_args=())
+        def _all_reduce_add_rmsnorm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> Tuple[torch.Tensor, torch.Tensor]:
+            return _by_handle(handle).all_reduce_add_rmsnorm(x, residual, weight, eps)
+
+        @_all_reduce_add_rmsnorm_op.register_fake
+        def _all_reduce_add_rmsnorm_fake(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> Tuple[torch.Tensor, torch.Tensor]:
+            return torch.empty_like(x), torch.empty_like(residual)
 
     except RuntimeError:  # registered already (the module was reloaded)
         pass

@@ -7,7 +7,7 @@ mod cmd;
 mod harness;
 
 use clap::{Parser, Subcommand};
-use cmd::{bench, check, model, plan, selftest, settings, sim, topo, tune};
+use cmd::{bench, check, doctor, model, plan, selftest, settings, sim, topo, tune};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
@@ -43,6 +43,10 @@ enum Command {
     Selftest(selftest::SelftestArgs),
     /// Every environment variable tpar reads (TPAR_*), what it takes, and what is set now
     Settings(settings::SettingsArgs),
+    /// What tpar sees on this box and what it would do inside vLLM or SGLang: GPUs and links,
+    /// the plan per size class, engine settings that pre-empt tpar, missing libraries, the
+    /// lines to paste, and the verify-step estimate. Runs anywhere; exits 0 without a GPU.
+    Doctor(doctor::DoctorArgs),
 }
 
 fn main() -> ExitCode {
@@ -53,9 +57,10 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
-    // The settings are checked once, here, before any rank starts: a malformed TPAR_*
+    // The settings are checked once, here, before any rank starts (`settings` lists them and
+    // `doctor` reports a malformed one itself): a malformed TPAR_*
     // variable is one message, not one per rank (ranks parse the same environment again).
-    if !harness::launch::is_rank() && !matches!(cli.command, Command::Settings(_)) {
+    if !harness::launch::is_rank() && !matches!(cli.command, Command::Settings(_) | Command::Doctor(_)) {
         if let Err(e) = tpar::Settings::from_env() {
             eprintln!("tpar: error: {e} (`tpar settings` lists every variable)");
             return ExitCode::from(2);
@@ -72,6 +77,7 @@ fn main() -> ExitCode {
         Command::Model(a) => model::run(a),
         Command::Selftest(a) => selftest::run(a),
         Command::Settings(a) => settings::run(a),
+        Command::Doctor(a) => doctor::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

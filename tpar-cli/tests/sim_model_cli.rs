@@ -7,6 +7,18 @@ fn tpar(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tpar")).args(args).output().unwrap()
 }
 
+/// A refusal, not a crash: exit status 1 (tpar's error exit; a panic exits 101, a signal
+/// has no code), one `tpar: error:` line holding every `expected` part, and no panic text.
+fn assert_refused(out: &std::process::Output, expected: &[&str]) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "exit status {:?}: {err}", out.status);
+    assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "a panic: {err}");
+    let line = err.lines().find(|l| l.starts_with("tpar: error:")).unwrap_or_else(|| panic!("no `tpar: error:` line: {err}"));
+    for e in expected {
+        assert!(line.contains(e), "expected {e:?} in: {line}");
+    }
+}
+
 #[test]
 fn sim_writes_json_records_and_an_svg() {
     let dir = std::env::temp_dir().join(format!("tpar-sim-cli-{}", std::process::id()));
@@ -47,10 +59,9 @@ fn sim_writes_json_records_and_an_svg() {
 #[test]
 fn sim_refuses_unknown_topology_and_too_many_ranks() {
     let out = tpar(&["sim", "--topology", "no-such-box"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("tpar: error"));
+    assert_refused(&out, &["\"no-such-box\" is neither a preset", "pcie-2", "nor an existing file"]);
     let out = tpar(&["sim", "--topology", "pcie-2", "--world", "4"]);
-    assert!(!out.status.success());
+    assert_refused(&out, &["`world`", "4 ranks on pcie-2 (2 GPUs)"]);
 }
 
 #[test]
@@ -76,8 +87,7 @@ fn model_reproduces_the_reference_case() {
     );
     // A baseline that its own all-reduces cannot fit is an error.
     let out = tpar(&["model", "--baseline-tok-s", "89.5", "--nccl-us", "225"]);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("contradict"));
+    assert_refused(&out, &["`baseline_tok_s`", "the figures contradict each other"]);
 }
 
 /// docs/sim.md shows the calibration table; it must be the one the code computes.
@@ -102,9 +112,7 @@ fn model_measure_needs_gpus() {
         return;
     }
     let out = tpar(&["model", "--measure", "--tp", "2"]);
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--measure needs 2 or more GPUs") && err.contains("--nccl-us"), "{err}");
+    assert_refused(&out, &["--measure needs 2 or more GPUs", "--nccl-us"]);
 }
 
 /// Every fenced block in docs/model.md, docs/plan.md and docs/sim.md whose first line is

@@ -16,13 +16,16 @@
 //! (joining, CPU all-reduces, barriers, synchronising), so other Python threads run and a
 //! peer's death is noticed within the timeout.
 
+mod doctor;
+
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use std::path::PathBuf;
 use std::time::Duration;
 use std::sync::{Mutex, MutexGuard};
-use tpar::cuda::{GpuCommunicator, GpuOptions, NcclUse, Route, Served};
+use tpar::cuda::fused::FusedRoute;
+use tpar::cuda::{FusedBufs, FusedCall, FusedPath, GpuCommunicator, GpuOptions, NcclUse, Route, Served};
 use tpar::{bf16, f16, Algorithm, CaptureMode, Communicator, Config, DType, Element, Error, Settings};
 
 create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
@@ -49,7 +52,7 @@ fn py_err(e: Error) -> PyErr {
         Error::Unsupported { .. } => UnsupportedError::new_err(msg),
         Error::Library { .. } | Error::Cuda { .. } => LibraryError::new_err(msg),
         Error::Config { .. } | Error::Rendezvous { .. } => ConfigError::new_err(msg),
-        Error::Io { .. } => TparError::new_err(msg),
+        Error::Io { .. } | Error::Tune { .. } => TparError::new_err(msg),
     }
 }
 
@@ -313,6 +316,13 @@ impl GpuComm {
         })
     }
 
+    /// How this communicator's first-use tune went: the one line its start printed (tuned in
+    /// X s / read from the cache in Y ms / no tune, and why / failed: defaults in force).
+    #[getter]
+    fn tune_status(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |c| Ok(c.tune_outcome().line()))
+    }
+
     /// The plan's decision for `nbytes` of `dtype`, eager or captured: (algorithm, reason).
     #[pyo3(signature = (dtype, nbytes, graph=false))]
     fn plan(&self, py: Python<'_>, dtype: &str, nbytes: usize, graph: bool) -> PyResult<(String, String)> {
@@ -358,6 +368,86 @@ impl GpuComm {
                 Served::ToCaller => Ok(Algorithm::Nccl.name()),
             }
         })
+    }
+
+    /// Enqueues a fused all-reduce + residual add + RMSNorm on `stream` (docs/cuda.md
+    /// "Fused"): x (`input`, this rank's partial sum) summed over the ranks in rank order,
+    /// `residual_out = round(sum + residual)`, `norm_out = round((residual_out * inv_rms) *
+    /// weight)` per row of `hidden`; resolved once per (dtype, rows, hidden, `graph`). Returns
+    /// (path, algorithm): path "fused" (one kernel) or "unfused" (tpar's all-reduce or NCCL,
+    /// then tpar's add-RMSNorm kernel). Where the plan gives the all-reduce to NCCL and `nccl`
+    /// is false (or tpar joined no NCCL), nothing is enqueued and ("nccl", "nccl") is
+    /// returned: the caller all-reduces into `norm_out` itself, then calls `add_rmsnorm`.
+    ///
+    /// Addresses as for `all_reduce`: device memory of this rank's GPU, 16-byte aligned; x,
+    /// residual and both outputs `rows * hidden` elements, the weight `hidden`; `norm_out`
+    /// may be `input`, `residual_out` may be `residual`.
+    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, graph=false, nccl=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn all_reduce_add_rmsnorm(
+        &self,
+        py: Python<'_>,
+        stream: u64,
+        dtype: &str,
+        rows: usize,
+        hidden: usize,
+        eps: f32,
+        input: u64,
+        residual: u64,
+        weight: u64,
+        norm_out: u64,
+        residual_out: u64,
+        graph: bool,
+        nccl: bool,
+    ) -> PyResult<(&'static str, &'static str)> {
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out };
+        let m = mode(graph);
+        self.with(py, |c| {
+            if !graph {
+                c.check_errors()?;
+            }
+            let r = c.resolve_fused(&call, m)?;
+            match r.route {
+                FusedRoute::Unfused { all_reduce: Route::Caller, .. } => return Ok(("nccl", Algorithm::Nccl.name())),
+                FusedRoute::Unfused { all_reduce: Route::Nccl, .. } if !nccl => return Ok(("nccl", Algorithm::Nccl.name())),
+                _ => {}
+            }
+            // SAFETY: the caller's contract (see the doc comment) is all_reduce_add_rmsnorm_on's.
+            Ok(match unsafe { c.all_reduce_add_rmsnorm_on(stream, &call, &bufs, m) }? {
+                FusedPath::Fused(a) => ("fused", a.name()),
+                FusedPath::Unfused(a) => ("unfused", a.name()),
+            })
+        })
+    }
+
+    /// How a fused call of `rows` x `hidden` of `dtype` would run now (eager or captured):
+    /// (path, algorithm) as `all_reduce_add_rmsnorm` returns them, from the memo; "nccl"
+    /// where NCCL takes the all-reduce.
+    #[pyo3(signature = (dtype, rows, hidden, graph=false))]
+    fn fused_route(&self, py: Python<'_>, dtype: &str, rows: usize, hidden: usize, graph: bool) -> PyResult<(&'static str, &'static str)> {
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps: 0.0 };
+        self.with(py, |c| {
+            let r = c.resolve_fused(&call, mode(graph))?;
+            Ok(match r.route {
+                FusedRoute::Fused { algorithm, .. } => ("fused", algorithm.name()),
+                FusedRoute::Unfused { all_reduce: Route::Caller | Route::Nccl, .. } => ("nccl", Algorithm::Nccl.name()),
+                FusedRoute::Unfused { all_reduce: Route::Kernel { algorithm, .. }, .. } => ("unfused", algorithm.name()),
+            })
+        })
+    }
+
+    /// tpar's add-RMSNorm kernel alone on `stream` (no communication): `residual_out = input
+    /// + residual`, `norm_out = rmsnorm(residual_out) * weight` (in place when `norm_out ==
+    /// input`), bit for bit the fused call's epilogue. Addresses as for
+    /// `all_reduce_add_rmsnorm`.
+    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_rmsnorm(&self, py: Python<'_>, stream: u64, dtype: &str, rows: usize, hidden: usize, eps: f32, input: u64, residual: u64, weight: u64, norm_out: u64, residual_out: u64) -> PyResult<()> {
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out };
+        // SAFETY: as for all_reduce_add_rmsnorm.
+        self.with(py, |c| unsafe { c.add_rmsnorm_on(stream, &call, &bufs) })
     }
 
     /// Raises what is known without waiting: a dead peer, the first error a kernel recorded,
@@ -432,6 +522,49 @@ fn settings_table() -> String {
     tpar::settings::markdown_table()
 }
 
+/// tpar's exact add-RMSNorm of the all-reduce's result, from the Rust reference
+/// (`tpar::testing::expected_add_rmsnorm`): every rank's x (`xs`, raw little-endian bytes of
+/// `dtype`), the residual and the weight; rows of `hidden`. Returns (norm_out, residual_out)
+/// as bytes. For tests that hold `tpar.testing`'s torch reference to the Rust one.
+#[pyfunction]
+fn reference_add_rmsnorm(dtype: &str, hidden: usize, eps: f32, xs: Vec<Vec<u8>>, residual: Vec<u8>, weight: Vec<u8>) -> PyResult<(Vec<u8>, Vec<u8>)> {
+    fn run<T: Element>(hidden: usize, eps: f32, xs: &[Vec<u8>], residual: &[u8], weight: &[u8]) -> PyResult<(Vec<u8>, Vec<u8>)> {
+        let w = std::mem::size_of::<T>() as u64;
+        let decode = |b: &[u8]| -> PyResult<Vec<T>> {
+            if b.len() % w as usize != 0 {
+                return Err(InvalidArgumentError::new_err(format!("invalid argument: {} bytes is not whole {w}-byte elements", b.len())));
+            }
+            Ok(b.chunks_exact(w as usize).map(|c| T::from_lane(c.iter().rev().fold(0u64, |acc, x| (acc << 8) | u64::from(*x)))).collect())
+        };
+        let encode = |v: &[T]| -> Vec<u8> { v.iter().flat_map(|x| x.to_lane().to_le_bytes().into_iter().take(w as usize)).collect() };
+        let xs: Vec<Vec<T>> = xs.iter().map(|b| decode(b)).collect::<PyResult<_>>()?;
+        let (res, wt) = (decode(residual)?, decode(weight)?);
+        let n = res.len();
+        if hidden == 0 || n % hidden != 0 || wt.len() != hidden || xs.is_empty() || xs.iter().any(|x| x.len() != n) {
+            return Err(InvalidArgumentError::new_err(format!("invalid argument: shapes (x {:?}, residual {n}, weight {}) are not rows of hidden {hidden}", xs.iter().map(Vec::len).collect::<Vec<_>>(), wt.len())));
+        }
+        let (norm, res_out) = tpar::testing::expected_add_rmsnorm(&xs, &res, &wt, hidden, eps);
+        Ok((encode(&norm), encode(&res_out)))
+    }
+    match dtype_of(dtype)? {
+        DType::F32 => run::<f32>(hidden, eps, &xs, &residual, &weight),
+        DType::F16 => run::<f16>(hidden, eps, &xs, &residual, &weight),
+        DType::BF16 => run::<bf16>(hidden, eps, &xs, &residual, &weight),
+    }
+}
+
+/// Why `algorithm`'s fused kernel would not take a call of `rows` x `hidden` of `dtype` among
+/// `world` ranks in a workspace of `max_bytes` (`tpar::cuda::fused::fused_unfit`), or None
+/// when it would.
+#[pyfunction]
+fn fused_unfit(algorithm: &str, dtype: &str, rows: usize, hidden: usize, world: usize, max_bytes: usize) -> PyResult<Option<String>> {
+    let call = tpar::cuda::FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps: 0.0 };
+    if let Err(e) = call.validate() {
+        return Ok(Some(e.to_string()));
+    }
+    Ok(tpar::cuda::fused::fused_unfit(algorithm_of(algorithm)?, &call, world, tpar::cuda::abi::slot_vecs(max_bytes)))
+}
+
 /// The element size of a dtype name, in bytes.
 #[pyfunction]
 fn dtype_size(dtype: &str) -> PyResult<usize> {
@@ -444,9 +577,12 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<CpuComm>()?;
     m.add_class::<GpuComm>()?;
     m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
+    m.add_function(wrap_pyfunction!(reference_add_rmsnorm, m)?)?;
+    m.add_function(wrap_pyfunction!(fused_unfit, m)?)?;
     m.add_function(wrap_pyfunction!(check_settings, m)?)?;
     m.add_function(wrap_pyfunction!(debug_logging, m)?)?;
     m.add_function(wrap_pyfunction!(settings_table, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor::doctor, m)?)?;
     m.add("TparError", py.get_type::<TparError>())?;
     m.add("TparTimeoutError", py.get_type::<TparTimeoutError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;

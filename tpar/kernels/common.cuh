@@ -30,6 +30,7 @@ typedef unsigned long long u64;
 #define TPAR_PHASE_DESC 7u
 #define TPAR_PHASE_ABORTED 8u  // another thread of this rank already failed the call
 #define TPAR_PHASE_ISLAND_POLL 9u  // hierarchical: another island's sum (peer = the rank that sends it)
+#define TPAR_PHASE_NORM_POLL 10u  // fused: this rank's own tile sums of squares (norm.cuh)
 
 // Spins read %globaltimer once every this many polls (see poll_until_not_sentinel).
 #define TPAR_POLLS_PER_CLOCK 16u
@@ -69,6 +70,29 @@ typedef unsigned long long u64;
 #define TPAR_GATHER_GROUP TPAR_MAX_RANKS
 #define TPAR_UNROLL 4
 #define TPAR_IDX u64
+#endif
+
+// The fused variant (all-reduce + residual add + RMSNorm; the launcher compiles it with
+// -DTPAR_FUSED, for the kernels that define TPAR_FUSED_READY before including this header;
+// norm.cuh). Its rows are whole tiles of TPAR_TILE_VECS vectors (one warp's 32 consecutive
+// vectors), and every range of vectors the all-reduce hands to a warp starts on a tile:
+// two-shot chunks and flag block ranges are rounded up to whole tiles (TPAR_TILE_ALIGN;
+// the identity in every other variant, which compile as before).
+#define TPAR_TILE_VECS 32u
+#ifdef TPAR_FUSED
+#define TPAR_FUSED_ASKED 1  // a kernel without the variant refuses it (TPAR_ENTRY)
+#else
+#define TPAR_FUSED_ASKED 0
+#endif
+#if defined(TPAR_FUSED) && defined(TPAR_FUSED_READY)
+#if TPAR_LEAN_ON
+#error "the fused variant has no lean form (the launcher runs the default size class)"
+#endif
+#define TPAR_FUSED_ON 1
+#define TPAR_TILE_ALIGN(n) ((((n) + TPAR_TILE_VECS - 1u) / TPAR_TILE_VECS) * TPAR_TILE_VECS)
+#else
+#define TPAR_FUSED_ON 0
+#define TPAR_TILE_ALIGN(n) (n)
 #endif
 
 // ---------------------------------------------------------------------------------------
@@ -144,6 +168,28 @@ struct TparError {
     u64 theirs;   // TPAR_ERR_MISMATCH: the peer's call, same packing
 };
 static_assert(sizeof(TparError) == 48, "TparError size");
+
+// The fused call's arguments beyond the all-reduce's (norm.cuh): `a.input` is x, `a.output`
+// the normalised output (may equal x), `a.count` rows x hidden elements. The standalone
+// add-RMSNorm kernel (add_rmsnorm.cu) takes the same struct (no peers: `a` carries only
+// input, output, count).
+struct TparNorm {
+    u64 residual;      // residual input, rows x hidden, 16-byte aligned
+    u64 residual_out;  // the updated residual, 16-byte aligned (may equal residual)
+    u64 weight;        // RMSNorm weight, hidden elements, 16-byte aligned
+    u32 hidden;        // elements per row
+    u32 eps_bits;      // epsilon, as f32 bits
+};
+static_assert(sizeof(TparNorm) == 32, "TparNorm size: keep in step with abi.rs");
+struct TparFusedArgs {
+    TparArgs a;
+    TparNorm n;
+};
+static_assert(sizeof(TparFusedArgs) == 376, "TparFusedArgs size: keep in step with abi.rs");
+static_assert(alignof(TparFusedArgs) == 8, "TparFusedArgs alignment");
+// This rank's partial sums of squares (fused calls; norm.cuh) live in its state buffer,
+// after the TparState: one 8-byte {f32 bits, generation} word per tile of the message.
+#define TPAR_SCRATCH_OFFSET 256u
 
 // One 16-byte vector: the unit every kernel moves.
 struct __align__(16) V16 {

@@ -60,7 +60,7 @@ __device__ __forceinline__ void flag_data_st_v16(V16* p, V16 v) { st_send_v16(p,
 // The vectors [lo, hi) of n that block blockIdx.x covers (the same on every rank).
 template <class I>
 __device__ __forceinline__ void block_range(I n, I& lo, I& hi) {
-    const I per = (n + gridDim.x - 1u) / gridDim.x;
+    const I per = TPAR_TILE_ALIGN((n + gridDim.x - 1u) / gridDim.x);  // fused: whole tiles
     const I l = (I)blockIdx.x * per;
     lo = l < n ? l : n;
     hi = lo + per < n ? lo + per : n;
@@ -98,10 +98,15 @@ __device__ __forceinline__ BlockShare<D> block_share(const TparArgs& a) {
     return s;
 }
 // Reduces the share from slot K of every peer in `peers` (their flags already seen) and my
-// input, in rank order, and stores the output.
-template <class D, int K>
-__device__ __forceinline__ void reduce_share(const TparArgs& a, const Frame& f, u32 peers, const BlockShare<D>& s) {
-    for (u64 v = s.first; v < s.hi; v += s.bd) store_output<D>(a, v, load_reduce<D, K>(a, f, peers, v, 0, s.input(a, v)));
+// input, in rank order, and hands each sum to the epilogue `out` (norm.cuh: the plain one
+// stores it).
+template <class D, int K, class O>
+__device__ __forceinline__ void reduce_share(const TparArgs& a, const Frame& f, u32 peers, const BlockShare<D>& s, O& out) {
+    for (u64 v = s.first; v < s.hi; v += s.bd) {
+        V16 r = load_reduce<D, K>(a, f, peers, v, 0, s.input(a, v));
+        out.transform(a, v, r);
+        out.put(a, f, v, r);
+    }
 }
 
 // Publishes this block's stores so far to every rank in `mask` (never me): block_sync, then

@@ -1,7 +1,8 @@
 // frame.cuh — the second half of common.cuh (which splices it in): the workspace layout,
 // the call frame (epochs, buffers, deadline), call descriptors, the clears one call behind,
-// and the poll verbs every kernel waits with; at its end, flags.cuh (the flag protocol) and
-// io.cuh (registered caller buffers: the zero-copy path; the ABI probe).
+// and the poll verbs every kernel waits with; at its end, flags.cuh (the flag protocol),
+// norm.cuh (the epilogues: plain, fused add-RMSNorm) and io.cuh (registered caller buffers:
+// the zero-copy path; the ABI probe).
 // Needs common.cuh's types and helpers before it.
 
 // ---------------------------------------------------------------------------------------
@@ -563,16 +564,30 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
 #define TPAR_BOUNDS __launch_bounds__(TPAR_THREADS)
 #endif
 #define TPAR_ENTRY(NAME, SUFFIX, D) \
+    static_assert(!TPAR_FUSED_ASKED, #NAME " has no fused variant"); \
     extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparArgs a) { NAME<D>(a); }
-#if defined(TPAR_ONLY_F32)
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32)
-#elif defined(TPAR_ONLY_F16)
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f16, DF16)
-#elif defined(TPAR_ONLY_BF16)
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, bf16, DBF16)
+// Kernels with a fused variant (TPAR_FUSED_READY) take their epilogue as a second argument
+// (norm.cuh): the plain one stores the sum; the fused one (-DTPAR_FUSED) adds the residual
+// and normalises, and the entry takes the fused arguments.
+#if TPAR_FUSED_ON
+#define TPAR_FENTRY(NAME, SUFFIX, D) \
+    extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparFusedArgs fa) { NormOut<D> o(fa.n); NAME<D>(fa.a, o); }
 #else
-#define TPAR_INSTANTIATE(NAME) TPAR_ENTRY(NAME, f32, DF32) TPAR_ENTRY(NAME, f16, DF16) TPAR_ENTRY(NAME, bf16, DBF16)
+#define TPAR_FENTRY(NAME, SUFFIX, D) \
+    extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparArgs a) { PlainOut<D> o; NAME<D>(a, o); }
 #endif
+#if defined(TPAR_ONLY_F32)
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, f32, DF32)
+#elif defined(TPAR_ONLY_F16)
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, f16, DF16)
+#elif defined(TPAR_ONLY_BF16)
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, bf16, DBF16)
+#else
+#define TPAR_EACH_DTYPE(E, NAME) E(NAME, f32, DF32) E(NAME, f16, DF16) E(NAME, bf16, DBF16)
+#endif
+#define TPAR_INSTANTIATE(NAME) TPAR_EACH_DTYPE(TPAR_ENTRY, NAME)
+#define TPAR_INSTANTIATE_FUSABLE(NAME) TPAR_EACH_DTYPE(TPAR_FENTRY, NAME)
 
 #include "flags.cuh"
+#include "norm.cuh"
 #include "io.cuh"

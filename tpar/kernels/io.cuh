@@ -1,7 +1,7 @@
 // io.cuh — registered caller buffers: the zero-copy path of the pull kernels, for calls
 // captured in a CUDA graph whose buffers the host registered (as vLLM's custom all-reduce
-// does for its graphs); and the ABI probe. Spliced into frame.cuh at its end (it uses the
-// frame, the barrier and the dtype lanes above it).
+// does for its graphs); and the ABI probe. Spliced into frame.cuh at its end, after
+// flags.cuh and norm.cuh (it uses the frame, the barrier and the dtype lanes above it).
 //
 // A registered call's TparArgs::io points at its TparIo: every rank's input and output of
 // that call as this rank addresses them (emulated ranks: plain pointers; rank processes: the
@@ -50,8 +50,10 @@ __shared__ u64 tpar_io_sh[2 * TPAR_MAX_RANKS];
 // The lean variant has no zero-copy path (the launcher runs registered calls on the default
 // variant, launch::size_class; forced lean, every rank copies: correct, as all ranks run one
 // variant): within 64 registers it spilled in one (arch, dtype) whatever the loads in flight.
+// Nor has the fused variant (norm.cuh: its epilogue needs the copy path's mapping; the host
+// never registers a fused call, and the branch compiles away here).
 __device__ __forceinline__ bool io_registered(const TparArgs& a) {
-    if (TPAR_LEAN_ON || a.io == 0ull) return false;
+    if (TPAR_LEAN_ON || TPAR_FUSED_ON || a.io == 0ull) return false;
     const u32 t = threadIdx.x;
     if (t < 2u * TPAR_MAX_RANKS) tpar_io_sh[t] = ((const u64*)a.io)[t];
     block_sync();
@@ -191,13 +193,22 @@ __device__ __forceinline__ void io_all_reduce(const TparArgs& a) {
 // out[0..8] = offsets of TparArgs.{flags, state, err, input, count, slot_vecs, timeout_ns, rank},
 // out[8] = TparError.waited_ns, out[9] = TparState.err_claim, out[10] = TparArgs.desc_code,
 // out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
-// out[14] = TparState.prev_kind, out[15] = TparArgs.islands, out[16] = TparArgs.io,
-// out[17] = TparIo.output.
+// out[14] = TparState.prev_kind, out[15] = TparArgs.islands, out[16..21] =
+// TparFusedArgs.{n, n.residual_out, n.weight, n.hidden, n.eps_bits}, sizeof(TparFusedArgs),
+// out[22] = TparArgs.io, out[23] = TparIo.output.
 extern "C" __global__ void tpar_abi_offsets(u64* out) {
     TparArgs a;
     TparError e;
     TparState s;
     TparIo io;
+    TparFusedArgs fa;
+    const char* fb = (const char*)&fa;
+    out[16] = (u64)((const char*)&fa.n - fb);
+    out[17] = (u64)((const char*)&fa.n.residual_out - fb);
+    out[18] = (u64)((const char*)&fa.n.weight - fb);
+    out[19] = (u64)((const char*)&fa.n.hidden - fb);
+    out[20] = (u64)((const char*)&fa.n.eps_bits - fb);
+    out[21] = (u64)sizeof(TparFusedArgs);
     const char* b = (const char*)&a;
     const char* sb = (const char*)&s;
     out[0] = (u64)((const char*)&a.flags - b);
@@ -216,8 +227,8 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
     out[13] = (u64)((const char*)&s.prev_nvec - sb);
     out[14] = (u64)((const char*)&s.prev_kind - sb);
     out[15] = (u64)((const char*)&a.islands - b);
-    out[16] = (u64)((const char*)&a.io - b);
-    out[17] = (u64)((const char*)&io.output - (const char*)&io);
+    out[22] = (u64)((const char*)&a.io - b);
+    out[23] = (u64)((const char*)&io.output - (const char*)&io);
 }
 
 // Launch-floor probe: one empty kernel per rank, launched exactly like a collective. What it

@@ -17,11 +17,12 @@
 // every rank's input, an end barrier (no rank leaves while a peer still reads its input).
 #define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
 #define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
+#define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
 #include "common.cuh"
 
-template <class D>
-__device__ void oneshot_pull(const TparArgs& a) {
-    if (io_registered(a)) {  // a registered graph call: read every input in place (io.cuh)
+template <class D, class O>
+__device__ void oneshot_pull(const TparArgs& a, O& out) {
+    if (io_registered(a)) {  // a registered graph call: read every input in place (io.cuh; never fused)
         io_all_reduce<D, false>(a);
         return;
     }
@@ -33,6 +34,7 @@ __device__ void oneshot_pull(const TparArgs& a) {
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
     if (!TPAR_LEAN_ON && first < nvec) pre = D::canon(load_input<D>(a, first));  // lean: reloaded (4 registers fewer)
+    out.prefetch(a, first);
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
     for (I v = first; v < nvec; v += stride) {
@@ -46,14 +48,18 @@ __device__ void oneshot_pull(const TparArgs& a) {
     const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
     for (I v = first; v < nvec; v += stride) {
         const V16 own = !TPAR_LEAN_ON && v == first ? pre : D::canon(load_input<D>(a, v));
-        store_output<D>(a, v, load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own));
+        V16 r = load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own);
+        out.transform(a, v, r);
+        out.put(a, f, v, r);
     }
     if (dm) {
         if (TPAR_LEAN_ON) desc_only<D>(a, f, dm);
         else desc_check<D>(a, f, d, dm);
     }
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
+    if (O::fused())
+        for (I v = first; v < nvec; v += stride) out.norm(a, f, v);
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 
-TPAR_INSTANTIATE(oneshot_pull)
+TPAR_INSTANTIATE_FUSABLE(oneshot_pull)

@@ -10,6 +10,7 @@
 // Buffer reuse: slot [src] of my inbox in buffer b is written next by src's call k+3, and
 // cleared by my call k+1; src reaches call k+2 only after my call k+1 (clears included)
 // completed, so the clears land before the next write.
+#define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
 #include "common.cuh"
 
 #if TPAR_FLAGS
@@ -21,9 +22,10 @@
 // written by my call k+3 (k+2 would do, docs/cuda.md), which I start only after my call
 // k+2 had every peer's flag, which each peer publishes only after its call k (its reads of
 // my slot included) has completed.
-template <class D>
-__device__ void oneshot_push(const TparArgs& a) {
+template <class D, class O>
+__device__ void oneshot_push(const TparArgs& a, O& out) {
     const BlockShare<D> s = block_share<D>(a);
+    out.prefetch(a, s.first);
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
     const u32 peers = all_peers(a);
@@ -33,13 +35,15 @@ __device__ void oneshot_push(const TparArgs& a) {
     pdl_launch_dependents();
     test_pause(a);
     flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_PUSH_POLL);
-    reduce_share<D, SLOT_OWN_INBOX>(a, f, peers, s);
+    reduce_share<D, SLOT_OWN_INBOX>(a, f, peers, s, out);
+    if (O::fused())
+        for (u64 v = s.first; v < s.hi; v += s.bd) out.norm(a, f, v);
     frame_end(a, f, s.nvec, TPAR_KIND_NONE);
 }
 #else
 
-template <class D>
-__device__ void oneshot_push(const TparArgs& a) {
+template <class D, class O>
+__device__ void oneshot_push(const TparArgs& a, O& out) {
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const u64 nvec = vecs_for<D>(a.count);
     const u64 stride = grid_threads();
@@ -49,6 +53,7 @@ __device__ void oneshot_push(const TparArgs& a) {
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
     if (first < nvec) pre = D::canon(load_input<D>(a, first));
+    out.prefetch(a, first);
     Frame f = frame_begin(a);
     for (u64 v = first; v < nvec; v += stride) {
         const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));
@@ -65,13 +70,16 @@ __device__ void oneshot_push(const TparArgs& a) {
     u32 dm = desc_mask(a);
     for (u64 v = first; v < nvec; v += stride) {
         const V16 own = v == first ? pre : D::canon(load_input<D>(a, v));
-        const V16 r = poll_reduce<D, SLOT_INBOX>(a, f, peers, dm, v, 0, TPAR_PHASE_PUSH_POLL, own);
+        V16 r = poll_reduce<D, SLOT_INBOX>(a, f, peers, dm, v, 0, TPAR_PHASE_PUSH_POLL, own);
         dm = 0u;
-        store_output<D>(a, v, r);
+        out.transform(a, v, r);
+        out.put(a, f, v, r);
     }
     desc_only<D>(a, f, dm);  // a descriptor thread past the message's last vector
+    if (O::fused())
+        for (u64 v = first; v < nvec; v += stride) out.norm(a, f, v);
     frame_end(a, f, nvec, TPAR_KIND_INBOX);
 }
 #endif  // TPAR_FLAGS
 
-TPAR_INSTANTIATE(oneshot_push)
+TPAR_INSTANTIATE_FUSABLE(oneshot_push)

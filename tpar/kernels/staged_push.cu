@@ -41,7 +41,8 @@ __device__ void staged_push(const TparArgs& a) {
         flags_wait(a, f, 0, gen, 1u << src, dm, step == world - 1 && world > 2 ? TPAR_PHASE_PUSH_POLL : TPAR_PHASE_STAGED);
         dm = 0u;
     }
-    reduce_share<D, SLOT_INBOX>(a, f, all_peers(a), s);
+    PlainOut<D> out;
+    reduce_share<D, SLOT_INBOX>(a, f, all_peers(a), s, out);
     frame_end(a, f, s.nvec, TPAR_KIND_NONE);
 }
 #else

@@ -17,11 +17,12 @@
 // inside call k, and I write buffer b again only in call k+3, after a barrier of call k+2
 // that every peer entered after finishing call k.
 #define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
+#define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
 #include "common.cuh"
 
-template <class D>
-__device__ void twoshot_pull(const TparArgs& a) {
-    if (io_registered(a)) {  // a registered graph call: no copy, all-gather by writes (io.cuh)
+template <class D, class O>
+__device__ void twoshot_pull(const TparArgs& a, O& out) {
+    if (io_registered(a)) {  // a registered graph call: no copy, all-gather by writes (io.cuh; never fused)
         io_all_reduce<D, true>(a);
         return;
     }
@@ -29,9 +30,10 @@ __device__ void twoshot_pull(const TparArgs& a) {
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
     const I nvec = (I)vecs_for<D>(a.count);
-    const I cvec = (nvec + a.world - 1) / a.world;
+    const I cvec = TPAR_TILE_ALIGN((nvec + a.world - 1) / a.world);
     const I stride = (I)grid_threads();
     const I first = (I)global_tid();
+    out.prefetch(a, (I)a.rank * cvec + first);
 
     // 1. expose my share of every chunk (block b covers sub-range b of each chunk).
     for (u32 q = 0; q < a.world; ++q) {
@@ -53,9 +55,10 @@ __device__ void twoshot_pull(const TparArgs& a) {
         const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
         for (I v = lo + first; v < hi; v += stride) {
             const V16 own = ld_v16(pull_at(a, a.rank, f.buf, 0, v));
-            const V16 r = load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own);
+            V16 r = load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own);
+            out.transform(a, v, r);
             st_v16(pull_at(a, a.rank, f.buf, 1, v), r);
-            store_output<D>(a, v, r);
+            out.put(a, f, v, r);
         }
     }
     if (dm) {
@@ -76,12 +79,22 @@ __device__ void twoshot_pull(const TparArgs& a) {
             for (u32 u = 0; u < TPAR_GATHER_GROUP; ++u) {
                 const u32 q = g + u;
                 if (q >= a.world) break;
-                if (m & (1u << q)) store_output<D>(a, (I)q * cvec + j, x[u]);
+                if (m & (1u << q)) out.put(a, f, (I)q * cvec + j, x[u]);
             }
         }
     }
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
+    if (O::fused()) {  // the same vectors again, normalised: step 2's, then step 3's
+        const I lo = (I)a.rank * cvec;
+        const I hi = lo + cvec < nvec ? lo + cvec : nvec;
+        for (I v = lo + first; v < hi; v += stride) out.norm(a, f, v);
+        for (I j = first; j < cvec; j += stride) {
+            const u32 m = peers_mask<SLOT_PULL_RESULT_CHUNK>(a, j, cvec, nvec);
+            for (u32 q = 0; q < a.world; ++q)
+                if (m & (1u << q)) out.norm(a, f, (I)q * cvec + j);
+        }
+    }
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 
-TPAR_INSTANTIATE(twoshot_pull)
+TPAR_INSTANTIATE_FUSABLE(twoshot_pull)

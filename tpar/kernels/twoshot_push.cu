@@ -17,7 +17,19 @@
 // behind) and written next by a peer's call k+3. Same argument as oneshot_push.cu.
 #define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
 #define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
+#define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
 #include "common.cuh"
+
+// Item i of the reduce-scatter and the all-gather, (peer rank+1+k, index i % cvec of its
+// chunk): the vector, and in `q` the chunk's owner. The flag variant's block-local items
+// are the same map over its block's part [jb, jb + span) of each chunk (cvec = span, and
+// `jb` added).
+template <class I>
+__device__ __forceinline__ I twoshot_item(I i, u32 rank, u32 world, u32 span, I cvec, I jb, u32& q) {
+    const u32 k = (u32)i / span;  // 32-bit: a message has < 2^32 vectors
+    q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+    return (I)q * cvec + jb + ((u32)i - k * span);
+}
 
 #if TPAR_FLAGS
 // The flag protocol (host transport, flags.cuh): block b covers the same indices [jb, je) of
@@ -25,13 +37,13 @@
 // stage 2 waits for phase 0 from every peer, reduces, sends the result to every gather area,
 // publishes phase 1; stage 3 waits for phase 1 from every peer and copies. Nothing cleared.
 // In-place calls: block b reads and writes only its own indices, in that order.
-template <class D>
-__device__ void twoshot_push(const TparArgs& a) {
+template <class D, class O>
+__device__ void twoshot_push(const TparArgs& a, O& out) {
     typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     Frame f = frame_begin(a);
     const u32 world = a.world, rank = a.rank;
     const I nvec = (I)vecs_for<D>(a.count);
-    const I cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
+    const I cvec = TPAR_TILE_ALIGN((u32)(nvec + world - 1) / world);  // vectors per chunk (a message has < 2^32)
     I jb, je;
     block_range(cvec, jb, je);
     const u32 span = (u32)(je - jb);
@@ -39,6 +51,8 @@ __device__ void twoshot_push(const TparArgs& a) {
     const I items = (I)(world - 1u) * span;  // (peer, index in my block's part of its chunk)
     const u32 gen = f.epoch + 1u;
     const u32 peers = all_peers(a);
+    const I lo = (I)rank * cvec;
+    out.prefetch(a, lo + jb + t);
 
     // 1. reduce-scatter writes; item i: k = i / span (peer rank+1+k), j = jb + i % span.
     for (I base = t; base < items; base += bd * TPAR_UNROLL) {
@@ -49,9 +63,8 @@ __device__ void twoshot_push(const TparArgs& a) {
             const I i = base + (I)u * bd;
             dst[u] = (V16*)0;
             if (i < items) {
-                const u32 k = (u32)i / span;
-                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
-                const I v = (I)q * cvec + jb + ((u32)i - k * span);
+                u32 q;
+                const I v = twoshot_item<I>(i, rank, world, span, cvec, jb, q);
                 if (v < nvec) {
                     val[u] = D::canon(load_input<D>(a, v));
                     dst[u] = inbox_at(a, q, f.buf, rank, v);
@@ -69,17 +82,17 @@ __device__ void twoshot_push(const TparArgs& a) {
     // 2. every peer's piece of my chunk (flags first, the descriptors ride along), reduce,
     //    publish.
     flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_RS_POLL);
-    const I lo = (I)rank * cvec;
     for (I j = jb + t; j < je; j += bd) {
         const I v = lo + j;
         if (v >= nvec) break;
         const V16 own = D::canon(load_input<D>(a, v));
-        const V16 r = load_reduce<D, SLOT_INBOX>(a, f, peers, v, 0, own);
+        V16 r = load_reduce<D, SLOT_INBOX>(a, f, peers, v, 0, own);
+        out.transform(a, v, r);
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             flag_data_st_v16(gather_at(a, q, f.buf, v), r);
         }
-        store_output<D>(a, v, r);
+        out.put(a, f, v, r);
     }
     flags_publish(a, 1, gen, peers);
     // 3. all-gather: wait for every owner's flag, then copy, TPAR_UNROLL loads in flight.
@@ -92,30 +105,38 @@ __device__ void twoshot_push(const TparArgs& a) {
             const I i = base + (I)u * bd;
             vv[u] = nvec;
             if (i < items) {
-                const u32 k = (u32)i / span;
-                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
-                vv[u] = (I)q * cvec + jb + ((u32)i - k * span);
+                u32 q;
+                vv[u] = twoshot_item<I>(i, rank, world, span, cvec, jb, q);
             }
             if (vv[u] < nvec) val[u] = ld_poll_v16(gather_at(a, rank, f.buf, vv[u]));
         }
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u)
-            if (vv[u] < nvec) store_output<D>(a, vv[u], val[u]);
+            if (vv[u] < nvec) out.put(a, f, vv[u], val[u]);
+    }
+    if (O::fused()) {  // the same vectors again, normalised: stage 2's, then stage 3's
+        for (I j = jb + t; j < je && lo + j < nvec; j += bd) out.norm(a, f, lo + j);
+        for (I i = t; i < items; i += bd) {
+            u32 q;
+            const I v = twoshot_item<I>(i, rank, world, span, cvec, jb, q);
+            if (v < nvec) out.norm(a, f, v);
+        }
     }
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 #else
 
-template <class D>
-__device__ void twoshot_push(const TparArgs& a) {
+template <class D, class O>
+__device__ void twoshot_push(const TparArgs& a, O& out) {
     typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     Frame f = frame_begin(a);
     const u32 world = a.world, rank = a.rank;
     const I nvec = (I)vecs_for<D>(a.count);
-    const I cvec = (u32)(nvec + world - 1) / world;  // vectors per chunk (a message has < 2^32)
+    const I cvec = TPAR_TILE_ALIGN((u32)(nvec + world - 1) / world);  // vectors per chunk (a message has < 2^32)
     const I stride = (I)grid_threads();
     const I t0 = (I)global_tid();
     const I items = (I)(world - 1u) * cvec;   // (peer, index in its chunk)
+    out.prefetch(a, (I)rank * cvec + t0);
 
     // 1. reduce-scatter writes; item i: k = i / cvec (peer rank+1+k), j = i % cvec.
     for (I base = t0; base < items; base += stride * TPAR_UNROLL) {
@@ -126,9 +147,8 @@ __device__ void twoshot_push(const TparArgs& a) {
             const I i = base + (I)u * stride;
             dst[u] = (V16*)0;
             if (i < items) {
-                const u32 k = (u32)i / (u32)cvec;  // 32-bit: a message has < 2^32 vectors
-                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
-                const I v = (I)q * cvec + (i - (I)k * cvec);
+                u32 q;
+                const I v = twoshot_item<I>(i, rank, world, (u32)cvec, cvec, 0, q);
                 if (v < nvec) {
                     val[u] = D::canon(load_input<D>(a, v));
                     dst[u] = inbox_at(a, q, f.buf, rank, v);
@@ -150,13 +170,14 @@ __device__ void twoshot_push(const TparArgs& a) {
     u32 dm = desc_mask(a);
     for (I v = lo + t0; v < hi; v += stride) {
         const V16 own = D::canon(load_input<D>(a, v));  // before the polls
-        const V16 r = poll_reduce<D, SLOT_INBOX>(a, f, peers, dm, v, 0, TPAR_PHASE_RS_POLL, own);
+        V16 r = poll_reduce<D, SLOT_INBOX>(a, f, peers, dm, v, 0, TPAR_PHASE_RS_POLL, own);
+        out.transform(a, v, r);
         dm = 0u;
         for (u32 i = 1; i < world; ++i) {
             const u32 q = rank + i < world ? rank + i : rank + i - world;
             st_send_v16(gather_at(a, q, f.buf, v), r);
         }
-        store_output<D>(a, v, r);
+        out.put(a, f, v, r);
     }
     desc_only<D>(a, f, dm);  // no vector of my chunk for this thread: the descriptor alone
     // 3. all-gather: items as in step 1, polled TPAR_UNROLL at a time in one pass.
@@ -171,10 +192,9 @@ __device__ void twoshot_push(const TparArgs& a) {
             vv[u] = 0;
             owner[u] = 0;
             if (i < items) {
-                const u32 k = (u32)i / (u32)cvec;
-                const u32 q = rank + 1u + k < world ? rank + 1u + k : rank + 1u + k - world;
+                u32 q;
+                vv[u] = twoshot_item<I>(i, rank, world, (u32)cvec, cvec, 0, q);
                 owner[u] = q;
-                vv[u] = (I)q * cvec + (i - (I)k * cvec);
                 if (vv[u] < nvec) pend |= 1u << u;
             }
         }
@@ -196,10 +216,20 @@ __device__ void twoshot_push(const TparArgs& a) {
         }
 #pragma unroll
         for (int u = 0; u < TPAR_UNROLL; ++u)
-            if (valid & (1u << u)) store_output<D>(a, vv[u], val[u]);
+            if (valid & (1u << u)) out.put(a, f, vv[u], val[u]);
     }
-    frame_end(a, f, (u64)nvec, TPAR_KIND_TWOSHOT);
+    if (O::fused()) {  // the same vectors again, normalised: step 2's, then step 3's items
+        for (I v = lo + t0; v < hi; v += stride) out.norm(a, f, v);
+        for (I i = t0; i < items; i += stride) {
+            u32 q;
+            const I v = twoshot_item<I>(i, rank, world, (u32)cvec, cvec, 0, q);
+            if (v < nvec) out.norm(a, f, v);
+        }
+    }
+    // What the clear one call behind covers: the fused variant's chunks are whole tiles, so it
+    // records the vectors that make clear_previous's chunking (ceil(n / world)) its own.
+    frame_end(a, f, TPAR_FUSED_ON ? (u64)cvec * world : (u64)nvec, TPAR_KIND_TWOSHOT);
 }
 #endif  // TPAR_FLAGS
 
-TPAR_INSTANTIATE(twoshot_push)
+TPAR_INSTANTIATE_FUSABLE(twoshot_push)

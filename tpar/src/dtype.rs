@@ -92,6 +92,28 @@ impl FromStr for DType {
     }
 }
 
+/// `$e` with `$T` the element type of the dtype `$d`: where a run-time dtype becomes a type
+/// parameter (the tune's ranks).
+macro_rules! by_dtype {
+    ($d:expr, $T:ident => $e:expr) => {
+        match $d {
+            $crate::dtype::DType::F32 => {
+                type $T = f32;
+                $e
+            }
+            $crate::dtype::DType::F16 => {
+                type $T = $crate::f16;
+                $e
+            }
+            $crate::dtype::DType::BF16 => {
+                type $T = $crate::bf16;
+                $e
+            }
+        }
+    };
+}
+pub(crate) use by_dtype;
+
 /// A reducible element. Accumulation is always in f32, in fixed rank order.
 pub trait Element: Copy + Send + Sync + 'static + fmt::Debug {
     const DTYPE: DType;

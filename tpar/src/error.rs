@@ -73,6 +73,11 @@ pub enum Error {
     /// A CUDA driver call failed.
     #[error("CUDA: {context}: {code}")]
     Cuda { context: String, code: String },
+    /// The first-use tune stopped (`crate::tune`). `agreed`: every rank stopped at the same
+    /// exchange with this reason (the communicator itself is fine and keeps the plan's
+    /// defaults); otherwise the control plane failed under it.
+    #[error("the tune failed: {reason}")]
+    Tune { agreed: bool, reason: String },
     /// A required shared library (CUDA driver, NVRTC, NCCL, NVML) is missing or failed.
     #[error("{library}: {reason}")]
     Library { library: &'static str, reason: String },

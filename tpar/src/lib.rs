@@ -5,6 +5,7 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`doctor`] | `tpar doctor`: what tpar sees on this box and would do inside an engine (text and JSON) |
 //! | [`comm`] | the public [`Communicator`]: join, all-reduce, poisoning |
 //! | [`config`] | [`Config`]: how a rank joins its job |
 //! | [`settings`] | every `TPAR_*` environment variable, declared and parsed once |
@@ -22,6 +23,7 @@
 //! | [`model`] | decode / speculative-decode throughput from all-reduce latency |
 //! | [`plot`] | latency-versus-size SVG charts of bench or sim records |
 //! | [`testing`] | reproducible inputs, exact and f64 references, poisoning, digests |
+//! | [`tune`] | the first-use tune: budget, screen, timings, rank 0's decision, the tune cache |
 //! | [`error`] | the one error enum |
 //! | `cuda` | (feature `cuda`) NVRTC-compiled kernels, emulated ranks on one GPU, host transport, NCCL |
 //!
@@ -37,6 +39,7 @@ pub mod config;
 pub mod control;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod doctor;
 pub mod dtype;
 pub mod error;
 pub mod kinds;
@@ -52,6 +55,7 @@ pub mod sim;
 pub mod testing;
 pub mod topology;
 pub mod transport;
+pub mod tune;
 pub mod units;
 pub mod workspace;
 

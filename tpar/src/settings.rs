@@ -12,7 +12,7 @@
 //! | engines | `TPAR_ENABLE` | the Python plug-ins (the one value Python reads itself) |
 //!
 //! Owns: the list, the grammars, the defaults, the documentation table (`tpar settings`,
-//! the README's table: [`markdown_table`]). Must never: read a variable that is not in
+//! the README's table: [`markdown_table`], rendered in `settings/render.rs`). Must never: read a variable that is not in
 //! [`VARS`] (a test scans the sources: nothing outside this file reads the environment), or
 //! ignore a malformed value.
 
@@ -22,6 +22,9 @@ use crate::units::parse_bytes;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod render;
+pub use render::{markdown_table, text_table};
 
 /// Most thread blocks per rank of one kernel call (the kernels' flag rows; `abi::MAX_BLOCKS`).
 pub const MAX_KERNEL_BLOCKS: u32 = 32;
@@ -95,7 +98,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_DISABLE", group: Group::Plan, values: BOOL, default: "0", doc: "always NCCL (GPU backends)", example: "1" },
     Var { name: "TPAR_PROFILE", group: Group::Plan, values: "a file from `tpar tune`", default: "(the tune cache)", doc: "a tuned profile, used when its fingerprint matches this machine", example: "profile.toml" },
     Var { name: "TPAR_TOPOLOGY", group: Group::Plan, values: "a preset name or a JSON file", default: "(discovered through NVML)", doc: "the fabric to plan for instead of the discovered one", example: "h200-nvswitch-8" },
-    Var { name: "TPAR_TUNE", group: Group::Plan, values: "auto, off or force", default: "auto", doc: "measure this machine on a GPU communicator's first start (auto: when no tuned profile exists for it)", example: "off" },
+    Var { name: "TPAR_TUNE", group: Group::Plan, values: "auto, off or force", default: "auto", doc: "the first-use tune (docs/tune.md): when a GPU communicator starts and the tune cache has no profile for this machine, the ranks measure it (auto, a few seconds once); never (off: the plan's defaults); or at every start, replacing the cached one (force)", example: "off" },
     Var { name: "TPAR_CHECK_CALLS", group: Group::Plan, values: BOOL, default: "1", doc: "compare every call's count, dtype and algorithm across ranks on the GPU (0 saves about 0.2 us a call; a rank calling something else then yields a wrong sum, not an error)", example: "0" },
     Var { name: "TPAR_HOST_PROTOCOL", group: Group::Plan, values: "flags, sentinel or auto", default: "auto (flags from 3 ranks)", doc: "how the push kernels synchronise over the host transport (GPUs without P2P)", example: "flags" },
     Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 32, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
@@ -105,7 +108,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_NVRTC_LIB", group: Group::Libraries, values: "a path to libnvrtc.so.13", default: "(found by name)", doc: "the NVRTC that compiles tpar's kernels", example: "/usr/local/cuda/lib64/libnvrtc.so.13" },
     Var { name: "TPAR_NCCL_LIB", group: Group::Libraries, values: "a path to libnccl.so.2", default: "(found by name)", doc: "the NCCL tpar falls back to", example: "/usr/lib/libnccl.so.2" },
     Var { name: "TPAR_VLLM_LIB", group: Group::Libraries, values: "a path to libtpar_vllm_ar.so", default: ".gpu/vllm-build/libtpar_vllm_ar.so", doc: "vLLM's kernel built by bench/compare/vllm.sh, for `tpar bench --compare vllm`", example: "/tmp/libtpar_vllm_ar.so" },
-    Var { name: "TPAR_CACHE_DIR", group: Group::Libraries, values: "a directory", default: "$XDG_CACHE_HOME/tpar, else ~/.cache/tpar", doc: "compiled kernels and tuned profiles; a corrupt entry is rebuilt", example: "/tmp/tpar-cache" },
+    Var { name: "TPAR_CACHE_DIR", group: Group::Libraries, values: "a directory", default: "$XDG_CACHE_HOME/tpar, else ~/.cache/tpar", doc: "compiled kernels and tuned profiles (profiles/); a corrupt entry is rebuilt or re-tuned", example: "/tmp/tpar-cache" },
     Var { name: "TPAR_DEBUG", group: Group::Logging, values: "NONE, VERSION, WARN, INFO or TRACE", default: "WARN", doc: "INFO logs each distinct plan decision once, with its reason", example: "INFO" },
     Var { name: "TPAR_ENABLE", group: Group::Engines, values: BOOL, default: "0", doc: "swap tpar in for vLLM's and SGLang's custom all-reduce (their plug-ins read it)", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_TWO_BUFFERS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with two buffers (the reuse guard removed), so the skewed-rank stress can show it catches the race", example: "1" },
@@ -492,32 +495,13 @@ pub fn cuda_hardware_queues_set() -> bool {
     std::env::var_os("CUDA_DEVICE_MAX_CONNECTIONS").is_some()
 }
 
-/// The settings table as Markdown (the README's, `tpar settings --markdown`).
-pub fn markdown_table() -> String {
-    let mut s = String::from("| variable | group | values | default | what it does |\n|---|---|---|---|---|\n");
-    for v in VARS {
-        s.push_str(&format!("| `{}` | {} | {} | {} | {} |\n", v.name, v.group.name(), v.values, v.default, v.doc));
-    }
-    s
-}
-
-/// The settings table as plain text for a terminal (`tpar settings`), current values shown.
-pub fn text_table() -> String {
-    let width = VARS.iter().map(|v| v.name.len()).max().unwrap_or(0);
-    let mut s = String::new();
-    let mut group = None;
-    for v in VARS {
-        if group != Some(v.group) {
-            s.push_str(&format!("{}{}:\n", if group.is_some() { "\n" } else { "" }, v.group.name()));
-            group = Some(v.group);
-        }
-        let now = match std::env::var(v.name) {
-            Ok(x) if !x.trim().is_empty() => format!("  [set: {x}]"),
-            _ => String::new(),
-        };
-        s.push_str(&format!("  {:width$}  {}; default {}. {}{now}\n", v.name, v.values, v.default, v.doc));
-    }
-    s
+/// The declared variables set (non-empty) in this process's environment, with their raw
+/// values, in [`VARS`] order (`tpar doctor` shows them; a value that is not UTF-8 is shown
+/// lossily, and [`Settings::from_env`] refuses it).
+pub fn set_vars() -> Vec<(&'static str, String)> {
+    VARS.iter()
+        .filter_map(|v| std::env::var_os(v.name).filter(|x| !x.is_empty()).map(|x| (v.name, x.to_string_lossy().into_owned())))
+        .collect()
 }
 
 #[cfg(test)]
@@ -606,23 +590,5 @@ mod tests {
         assert_eq!(s.tune, Tune::Force);
         assert_eq!(s.launch.test_buffers, Some(1), "the stricter guard removal wins");
         assert!(!s.overrides.disable, "empty means unset");
-    }
-
-    #[test]
-    fn the_readme_table_is_the_generated_one() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
-        let begin = readme.find("<!-- settings:begin").expect("README has the settings markers");
-        let body = &readme[begin..];
-        let start = body.find('\n').unwrap() + 1;
-        let end = body.find("<!-- settings:end -->").expect("README closes the settings table");
-        assert_eq!(&body[start..end], markdown_table(), "README's settings table is stale: paste `tpar settings --markdown`");
-    }
-
-    #[test]
-    fn the_table_lists_every_variable_once() {
-        let t = markdown_table();
-        for v in VARS {
-            assert_eq!(t.matches(&format!("`{}`", v.name)).count(), 1, "{}", v.name);
-        }
     }
 }

@@ -108,6 +108,123 @@ pub fn expected_islands<T: Element>(inputs: &[Vec<T>], islands: &[Vec<usize>]) -
         .collect()
 }
 
+// ---------------------------------------------------------------------------------------
+// The fused all-reduce + residual add + RMSNorm (docs/cuda.md "Fused all-reduce + residual
+// add + RMSNorm"): its exact outputs, its fixed-order sum of squares, an f64 check.
+
+/// The fixed-order sum of `xs`: a perfect binary tree over `xs` padded with +0.0 to a power of
+/// two, every node the f32 sum of its left and right child (what the kernels compute, in
+/// vectors, warps and tiles: norm.cuh). Empty: +0.0.
+pub fn tree_sum(xs: &[f32]) -> f32 {
+    let mut level: Vec<f32> = xs.to_vec();
+    level.resize(xs.len().max(1).next_power_of_two(), 0.0);
+    while level.len() > 1 {
+        level = level.chunks_exact(2).map(|p| p[0] + p[1]).collect();
+    }
+    level[0]
+}
+
+/// 1 / sqrt(ss / hidden + eps), each operation in f32 rounded once (as the kernels' inv_rms).
+pub fn inv_rms(ss: f32, hidden: usize, eps: f32) -> f32 {
+    1.0 / (ss / hidden as f32 + eps).sqrt()
+}
+
+/// tpar's add-RMSNorm of rows of `hidden` elements, bit for bit (the standalone kernel, and
+/// the fused call's epilogue with `x` the all-reduce's output): residual_out = round(x +
+/// residual) in f32; per row, ss = [`tree_sum`] of residual_out's squares (f32), inv =
+/// [`inv_rms`]; norm_out = round((residual_out * inv) * weight). Returns (norm_out,
+/// residual_out).
+pub fn add_rmsnorm<T: Element>(x: &[T], residual: &[T], weight: &[T], hidden: usize, eps: f32) -> (Vec<T>, Vec<T>) {
+    let res_out: Vec<T> = x.iter().zip(residual).map(|(a, b)| round_to::<T>(a.to_f32() + b.to_f32())).collect();
+    let mut norm = Vec::with_capacity(x.len());
+    for row in res_out.chunks(hidden.max(1)) {
+        let sq: Vec<f32> = row.iter().map(|r| r.to_f32() * r.to_f32()).collect();
+        let inv = inv_rms(tree_sum(&sq), hidden, eps);
+        norm.extend(row.iter().zip(weight).map(|(r, w)| round_to::<T>((r.to_f32() * inv) * w.to_f32())));
+    }
+    (norm, res_out)
+}
+
+/// The fused call's exact outputs for every rank (all equal): [`add_rmsnorm`] of the
+/// all-reduce's exact output ([`expected`]: rank order, f32, rounded once).
+pub fn expected_add_rmsnorm<T: Element>(inputs: &[Vec<T>], residual: &[T], weight: &[T], hidden: usize, eps: f32) -> (Vec<T>, Vec<T>) {
+    add_rmsnorm(&expected(inputs), residual, weight, hidden, eps)
+}
+
+/// One fused call's inputs: every rank's x, and the residual and weight (the same on every
+/// rank, as under tensor parallelism), rows of `hidden` elements, never zero.
+#[derive(Clone, Debug)]
+pub struct FusedInputs<T> {
+    pub xs: Vec<Vec<T>>,
+    pub residual: Vec<T>,
+    pub weight: Vec<T>,
+}
+
+/// Reproducible inputs of a fused call: x as [`all_inputs`], the residual in [-2, 2) and the
+/// weight in [0.5, 1.5) (an RMSNorm weight near one), never zero.
+pub fn fused_inputs<T: Element>(seed: u64, call: u64, world: usize, rows: usize, hidden: usize) -> FusedInputs<T> {
+    let n = rows * hidden;
+    let mut g = SplitMix::new(input_seed(seed ^ 0x7265_7369_6475_616c, call, world));
+    let mut nonzero = |scale: f32, offset: f32| {
+        let v = g.next_signed() * scale + offset;
+        T::from_f32(if v == 0.0 { 0.25 } else { v })
+    };
+    let residual = (0..n).map(|_| nonzero(2.0, 0.0)).collect();
+    let weight = (0..hidden).map(|_| nonzero(0.5, 1.0)).collect();
+    FusedInputs { xs: all_inputs(seed, call, world, n), residual, weight }
+}
+
+/// The spacing of `T`'s subnormals: the absolute error a rounding into them can make.
+fn subnormal_step<T: Element>() -> f64 {
+    match T::DTYPE {
+        crate::DType::F32 => 2f64.powi(-149),
+        crate::DType::F16 => 2f64.powi(-24),
+        crate::DType::BF16 => 2f64.powi(-133),
+    }
+}
+
+/// Elements of a fused call's outputs farther from f64 than rounding can explain, as
+/// (residual_out, norm_out) counts. residual_out against the f64 sum of every x and the
+/// residual: the all-reduce's rounding and f32 accumulation, plus one rounding of the add,
+/// `u (|s| + |h|) + world 2^-23 sum|x|`. norm_out against the f64 RMSNorm of the
+/// residual_out it was given (so each output is judged on its own): the f32 operations
+/// err by at most (log2 of the row + 6) 2^-24 relative, the rounding by u, so
+/// `(u + 24 * 2^-24) |n| + one subnormal step` (for rows up to 2^12 elements 2x margin).
+pub fn count_wrong_add_rmsnorm<T: Element>(norm_out: &[T], residual_out: &[T], f: &FusedInputs<T>, hidden: usize, eps: f32) -> (usize, usize) {
+    let u = unit_roundoff::<T>();
+    let world = f.xs.len() as f64;
+    let tiny = subnormal_step::<T>();
+    let bad_res = residual_out
+        .iter()
+        .enumerate()
+        .filter(|(i, r)| {
+            let (mut s, mut mag) = (0f64, 0f64);
+            for x in &f.xs {
+                let v = x[*i].to_f32() as f64;
+                s += v;
+                mag += v.abs();
+            }
+            let h = s + f.residual[*i].to_f32() as f64;
+            let tol = u * (s.abs() + h.abs()) * 1.001 + world * 2f64.powi(-23) * mag + tiny;
+            !((r.to_f32() as f64) - h).abs().le(&tol)
+        })
+        .count();
+    let mut bad_norm = 0;
+    for (row, (n_row, r_row)) in norm_out.chunks(hidden.max(1)).zip(residual_out.chunks(hidden.max(1))).enumerate() {
+        let _ = row;
+        let ms: f64 = r_row.iter().map(|r| (r.to_f32() as f64).powi(2)).sum::<f64>() / hidden as f64;
+        let inv = 1.0 / (ms + eps as f64).sqrt();
+        for ((n, r), w) in n_row.iter().zip(r_row).zip(&f.weight) {
+            let want = r.to_f32() as f64 * inv * w.to_f32() as f64;
+            let tol = (u + 24.0 * 2f64.powi(-24)) * want.abs() + tiny;
+            if !((n.to_f32() as f64) - want).abs().le(&tol) {
+                bad_norm += 1;
+            }
+        }
+    }
+    (bad_res, bad_norm)
+}
+
 /// Half an ulp of `T` relative to 1.0.
 pub fn unit_roundoff<T: Element>() -> f64 {
     match T::DTYPE {
@@ -158,6 +275,64 @@ fn count_outside<T: Element>(out: &[T], inputs: &[Vec<T>], tol: impl Fn(f64, f64
 pub fn count_wrong_stepwise<T: Element>(out: &[T], inputs: &[Vec<T>]) -> usize {
     let u = unit_roundoff::<T>();
     count_outside(out, inputs, |s, mag, world| u * (s.abs() + (world - 1.0) * mag) + world * 2f64.powi(-23) * mag)
+}
+
+/// Everything a call's outputs are judged against, computed once from every rank's inputs:
+/// the rank-order f32 sum rounded once ([`expected`]) and, per element, the f64 sum and sum
+/// of magnitudes the tolerances use. Judging `world` ranks' outputs of one call against one
+/// `Reference` gives the same counts as [`count_wrong`] and friends on each, at `1 / world`
+/// of the cost (the reference is the O(world x count) part).
+#[derive(Clone, Debug)]
+pub struct Reference<T> {
+    /// The rank-order f32 sum, rounded once to `T`.
+    pub exact: Vec<T>,
+    sum: Vec<f64>,
+    mag: Vec<f64>,
+    world: f64,
+}
+
+impl<T: Element> Reference<T> {
+    pub fn new(inputs: &[Vec<T>]) -> Reference<T> {
+        let n = inputs.first().map_or(0, |v| v.len());
+        let (mut sum, mut mag) = (vec![0f64; n], vec![0f64; n]);
+        for inp in inputs {
+            for ((s, m), x) in sum.iter_mut().zip(mag.iter_mut()).zip(inp) {
+                let x = x.to_f32() as f64;
+                *s += x;
+                *m += x.abs();
+            }
+        }
+        Reference { exact: expected(inputs), sum, mag, world: inputs.len() as f64 }
+    }
+
+    fn outside(&self, out: &[T], tol: impl Fn(f64, f64, f64) -> f64) -> usize {
+        out.iter()
+            .zip(self.sum.iter().zip(&self.mag))
+            .filter(|(o, (s, mag))| {
+                let v = o.to_f32() as f64;
+                !(v - **s).abs().le(&(tol(**s, **mag, self.world) + f64::MIN_POSITIVE))
+            })
+            .count()
+            + out.len().saturating_sub(self.sum.len())
+    }
+
+    /// [`count_wrong`] of `out`.
+    pub fn count_wrong(&self, out: &[T]) -> usize {
+        let u = unit_roundoff::<T>();
+        self.outside(out, |s, mag, world| u * s.abs() + world * 2f64.powi(-23) * mag)
+    }
+
+    /// [`count_wrong_islands`] of `out`.
+    pub fn count_wrong_islands(&self, out: &[T]) -> usize {
+        let u = unit_roundoff::<T>();
+        self.outside(out, |s, mag, world| u * (s.abs() + mag) + world * 2f64.powi(-23) * mag)
+    }
+
+    /// [`count_wrong_stepwise`] of `out`.
+    pub fn count_wrong_stepwise(&self, out: &[T]) -> usize {
+        let u = unit_roundoff::<T>();
+        self.outside(out, |s, mag, world| u * (s.abs() + (world - 1.0) * mag) + world * 2f64.powi(-23) * mag)
+    }
 }
 
 /// Overwrites `buf` with a NaN pattern no algorithm produces, so stale outputs show.
@@ -264,6 +439,33 @@ mod tests {
     use half::bf16;
 
     #[test]
+    fn a_reference_judges_as_the_functions_do() {
+        fn check<T: Element>(world: usize, n: usize) {
+            let inputs: Vec<Vec<T>> = all_inputs(7, world as u64, world, n);
+            let r = Reference::new(&inputs);
+            assert_eq!(bit_diffs(&r.exact, &expected(&inputs)), 0);
+            let mut outs = vec![r.exact.clone()];
+            let mut off = r.exact.clone();
+            for (k, x) in off.iter_mut().enumerate().filter(|(k, _)| k % 5 == 0) {
+                *x = T::from_f32(x.to_f32() * (1.0 + 0.01 * (k % 3) as f32) + 0.001);
+            }
+            outs.push(off);
+            let mut nan = r.exact.clone();
+            poison(&mut nan[..n / 2]);
+            outs.push(nan);
+            for out in &outs {
+                assert_eq!(r.count_wrong(out), count_wrong(out, &inputs));
+                assert_eq!(r.count_wrong_islands(out), count_wrong_islands(out, &inputs));
+                assert_eq!(r.count_wrong_stepwise(out), count_wrong_stepwise(out, &inputs));
+            }
+            assert!(r.count_wrong(&outs[2]) >= n / 2, "poisoned elements count");
+        }
+        check::<f32>(8, 1000);
+        check::<half::f16>(3, 777);
+        check::<bf16>(16, 513);
+    }
+
+    #[test]
     fn inputs_are_reproducible_and_nonzero() {
         let a: Vec<Vec<bf16>> = all_inputs(1, 2, 3, 100);
         let b: Vec<Vec<bf16>> = all_inputs(1, 2, 3, 100);
@@ -304,6 +506,103 @@ mod tests {
         assert!(e[0].is_sign_negative() && e[1].is_sign_positive());
         let m: Vec<Vec<f32>> = special_inputs(Special::NearMax, 4, 2);
         assert!(m[0][0] > 8.0e37 && expected(&m).iter().all(|x| x.is_finite()));
+    }
+
+    /// The kernels' decomposition of the sum of squares (norm.cuh): a vector's lanes pairwise,
+    /// a warp's 32 vectors by xor shuffles (lane l adds lane l ^ m's value), the row's tiles in
+    /// runs of 1, 2 or 4 per lane then shuffles again, a partial last tile's missing vectors
+    /// +0.0 — equals the tree over the row, for every hidden size, bit for bit.
+    #[test]
+    fn the_kernels_decomposition_of_the_sum_of_squares_is_the_tree() {
+        fn warp_tree(v: &mut [f32; 32]) {
+            let mut m = 1;
+            while m < 32 {
+                let prev = *v;
+                for l in 0..32 {
+                    v[l] = prev[l] + prev[l ^ m];
+                }
+                m <<= 1;
+            }
+            assert!(v.iter().all(|x| x.to_bits() == v[0].to_bits()), "every lane holds the root");
+        }
+        let mut g = SplitMix::new(42);
+        for lanes in [4usize, 8] {
+            for hidden in [8usize, 64, 256, 1000, 1024, 2048, 2880, 4096, 5120, 7168, 8192, 12288, 16384, 32768] {
+                if hidden % lanes != 0 || hidden / lanes > 128 * 32 {
+                    continue;
+                }
+                let row: Vec<f32> = (0..hidden).map(|_| g.next_signed() * 3.0).collect();
+                let sq: Vec<f32> = row.iter().map(|x| x * x).collect();
+                let vrow = hidden / lanes;
+                // Leaves: each vector's lanes, pairwise.
+                let leaf = |j: usize| {
+                    let mut x: Vec<f32> = sq[j * lanes..(j + 1) * lanes].to_vec();
+                    let mut s = 1;
+                    while s < lanes {
+                        for i in (0..lanes).step_by(2 * s) {
+                            x[i] += x[i + s];
+                        }
+                        s *= 2;
+                    }
+                    x[0]
+                };
+                let ntiles = vrow.div_ceil(32);
+                let tiles: Vec<f32> = (0..ntiles)
+                    .map(|t| {
+                        let mut v = [0f32; 32];
+                        for (l, x) in v.iter_mut().enumerate() {
+                            if t * 32 + l < vrow {
+                                *x = leaf(t * 32 + l);
+                            }
+                        }
+                        warp_tree(&mut v);
+                        v[0]
+                    })
+                    .collect();
+                let k = if ntiles <= 32 { 1 } else if ntiles <= 64 { 2 } else { 4 };
+                let mut v = [0f32; 32];
+                for (l, x) in v.iter_mut().enumerate() {
+                    let e: Vec<f32> = (0..4).map(|u| if u < k && k * l + u < ntiles { tiles[k * l + u] } else { 0.0 }).collect();
+                    *x = match k {
+                        1 => e[0],
+                        2 => e[0] + e[1],
+                        _ => (e[0] + e[1]) + (e[2] + e[3]),
+                    };
+                }
+                warp_tree(&mut v);
+                assert_eq!(v[0].to_bits(), tree_sum(&sq).to_bits(), "lanes {lanes} hidden {hidden}");
+                // And a sequential sum differs somewhere (the order is what is being fixed).
+                let _ = sq.iter().sum::<f32>();
+            }
+        }
+        assert_eq!(tree_sum(&[]), 0.0);
+        assert_eq!(tree_sum(&[1.0, 2.0, 3.0]).to_bits(), ((1.0f32 + 2.0) + 3.0).to_bits());
+    }
+
+    #[test]
+    fn the_fused_reference_passes_its_f64_check_and_catches_errors() {
+        for (world, rows, hidden) in [(2usize, 1usize, 1024usize), (8, 3, 7168), (4, 5, 256)] {
+            let f: FusedInputs<bf16> = fused_inputs(9, 1, world, rows, hidden);
+            let (n, r) = expected_add_rmsnorm(&f.xs, &f.residual, &f.weight, hidden, 1e-6);
+            assert_eq!(count_wrong_add_rmsnorm(&n, &r, &f, hidden, 1e-6), (0, 0), "{world} x {rows} x {hidden}");
+            // A wrong residual element is caught (the norm is then judged against it).
+            let mut r2 = r.clone();
+            r2[hidden / 2] = bf16::from_f32(r2[hidden / 2].to_f32() * 1.05 + 0.5);
+            assert_eq!(count_wrong_add_rmsnorm(&n, &r2, &f, hidden, 1e-6).0, 1);
+            // Wrong norm elements are caught, NaN included.
+            let mut n2 = n.clone();
+            n2[hidden - 1] = bf16::from_f32(n2[hidden - 1].to_f32() * 1.05 + 0.1);
+            poison(&mut n2[0..1]);
+            assert_eq!(count_wrong_add_rmsnorm(&n2, &r, &f, hidden, 1e-6), (0, 2));
+        }
+        // f32 and f16 too, and the standalone add-RMSNorm is the epilogue of the sum.
+        let f: FusedInputs<half::f16> = fused_inputs(3, 2, 4, 2, 4096);
+        let (n, r) = expected_add_rmsnorm(&f.xs, &f.residual, &f.weight, 4096, 1e-5);
+        assert_eq!(count_wrong_add_rmsnorm(&n, &r, &f, 4096, 1e-5), (0, 0));
+        assert_eq!((n.clone(), r.clone()), add_rmsnorm(&expected(&f.xs), &f.residual, &f.weight, 4096, 1e-5));
+        let f: FusedInputs<f32> = fused_inputs(3, 2, 3, 2, 1024);
+        let (n, r) = expected_add_rmsnorm(&f.xs, &f.residual, &f.weight, 1024, 1e-5);
+        assert_eq!(count_wrong_add_rmsnorm(&n, &r, &f, 1024, 1e-5), (0, 0));
     }
 
     #[test]

@@ -45,6 +45,12 @@ pub const LAYOUT_VERSION: u64 = 2;
 pub const MAX_WORLD: usize = 16;
 /// Smallest chunk capacity in words.
 pub const MIN_CAP_WORDS: usize = 1024;
+/// Largest workspace tpar creates or attaches (64 GiB). CPU calls run in steps of
+/// `plan::floors::CPU_STEP_BYTES` (512 KiB), so a workspace beyond a few hundred MiB buys
+/// nothing; the bound leaves room for any deliberate `TPAR_SHM_BYTES` and refuses sizes
+/// only a corrupt or hostile welcome would carry (a joining rank allocates a chunk's worth
+/// of scratch, so an unbounded `cap` would be an unbounded allocation).
+pub const MAX_WORKSPACE_BYTES: usize = 64 << 30;
 
 /// Header word indices.
 pub mod hdr {
@@ -102,17 +108,31 @@ pub struct Layout {
 }
 
 impl Layout {
-    /// Layout for `world` ranks and `cap` words per chunk.
+    /// Layout for `world` ranks and `cap` words per chunk (rounded up to a line). A
+    /// workspace larger than [`MAX_WORKSPACE_BYTES`] is refused; the arithmetic is checked,
+    /// so no `cap` wraps into a small layout.
     pub fn new(world: usize, cap: usize) -> Result<Layout> {
         if !(2..=MAX_WORLD).contains(&world) {
-            return Err(Error::invalid("world", format!("{world} ranks; tpar supports 2..={MAX_WORLD}")));
+            return Err(Error::invalid("world", format!("{world} ranks; tpar supports 2 to {MAX_WORLD}")));
+        }
+        let too_big = || {
+            Error::invalid("workspace", format!("{cap} words per chunk at {world} ranks: more than {MAX_WORKSPACE_BYTES} bytes"))
+        };
+        // Every product below is at most 2 * world * cap (or a line count) before the sum is
+        // bounded, so a cap under the bound keeps each term far from overflow.
+        if cap > MAX_WORKSPACE_BYTES / 8 {
+            return Err(too_big());
         }
         let cap = line(cap.max(1));
         let piece = line(cap.div_ceil(world));
-        let mut o = 0;
+        let mut o: usize = 0;
+        let mut overflow = false;
         let mut take = |n: usize| {
             let at = o;
-            o += line(n);
+            match o.checked_add(line(n)) {
+                Some(v) => o = v,
+                None => overflow = true,
+            }
             at
         };
         let status = take(STATUS_WORDS);
@@ -126,6 +146,11 @@ impl Layout {
         let result = take(cap);
         let barrier = take(world * LINE_WORDS);
         let block = o;
+        let total = world.checked_mul(block).and_then(|b| b.checked_add(HEADER_WORDS));
+        let total = match total {
+            Some(t) if !overflow && t <= MAX_WORKSPACE_BYTES / 8 => t,
+            _ => return Err(too_big()),
+        };
         Ok(Layout {
             world,
             cap,
@@ -141,13 +166,16 @@ impl Layout {
             result,
             barrier,
             block,
-            total: HEADER_WORDS + world * block,
+            total,
         })
     }
 
     /// The largest layout whose whole workspace fits in `budget_bytes` (at least the minimum
     /// chunk).
     pub fn for_budget(world: usize, budget_bytes: usize) -> Result<Layout> {
+        if budget_bytes > MAX_WORKSPACE_BYTES {
+            return Err(Error::invalid("shm budget", format!("{budget_bytes} bytes: at most {MAX_WORKSPACE_BYTES}")));
+        }
         // Sizes grow monotonically with cap: binary-search the largest cap that fits.
         let (mut lo, mut hi) = (MIN_CAP_WORDS, (budget_bytes / 8).max(MIN_CAP_WORDS));
         while lo < hi {
@@ -425,6 +453,21 @@ mod tests {
         }
         assert!(Layout::new(1, 10).is_err());
         assert!(Layout::new(17, 10).is_err());
+    }
+
+    #[test]
+    fn absurd_caps_are_refused_not_wrapped() {
+        // These wrapped into small layouts (release) or overflowed (debug) before the
+        // arithmetic was checked: a welcome's `cap` must never reach a slice index.
+        for cap in [1usize << 62, usize::MAX, 1 << 37, MAX_WORKSPACE_BYTES / 8 + 1] {
+            for world in [2, 16] {
+                let e = Layout::new(world, cap).unwrap_err();
+                assert!(e.to_string().contains("words per chunk"), "{e}");
+            }
+        }
+        let l = Layout::new(16, MAX_WORKSPACE_BYTES / 8 / 700).unwrap();
+        assert!(l.bytes() <= MAX_WORKSPACE_BYTES);
+        assert!(Layout::for_budget(2, MAX_WORKSPACE_BYTES + 1).is_err());
     }
 
     #[test]

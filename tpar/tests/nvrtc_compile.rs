@@ -141,3 +141,78 @@ fn every_kernel_variant_compiles_with_nvrtc() {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "compiled {} kernel files x {} archs (all dtypes, and each dtype alone: {compiled} NVRTC compiles to cubin) with NVRTC {}.{}", sources().count(), ARCHS.len(), version.major, version.minor);
 }
+
+/// The fused variants (all-reduce + residual add + RMSNorm, `-DTPAR_FUSED`) of every kernel
+/// that has one, under each protocol it runs, and the standalone add-RMSNorm kernel: each
+/// (file, dtype, arch) as the launch path compiles it, no local memory, no spill; a kernel
+/// without the variant refuses the define. Separate from the test above so that it can run
+/// alone (`cargo test ... --test nvrtc_compile fused`).
+#[test]
+fn every_fused_variant_compiles_with_nvrtc() {
+    use tpar::cuda::launch::{protocol_defines, size_class_defines, SizeClass};
+    use tpar::plan::HostProtocol;
+    let version = match nvrtc::probe() {
+        Ok(v) => v,
+        Err(e) => {
+            if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+                panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing: {e}");
+            }
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "skipped: NVRTC fused-kernel compile test: {e}");
+            return;
+        }
+    };
+    let mut compiled = 0;
+    let fusable: Vec<_> = sources().filter(|s| kernels::has_fused_variant(s.algorithm)).collect();
+    assert_eq!(fusable.len(), 4, "one-shot and two-shot, push and pull");
+    for arch in ARCHS {
+        for src in &fusable {
+            let mut protos = vec![HostProtocol::Sentinel];
+            if kernels::has_flag_variant(src.algorithm) {
+                protos.push(HostProtocol::Flags);
+            }
+            for d in DType::ALL {
+                let entry = format!(".entry {}(", src.entry(d));
+                for p in &protos {
+                    let mut opts = nvrtc::options(arch, Some(d));
+                    opts.extend(protocol_defines(*p));
+                    opts.extend(size_class_defines(SizeClass::Fused));
+                    opts.push("--ptxas-options=-v".into());
+                    let what = format!("{} {d} (fused, {p:?}) for {arch}", src.file);
+                    let u = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert!(u.ptx.contains(&entry), "{what}: no `{entry}`");
+                    // The entry takes the fused arguments (TparFusedArgs, 376 bytes).
+                    assert!(u.ptx.contains("_param_0[376]"), "{what}: the entry does not take TparFusedArgs");
+                    assert!(u.ptx.contains("shfl.sync.bfly.b32") && u.ptx.contains("sqrt.rn.f32"), "{what}: no norm epilogue");
+                    dump_ptx(&format!("{}-{d}-fused-{p:?}-{arch}", src.file), &u.ptx);
+                    no_local_memory(&what, &u.ptx);
+                    no_spills(&what, &u.log);
+                    compiled += 1;
+                }
+            }
+        }
+        for d in DType::ALL {
+            let mut opts = nvrtc::options(arch, Some(d));
+            opts.push("--ptxas-options=-v".into());
+            let what = format!("add_rmsnorm.cu {d} for {arch}");
+            let u = nvrtc::compile_unit("add_rmsnorm.cu", &kernels::add_rmsnorm_unit(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(u.ptx.contains(&format!(".entry {}(", kernels::add_rmsnorm_entry(d))), "{what}: no entry");
+            dump_ptx(&format!("add_rmsnorm-{d}-{arch}"), &u.ptx);
+            no_local_memory(&what, &u.ptx);
+            no_spills(&what, &u.log);
+            compiled += 1;
+        }
+        let all = nvrtc::compile_unit("add_rmsnorm.cu", &kernels::add_rmsnorm_unit(), &nvrtc::options(arch, None)).unwrap_or_else(|e| panic!("{e}"));
+        for d in DType::ALL {
+            assert!(all.ptx.contains(&format!(".entry {}(", kernels::add_rmsnorm_entry(d))), "add_rmsnorm.cu for {arch}: no {d} entry");
+        }
+        no_local_memory(&format!("add_rmsnorm.cu for {arch}"), &all.ptx);
+    }
+    // A kernel without the variant refuses the define instead of compiling a plain kernel.
+    let staged = sources().find(|s| !kernels::has_fused_variant(s.algorithm)).expect("a kernel without a fused variant");
+    let mut opts = nvrtc::options("sm_90", Some(DType::BF16));
+    opts.extend(size_class_defines(SizeClass::Fused));
+    assert!(nvrtc::compile_unit(staged.file, &staged.translation_unit(), &opts).is_err(), "{} compiled with -DTPAR_FUSED", staged.file);
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "compiled {compiled} fused and add-RMSNorm variants with NVRTC {}.{}", version.major, version.minor);
+}

@@ -43,7 +43,8 @@ fn quoted_tpar_names(text: &str) -> Vec<String> {
     while let Some(i) = rest.find("\"TPAR_") {
         let tail = &rest[i + 1..];
         let end = tail.find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).unwrap_or(tail.len());
-        if tail[end..].starts_with('"') {
+        // The bare prefix "TPAR_" names no variable (vLLM's Ray prefix list takes it).
+        if tail[end..].starts_with('"') && end > "TPAR_".len() {
             out.push(tail[..end].to_string());
         }
         rest = &tail[end..];

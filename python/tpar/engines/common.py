@@ -19,6 +19,7 @@ Where tpar differs from the engines' own classes, on purpose:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 from contextlib import contextmanager
@@ -55,6 +56,12 @@ def patch_engine(engine: str, module: str, attr: str, replacement) -> None:
     _say("tpar: %s's %s replaced by tpar (TPAR_ENABLE=1)" % (engine, attr))
 
 
+def _capturing() -> bool:
+    import torch
+
+    return torch.cuda.is_current_stream_capturing()
+
+
 def _debug() -> bool:
     """``TPAR_DEBUG=INFO``, as tpar's native settings module parses it (a malformed value is
     reported by the communicator, which refuses to start)."""
@@ -76,12 +83,71 @@ def _say(msg: str, *args) -> None:
         print("tpar INFO " + (msg % args if args else msg), file=sys.stderr, flush=True)
 
 
+#: Algorithms whose sum is not the rank-order float32 sum rounded once (docs/architecture.md):
+#: ``hierarchical`` adds island sums, NCCL its own order. Every other tpar kernel gives
+#: bitwise the same result for a message, whichever runs, so a batch-invariant engine may
+#: use any of them.
+NOT_RANK_ORDER = frozenset({"hierarchical", "nccl", "none"})
+
+#: Python memo of the routes asked (per dtype, bytes and capture state): bounded so that an
+#: engine calling with ever new sizes cannot grow it without end (a decode step has a few
+#: dozen distinct sizes; prefill adds one per batch length).
+PLAN_MEMO_LIMIT = 4096
+
+
+def _host_key():
+    """(host name, kernel boot id): ranks that differ in either are not on one host."""
+    import socket
+
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return (socket.gethostname(), boot)
+
+
+def spans_hosts(group) -> Optional[str]:
+    """None when every rank of ``group`` (a CPU group) runs on this host, else a message
+    naming the ranks and hosts. A collective over the group: every rank calls it."""
+    import torch.distributed as dist
+
+    keys = [None] * dist.get_world_size(group)
+    dist.all_gather_object(keys, _host_key(), group=group)
+    hosts = {}
+    for r, k in enumerate(keys):
+        hosts.setdefault(tuple(k), []).append(r)
+    if len(hosts) == 1:
+        return None
+    parts = ["ranks %s on %s" % (_ranges(rs), k[0] + (" (boot id %s)" % k[1][:8] if k[1] else "")) for k, rs in hosts.items()]
+    return "the group spans %d hosts (%s); tpar serves the GPUs of one host" % (len(hosts), "; ".join(parts))
+
+
+def _ranges(rs):
+    out, start = [], rs[0]
+    for a, b in zip(rs, rs[1:] + [None]):
+        if b != a + 1:
+            out.append(str(start) if start == a else "%d-%d" % (start, a))
+            start = b
+    return ",".join(out)
+
+
 class TparCustomAllreduce:
     """tpar behind the engines' custom all-reduce contract."""
 
     #: vLLM reads it (DeepSeek models on Hopper) to pick a path that all-gathers through its
     #: own custom all-gather; tpar has none (custom_all_gather returns None), so say no.
     fully_connected = False
+    #: vLLM's DeepSeek-V4.1 fused all-reduce + mHC kernel needs the custom all-reduce's NVLink
+    #: multicast buffers (``ops/mhc.py`` reads this pointer through an alias of ``ca_comm``);
+    #: tpar never uses multicast (it can take a shared host's GPUs out of service), so 0: no.
+    mnnvl_lamport_ag_multicast_ptr = 0
+    #: SGLang's NVLink vocab gather asks ``getattr(ca_comm, "has_multicast", False)``: no.
+    has_multicast = False
+
+    #: Set by an engine's subclass when the engine promises batch-invariant results
+    #: (vLLM's ``VLLM_BATCH_INVARIANT``); see :meth:`should_custom_ar`.
+    batch_invariant = False
 
     def __init__(self, group, device, max_size: int = 8192 * 1024, **_engine_options) -> None:
         import torch
@@ -90,9 +156,11 @@ class TparCustomAllreduce:
         global _SUPPORTED
         _SUPPORTED = (torch.float32, torch.float16, torch.bfloat16)
         self.disabled = True
-        self.original_disabled = True  # SGLang's piecewise graph runner toggles `disabled`
-        self._IS_CAPTURING = False
+        self.original_disabled = True  # SGLang's class keeps it equal to `disabled`
+        self._IS_CAPTURING = False  # SGLang reads it (getattr) to pick its registered paths
         self._comm = None
+        self._routes = {}  # (dtype, nbytes, capturing) -> route (see _route)
+        self._chunks = {}  # batch-invariant splits: (dtype, nbytes, capturing) -> chunk elements
         self.group = group
         self.max_size = int(max_size)
         self.rank = dist.get_rank(group)
@@ -104,34 +172,100 @@ class TparCustomAllreduce:
         self.device = device
         if self.world_size == 1:
             return
+        try:
+            # Before tpar's rendezvous: a group across hosts would otherwise wait out the
+            # timeout there (rank 0's socket is local).
+            why = spans_hosts(group)
+        except Exception as e:  # noqa: BLE001 - an engine must come up without tpar
+            why = "cannot compare the ranks' hosts: %s" % e
+        if why:
+            if self.rank == 0:
+                logger.warning("tpar: custom all-reduce off for this group: %s; the engine's NCCL serves it", why)
+            return
         from tpar.torch import Communicator
 
+        options = {}
+        if "join_nccl" in inspect.signature(Communicator.__init__).parameters:
+            # The engine's NCCL serves every call the plan gives to NCCL (should_custom_ar
+            # says no): tpar joins none of its own.
+            options["join_nccl"] = False
         try:
-            # `group` is the engine's CPU group: it carries tpar's rendezvous. Calls the plan
-            # gives to NCCL never reach tpar (should_custom_ar says no), so tpar's own NCCL is
-            # only a fallback for direct all_reduce() calls.
-            self._comm = Communicator(group, device, max_bytes=self.max_size)
+            self._comm = Communicator(group, device, max_bytes=self.max_size, **options)
         except Exception as e:  # noqa: BLE001 - an engine must come up without tpar
             logger.warning("tpar: custom all-reduce disabled on rank %d: %s", self.rank, e)
             return
+        self._engine_checks()
         self.disabled = False
         self.original_disabled = False
-        _say("tpar: custom all-reduce on for rank %d of %d on %s (max %d bytes)", self.rank, self.world_size, device, self.max_size)
+        _say("tpar: custom all-reduce on for rank %d of %d on %s (max %d bytes%s)", self.rank, self.world_size, device,
+             self.max_size, ", batch-invariant" if self.batch_invariant else "")
+
+    def _engine_checks(self) -> None:
+        """An engine's subclass warns here about settings that take calls away from tpar
+        (it must not raise)."""
 
     # -- deciding --------------------------------------------------------------------------
+
+    def _route(self, inp, nbytes: int) -> str:
+        """The algorithm tpar runs for ``inp`` (of ``nbytes``) now: asked once per dtype,
+        size and capture state, then remembered (engines ask several times per call)."""
+        capturing = self._comm._cuda and _capturing()
+        key = (inp.dtype, nbytes, capturing)
+        r = self._routes.get(key)
+        if r is None:
+            if len(self._routes) >= PLAN_MEMO_LIMIT:
+                self._routes.clear()
+            r = self._routes[key] = self._comm.plan(inp)
+        return r
 
     def should_custom_ar(self, inp) -> bool:
         """Yes where tpar's plan runs a kernel for this tensor; no where it says NCCL (the
         engine's NCCL then takes the call), for unsupported dtypes, non-contiguous tensors,
-        addresses not 16-byte aligned and messages above ``max_size``."""
+        addresses not 16-byte aligned and messages above ``max_size``.
+
+        Batch-invariant (:attr:`batch_invariant`): yes for every eligible size, above
+        ``max_size`` too, so that no size goes to NCCL's order; each call then runs through
+        kernels that sum in rank order (chunked where the plan would pick NCCL or
+        ``hierarchical``), bitwise the same for every size. Where even the smallest chunk
+        would not, no."""
         if self.disabled or self._comm is None:
             return False
         if inp.dtype not in _SUPPORTED or not inp.is_contiguous() or inp.device != self._comm.device:
             return False
         nbytes = inp.numel() * inp.element_size()
-        if nbytes == 0 or nbytes > self.max_size or inp.data_ptr() % 16 != 0:
+        if nbytes == 0 or inp.data_ptr() % 16 != 0:
             return False
-        return self._comm.plan(inp) != "nccl"
+        if self.batch_invariant:
+            return self._chunk(inp, nbytes) is not None
+        if nbytes > self.max_size:
+            return False
+        return self._route(inp, nbytes) not in NOT_RANK_ORDER
+
+    def _chunk(self, inp, nbytes: int) -> Optional[int]:
+        """Batch-invariant calls: the chunk (elements) that splits this message into calls
+        tpar runs in rank order (the whole message when it already is one), or None."""
+        capturing = self._comm._cuda and _capturing()
+        key = (inp.dtype, nbytes, capturing)
+        if key in self._chunks:
+            return self._chunks[key]
+        esize = inp.element_size()
+        n = nbytes // esize
+        unit = max(1, 16 // esize)  # chunks start 16-byte aligned
+
+        flat = inp.view(-1)
+
+        def rank_order(count):
+            return count == 0 or self._route(flat[:count], count * esize) not in NOT_RANK_ORDER
+
+        c = min(n, self.max_size // esize // unit * unit)
+        found = None
+        while c >= 1:
+            if rank_order(c) and rank_order(n % c):
+                found = c
+                break
+            c = c // 2 // unit * unit if c > unit else 0
+        self._chunks[key] = found
+        return found
 
     # -- reducing --------------------------------------------------------------------------
 
@@ -145,7 +279,22 @@ class TparCustomAllreduce:
         the call."""
         if self.disabled or not self.should_custom_ar(input):
             return None
+        if self.batch_invariant:
+            nbytes = input.numel() * input.element_size()
+            c = self._chunk(input, nbytes)
+            if c < input.numel():
+                return self._chunked(input, c)
         return self._comm.all_reduce(input)
+
+    def _chunked(self, inp, c: int):
+        """``inp`` reduced in chunks of ``c`` elements (every rank splits alike: same sizes)."""
+        import torch
+
+        out = torch.empty_like(inp)
+        flat_in, flat_out = inp.view(-1), out.view(-1)
+        for s in range(0, flat_in.numel(), c):
+            self._comm.all_reduce(flat_in[s : s + c], out=flat_out[s : s + c])
+        return out
 
     def custom_all_gather(self, inp):
         """vLLM asks its custom all-reduce for all-gathers too; None hands them to NCCL."""

@@ -35,7 +35,7 @@ pub struct BenchArgs {
     #[arg(short = 'w', long = "warmup_iters", default_value_t = 10)]
     pub warmup: usize,
     /// Check results (1) on fresh random inputs, bitwise against the rank-order sum, or not (0)
-    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    #[arg(short = 'c', long = "check", default_value_t = 1, value_parser = harness::zero_or_one)]
     pub check: u8,
     /// Datatype: float, half, bfloat16, a comma list, or all
     #[arg(short = 'd', long = "datatype", default_value = "float")]
@@ -78,6 +78,17 @@ pub struct BenchArgs {
     /// scheduling, not a fabric
     #[arg(long, hide = true)]
     pub plan_topology: Option<String>,
+    /// Time the fused all-reduce + residual add + RMSNorm instead of the size sweep: per
+    /// --hidden x --rows and algorithm, the all-reduce alone, the fused call, the all-reduce
+    /// followed by tpar's add-RMSNorm kernel, and that kernel alone (emulated ranks)
+    #[arg(long, help_heading = "Fused all-reduce + add-RMSNorm")]
+    pub fused: bool,
+    /// --fused: hidden sizes (elements per row), a comma list [default: 7168]
+    #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
+    pub hidden: Option<String>,
+    /// --fused: rows (tokens), counts and ranges such as 1-8,16 [default: 1,3,8]
+    #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
+    pub rows: Option<String>,
 }
 
 /// Everything validated, before any rank starts.
@@ -90,6 +101,12 @@ struct Plan {
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
+    if args.fused {
+        #[cfg(feature = "cuda")]
+        return super::bench_fused::run(&args);
+        #[cfg(not(feature = "cuda"))]
+        return Err("--fused times GPU kernels: this tpar was built without the `cuda` feature".into());
+    }
     let target = args.ranks.target("bench", true)?;
     if args.iters == 0 {
         return Err("-n must be at least 1".into());
@@ -102,6 +119,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         modes: harness::parse_modes(mode, &target)?,
         sequence: args.sequence.as_deref().map(harness::parse_sequence).transpose()?,
     };
+    harness::holds_an_element("-b", args.min_bytes, &p.dtypes)?;
     if p.sequence.is_some() && target == Target::Cpu {
         return Err("--sequence times CUDA graphs of a whole step: GPUs only".into());
     }
@@ -251,6 +269,7 @@ fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<Ben
                 }
                 if root {
                     bar.suspend(|| table::row(&row, wrong));
+                    progress(a, records, &mine)?;
                 }
             }
         }
@@ -258,6 +277,9 @@ fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<Ben
     bar.finish();
     if let Some((calls, bytes)) = p.sequence {
         sequence(g, a, p, &algos, calls, bytes, &mut mine)?;
+        if root {
+            progress(a, records, &mine)?;
+        }
     }
     if root {
         table::summary(&mine, &mut |mode, d, bytes| g.planned(d, bytes, mode));
@@ -265,6 +287,15 @@ fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<Ben
     g.barrier()?;
     records.extend(mine);
     Ok(wrong_total)
+}
+
+/// Rewrites `--json` and `--csv` with what is measured so far, marked incomplete.
+fn progress(a: &BenchArgs, earlier: &[BenchRecord], mine: &[BenchRecord]) -> Result<(), String> {
+    if a.json.is_none() && a.csv.is_none() {
+        return Ok(());
+    }
+    let all: Vec<BenchRecord> = earlier.iter().chain(mine).cloned().collect();
+    output::write_progress(a.json.as_deref(), a.csv.as_deref(), &all)
 }
 
 /// Where the ranks are, for block headers.

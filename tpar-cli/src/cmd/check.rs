@@ -62,7 +62,9 @@ pub fn run(args: CheckArgs) -> Result<(), String> {
     if algos == [None] && matches!(target, Target::Emulated { .. }) {
         return Err("--algo auto: emulated ranks have no plan; name algorithms or use all".into());
     }
-    let sweep = Sweep { dtypes: harness::parse_dtypes(&args.dtype)?, algos, max_bytes: args.max_bytes, calls: args.calls, seed: args.seed, quiet: args.quiet };
+    let dtypes = harness::parse_dtypes(&args.dtype)?;
+    harness::holds_an_element("-e", args.max_bytes, &dtypes)?;
+    let sweep = Sweep { dtypes, algos, max_bytes: args.max_bytes, calls: args.calls, seed: args.seed, quiet: args.quiet };
     match (&args.plan_topology, &target) {
         (None, _) => {
             harness::run_groups(&target, &args.ranks, args.max_bytes, |g| check_group(g, &sweep))?;
@@ -170,6 +172,12 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
             bar.set_message(format!("random calls, seed {}", o.seed));
             bar.set_position(i);
         }
+        // Where the time goes, now and then: a run stopped by its time limit still says.
+        if root && i > 0 && i % PHASE_REPORT_EVERY == 0 {
+            if let Some(p) = g.phase_report() {
+                bar.suspend(|| eprintln!("tpar: after {i} random calls: {p}"));
+            }
+        }
     }
     bar.finish();
     g.barrier()?;
@@ -179,7 +187,7 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
     if !o.quiet {
         let max = tpar::units::human_bytes(o.max_bytes as u64);
         println!(
-            "#  sweep: {} dtypes x {} variants x counts 0..{max} (1 B to {max} by x4, odd tails; of every 8 calls 2 in place, 1 through a caller's stream on GPUs): {sweep_calls} calls, {sweep_s:.1} s",
+            "#  sweep: {} dtypes x {} variants x counts from 0 to {max} (1 B to {max} by x4, odd tails; of every 8 calls 2 in place, 1 through a caller's stream on GPUs): {sweep_calls} calls, {sweep_s:.1} s",
             o.dtypes.len(),
             variants.len()
         );
@@ -189,6 +197,9 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
             o.seed,
             t0.elapsed().as_secs_f64() - sweep_s
         );
+        if let Some(p) = g.phase_report() {
+            println!("#  {p}");
+        }
         println!("#  each call: fresh random inputs, output poisoned, compared with the f64 sum (tpar's algorithms: one rounding, and bitwise with the rank-order f32 sum; hierarchical across islands: bitwise with its island arithmetic, a second rounding allowed; NCCL: a rounding per partial sum); all ranks' outputs compared bitwise");
     }
     for f in failures.iter().take(200) {
@@ -210,6 +221,9 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
         Err("check failed".into())
     }
 }
+
+/// Random calls between two reports of where a group's time went (emulated ranks).
+const PHASE_REPORT_EVERY: u64 = 1000;
 
 /// Mixes the seed for the random sequence so it differs from the sweep's inputs.
 const SEQUENCE_SALT: u64 = 0x5e9_5a17;

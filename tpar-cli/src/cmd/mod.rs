@@ -2,7 +2,10 @@
 //! every kind of rank.
 
 pub mod bench;
+#[cfg(feature = "cuda")]
+pub mod bench_fused;
 pub mod check;
+pub mod doctor;
 pub mod model;
 pub mod plan;
 pub mod selftest;

@@ -181,7 +181,7 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
     let most = args.verify_width as f64;
     if !(1.0..=most).contains(&args.acceptance) {
         return Err(format!(
-            "--acceptance {}: tokens per verify step lie in 1..={} (--verify-width {}: the accepted drafts plus the bonus token)",
+            "--acceptance {}: tokens per verify step lie in 1 to {} (--verify-width {}: the accepted drafts plus the bonus token)",
             args.acceptance, args.verify_width, args.verify_width
         ));
     }

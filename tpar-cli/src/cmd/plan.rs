@@ -17,7 +17,7 @@ use tpar::{DType, Profile, Topology, Transport};
     TPAR_MAX_BYTES=<size>        NCCL above this size\n  \
     TPAR_DISABLE=1               always NCCL\n  \
     TPAR_PROFILE=<file>          tuned profile (same as --profile)\n  \
-    TPAR_BLOCKS=<1..32>|auto     thread blocks per kernel call (for measuring)\n  \
+    TPAR_BLOCKS=<1 to 32>|auto   thread blocks per kernel call (for measuring)\n  \
     TPAR_CHECK_CALLS=0           stop comparing calls across ranks on the GPU\n  \
     TPAR_HOST_PROTOCOL=flags|sentinel|auto  push kernels' protocol over the host transport\n\n\
 Examples:\n  \
@@ -52,7 +52,7 @@ pub struct PlanArgs {
     /// source, nccl_source, bound_us, instead_of}.
     #[arg(long, conflicts_with = "table")]
     pub json: bool,
-    /// Print the decision for sizes 8 B..1 GiB (rows) and world sizes 2..8 (columns), then
+    /// Print the decision for sizes 8 B to 1 GiB (rows) and world sizes 2 to 8 (columns), then
     /// per world each pick's predicted time, NCCL's, the gain and where each number comes
     /// from (with --world N: that world's only).
     #[arg(long)]
@@ -109,17 +109,9 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
         return Ok(());
     }
     let world = args.world.ok_or("--world N is required (or use --table)")?;
-    let most = match (backend, topology.gpu_count()) {
-        (Backend::Cuda, gpus) if gpus > 0 => gpus.min(tpar::workspace::MAX_WORLD),
-        _ => tpar::workspace::MAX_WORLD,
-    };
-    if !(2..=most).contains(&world) {
-        return Err(format!("--world {world}: expected 2..={most} ranks ({})", if most < tpar::workspace::MAX_WORLD {
-            format!("{} has {most} GPUs, one rank each", topology.name)
-        } else {
-            "tpar runs 2..=16 ranks on one host".to_string()
-        }));
-    }
+    // Every world a communicator accepts (2 to 16), even beyond the topology's GPUs: the
+    // plan's own rule answers those (NCCL, and the reason says why; docs/plan.md).
+    crate::harness::check_world(world)?;
     let bytes = args.bytes.ok_or("--bytes B is required (or use --table)")?;
     if let Err(e) = overrides.validate(&topology, world, backend) {
         eprintln!("tpar: warning: a communicator would refuse these settings at init: {e}");

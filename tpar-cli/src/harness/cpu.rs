@@ -6,10 +6,9 @@ use super::{Group, Io, Timing};
 use std::time::Instant;
 use tpar::algorithms::registry::algorithms_on;
 use tpar::plan::{Backend, CaptureMode};
-use tpar::profile::ProfileFingerprint;
-use tpar::testing::{all_inputs, fill_input, is_exact, poison, special_inputs, Special};
+use tpar::testing::{all_inputs, fill_input, poison};
 use tpar::units::Spread;
-use tpar::{Algorithm, Communicator, DType, Element, Topology, Transport};
+use tpar::{Algorithm, Communicator, DType, Element, Transport};
 
 pub struct CpuGroup {
     comm: Communicator,
@@ -56,19 +55,6 @@ impl CpuGroup {
         let all = self.comm.all_gather_bytes(&mine.encode()).map_err(|e| self.ctl(e))?;
         let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
         Ok(Verdict::of(&outcomes, count))
-    }
-
-    fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {
-        let mut ok = true;
-        for kind in Special::ALL {
-            let inputs = special_inputs::<T>(kind, self.comm.world(), count);
-            let mut out = vec![T::from_f32(0.0); count];
-            poison(&mut out);
-            self.comm.all_reduce_with(algo, &inputs[self.comm.rank()], &mut out).map_err(err)?;
-            ok &= is_exact(&out, &inputs);
-        }
-        let all = self.comm.all_gather_bytes(&[u8::from(ok)]).map_err(|e| self.ctl(e))?;
-        Ok(all.iter().all(|b| b.first() == Some(&1)))
     }
 
     fn time_t<T: Element>(&mut self, algo: Algorithm, count: usize, t: Timing) -> Result<Option<Spread>, String> {
@@ -125,16 +111,13 @@ impl Group for CpuGroup {
     fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
         by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
     }
-    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
-        by_dtype!(d, T => self.exact_t::<T>(algo, count))
-    }
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
         by_dtype!(d, T => self.time_t::<T>(algo, count, t))
     }
     fn barrier(&mut self) -> Result<(), String> {
         self.comm.barrier().map_err(err)
     }
-    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
-        ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, self.comm.world(), capture)
+    fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
+        tpar::tune::cpu::start_cpu(&mut self.comm, max_bytes as u64, opts).map_err(|e| self.ctl(e))
     }
 }

@@ -1,15 +1,14 @@
 //! Emulated ranks: N ranks as streams of one GPU ([`tpar::cuda::EmulatedGroup`]), all in
 //! this process. They prove correctness and kernel cost, not interconnect behaviour.
 
-use super::verify::{judge_on, Outcome, Verdict};
+use super::verify::{Judge, Outcome, Verdict};
 use super::{Group, Io, Timing};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::{EmulatedGroup, GroupOptions};
-use tpar::plan::{Backend, CaptureMode};
-use tpar::profile::ProfileFingerprint;
-use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
+use tpar::plan::CaptureMode;
+use tpar::testing::all_inputs;
 use tpar::units::{percentiles, Spread};
 use tpar::{Algorithm, DType, Element, Transport};
 
@@ -79,6 +78,25 @@ pub struct EmulatedRanks {
     pub bufs: Vec<RankBufs>,
     /// The islands `hierarchical` reduces over, normalised (for the verifier).
     pub islands: Vec<Vec<usize>>,
+    /// Where the checked calls' time went, summed over them (see [`Phases`]).
+    phases: Phases,
+}
+
+/// Host time of checked calls by phase, summed: what `tpar check` spends besides the
+/// kernels, printed with its verdict so that a slow run shows where its time went.
+#[derive(Default)]
+struct Phases {
+    calls: u64,
+    /// Generating every rank's inputs.
+    inputs: Duration,
+    /// Uploading inputs and poisoning outputs (each copy and fill synchronises).
+    copies: Duration,
+    /// The all-reduce: enqueue on every rank, then synchronise.
+    run: Duration,
+    /// Downloading every rank's output.
+    download: Duration,
+    /// The references (once per call) and judging every rank's output.
+    judge: Duration,
 }
 
 impl EmulatedRanks {
@@ -102,9 +120,9 @@ impl EmulatedRanks {
         if let Some(ns) = skew_ns {
             // Fixed seed: a failing skewed run can be repeated exactly.
             g.set_skew_for_test(Some((0x5_4e3, ns)));
-            eprintln!("# skewed ranks: random delays of 0..{ns} ns on the device before calls, per rank and call");
+            eprintln!("# skewed ranks: random delays of 0 to {ns} ns on the device before calls, per rank and call");
         }
-        Ok(EmulatedRanks { g, bufs, islands: norm })
+        Ok(EmulatedRanks { g, bufs, islands: norm, phases: Phases::default() })
     }
 
     /// Blocks for a call: 0, the launch policy (`tpar::cuda::launch::blocks_for`, which
@@ -114,8 +132,9 @@ impl EmulatedRanks {
     }
 
     /// Uploads every rank's input of `inputs`, poisons the outputs, runs `algo`, and judges
-    /// every rank's output (the inputs themselves, in place).
+    /// every rank's output (the inputs themselves, in place) against one reference.
     fn run_and_judge<T: Element>(&mut self, algo: Algorithm, inputs: &[Vec<T>], count: usize, in_place: bool) -> Result<Vec<Outcome>, String> {
+        let t = Instant::now();
         for (b, x) in self.bufs.iter().zip(inputs) {
             b.input.upload(x).map_err(err)?;
             b.output.fill_u32(POISON_WORD).map_err(err)?;
@@ -123,35 +142,36 @@ impl EmulatedRanks {
         let (i, o) = ptrs(&self.bufs);
         let o = if in_place { i.clone() } else { o };
         let blocks = self.blocks(count * T::DTYPE.size());
+        let t_run = Instant::now();
         self.g.all_reduce(algo, T::DTYPE, count, &i, &o, blocks).map_err(|e| format!("{algo} {} count {count}: {e}", T::DTYPE))?;
-        self.bufs
+        let t_download = Instant::now();
+        let outs = self
+            .bufs
             .iter()
             .map(|b| {
                 let mut out = vec![T::from_f32(0.0); count];
                 (if in_place { &b.input } else { &b.output }).download(&mut out).map_err(err)?;
-                Ok(judge_on(&out, inputs, algo, &self.islands))
+                Ok(out)
             })
-            .collect()
+            .collect::<Result<Vec<_>, String>>()?;
+        let t_judge = Instant::now();
+        let judge = Judge::new(inputs, algo, &self.islands);
+        let outcomes = outs.iter().map(|out| judge.outcome(out)).collect();
+        let p = &mut self.phases;
+        p.copies += t_run - t;
+        p.run += t_download - t_run;
+        p.download += t_judge - t_download;
+        p.judge += t_judge.elapsed();
+        Ok(outcomes)
     }
 
     fn checked_t<T: Element>(&mut self, algo: Algorithm, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        let t = Instant::now();
         let inputs = all_inputs::<T>(seed, call, self.g.world(), count);
+        self.phases.inputs += t.elapsed();
+        self.phases.calls += 1;
         let outcomes = self.run_and_judge(algo, &inputs, count, io == Io::InPlace)?;
         Ok(Verdict::of(&outcomes, count))
-    }
-
-    fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {
-        let mut ok = true;
-        for kind in Special::ALL {
-            let inputs = special_inputs::<T>(kind, self.g.world(), count);
-            self.run_and_judge(algo, &inputs, count, false)?;
-            for b in &self.bufs {
-                let mut out = vec![T::from_f32(0.0); count];
-                b.output.download(&mut out).map_err(err)?;
-                ok &= is_exact(&out, &inputs);
-            }
-        }
-        Ok(ok)
     }
 
     /// Per-call microseconds per timed iteration; `algo` None times the empty kernel (the
@@ -250,9 +270,6 @@ impl Group for EmulatedRanks {
         }
         by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
     }
-    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
-        by_dtype!(d, T => self.exact_t::<T>(algo, count))
-    }
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
         let mut s = self.time_op(Some(algo), d, count, t)?;
         Ok(Some(percentiles(&mut s)))
@@ -260,11 +277,28 @@ impl Group for EmulatedRanks {
     fn barrier(&mut self) -> Result<(), String> {
         self.g.synchronize().map_err(err)
     }
-    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
-        ProfileFingerprint::new(&tpar::Topology::discover(), None, Backend::Cuda, self.g.world(), capture)
+    fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
+        let settings = tpar::Settings::from_env().map_err(err)?;
+        tpar::cuda::tune_emulated::start_emulated(&mut self.g, max_bytes, &settings, opts).map_err(err)
     }
     fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
         Some(super::peer::Site::Emulated { device: self.g.device(), world: self.g.world() })
+    }
+    fn phase_report(&self) -> Option<String> {
+        let p = &self.phases;
+        let n = p.calls.max(1) as f64;
+        let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
+        (p.calls > 0).then(|| {
+            format!(
+                "host time per checked call ({} calls): inputs {:.3} ms, upload + poison {:.3} ms, all-reduce + sync {:.3} ms, download {:.3} ms, judge {:.3} ms",
+                p.calls,
+                ms(p.inputs),
+                ms(p.copies),
+                ms(p.run),
+                ms(p.download),
+                ms(p.judge)
+            )
+        })
     }
 }
 

@@ -8,9 +8,8 @@ use super::{launch, Group, Io, Timing};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event, Graph, Stream};
 use tpar::cuda::{GpuCommunicator, GpuOptions};
-use tpar::plan::{Backend, CaptureMode};
-use tpar::profile::ProfileFingerprint;
-use tpar::testing::{all_inputs, is_exact, special_inputs, Special};
+use tpar::plan::CaptureMode;
+use tpar::testing::all_inputs;
 use tpar::units::Spread;
 use tpar::{Algorithm, DType, Element, Transport};
 
@@ -61,6 +60,10 @@ impl GpuGroup {
     }
 
     fn join_with(mut cfg: tpar::Config, max_bytes: usize, shared: Option<&tpar::Topology>) -> Result<GpuGroup, String> {
+        if super::tune_at_join_off() {
+            // `tpar tune` runs its own start once the ranks joined.
+            cfg.tune = tpar::settings::Tune::Off;
+        }
         if let Some(t) = super::gpu_transport() {
             // `--transport host`: every rank parses the same arguments, so all agree.
             cfg.overrides.transport = Some(t);
@@ -127,22 +130,6 @@ impl GpuGroup {
             out_buf.download(&mut out).map_err(err)?;
         }
         Ok(judge_on(&out, &inputs, used, &self.comm.islands()))
-    }
-
-    fn exact_t<T: Element>(&mut self, algo: Algorithm, count: usize) -> Result<bool, String> {
-        let mut ok = true;
-        for kind in Special::ALL {
-            let inputs = special_inputs::<T>(kind, self.comm.world(), count);
-            self.input.upload(&inputs[self.comm.rank()]).map_err(err)?;
-            self.output.fill_u32(POISON_WORD).map_err(err)?;
-            // SAFETY: both buffers hold max_bytes >= count * T's size and live past synchronize.
-            unsafe { self.comm.all_reduce_with(algo, T::DTYPE, count, self.input.ptr, self.output.ptr, CaptureMode::Eager) }.map_err(err)?;
-            self.comm.synchronize().map_err(err)?;
-            let mut out = vec![T::from_f32(0.0); count];
-            self.output.download(&mut out).map_err(err)?;
-            ok &= is_exact(&out, &inputs);
-        }
-        Ok(ok)
     }
 
     /// Per-call microseconds on this rank, one value per timed iteration.
@@ -258,10 +245,6 @@ impl Group for GpuGroup {
         let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
         Ok(Verdict::of(&outcomes, count))
     }
-    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String> {
-        let ok = by_dtype!(d, T => self.exact_t::<T>(algo, count)?);
-        Ok(self.comm.all_gather_bytes(&[u8::from(ok)]).map_err(err)?.iter().all(|b| b.first() == Some(&1)))
-    }
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
         let times = self.time_local(algo, d, count, t)?;
         Ok(self.comm.gather_bytes(&super::encode_times(&times)).map_err(err)?.map(|all| super::slowest(&times, &all)))
@@ -269,8 +252,9 @@ impl Group for GpuGroup {
     fn barrier(&mut self) -> Result<(), String> {
         self.comm.barrier().map_err(err)
     }
-    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint {
-        ProfileFingerprint::new(self.comm.topology(), None, Backend::Cuda, self.comm.world(), capture)
+    fn tune(&mut self, opts: tpar::tune::StartOptions, _max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
+        // The workspace's size (the largest message) was fixed when the ranks joined.
+        self.comm.tune_with(opts).cloned().map_err(err)
     }
     fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
         Some(super::peer::Site::Rank { comm: &mut self.comm, shared: self.shared.is_some() })

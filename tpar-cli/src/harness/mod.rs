@@ -30,6 +30,8 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod emulated;
 #[cfg(feature = "cuda")]
+pub mod fused;
+#[cfg(feature = "cuda")]
 pub mod gpu;
 pub mod launch;
 pub mod output;
@@ -42,21 +44,46 @@ pub mod verify;
 use clap::Args;
 use tpar::algorithms::registry::{algorithms_emulated, algorithms_on, spec};
 use tpar::plan::{Backend, CaptureMode};
-use tpar::profile::ProfileFingerprint;
 use tpar::units::Spread;
 use tpar::{Algorithm, DType, Transport};
 pub use verify::Verdict;
 
-/// `-b`, `-e`, `--sequence`: the one size grammar of `tpar::units` (`42K`, `1.5M`, `1KiB`).
+/// Every size of a call on the command line (`-b`, `-e`, `--bytes`, `--sequence`, in every
+/// command): the one size grammar of `tpar::units` (`42K`, `1.5M`, `1KiB`), and positive: a
+/// 0-byte all-reduce moves nothing to measure, check, plan or simulate.
 pub fn size(s: &str) -> Result<usize, String> {
-    tpar::units::parse_size(s).map_err(|e| e.to_string())
+    match tpar::units::parse_size(s).map_err(|e| e.to_string())? {
+        0 => Err(format!("bad size {s:?}: must be positive")),
+        n => Ok(n),
+    }
+}
+
+/// `-c`: 0 or 1 (clap's own range check would print `0..=1`).
+pub fn zero_or_one(s: &str) -> Result<u8, String> {
+    match s.trim() {
+        "0" => Ok(0),
+        "1" => Ok(1),
+        other => Err(format!("{other:?}: expected 0 or 1")),
+    }
+}
+
+/// Refuses a size (`flag`'s value) that holds no element of some datatype in `dtypes`: its
+/// table would be empty.
+pub fn holds_an_element(flag: &str, bytes: usize, dtypes: &[DType]) -> Result<(), String> {
+    match dtypes.iter().filter(|d| d.size() > bytes).max_by_key(|d| d.size()) {
+        Some(d) => Err(format!(
+            "{flag} {bytes}: smaller than one {d} element ({} B); every size must hold at least one element of each datatype",
+            d.size()
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Where the ranks run and how many there are; the same flags in `bench`, `check`, `tune`.
 #[derive(Args, Debug, Clone)]
 pub struct RankArgs {
     /// Ranks (world size): rank processes to start. Default, everywhere: one per GPU on the
-    /// cuda backend; one per core, 2..8, on cpu. Ignored under an outside launcher
+    /// cuda backend; one per core, 2 to 8, on cpu. Ignored under an outside launcher
     /// (TPAR_WORLD_SIZE is the world then)
     #[arg(long = "world", visible_alias = "ranks", value_name = "N")]
     pub world: Option<usize>,
@@ -133,6 +160,20 @@ impl Target {
 /// message suggests `--emulate-ranks` to a command that refuses it.
 static EMULATE_OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
+/// Set by `tpar tune`: GPU rank processes join with `TPAR_TUNE=off` (the command runs its
+/// own start of the tune once they joined, under its own budget).
+static TUNE_AT_JOIN_OFF: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+
+/// Makes GPU rank processes of this command join without their first-use tune.
+pub fn no_tune_at_join() {
+    let _ = TUNE_AT_JOIN_OFF.set(());
+}
+
+/// Whether [`no_tune_at_join`] was called.
+pub fn tune_at_join_off() -> bool {
+    TUNE_AT_JOIN_OFF.get().is_some()
+}
+
 /// `--transport host` for GPU rank processes, once [`RankArgs::gpu_transport`] saw it.
 static GPU_TRANSPORT: std::sync::OnceLock<Transport> = std::sync::OnceLock::new();
 
@@ -152,13 +193,13 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
-/// `2..=16`, or why not.
+/// 2 to 16 ranks, or why not.
 pub fn check_world(world: usize) -> Result<(), String> {
     let max = tpar::workspace::MAX_WORLD;
     if (2..=max).contains(&world) {
         Ok(())
     } else {
-        Err(format!("--world {world}: tpar runs 2..={max} ranks on one host"))
+        Err(format!("--world {world}: tpar runs 2 to {max} ranks on one host"))
     }
 }
 
@@ -235,7 +276,7 @@ impl RankArgs {
         }
     }
 
-    /// The world size: `--world`, else the one default rule (one per GPU; one per core, 2..8).
+    /// The world size: `--world`, else the one default rule (one per GPU; one per core, 2 to 8).
     pub fn world(&self, target: &Target) -> Result<usize, String> {
         if let Some(w) = self.world {
             return Ok(w);
@@ -287,10 +328,22 @@ pub fn parse_algos(s: &str, target: &Target) -> Result<Vec<Option<Algorithm>>, S
 
 /// `-d`: `all` or a comma list of float, half, bfloat16.
 pub fn parse_dtypes(s: &str) -> Result<Vec<DType>, String> {
+    let names = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+    let expected = || format!("expected one of {names}, a comma list of them (float,bfloat16), or all");
     if s.trim() == "all" {
         return Ok(DType::ALL.to_vec());
     }
-    s.split(',').map(|d| d.parse::<DType>().map_err(|e| e.to_string())).collect()
+    let mut v: Vec<DType> = Vec::new();
+    for item in s.split(',').map(str::trim) {
+        if item == "all" {
+            return Err(format!("-d {s:?}: `all` stands alone; {}", expected()));
+        }
+        let d = item.parse::<DType>().map_err(|_| format!("-d {item:?}: unknown datatype; {}", expected()))?;
+        if !v.contains(&d) {
+            v.push(d);
+        }
+    }
+    Ok(v)
 }
 
 /// `--mode`: eager, graph or both; `None` is the target's default.
@@ -392,19 +445,22 @@ pub trait Group {
     /// One call on fresh random inputs of every rank (`seed`, `call`), output poisoned,
     /// judged by the one verifier and agreed by every rank. `algo` None: the plan's pick.
     fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String>;
-    /// Bit-exact on inputs whose sums are exact in any order, on every rank.
-    fn exact(&mut self, d: DType, algo: Algorithm, count: usize) -> Result<bool, String>;
     /// Per-call microseconds: per iteration the slowest rank; the root gets the spread.
     fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String>;
     fn barrier(&mut self) -> Result<(), String>;
-    /// The fingerprint a tuned profile of this group carries.
-    fn fingerprint(&self, capture: CaptureMode) -> ProfileFingerprint;
     /// Where the ranks are, for timing another project's kernel beside tpar's (`bench
     /// --compare`); `None` where no peer runs (CPU ranks).
     #[cfg(feature = "cuda")]
     fn peer_site(&mut self) -> Option<peer::Site<'_>> {
         None
     }
+    /// Where checked calls spent their time, where the group measures it (emulated ranks).
+    fn phase_report(&self) -> Option<String> {
+        None
+    }
+    /// One start of this machine's tune on this group (the library's one tuner:
+    /// `tpar::tune`), for messages up to `max_bytes`; the same outcome on every rank.
+    fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String>;
 }
 
 /// Runs `body` on each group of `target`: in this process for emulated ranks (one group per

@@ -1,5 +1,7 @@
 //! Output files (`--json`, `--csv`, `--svg`, `tune -o`): checked before the run starts, so a
-//! typo in a path fails at once instead of after minutes of measuring, and written once.
+//! typo in a path fails at once instead of after minutes of measuring. `--json` and `--csv`
+//! are rewritten as points are measured, marked incomplete until the run ends, so an
+//! interrupted run keeps what it measured; every write replaces the file at once.
 
 use std::path::Path;
 use tpar::report::Record;
@@ -51,12 +53,34 @@ pub struct BenchRecord {
     pub inner: usize,
 }
 
-pub fn write_json(p: &Path, records: &[BenchRecord]) -> Result<(), String> {
-    let s = serde_json::to_string_pretty(records).map_err(|e| e.to_string())?;
-    std::fs::write(p, s).map_err(|e| format!("writing {}: {e}", p.display()))
+/// Replaces `p`'s contents at once: a temporary file beside it, then a rename, so a run
+/// stopped mid-write leaves the previous complete file, never half of one.
+fn write_atomic(p: &Path, contents: &str) -> Result<(), String> {
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = p.with_file_name(format!(".{name}.tpar-{}", std::process::id()));
+    std::fs::write(&tmp, contents).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, p).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("writing {}: {e}", p.display())
+    })
 }
 
-pub fn write_csv(p: &Path, records: &[BenchRecord]) -> Result<(), String> {
+/// The records as JSON; with `incomplete`, every record says so (`"incomplete": true`),
+/// which readers of the plain records ignore.
+fn json_of(records: &[BenchRecord], incomplete: bool) -> Result<String, String> {
+    let mut v = serde_json::to_value(records).map_err(|e| e.to_string())?;
+    if incomplete {
+        for r in v.as_array_mut().into_iter().flatten() {
+            if let Some(o) = r.as_object_mut() {
+                o.insert("incomplete".into(), serde_json::Value::Bool(true));
+            }
+        }
+    }
+    serde_json::to_string_pretty(&v).map_err(|e| e.to_string())
+}
+
+/// The records as CSV; with `incomplete`, a last line says that the run stopped early.
+fn csv_of(records: &[BenchRecord], incomplete: bool) -> String {
     let mut s = String::from("algorithm,backend,dtype,world,bytes,count,time_us,p10_us,p90_us,algbw,busbw,wrong,mode\n");
     for g in records {
         let r = &g.record;
@@ -65,7 +89,35 @@ pub fn write_csv(p: &Path, records: &[BenchRecord]) -> Result<(), String> {
             r.algorithm, r.backend, r.dtype, r.world, r.bytes, r.count, r.time_us, r.p10_us, r.p90_us, r.algbw, r.busbw, r.wrong, g.mode
         ));
     }
-    std::fs::write(p, s).map_err(|e| format!("writing {}: {e}", p.display()))
+    if incomplete {
+        s.push_str(INCOMPLETE_CSV_LINE);
+        s.push('\n');
+    }
+    s
+}
+
+/// The last line of the CSV of a run that has not finished (or never will: it was stopped).
+pub const INCOMPLETE_CSV_LINE: &str = "# incomplete: the run stopped before every point was measured; these rows are the points measured until then";
+
+pub fn write_json(p: &Path, records: &[BenchRecord]) -> Result<(), String> {
+    write_atomic(p, &json_of(records, false)?)
+}
+
+pub fn write_csv(p: &Path, records: &[BenchRecord]) -> Result<(), String> {
+    write_atomic(p, &csv_of(records, false))
+}
+
+/// While a run measures: rewrites `--json` and `--csv` with every record so far, marked
+/// incomplete, so that a run stopped by Ctrl-C, SIGTERM or a failed rank leaves what it
+/// measured. The run's end writes the complete files ([`write_json`], [`write_csv`]).
+pub fn write_progress(json: Option<&Path>, csv: Option<&Path>, records: &[BenchRecord]) -> Result<(), String> {
+    if let Some(p) = json {
+        write_atomic(p, &json_of(records, true)?)?;
+    }
+    if let Some(p) = csv {
+        write_atomic(p, &csv_of(records, true))?;
+    }
+    Ok(())
 }
 
 /// One curve per algorithm: graph timings where measured (what a serving engine sees).
@@ -89,6 +141,31 @@ mod tests {
         let e = check_writable("--json", &dir.join("no/such/x.json")).unwrap_err();
         assert!(e.contains("does not exist"), "{e}");
         assert!(check_writable("--svg", &dir).unwrap_err().contains("is a folder"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn progress_files_are_marked_incomplete_and_the_final_ones_are_not() {
+        let dir = std::env::temp_dir().join(format!("tpar-cli-progress-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (j, c) = (dir.join("r.json"), dir.join("r.csv"));
+        let rec = BenchRecord {
+            record: Record::measured(tpar::Algorithm::OneshotPush, "cpu", tpar::DType::F32, 2, 256, (3.0, 2.0, 4.0), 0),
+            mode: CaptureMode::Eager,
+            inner: 1,
+        };
+        write_progress(Some(&j), Some(&c), std::slice::from_ref(&rec)).unwrap();
+        let v: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        assert_eq!(v[0]["incomplete"], serde_json::Value::Bool(true));
+        let back: Vec<Record> = serde_json::from_str(&std::fs::read_to_string(&j).unwrap()).unwrap();
+        assert_eq!(back[0], rec.record, "readers of plain records still read them");
+        assert!(std::fs::read_to_string(&c).unwrap().trim_end().ends_with(INCOMPLETE_CSV_LINE));
+        write_json(&j, std::slice::from_ref(&rec)).unwrap();
+        write_csv(&c, &[rec]).unwrap();
+        assert!(!std::fs::read_to_string(&j).unwrap().contains("incomplete"));
+        assert!(!std::fs::read_to_string(&c).unwrap().contains("incomplete"));
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "no temporary files left: {left:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

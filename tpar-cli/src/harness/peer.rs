@@ -61,7 +61,7 @@ pub fn parse(s: &str) -> Result<Vec<PeerSpec>, String> {
         };
         match name {
             "vllm" => {
-                let lib = lib.or_else(|| tpar::settings::vllm_lib()).unwrap_or_else(|| PathBuf::from(VLLM_DEFAULT_LIB));
+                let lib = lib.or_else(tpar::settings::vllm_lib).unwrap_or_else(|| PathBuf::from(VLLM_DEFAULT_LIB));
                 v.push(PeerSpec { name: name.into(), lib });
             }
             "flashinfer" | "b12x" => {

@@ -86,7 +86,8 @@ pub fn summary(records: &[BenchRecord], pick: &mut dyn FnMut(CaptureMode, DType,
         );
     }
     let n = records.len().max(1) as f64;
-    println!("# Avg bus bandwidth    : {:.4} GB/s", records.iter().map(|g| g.record.busbw).sum::<f64>() / n);
+    // `+ 0.0`: an empty f64 sum is -0.0, which would print as -0.0000.
+    println!("# Avg bus bandwidth    : {:.4} GB/s", records.iter().map(|g| g.record.busbw).sum::<f64>() / n + 0.0);
 }
 
 /// `--sequence`: one line per algorithm and mode, us per step.

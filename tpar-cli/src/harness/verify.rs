@@ -4,7 +4,7 @@
 //! within the f64 reference's bound); NCCL rounds every partial sum in half and bf16, so it
 //! is held to the bound for that. All ranks' outputs must be bitwise identical.
 
-use tpar::testing::{bit_diffs, count_wrong, count_wrong_islands, count_wrong_stepwise, digest, expected, expected_islands};
+use tpar::testing::{bit_diffs, digest, expected_islands, Reference};
 use tpar::{Algorithm, Element};
 
 /// Written into outputs before each checked call: a NaN in every lane width (f32, f16,
@@ -40,12 +40,37 @@ pub fn judge<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm) -> Outco
 /// rounded to the dtype, then added in island order) bit for bit, within the f64 bound
 /// that allows the second rounding.
 pub fn judge_on<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>]) -> Outcome {
-    let (wrong, inexact) = match used {
-        Algorithm::Nccl => (count_wrong_stepwise(out, inputs), 0),
-        Algorithm::Hierarchical if islands.len() > 1 => (count_wrong_islands(out, inputs), bit_diffs(out, &expected_islands(inputs, islands))),
-        _ => (count_wrong(out, inputs), bit_diffs(out, &expected(inputs))),
-    };
-    Outcome { algo: used, wrong, inexact, digest: digest(out) }
+    Judge::new(inputs, used, islands).outcome(out)
+}
+
+/// The references of one call, computed once from every rank's inputs and then held
+/// against each rank's output: where one process judges every rank's output (emulated
+/// ranks), judging costs one reference per call instead of one per rank.
+pub struct Judge<T> {
+    used: Algorithm,
+    reference: Reference<T>,
+    /// `hierarchical` across islands: its own exact arithmetic.
+    islands: Option<Vec<T>>,
+}
+
+impl<T: Element> Judge<T> {
+    /// The references for a call of `used` on `inputs`, the ranks forming `islands` (as in
+    /// [`judge_on`]).
+    pub fn new(inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>]) -> Judge<T> {
+        let islands = (used == Algorithm::Hierarchical && islands.len() > 1).then(|| expected_islands(inputs, islands));
+        Judge { used, reference: Reference::new(inputs), islands }
+    }
+
+    /// One rank's output judged (see [`judge_on`]).
+    pub fn outcome(&self, out: &[T]) -> Outcome {
+        let r = &self.reference;
+        let (wrong, inexact) = match (self.used, &self.islands) {
+            (Algorithm::Nccl, _) => (r.count_wrong_stepwise(out), 0),
+            (Algorithm::Hierarchical, Some(isl)) => (r.count_wrong_islands(out), bit_diffs(out, isl)),
+            _ => (r.count_wrong(out), bit_diffs(out, &r.exact)),
+        };
+        Outcome { algo: self.used, wrong, inexact, digest: digest(out) }
+    }
 }
 
 /// What all ranks gave for one checked call.
@@ -107,7 +132,7 @@ impl Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tpar::testing::all_inputs;
+    use tpar::testing::{all_inputs, count_wrong, count_wrong_islands, count_wrong_stepwise, expected};
 
     #[test]
     fn the_exact_sum_passes_and_a_flipped_bit_does_not() {
@@ -124,6 +149,27 @@ mod tests {
         let round = Outcome::decode(&o.encode(), 100);
         assert_eq!((round.digest, round.algo), (o.digest, o.algo));
         assert!(Verdict::of(&[o, o], 100).ok());
+    }
+
+    #[test]
+    fn one_judge_per_call_counts_as_the_functions_do() {
+        use tpar::algorithms::hierarchical::{from_sizes, normalize};
+        let inputs = all_inputs::<half::f16>(5, 6, 8, 300);
+        let isl = normalize(&from_sizes(&[3, 5]), 8).unwrap();
+        let mut off = expected(&inputs);
+        off[3] = half::f16::from_f32(off[3].to_f32() + 0.5);
+        for algo in [Algorithm::OneshotPush, Algorithm::Nccl, Algorithm::Hierarchical] {
+            let j = Judge::new(&inputs, algo, &isl);
+            for out in [expected(&inputs), expected_islands(&inputs, &isl), off.clone()] {
+                let o = j.outcome(&out);
+                let want = match algo {
+                    Algorithm::Nccl => (count_wrong_stepwise(&out, &inputs), 0),
+                    Algorithm::Hierarchical => (count_wrong_islands(&out, &inputs), bit_diffs(&out, &expected_islands(&inputs, &isl))),
+                    _ => (count_wrong(&out, &inputs), bit_diffs(&out, &expected(&inputs))),
+                };
+                assert_eq!((o.wrong, o.inexact), want, "{algo}");
+            }
+        }
     }
 
     #[test]

@@ -1,40 +1,73 @@
-//! Model checks of the protocols over all interleavings (loom), on the real algorithm code:
-//! the algorithms are generic over the word type, so here they run over loom's atomics,
-//! which explore every ordering the C11 memory model allows, relaxed clears included.
-//! A violated buffer-reuse rule shows up as a wrong sum or a stale word being read.
+//! Model checks of the CPU protocols with loom, on the real algorithm code: the algorithms
+//! are generic over the word type, so here they run over a word made of loom's primitives.
+//!
+//! What is covered, exactly: two ranks (world 2), f32, calls of 1 to 16 elements, three or
+//! four calls in a row per test (buffer reuse across parities, barriers across epoch wrap,
+//! algorithms mixed in one workspace), one chunk per call. loom explores every interleaving
+//! of the two rank threads with at most two preemptions (`preemption_bound = 2`), and for
+//! the flags every value the C11 memory model lets an acquire or relaxed load see. Wider
+//! worlds, other dtypes, multi-chunk calls and deeper preemption are covered by the
+//! process-level tests (`tests/cpu_*.rs`), not by this model.
+//!
+//! Flags (descriptors, barrier slots, the header) are loom atomics. Data words — what the
+//! real code copies and reads plainly (`Word::store_plain`, `Word::view`) — are loom
+//! `UnsafeCell`s, so loom checks each plain access against the others: a copy into a slot
+//! that is not ordered after the owner's last read of it (or a read not ordered after the
+//! copy) is a data race, and fails the model even when the value read happens to be right.
+//! A protocol that let a reader see a stale or a next-call word also shows as a wrong sum.
 
 use super::{run_chunk, Algorithm, Call};
-use crate::dtype::{unpack_into, DType, Element};
+use crate::dtype::{unpack_into, DType, Element, EMPTY};
 use std::borrow::Cow;
 use crate::error::Result;
 use crate::protocol::{Desc, Phase, Wait, Word};
 use crate::workspace::{Layout, Workspace};
+use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicU64;
 use loom::sync::Arc;
 use std::sync::atomic::Ordering;
 
-impl Word for AtomicU64 {
+/// One workspace word for the model: its flag half is used by the atomic verbs, its data
+/// half by the plain ones. No word of the workspace is used both ways (flags and data lie in
+/// separate regions); `Workspace::init`'s relaxed store of the empty word to every word is
+/// the data half's initial value.
+struct LoomWord {
+    flag: AtomicU64,
+    data: UnsafeCell<u64>,
+}
+
+impl LoomWord {
+    fn new() -> LoomWord {
+        LoomWord { flag: AtomicU64::new(0), data: UnsafeCell::new(EMPTY) }
+    }
+}
+
+// SAFETY: the data half is shared between the rank threads on purpose: that sharing is
+// what the model checks. loom tracks every `with` / `with_mut` on it and fails the model on
+// any pair of accesses (one a write) not ordered by happens-before, so no race goes unseen.
+unsafe impl Sync for LoomWord {}
+
+impl Word for LoomWord {
     fn load_acquire(&self) -> u64 {
-        self.load(Ordering::Acquire)
+        self.flag.load(Ordering::Acquire)
     }
     fn store_release(&self, v: u64) {
-        self.store(v, Ordering::Release)
+        self.flag.store(v, Ordering::Release)
     }
     fn store_relaxed(&self, v: u64) {
-        self.store(v, Ordering::Relaxed)
+        self.flag.store(v, Ordering::Relaxed)
     }
-    // The bulk verbs as relaxed word accesses: the model checker then sees every word the
-    // real code copies plainly, and a protocol that let a reader see a stale or a next-call
-    // word shows up as a wrong sum.
     fn store_plain<T: Element>(dst: &[Self], src: &[T]) {
         for (d, w) in dst.iter().zip(src.chunks(T::LANES)) {
-            d.store(pack_raw(w), Ordering::Relaxed);
+            // SAFETY: loom's cell: the write is checked against every other access.
+            d.data.with_mut(|p| unsafe { *p = pack_raw(w) });
         }
     }
     fn view<T: Element>(src: &[Self], count: usize) -> Cow<'_, [T]> {
         let mut out = vec![T::from_f32(0.0); count.min(src.len() * T::LANES)];
         for (w, o) in src.iter().zip(out.chunks_mut(T::LANES)) {
-            unpack_into(w.load(Ordering::Relaxed), o);
+            // SAFETY: loom's cell: the read is checked against every other access.
+            unpack_into(w.data.with(|p| unsafe { *p }), o);
         }
         Cow::Owned(out)
     }
@@ -67,11 +100,11 @@ fn check(algos: &'static [Algorithm], n: usize, first_epoch: u32, bound: usize) 
             Ok(l) => l,
             Err(e) => panic!("{e}"),
         };
-        let words: Arc<Vec<AtomicU64>> = Arc::new((0..layout.total).map(|_| AtomicU64::new(0)).collect());
+        let words: Arc<Vec<LoomWord>> = Arc::new((0..layout.total).map(|_| LoomWord::new()).collect());
         if let Ok(ws) = Workspace::new(layout, &words[..]) {
             ws.init(1, first_epoch, crate::protocol::barrier_init(first_epoch));
         }
-        let rank_fn = move |rank: usize, words: Arc<Vec<AtomicU64>>| {
+        let rank_fn = move |rank: usize, words: Arc<Vec<LoomWord>>| {
             let ws = Workspace::new(layout, &words[..]).expect("layout");
             let mut outs = vec![];
             for (k, algo) in algos.iter().enumerate() {
@@ -132,4 +165,41 @@ fn mixed_algorithms_share_the_workspace_safely() {
         u32::MAX,
         2,
     );
+}
+
+/// The model itself must catch a race on the plain copies: a writer that publishes its copy
+/// with a relaxed flag (no release) races with the reader's plain read, although a reader
+/// that saw the flag would often read the right value. This is what the relaxed-atomic
+/// copies of the earlier model let through.
+#[test]
+#[should_panic(expected = "Causality violation")]
+fn a_copy_published_without_release_is_a_data_race() {
+    publish(false);
+}
+
+/// The control: the same exchange published with release is race-free.
+#[test]
+fn a_copy_published_with_release_is_not() {
+    publish(true);
+}
+
+fn publish(release: bool) {
+    loom::model(move || {
+        let words: Arc<Vec<LoomWord>> = Arc::new((0..2).map(|_| LoomWord::new()).collect());
+        let w = words.clone();
+        let writer = loom::thread::spawn(move || {
+            LoomWord::store_plain(&w[1..], &[1.5f32, 2.5]);
+            if release {
+                w[0].store_release(1);
+            } else {
+                w[0].store_relaxed(1);
+            }
+        });
+        while words[0].load_acquire() != 1 {
+            loom::thread::yield_now();
+        }
+        let got = LoomWord::view::<f32>(&words[1..], 2);
+        assert_eq!(&got[..], &[1.5, 2.5]);
+        writer.join().expect("writer");
+    });
 }

@@ -15,7 +15,7 @@ use crate::error::{Error, Result};
 use crate::protocol::{Desc, Phase, Wait, Word, MAX_COUNT};
 use crate::control::ControlPlane;
 use crate::rendezvous::JoinSpec;
-mod shm_workspace;
+pub mod shm_workspace;
 use shm_workspace::ShmWorkspace;
 use crate::transport::shm::ShmSegment;
 use crate::workspace::{hdr, st, Layout, Workspace};
@@ -212,6 +212,13 @@ impl Communicator {
         let (control, joined) = ControlPlane::join::<ShmWorkspace>(&JoinSpec { fingerprint: digest ^ cfg.fingerprint, ..cfg.join_spec() })?;
         let ws = Workspace::new(joined.layout, joined.shm.words())?;
         ws.status(cfg.rank)[st::PID].store_relaxed(std::process::id() as u64);
+        // A chunk's worth of scratch: the layout is bounded (`MAX_WORKSPACE_BYTES`), and a
+        // failed allocation is an error, not an abort.
+        let mut scratch = Vec::new();
+        scratch
+            .try_reserve_exact(joined.layout.cap)
+            .map_err(|e| Error::invalid("workspace", format!("{} words of scratch: {e}", joined.layout.cap)))?;
+        scratch.resize(joined.layout.cap, 0);
         Ok(Communicator {
             dispatch: Dispatch {
                 topology,
@@ -222,7 +229,7 @@ impl Communicator {
             rank: cfg.rank,
             world: cfg.world,
             layout: joined.layout,
-            scratch: vec![0; joined.layout.cap],
+            scratch,
             shm: joined.shm,
             control,
             epoch: joined.first_epoch,
@@ -239,6 +246,11 @@ impl Communicator {
 
     pub fn rank(&self) -> usize {
         self.rank
+    }
+
+    /// The bound on every wait (`Config::timeout`).
+    pub fn timeout(&self) -> std::time::Duration {
+        self.timeout
     }
 
     pub fn world(&self) -> usize {

@@ -8,9 +8,13 @@
 use crate::control::DataPlane;
 use crate::error::{Error, Result};
 use crate::protocol::Word;
+use crate::rendezvous::wire::{is_segment_name, printable, MAX_NAME, MAX_TEXT};
 use crate::rendezvous::JoinSpec;
 use crate::transport::shm::ShmSegment;
-use crate::workspace::{hdr, Layout, Workspace, LAYOUT_VERSION, MAGIC};
+use crate::workspace::{hdr, Layout, Workspace, LAYOUT_VERSION, LINE_WORDS, MAGIC, MAX_WORKSPACE_BYTES, MIN_CAP_WORDS};
+
+/// Bytes of the welcome before the name: size, chunk capacity, first epoch.
+const WELCOME_FIXED: usize = 20;
 
 /// The mapped workspace of a CPU job.
 pub struct ShmWorkspace {
@@ -39,22 +43,33 @@ impl DataPlane for ShmWorkspace {
 
     fn attach(spec: &JoinSpec, p: &[u8]) -> Result<Self> {
         let rank = spec.rank;
-        if p.len() < 20 {
-            return Err(field(rank, "welcome length", ">= 20", p.len()));
+        if p.len() < WELCOME_FIXED {
+            return Err(field(rank, "welcome length", format!("at least {WELCOME_FIXED} bytes"), p.len()));
         }
         let u64_at = |i: usize| u64::from_le_bytes([p[i], p[i + 1], p[i + 2], p[i + 3], p[i + 4], p[i + 5], p[i + 6], p[i + 7]]);
-        let bytes = u64_at(0) as usize;
-        let cap = u64_at(8) as usize;
+        let (bytes, cap) = (u64_at(0), u64_at(8));
         let first_epoch = u32::from_le_bytes([p[16], p[17], p[18], p[19]]);
-        let name = String::from_utf8(p[20..].to_vec()).map_err(|_| field(rank, "shm name", "UTF-8", "invalid bytes"))?;
-        if !name.starts_with("/tpar-") || name.len() > 200 {
-            return Err(field(rank, "shm name", "/tpar-…", name));
+        let name = std::str::from_utf8(&p[WELCOME_FIXED..]).map_err(|_| field(rank, "shm name", "UTF-8", "invalid bytes"))?;
+        if !is_segment_name(name) {
+            return Err(field(rank, "shm name", format!("/tpar-… (letters, digits, dashes) of at most {MAX_NAME} bytes"), printable(name, MAX_TEXT)));
         }
-        let layout = Layout::new(spec.world, cap)?;
+        // Every size is bounded before any arithmetic or allocation uses it: the segment's
+        // size by what tpar ever creates, the chunk by the segment, and the two must agree
+        // with this build's layout exactly (and later with the segment's real size).
+        let bytes = usize::try_from(bytes).ok().filter(|b| *b <= MAX_WORKSPACE_BYTES && b % 8 == 0).ok_or_else(|| {
+            field(rank, "shm size", format!("a multiple of 8 of at most {MAX_WORKSPACE_BYTES} bytes"), bytes)
+        })?;
+        let cap_ok = usize::try_from(cap)
+            .ok()
+            .filter(|c| (MIN_CAP_WORDS..=bytes / 8).contains(c) && c % LINE_WORDS == 0);
+        let Some(cap) = cap_ok else {
+            return Err(field(rank, "cap", format!("{MIN_CAP_WORDS} to {} words, a multiple of {LINE_WORDS}", bytes / 8), cap));
+        };
+        let layout = Layout::new(spec.world, cap).map_err(|e| field(rank, "cap", format!("a layout of {bytes} bytes"), format!("{cap} words ({e})")))?;
         if layout.bytes() != bytes {
-            return Err(field(rank, "shm size", layout.bytes(), bytes));
+            return Err(field(rank, "shm size", format!("{} bytes (the layout of {cap} words at {} ranks)", layout.bytes(), spec.world), bytes));
         }
-        let shm = ShmSegment::open(&name, bytes, rank)?;
+        let shm = ShmSegment::open(name, bytes, rank)?;
         {
             let ws = Workspace::new(layout, shm.words())?;
             let h = ws.header();
@@ -74,6 +89,14 @@ impl DataPlane for ShmWorkspace {
             let world = h[hdr::WORLD].load_acquire();
             if world != spec.world as u64 {
                 return Err(field(rank, "shm world", spec.world, world));
+            }
+            let (h_cap, h_total) = (h[hdr::CAP].load_acquire(), h[hdr::TOTAL].load_acquire());
+            if h_cap != cap as u64 || h_total != layout.total as u64 {
+                return Err(field(rank, "shm cap", format!("{cap} words, {} in all (the welcome)", layout.total), format!("{h_cap} words, {h_total} in all")));
+            }
+            let h_epoch = h[hdr::FIRST_EPOCH].load_acquire();
+            if h_epoch != first_epoch as u64 {
+                return Err(field(rank, "shm first epoch", first_epoch, h_epoch));
             }
         }
         Ok(ShmWorkspace { shm, layout, first_epoch })

@@ -69,9 +69,74 @@ pub struct TparIo {
     pub output: [u64; MAX_RANKS],
 }
 
+/// The fused call's arguments beyond the all-reduce's (all-reduce + residual add + RMSNorm,
+/// docs/cuda.md "Fused"). Twin of `struct TparNorm` in common.cuh. The standalone add-RMSNorm
+/// kernel takes the same (with `TparArgs::input`, `output`, `count` only).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TparNorm {
+    /// Residual input, rows x hidden, 16-byte aligned.
+    pub residual: u64,
+    /// The updated residual, 16-byte aligned (may equal `residual`).
+    pub residual_out: u64,
+    /// RMSNorm weight, `hidden` elements, 16-byte aligned.
+    pub weight: u64,
+    /// Elements per row.
+    pub hidden: u32,
+    /// Epsilon as f32 bits.
+    pub eps_bits: u32,
+}
+
+/// A fused kernel's one argument: the all-reduce's (`output` is the normalised output) and
+/// the norm's. Twin of `struct TparFusedArgs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TparFusedArgs {
+    pub a: TparArgs,
+    pub n: TparNorm,
+}
+
+/// Where a rank's tile sums of squares (fused calls) start in its state buffer: after the
+/// [`TparState`] (common.cuh `TPAR_SCRATCH_OFFSET`).
+pub const SCRATCH_OFFSET: usize = 256;
+/// Vectors in a tile: one warp's (common.cuh `TPAR_TILE_VECS`); a fused call's rows and
+/// two-shot chunks are whole tiles.
+pub const TILE_VECS: usize = 32;
+/// Most tiles in a row the kernels' row sum takes (norm.cuh `TPAR_ROW_TILES_MAX`).
+pub const ROW_TILES_MAX: usize = 128;
+
+/// Bytes of a rank's state buffer: the [`TparState`], then one 8-byte tile word per tile of
+/// the largest message (`slot_vecs` vectors).
+pub fn state_bytes(slot_vecs: usize) -> usize {
+    SCRATCH_OFFSET + slot_vecs.div_ceil(TILE_VECS) * 8
+}
+
 /// What a call's descriptor says besides its count: algorithm code << 4 | dtype code.
 pub fn desc_code(algo: Algorithm, dtype: DType) -> u32 {
     ((algo.code() as u32) << 4) | dtype.code() as u32
+}
+
+/// The descriptor bit of a fused call (all-reduce + residual add + RMSNorm; dtype codes use
+/// the low three bits), so that a rank calling the fused kernel while a peer calls the plain
+/// all-reduce (or the unfused path) gets a Mismatch, never ranks that silently diverge.
+pub const DESC_FUSED: u32 = 0x8;
+
+/// [`desc_code`] of a fused call.
+pub fn fused_desc_code(algo: Algorithm, dtype: DType) -> u32 {
+    desc_code(algo, dtype) | DESC_FUSED
+}
+
+/// Which field two differing calls (`count << 8 | desc_code`, [`pack_call`]) differ in.
+fn differing_field(ours: u64, theirs: u64) -> &'static str {
+    if ours >> 8 != theirs >> 8 {
+        "count"
+    } else if (ours ^ theirs) & u64::from(DESC_FUSED) != 0 {
+        "fused (all-reduce + residual add + RMSNorm, or the all-reduce alone)"
+    } else if (ours ^ theirs) & 0xf != 0 {
+        "dtype"
+    } else {
+        "algorithm"
+    }
 }
 
 /// Decodes a mismatch record's `count << 8 | desc_code`: "oneshot-push bfloat16 count 21504".
@@ -79,8 +144,9 @@ pub fn describe_call(packed: u64) -> (u64, String) {
     let code = packed & 0xff;
     let count = packed >> 8;
     let algo = Algorithm::from_code(code >> 4).map_or("unknown algorithm", |a| a.name());
-    let dtype = DType::from_code(code & 0xf).map_or("unknown dtype", |d| d.name());
-    (count, format!("{algo} {dtype} count {count}"))
+    let dtype = DType::from_code(code & 0x7).map_or("unknown dtype", |d| d.name());
+    let fused = if code & u64::from(DESC_FUSED) != 0 { " fused with add-RMSNorm" } else { "" };
+    (count, format!("{algo}{fused} {dtype} count {count}"))
 }
 
 /// A call as the kernels' descriptors, their mismatch records and checked captures pack it:
@@ -109,9 +175,7 @@ pub fn captured_mismatch(rank: usize, seqs: &[Vec<u64>], (k, differing): (usize,
         None => format!("no call (captured {} calls)", seqs.get(q).map_or(0, Vec::len)),
     };
     let field = match (call(rank), call(peer)) {
-        (Some(a), Some(b)) if a >> 8 != b >> 8 => "count",
-        (Some(a), Some(b)) if (a ^ b) & 0xf != 0 => "dtype",
-        (Some(_), Some(_)) => "algorithm",
+        (Some(a), Some(b)) => differing_field(a, b),
         _ => "number of captured calls",
     };
     crate::Error::Mismatch { rank, peer, field, ours: format!("{} at captured call {k}", at(rank)), theirs: at(peer) }
@@ -127,14 +191,8 @@ pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
             what: format!("rank {} in {} (block {}, call epoch {}); {where_}", rec.peer, phase_name(rec.phase), rec.block, rec.epoch),
         }),
         ERR_MISMATCH => {
-            let ((our_count, ours), (their_count, theirs)) = (describe_call(rec.ours), describe_call(rec.theirs));
-            let field = if our_count != their_count {
-                "count"
-            } else if (rec.ours ^ rec.theirs) & 0xf != 0 {
-                "dtype"
-            } else {
-                "algorithm"
-            };
+            let ((_, ours), (_, theirs)) = (describe_call(rec.ours), describe_call(rec.theirs));
+            let field = differing_field(rec.ours, rec.theirs);
             Some(crate::Error::Mismatch {
                 rank: rec.rank as usize,
                 peer: rec.peer as usize,
@@ -212,6 +270,11 @@ const _: () = {
     assert!(offset_of!(TparState, prev_nvec) == 168);
     assert!(offset_of!(TparState, prev_kind) == 184);
     assert!(size_of::<TparError>() == 48);
+    assert!(size_of::<TparNorm>() == 32);
+    assert!(size_of::<TparFusedArgs>() == 376);
+    assert!(offset_of!(TparFusedArgs, n) == 344);
+    assert!(offset_of!(TparNorm, hidden) == 24);
+    assert!(size_of::<TparState>() <= SCRATCH_OFFSET);
     assert!(offset_of!(TparError, waited_ns) == 24);
     assert!(offset_of!(TparError, theirs) == 40);
 };
@@ -228,6 +291,7 @@ pub fn phase_name(phase: u32) -> &'static str {
         7 => "call-descriptor check",
         8 => "aborted (another thread of this rank failed first)",
         9 => "cross-island poll (hierarchical: that rank's island sum)",
+        10 => "row norm poll (a fused call: this rank's own tile sums of squares)",
         _ => "unknown phase",
     }
 }
@@ -311,6 +375,11 @@ mod tests {
         device_error(&rec, "test").unwrap()
     }
 
+    fn mismatch_codes(ours: u32, theirs: u32) -> crate::Error {
+        let rec = TparError { code: ERR_MISMATCH, rank: 1, peer: 3, phase: 7, epoch: 42, ours: pack_call(100, ours), theirs: pack_call(100, theirs), ..Default::default() };
+        device_error(&rec, "test").unwrap()
+    }
+
     #[test]
     fn mismatch_records_name_the_field_and_both_calls() {
         let e = mismatch((Algorithm::OneshotPush, DType::BF16, 21504), (Algorithm::OneshotPush, DType::F16, 21504));
@@ -323,6 +392,9 @@ mod tests {
         let crate::Error::Mismatch { field, theirs, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::OneshotPush, DType::BF16, 1 << 40)) else { panic!() };
         assert_eq!(field, "count");
         assert!(theirs.ends_with(&format!("count {}", 1u64 << 40)), "{theirs}");
+        let crate::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
+        assert!(field.starts_with("fused"), "{field}");
+        assert!(ours.starts_with("oneshot-push fused with add-RMSNorm bfloat16 count 100"), "{ours}");
         let ok = TparError::default();
         assert!(device_error(&ok, "test").is_none());
         let t = TparError { code: ERR_TIMEOUT, peer: 2, phase: 1, waited_ns: 3_000_000_000, ..Default::default() };

@@ -23,6 +23,7 @@
 use super::driver::{Event, Stream};
 use super::ipc::IpcWorkspace;
 
+use super::fused::{FusedBufs, FusedCall, FusedPath, FusedResolved, FusedRoute};
 use super::launch::Launch;
 pub use super::route::{Resolved, Route, Served};
 use super::nccl::{self, NcclComm};
@@ -77,14 +78,23 @@ pub struct GpuOptions {
 pub struct GpuCommunicator {
     // Dropped first: the watchdog thread writes into the workspace until it is joined.
     watchdog: Watchdog,
-    control: ControlPlane,
-    ws: IpcWorkspace,
+    pub(super) control: ControlPlane,
+    pub(super) ws: IpcWorkspace,
     nccl: std::result::Result<NcclComm, String>,
     nccl_use: NcclUse,
-    topology: Topology,
-    placement: Placement,
-    overrides: Overrides,
-    profile: Option<Profile>,
+    pub(super) topology: Topology,
+    pub(super) placement: Placement,
+    pub(super) overrides: Overrides,
+    /// The profile the plan takes for calls of each capture mode (`tune::mode_index`): the
+    /// first-use tune's tables, or `TPAR_PROFILE`'s in both.
+    pub(super) profiles: [Option<Profile>; 2],
+    /// Candidates this machine's bit-exact screen rejected: never run (the plan's pick of
+    /// one goes to NCCL).
+    pub(super) rejected: Vec<crate::plan::tuned::Rejection>,
+    /// How this start's tune went.
+    pub(super) tune: crate::tune::Outcome,
+    /// What later starts of the tune need from the `Config`.
+    pub(super) tune_ctx: super::tune::TuneContext,
     /// Orders this communicator's stream after a caller's stream ([`Self::wait_for`]).
     after_caller: Event,
     /// Orders a caller's stream after this communicator's calls ([`Self::signal_to`]).
@@ -95,14 +105,16 @@ pub struct GpuCommunicator {
     plans: PlanCache,
     /// Calls resolved so far, per (dtype, bytes, capture mode).
     resolved: HashMap<(DType, u64, CaptureMode), Arc<Resolved>>,
+    /// Fused calls resolved so far, per (dtype, rows, hidden, capture mode).
+    fused_resolved: HashMap<(DType, usize, usize, CaptureMode), Arc<FusedResolved>>,
     /// Whether calls are checked across ranks (TPAR_CHECK_CALLS, on by default).
-    check_calls: bool,
+    pub(super) check_calls: bool,
     /// Between [`begin_capture_check`](Self::begin_capture_check) and
     /// [`end_capture_check`](Self::end_capture_check): every call captured in graph mode,
     /// `count << 8 | desc_code` (the call as the kernels' descriptors would announce it).
     /// Those kernels run with no descriptor; the sequences are compared over the control
     /// plane when the capture ends.
-    captured: Option<Vec<u64>>,
+    pub(super) captured: Option<Vec<u64>>,
 }
 
 impl GpuCommunicator {
@@ -121,12 +133,15 @@ impl GpuCommunicator {
         let mut overrides = cfg.overrides.clone();
         let cap = opts.max_bytes as u64;
         overrides.max_bytes = Some(overrides.max_bytes.map_or(cap, |m| m.min(cap)));
-        let profile = match &overrides.profile {
-            Some(p) => Some(Profile::load(p)?),
-            None => None,
+        // TPAR_PROFILE: a profile of `tpar tune` (one mode) or an entry of the tune cache
+        // (both modes); its contents are part of the plan digest the ranks compare.
+        let profiles = match &overrides.profile {
+            Some(p) => super::tune::load_profiles(p)?,
+            None => [None, None],
         };
         // The control plane alone (no CPU workspace): rendezvous, gather/broadcast, liveness.
-        let fingerprint = cfg.fingerprint ^ plan_fingerprint(&machine, profile.as_ref(), &overrides);
+        let digest = |p: &Option<Profile>| plan_fingerprint(&machine, p.as_ref(), &overrides);
+        let fingerprint = cfg.fingerprint ^ digest(&profiles[0]) ^ digest(&profiles[1]).rotate_left(1);
         let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec { fingerprint, ..cfg.join_spec() })?;
         let device = opts.device.unwrap_or(cfg.rank % machine.gpu_count().max(1));
         let dev = super::driver::Device::open(device)?;
@@ -167,7 +182,7 @@ impl GpuCommunicator {
                 tracing::warn!("tpar: rank {rank}: could not end the calls in flight after rank {peer} died: {e}");
             }
         })?;
-        Ok(GpuCommunicator {
+        let mut comm = GpuCommunicator {
             watchdog,
             after_caller,
             after_calls,
@@ -179,12 +194,24 @@ impl GpuCommunicator {
             topology,
             placement,
             overrides,
-            profile,
+            profiles,
+            rejected: Vec::new(),
+            tune: crate::tune::Outcome::Skipped { why: "not started".into() },
+            tune_ctx: super::tune::TuneContext::of(cfg, opts.max_bytes),
             plans: PlanCache::default(),
             resolved: HashMap::new(),
+            fused_resolved: HashMap::new(),
             check_calls,
             captured: None,
-        })
+        };
+        // This machine's tune: from the cache, measured now, or the defaults (and why).
+        comm.tune_with(crate::tune::StartOptions::first_use(cfg.tune))?;
+        Ok(comm)
+    }
+
+    /// How this start's first-use tune went (`line()`: the one line it printed).
+    pub fn tune_outcome(&self) -> &crate::tune::Outcome {
+        &self.tune
     }
 
     pub fn rank(&self) -> usize {
@@ -264,58 +291,6 @@ impl GpuCommunicator {
         self.nccl.as_ref().map(|_| ()).map_err(|s| s.as_str())
     }
 
-    /// Starts a checked capture: from now until [`end_capture_check`](Self::end_capture_check),
-    /// calls made in graph mode are recorded on the host and launched without a per-call
-    /// descriptor (the kernels then skip the descriptor exchange); eager calls in between keep
-    /// theirs. Every rank must bracket the same capture. Without this bracket, captured calls
-    /// carry descriptors as eager ones do.
-    pub fn begin_capture_check(&mut self) -> Result<()> {
-        self.ws.check_poisoned()?;
-        if self.captured.is_some() {
-            return Err(Error::invalid("capture", "begin_capture_check called twice without end_capture_check"));
-        }
-        if self.check_calls {
-            self.captured = Some(Vec::new());
-        }
-        Ok(())
-    }
-
-    /// Ends a checked capture: every rank's captured call sequence is compared over the
-    /// control plane (a 16-byte digest; the sequences themselves only when digests differ).
-    /// Returns how many calls this rank captured. When the ranks differ, every rank gets
-    /// `Error::Mismatch` naming the first differing call, and the communicator is poisoned
-    /// (the captured graph must not be replayed: its kernels carry no descriptor to catch it).
-    pub fn end_capture_check(&mut self) -> Result<usize> {
-        let Some(seq) = self.captured.take() else {
-            self.ws.check_poisoned()?;
-            return Ok(0);
-        };
-        let digest = |s: &[u64]| {
-            let bytes: Vec<u8> = s.iter().flat_map(|c| c.to_le_bytes()).collect();
-            crate::units::fnv1a64(&bytes)
-        };
-        let mut mine = Vec::with_capacity(16);
-        mine.extend_from_slice(&(seq.len() as u64).to_le_bytes());
-        mine.extend_from_slice(&digest(&seq).to_le_bytes());
-        let all = self.control.all_gather_bytes(&mine)?;
-        if all.iter().all(|d| *d == mine) {
-            return Ok(seq.len());
-        }
-        let bytes: Vec<u8> = seq.iter().flat_map(|c| c.to_le_bytes()).collect();
-        let seqs: Vec<Vec<u64>> = self
-            .control
-            .all_gather_bytes(&bytes)?
-            .iter()
-            .map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect())
-            .collect();
-        let e = match super::abi::first_captured_difference(&seqs) {
-            Some(d) => super::abi::captured_mismatch(self.rank(), &seqs, d),
-            None => Error::invalid("capture", "the captured sequences' digests differ but their calls do not"),
-        };
-        self.ws.poison(e.to_string());
-        Err(e)
-    }
-
     /// The plan's decision for `bytes` of `dtype` in `mode` (logged once under
     /// `TPAR_DEBUG=INFO`), from this communicator's memo.
     pub fn plan(&mut self, dtype: DType, bytes: usize, mode: CaptureMode) -> Arc<Plan> {
@@ -326,10 +301,25 @@ impl GpuCommunicator {
             dtype,
             capture: mode,
             backend: Backend::Cuda,
-            profile: self.profile.as_ref(),
+            profile: self.profiles[super::tune::mode_index(mode)].as_ref(),
             overrides: &self.overrides,
         };
-        self.plans.get(&input)
+        let p = self.plans.get(&input);
+        match self.rejected.iter().find(|r| r.algorithm == p.algorithm) {
+            None => p,
+            Some(r) => Arc::new(Plan {
+                algorithm: Algorithm::Nccl,
+                transport: Transport::Nccl,
+                blocks: 0,
+                reason: format!("{} failed this machine's bit-exact screen ({r}): NCCL (the plan said: {})", p.algorithm, p.reason),
+                predicted_us: p.nccl_us,
+                nccl_us: p.nccl_us,
+                source: p.nccl_source,
+                nccl_source: p.nccl_source,
+                bound_us: None,
+                instead_of: None,
+            }),
+        }
     }
 
     /// The call of `bytes` of `dtype` in `mode`, resolved once (plan, gate, launch shape) and
@@ -527,6 +517,164 @@ impl GpuCommunicator {
         }
     }
 
+    /// The fused call shape of `call` in `mode` (docs/cuda.md "Fused"), resolved once and
+    /// remembered: the plan for x's bytes decides the algorithm; its fused kernel where it
+    /// takes the shape (`fused::fused_unfit`, the same answer on every rank), else the
+    /// all-reduce's own route followed by tpar's add-RMSNorm kernel.
+    pub fn resolve_fused(&mut self, call: &FusedCall, mode: CaptureMode) -> Result<Arc<FusedResolved>> {
+        let key = (call.dtype, call.rows, call.hidden, mode);
+        if let Some(r) = self.fused_resolved.get(&key) {
+            return Ok(Arc::clone(r));
+        }
+        call.validate()?;
+        let ar = self.resolve(call.dtype, call.bytes(), mode)?;
+        let route = match ar.route {
+            Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => {
+                let launch = self.ws.resolve_fused(algorithm, call, ar.plan.blocks)?;
+                FusedRoute::Fused { algorithm, launch, desc_code: super::abi::fused_desc_code(algorithm, call.dtype) }
+            }
+            all_reduce => FusedRoute::Unfused { all_reduce, norm: self.ws.resolve_add_rmsnorm(call)? },
+        };
+        if self.fused_resolved.len() >= RESOLVED_MAX {
+            self.fused_resolved.clear();
+        }
+        let r = Arc::new(FusedResolved { plan: Arc::clone(&ar.plan), route });
+        self.fused_resolved.insert(key, Arc::clone(&r));
+        Ok(r)
+    }
+
+    /// Enqueues a fused all-reduce + residual add + RMSNorm on [`stream`](Self::stream)
+    /// (docs/cuda.md "Fused"): every rank's `bufs.input` summed in rank order, rounded once;
+    /// `residual_out = round(sum + residual)`; `norm_out = round((residual_out * inv_rms) *
+    /// weight)` per row, the sum of squares in a fixed order. Returns the path taken (the
+    /// same bits either way). `residual`, `weight`, `eps` and `hidden` must be the same on
+    /// every rank, as under tensor parallelism.
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce), for every buffer of `bufs` (x, the residual
+    /// and both outputs `call.count()` elements, the weight `call.hidden`).
+    pub unsafe fn all_reduce_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode) -> Result<FusedPath> {
+        let r = self.resolve_fused(call, mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit_fused(None, &r, call, bufs, mode) }
+    }
+
+    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), directly on the caller's
+    /// `stream` (as [`all_reduce_on`](Self::all_reduce_on); a shape whose all-reduce the plan
+    /// gives to the caller's NCCL is refused: ask [`resolve_fused`](Self::resolve_fused)).
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), and `stream` must be a
+    /// live stream of this rank's device (or 0, the legacy stream).
+    pub unsafe fn all_reduce_add_rmsnorm_on(&mut self, stream: u64, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode) -> Result<FusedPath> {
+        let r = self.resolve_fused(call, mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit_fused(Some(stream), &r, call, bufs, mode) }
+    }
+
+    /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm) with `algo` forced, and with
+    /// `unfused` the unfused path even where a fused kernel would take the call (benchmarks:
+    /// the fused kernel against the all-reduce followed by the add-RMSNorm kernel).
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm).
+    pub unsafe fn all_reduce_add_rmsnorm_with(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode, unfused: bool) -> Result<FusedPath> {
+        call.validate()?;
+        let bytes = call.bytes();
+        let planned = self.plan(call.dtype, bytes, mode);
+        let mut p = (*planned).clone();
+        if p.algorithm != algo {
+            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
+            p.algorithm = algo;
+            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
+            p.blocks = 0;
+        }
+        let ar = self.route_of(&p, call.dtype, bytes)?;
+        let route = match ar {
+            Route::Kernel { algorithm, .. } if !unfused && self.ws.fused_unfit(algorithm, call).is_none() => {
+                let launch = self.ws.resolve_fused(algorithm, call, p.blocks)?;
+                FusedRoute::Fused { algorithm, launch, desc_code: super::abi::fused_desc_code(algorithm, call.dtype) }
+            }
+            all_reduce => FusedRoute::Unfused { all_reduce, norm: self.ws.resolve_add_rmsnorm(call)? },
+        };
+        let r = FusedResolved { plan: Arc::new(p), route };
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit_fused(None, &r, call, bufs, mode) }
+    }
+
+    /// tpar's add-RMSNorm kernel alone (no communication) on the caller's `stream`: for a
+    /// caller whose all-reduce ran on its own NCCL (a fused shape routed to the caller's
+    /// NCCL). x = `bufs.input`; in place when `norm_out == input`.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm_on`](Self::all_reduce_add_rmsnorm_on).
+    pub unsafe fn add_rmsnorm_on(&mut self, stream: u64, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.ws.check_poisoned()?;
+        self.ws.device().bind()?;
+        let l = self.ws.resolve_add_rmsnorm(call)?;
+        // SAFETY: the caller vouches for `stream`; swapped back below, and the launch neither
+        // panics nor drops the workspace.
+        let own = unsafe { self.ws.swap_stream(stream as super::driver::sys::CUstream) };
+        let res = self.ws.launch_add_rmsnorm(&l, call, bufs);
+        // SAFETY: `own` is this workspace's own live stream, swapped out above.
+        unsafe { self.ws.swap_stream(own) };
+        res
+    }
+
+    /// Runs a resolved fused call: on `stream` (the caller's) or this communicator's own.
+    ///
+    /// # Safety
+    /// As for [`all_reduce_add_rmsnorm_on`](Self::all_reduce_add_rmsnorm_on).
+    unsafe fn submit_fused(&mut self, stream: Option<u64>, r: &FusedResolved, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode) -> Result<FusedPath> {
+        self.ws.check_poisoned()?;
+        bufs.check(call)?;
+        match r.route {
+            FusedRoute::Fused { algorithm, launch, desc_code } => {
+                if let Some(peer) = self.watchdog.dead_peer() {
+                    let e = Error::PeerDied { rank: self.rank(), peer, during: "an earlier call (seen by this rank's liveness watchdog)".into() };
+                    self.ws.poison(e.to_string());
+                    return Err(e);
+                }
+                self.ws.device().bind()?;
+                let recorded = match (&mut self.captured, mode) {
+                    (Some(seq), CaptureMode::Graph) => {
+                        seq.push(super::abi::pack_call(call.count(), desc_code));
+                        true
+                    }
+                    _ => false,
+                };
+                let desc = if recorded || !self.check_calls { 0 } else { desc_code };
+                let own = stream.map(|s| {
+                    // SAFETY: the caller vouches for `s`; it is swapped back below, and
+                    // launch_fused_resolved neither panics nor drops the workspace.
+                    unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
+                });
+                let res = self.ws.launch_fused_resolved(&launch, desc, call, bufs);
+                if let Some(own) = own {
+                    // SAFETY: `own` is this workspace's own live stream, swapped out above.
+                    unsafe { self.ws.swap_stream(own) };
+                }
+                res.map(|()| FusedPath::Fused(algorithm))
+            }
+            FusedRoute::Unfused { all_reduce, norm } => {
+                let ar = Resolved { plan: Arc::clone(&r.plan), route: all_reduce };
+                // SAFETY: the caller's contract covers x and norm_out for count elements.
+                let algo = unsafe { self.submit(stream, &ar, call.dtype, call.count(), bufs.input, bufs.norm_out, mode) }?;
+                let normed = FusedBufs { input: bufs.norm_out, ..*bufs };
+                let own = stream.map(|s| {
+                    // SAFETY: as above.
+                    unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
+                });
+                let res = self.ws.launch_add_rmsnorm(&norm, call, &normed);
+                if let Some(own) = own {
+                    // SAFETY: `own` is this workspace's own live stream, swapped out above.
+                    unsafe { self.ws.swap_stream(own) };
+                }
+                res.map(|()| FusedPath::Unfused(algo))
+            }
+        }
+    }
+
     /// Raises what is known without waiting: a dead peer (the watchdog), an error a kernel
     /// recorded, or a poisoned state. Cheap (no synchronisation): bindings call it before
     /// every eager call.
@@ -617,10 +765,10 @@ impl GpuCommunicator {
 
 /// The topology's islands over ranks `0..world`, normalised; one island when they do not
 /// partition the ranks (a world past the topology's GPUs).
-fn islands_for(t: &Topology, world: usize) -> Vec<Vec<usize>> {
+pub(super) fn islands_for(t: &Topology, world: usize) -> Vec<Vec<usize>> {
     crate::algorithms::hierarchical::normalize(&t.islands_of(world), world).unwrap_or_else(|_| vec![(0..world).collect()])
 }
 
-fn as_u32(islands: &[Vec<usize>]) -> Vec<Vec<u32>> {
+pub(super) fn as_u32(islands: &[Vec<usize>]) -> Vec<Vec<u32>> {
     islands.iter().map(|i| i.iter().map(|&r| r as u32).collect()).collect()
 }

@@ -92,6 +92,15 @@ impl Device {
         Ok(id.to_string_lossy().into_owned())
     }
 
+    /// The device's UUID as NVML and nvidia-smi write it (`GPU-xxxxxxxx-xxxx-...`): the one id
+    /// of the hardware that neither `CUDA_VISIBLE_DEVICES` nor ordinals change.
+    pub fn uuid(&self) -> Result<String> {
+        let u = cu(|| "cuDeviceGetUuid".into(), self.ctx.uuid())?;
+        let b: Vec<u8> = u.bytes.iter().map(|&c| c as u8).collect();
+        let hex = |r: std::ops::Range<usize>| b[r].iter().map(|x| format!("{x:02x}")).collect::<String>();
+        Ok(format!("GPU-{}-{}-{}-{}-{}", hex(0..4), hex(4..6), hex(6..8), hex(8..10), hex(10..16)))
+    }
+
     /// Lets this device's kernels access `to`'s memory (already enabled is fine).
     pub fn enable_peer_access(&self, to: &Device) -> Result<()> {
         self.bind()?;

@@ -10,7 +10,8 @@
 //! Must never launch a kernel for a subset of ranks except through the explicit test hook,
 //! and never reuse a poisoned group.
 
-use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
+use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparNorm, TparState, MAX_RANKS};
+use super::fused::{fused_unfit, FusedBufs, FusedCall, FusedPath};
 use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
 use super::io_tables::{self, IoTables};
 use super::launch::{self, CallSpec, Launch, Launcher};
@@ -19,6 +20,9 @@ use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
+
+// The fused all-reduce + residual add + RMSNorm on emulated ranks.
+mod fused_calls;
 
 /// Device-side deadline per call when `TPAR_TIMEOUT_MS` is unset: the crate's one default.
 pub const DEFAULT_TIMEOUT: Duration = crate::settings::DEFAULT_TIMEOUT;
@@ -147,7 +151,7 @@ impl EmulatedGroup {
     /// `world` workspaces able to reduce up to `max_bytes` per call, and checks the ABI.
     pub fn new(ordinal: usize, world: usize, max_bytes: usize, opts: GroupOptions) -> Result<Self> {
         if !(2..=MAX_RANKS).contains(&world) {
-            return Err(Error::invalid("world", format!("{world}: emulated groups have 2..={MAX_RANKS} ranks")));
+            return Err(Error::invalid("world", format!("{world}: emulated groups have 2 to {MAX_RANKS} ranks")));
         }
         if !matches!(opts.transport, Transport::P2p | Transport::Host) {
             return Err(Error::Unsupported {
@@ -182,7 +186,8 @@ impl EmulatedGroup {
         for _ in 0..world {
             data.push(Mem::new(&dev, opts.transport, data_bytes)?);
             flags.push(Mem::new(&dev, opts.transport, abi::FLAG_BYTES)?);
-            let st = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
+            // The state, then the fused calls' tile words (norm.cuh), all epoch 0 (see reset).
+            let st = DeviceBuffer::new(&dev, abi::state_bytes(slot_vecs))?;
             st.fill_u32(0)?;
             state.push(st);
             streams.push(Stream::new(&dev)?);
@@ -266,6 +271,8 @@ impl EmulatedGroup {
             self.data[r].fill_prefix(push, word)?;
             self.flags[r].fill_prefix(abi::FLAG_BYTES, epoch)?;
             let st = TparState::at(epoch);
+            // The fused calls' tile words carry the epoch: never the next call's generation.
+            self.state[r].fill_u32(epoch)?;
             self.state[r].upload(std::slice::from_ref(&st))?;
             self.err.write(r * std::mem::size_of::<TparError>(), TparError::default());
         }
@@ -370,6 +377,13 @@ impl EmulatedGroup {
         blocks: u32,
         present: &[bool],
     ) -> Result<()> {
+        self.enqueue_plain(algo, dtype, count, (inputs, outputs), blocks, present, true)
+    }
+
+    /// [`enqueue_ranks`](Self::enqueue_ranks); `may_register`: false for the all-reduce of a
+    /// fused call's unfused path (fused calls keep the copy path).
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_plain(&mut self, algo: Algorithm, dtype: DType, count: usize, (inputs, outputs): (&[u64], &[u64]), blocks: u32, present: &[bool], may_register: bool) -> Result<()> {
         self.check_usable()?;
         if inputs.len() != self.world || outputs.len() != self.world || present.len() != self.world {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
@@ -378,14 +392,15 @@ impl EmulatedGroup {
         // Inside a capture the buffers are registered (their tables flushed when it ends),
         // unless they alias in a way the registered kernel cannot take (one-shot in place).
         let bytes = count.saturating_mul(dtype.size());
-        let registered = self.capturing
+        let registered = may_register
+            && self.capturing
             && self.transport == Transport::P2p
             && launch::registers(algo, bytes, self.launcher.settings().zero_copy)
             && io_tables::may_register(algo, inputs, outputs, bytes);
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
         let io = if registered { Some(io_tables::table(inputs, outputs)) } else { None };
-        self.launch_all(&l, (count, code), (inputs, outputs, io), present)
+        self.launch_all(&l, (count, code), (inputs, outputs, io), present, None)
     }
 
     /// Test hook: on every rank's stream, copies `bytes` from `src[r]` to `dst[r]` (device
@@ -427,14 +442,16 @@ impl EmulatedGroup {
         }
         let all = vec![true; self.world];
         let l = self.launcher.floor(blocks)?;
-        self.launch_all(&l, (1, 0), (inputs, outputs, None), &all)
+        self.launch_all(&l, (1, 0), (inputs, outputs, None), &all, None)
     }
 
     /// `(count, desc_code)`: the call as every rank announces it (see `abi::desc_code`).
     /// Inside a capture the kernels get no descriptor: the host records each rank's call and
     /// checks the sequences across ranks when the capture ends. `io`: the call's registered
-    /// buffers (every rank's input and output, one table for all ranks: one address space).
-    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), (inputs, outputs, io): (&[u64], &[u64], Option<abi::TparIo>), present: &[bool]) -> Result<()> {
+    /// buffers (every rank's input and output, one table for all ranks: one address space;
+    /// never with `norm`). `norm`: the kernel takes the fused arguments, rank r's norm part
+    /// `norm[r]` (fused kernels, tpar's add-RMSNorm).
+    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), (inputs, outputs, io): (&[u64], &[u64], Option<abi::TparIo>), present: &[bool], norm: Option<&[TparNorm]>) -> Result<()> {
         // Eager: fork from and join into the origin stream around every call, so the origin
         // stream carries the collective (and timing events on it cover all ranks). Inside a
         // capture the fork/join happens once around the whole body instead, so each rank's
@@ -461,10 +478,16 @@ impl EmulatedGroup {
             if eager {
                 self.streams[r].wait(&self.fork)?;
             }
-            // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is a live allocation
-            // of this group (or a caller buffer of >= count elements), kept alive by &mut self
-            // until synchronize; the kernel's accesses stay inside the layout in common.cuh.
-            unsafe { launch::launch(l, &self.streams[r], &a)? };
+            match norm.and_then(|n| n.get(r)) {
+                // SAFETY: l.f takes one TparFusedArgs (the callers pair a fused or add-RMSNorm
+                // launch with `norm`); `a` as below, and n's buffers are the caller's, checked
+                // (FusedBufs::check) and kept alive by the caller until synchronize.
+                Some(n) => unsafe { launch::launch_fused(l, &self.streams[r], &TparFusedArgs { a, n: *n })? },
+                // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is a live allocation
+                // of this group (or a caller buffer of >= count elements), kept alive by &mut self
+                // until synchronize; the kernel's accesses stay inside the layout in common.cuh.
+                None => unsafe { launch::launch(l, &self.streams[r], &a)? },
+            }
             if eager {
                 self.streams[r].record(&self.joins[r])?;
                 self.origin.wait(&self.joins[r])?;

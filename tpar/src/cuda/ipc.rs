@@ -15,7 +15,8 @@
 //! segment's welcome bytes, the others' are empty, `connect` maps and registers it, and
 //! [`IpcWorkspace::all_attached`] (after a barrier) removes its name.
 
-use super::abi::{self, TparArgs, TparError, TparState, MAX_RANKS};
+use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparState, MAX_RANKS};
+use super::fused::{fused_unfit, FusedBufs, FusedCall};
 use super::driver::{Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
 use super::host_ws::HostWorkspace;
 use super::launch::{self, CallSpec, Launch, Launcher};
@@ -90,7 +91,8 @@ impl IpcWorkspace {
         // One rank per process: its kernels share the GPU with no other rank of this process.
         let launcher = Launcher::new(&dev, &stream, world, 1, transport, host_protocol, max_bytes, launch)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
-        let state = DeviceBuffer::new(&dev, std::mem::size_of::<TparState>())?;
+        // The state, then the fused calls' tile words (norm.cuh): zero-filled below, epoch 0.
+        let state = DeviceBuffer::new(&dev, abi::state_bytes(slot_vecs))?;
         let err = HostMapped::new(&dev, std::mem::size_of::<TparError>())?;
         let word = abi::EMPTY_WORD;
         let mut data_ptrs = [0u64; MAX_RANKS];
@@ -121,6 +123,7 @@ impl IpcWorkspace {
             flag_ptrs[rank] = flags.ptr;
             Areas::Device { data, flags }
         };
+        state.fill_u32(0)?;
         state.upload(std::slice::from_ref(&TparState::at(0)))?;
         dev.synchronize()?;
         Ok(Self {
@@ -258,7 +261,16 @@ impl IpcWorkspace {
             return Err(Error::invalid("workspace", "connect() first"));
         }
         launch::check_pointers(&[input, output])?;
-        let a = TparArgs {
+        let a = self.call_args(count, input, output, desc_code);
+        // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
+        // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
+        // of >= count elements; the kernel stays inside the layout of common.cuh.
+        unsafe { launch::launch(l, &self.stream, &a) }
+    }
+
+    /// The kernel argument of a call of `count` elements announced as `desc_code`.
+    fn call_args(&self, count: usize, input: u64, output: u64, desc_code: u32) -> TparArgs {
+        TparArgs {
             data: self.data_ptrs,
             flags: self.flag_ptrs,
             state: self.state.ptr,
@@ -274,11 +286,73 @@ impl IpcWorkspace {
             test_delay_ns: 0,
             islands: self.islands,
             io: 0,
-        };
-        // SAFETY: l.f takes one TparArgs by value; every pointer in `a` is this rank's live
-        // allocation, a live IPC mapping of a peer's (kept in self), or the caller's buffer
-        // of >= count elements; the kernel stays inside the layout of common.cuh.
-        unsafe { launch::launch(l, &self.stream, &a) }
+        }
+    }
+
+    /// Whether `algo`'s fused kernel takes `call` in this workspace (`fused::fused_unfit`:
+    /// `None`), else why not. The same answer on every rank of the same call.
+    pub fn fused_unfit(&self, algo: Algorithm, call: &FusedCall) -> Option<String> {
+        fused_unfit(algo, call, self.world, self.slot_vecs)
+    }
+
+    /// Resolves the fused variant of `algo` for `call` on this workspace, once per shape
+    /// (a call the fused kernel cannot take is an error: the caller decides the path, every
+    /// rank the same, with [`fused_unfit`](Self::fused_unfit)).
+    pub fn resolve_fused(&mut self, algo: Algorithm, call: &FusedCall, blocks: u32) -> Result<Launch> {
+        call.validate()?;
+        if let Some(why) = self.fused_unfit(algo, call) {
+            return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm for {} x {} {}", call.rows, call.hidden, call.dtype), reason: why });
+        }
+        self.launcher.resolve_fused(&self.dev, algo, call.dtype, call.bytes(), blocks)
+    }
+
+    /// Launches a resolved fused call (docs/cuda.md "Fused"): `desc_code` is
+    /// `abi::fused_desc_code` (0: no per-call check); the buffers are checked here.
+    pub fn launch_fused_resolved(&mut self, l: &Launch, desc_code: u32, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.check_poisoned()?;
+        if !self.connected {
+            return Err(Error::invalid("workspace", "connect() first"));
+        }
+        bufs.check(call)?;
+        let a = self.call_args(call.count(), bufs.input, bufs.norm_out, desc_code);
+        // SAFETY: l.f takes one TparFusedArgs by value; `a` as in launch_resolved; the norm's
+        // buffers are the caller's, checked above, valid until the stream's work completes.
+        unsafe { launch::launch_fused(l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
+    }
+
+    /// Enqueues this rank's part of a fused all-reduce + residual add + RMSNorm with `algo`'s
+    /// fused kernel: [`resolve_fused`](Self::resolve_fused) and
+    /// [`launch_fused_resolved`](Self::launch_fused_resolved) in one.
+    pub fn enqueue_fused(&mut self, algo: Algorithm, call: &FusedCall, bufs: &FusedBufs, blocks: u32) -> Result<()> {
+        self.check_poisoned()?;
+        let l = self.resolve_fused(algo, call, blocks)?;
+        let code = if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 };
+        self.launch_fused_resolved(&l, code, call, bufs)
+    }
+
+    /// Resolves tpar's add-RMSNorm kernel (no communication) for `call`'s shape, once per shape.
+    pub fn resolve_add_rmsnorm(&mut self, call: &FusedCall) -> Result<Launch> {
+        call.validate()?;
+        self.launcher.resolve_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())
+    }
+
+    /// Launches a resolved add-RMSNorm on this rank's stream: x = `bufs.input` (the unfused
+    /// path passes the all-reduce's output, `norm_out`, in place).
+    pub fn launch_add_rmsnorm(&mut self, l: &Launch, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.check_poisoned()?;
+        bufs.check(call)?;
+        let a = TparArgs { input: bufs.input, output: bufs.norm_out, count: call.count() as u64, ..Default::default() };
+        // SAFETY: l.f takes one TparFusedArgs by value and touches only input, output,
+        // count and the norm's buffers: the caller's, checked above.
+        unsafe { launch::launch_fused(l, &self.stream, &TparFusedArgs { a, n: call.norm_args(bufs) }) }
+    }
+
+    /// [`resolve_add_rmsnorm`](Self::resolve_add_rmsnorm) and
+    /// [`launch_add_rmsnorm`](Self::launch_add_rmsnorm) in one.
+    pub fn enqueue_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs) -> Result<()> {
+        self.check_poisoned()?;
+        let l = self.resolve_add_rmsnorm(call)?;
+        self.launch_add_rmsnorm(&l, call, bufs)
     }
 
     /// What a watchdog thread needs to end this rank's calls in flight when a peer dies

@@ -19,15 +19,37 @@ pub const FRAME_CUH: &str = include_str!("../../kernels/frame.cuh");
 /// `#include "flags.cuh"`.
 pub const FLAGS_CUH: &str = include_str!("../../kernels/flags.cuh");
 
+/// The all-reduce kernels' epilogues (the plain one, and the fused residual add + RMSNorm
+/// with its fixed-order sum of squares), spliced into [`FRAME_CUH`] where it says
+/// `#include "norm.cuh"`.
+pub const NORM_CUH: &str = include_str!("../../kernels/norm.cuh");
+
 /// Registered caller buffers (the pull kernels' zero-copy path for graph calls) and the ABI
 /// probe, spliced into [`FRAME_CUH`] where it says `#include "io.cuh"`.
 pub const IO_CUH: &str = include_str!("../../kernels/io.cuh");
 
 /// The whole header every kernel includes: [`COMMON_CUH`] with [`FRAME_CUH`] spliced in, and
-/// [`FLAGS_CUH`] and [`IO_CUH`] into that.
+/// [`FLAGS_CUH`], [`NORM_CUH`] and [`IO_CUH`] into that.
 pub fn header() -> String {
-    let frame = FRAME_CUH.replace("#include \"flags.cuh\"", FLAGS_CUH).replace("#include \"io.cuh\"", IO_CUH);
+    let frame = FRAME_CUH
+        .replace("#include \"flags.cuh\"", FLAGS_CUH)
+        .replace("#include \"norm.cuh\"", NORM_CUH)
+        .replace("#include \"io.cuh\"", IO_CUH);
     COMMON_CUH.replace("#include \"frame.cuh\"", &frame)
+}
+
+/// tpar's single-kernel residual add + RMSNorm (no communication): the unfused path's second
+/// kernel and `tpar bench --fused`'s comparison. Not an algorithm: it has no registry entry.
+pub const ADD_RMSNORM_CU: &str = include_str!("../../kernels/add_rmsnorm.cu");
+
+/// [`ADD_RMSNORM_CU`] as a translation unit (the header spliced in).
+pub fn add_rmsnorm_unit() -> String {
+    ADD_RMSNORM_CU.replace("#include \"common.cuh\"", &header())
+}
+
+/// Entry name of the add-RMSNorm kernel for `dtype`, e.g. `add_rmsnorm_bf16`.
+pub fn add_rmsnorm_entry(dtype: DType) -> String {
+    format!("add_rmsnorm_{}", dtype_suffix(dtype))
 }
 
 /// Whether `algorithm`'s kernel has the zero-copy path for registered graph calls (io.cuh:
@@ -97,6 +119,12 @@ pub fn has_lean_variant(algorithm: Algorithm) -> bool {
     source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_LEAN_READY 1"))
 }
 
+/// Whether `algorithm`'s kernel has a fused variant (all-reduce + residual add + RMSNorm: its
+/// source defines `TPAR_FUSED_READY`; compiled with `-DTPAR_FUSED`; docs/cuda.md "Fused").
+pub fn has_fused_variant(algorithm: Algorithm) -> bool {
+    source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_FUSED_READY 1"))
+}
+
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
 pub fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
@@ -121,7 +149,9 @@ mod tests {
             let s = source_for(a).unwrap();
             let tu = s.translation_unit();
             assert!(!tu.contains("#include"), "{} still includes something", s.file);
-            assert!(tu.contains(&format!("TPAR_INSTANTIATE({})", s.stem())));
+            let plain = format!("TPAR_INSTANTIATE({})", s.stem());
+            let fusable = format!("TPAR_INSTANTIATE_FUSABLE({})", s.stem());
+            assert!(tu.contains(if has_fused_variant(a) { &fusable } else { &plain }), "{}", s.file);
             for d in DType::ALL {
                 assert!(s.entry(d).starts_with(s.stem()));
             }
@@ -158,11 +188,28 @@ mod tests {
     }
 
     #[test]
+    fn the_one_and_two_shot_kernels_have_fused_variants() {
+        use crate::Algorithm as A;
+        for a in [A::OneshotPush, A::OneshotPull, A::TwoshotPush, A::TwoshotPull] {
+            assert!(has_fused_variant(a), "{a}");
+        }
+        for a in [A::StagedPush, A::Hierarchical] {
+            assert!(!has_fused_variant(a), "{a}");
+        }
+        let u = add_rmsnorm_unit();
+        assert!(!u.contains("#include"));
+        assert!(u.contains("TPAR_EACH_DTYPE(TPAR_NORM_ENTRY, add_rmsnorm)"));
+        assert_eq!(add_rmsnorm_entry(DType::BF16), "add_rmsnorm_bf16");
+    }
+
+    #[test]
     fn header_mentions_the_abi_sizes_it_asserts() {
         let h = header();
         assert!(!h.contains("#include"), "the header splices in everything it includes");
         assert!(h.contains("sizeof(TparArgs) == 344"));
         assert!(h.contains("sizeof(TparIo) == 256"));
+        assert!(h.contains("sizeof(TparFusedArgs) == 376") && h.contains("sizeof(TparNorm) == 32"));
+        assert!(h.contains("#define TPAR_SCRATCH_OFFSET 256u") && h.contains("#define TPAR_TILE_VECS 32u"));
         assert!(h.contains("#define TPAR_MAX_RANKS 16"));
         assert!(h.contains("#define TPAR_MAX_BLOCKS 32"));
         assert!(h.contains("#define TPAR_THREADS 512"));

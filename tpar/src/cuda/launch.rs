@@ -14,8 +14,8 @@
 //! other ranks on the same GPU (the ranks spin on each other: that would deadlock until the
 //! deadline), and never launch a kernel for a call it did not validate.
 
-use super::abi::{self, TparArgs, TparState, MAX_BLOCKS, THREADS, VEC_BYTES};
-use super::driver::{sys, Device, DeviceBuffer, Module, Stream};
+use super::abi::{self, TparArgs, MAX_BLOCKS, THREADS, VEC_BYTES};
+use super::driver::{sys, Device, Module, Stream};
 use super::kernels::{self, probe_unit};
 use super::nvrtc;
 use crate::error::{Error, Result};
@@ -23,6 +23,9 @@ use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::collections::HashMap;
+
+// The ABI check: the device compiler's field offsets against abi.rs.
+mod abi_check;
 
 /// Most blocks per rank over the host transport (pinned host memory across PCIe): the
 /// plan's `PCIE_MAX_BLOCKS` (PCIe fabrics collapse when every SM writes).
@@ -62,11 +65,15 @@ pub fn protocol_defines(p: HostProtocol) -> Vec<String> {
 
 /// Which compiled variant of a kernel a call runs: the default one, or the lean one for
 /// large messages (`-DTPAR_LEAN`, docs/cuda.md "Variants"): the same arithmetic in the same
-/// order, at most 64 registers a thread so that two 512-thread blocks share an SM.
+/// order, at most 64 registers a thread so that two 512-thread blocks share an SM; or the
+/// fused one (`-DTPAR_FUSED`: the default all-reduce with the residual add + RMSNorm
+/// epilogue, docs/cuda.md "Fused"), which fused calls ask for by name ([`size_class`]
+/// never picks it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SizeClass {
     Default,
     Lean,
+    Fused,
 }
 
 /// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
@@ -104,10 +111,12 @@ pub fn holds_twice(grid: u32, ranks: u32, resident: u32) -> bool {
     2 * grid * ranks <= resident
 }
 
-/// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant.
+/// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant, `-DTPAR_FUSED`
+/// for the fused one.
 pub fn size_class_defines(c: SizeClass) -> Vec<String> {
     match c {
         SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
+        SizeClass::Fused => vec!["-DTPAR_FUSED".into()],
         SizeClass::Default => Vec::new(),
     }
 }
@@ -179,6 +188,8 @@ pub struct Launcher {
     driver: i32,
     probe: Module,
     variants: HashMap<(Algorithm, DType, SizeClass), Variant>,
+    /// tpar's add-RMSNorm kernel per dtype (the unfused path), loaded on first use.
+    norm: HashMap<DType, Variant>,
     settings: LaunchSettings,
     sms: u32,
     /// Ranks of this process whose kernels share the GPU and spin on each other (emulated
@@ -210,6 +221,7 @@ impl Launcher {
             driver,
             probe,
             variants: HashMap::new(),
+            norm: HashMap::new(),
             settings,
             sms,
             ranks_on_device: ranks_on_device.max(1) as u32,
@@ -249,8 +261,15 @@ impl Launcher {
                 what: format!("algorithm {algo} on the CUDA backend"),
                 reason: "it has no kernel (use nccl through tpar::cuda::nccl)".into(),
             })?;
-            let lean = if class == SizeClass::Lean { "-lean" } else { "" };
+            let lean = match class {
+                SizeClass::Lean => "-lean",
+                SizeClass::Fused => "-fused",
+                SizeClass::Default => "",
+            };
             let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
+            if class == SizeClass::Fused && !kernels::has_fused_variant(algo) {
+                return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm"), reason: "its kernel has no fused variant (the unfused path runs it)".into() });
+            }
             if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
                     what: format!("{algo} over the host transport with the flag protocol"),
@@ -338,6 +357,17 @@ impl Launcher {
         Ok(l)
     }
 
+    /// As [`prepare`](Self::prepare), for the fused variant ([`resolve_fused`](Self::resolve_fused)).
+    pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
+        let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
+        if call.count == 0 {
+            return Err(Error::invalid("count", "must be positive"));
+        }
+        let l = self.resolve_fused(dev, call.algo, call.dtype, bytes, call.blocks)?;
+        check_pointers(ptrs)?;
+        Ok(l)
+    }
+
     /// Resolves a call shape once: validates the size and the blocks against this workspace
     /// and this GPU, chooses the variant ([`size_class`]), the grid, the threads and whether
     /// it may use PDL. `blocks`: the plan's, or 0 for the policy ([`policy_blocks`], or
@@ -348,7 +378,37 @@ impl Launcher {
 
     /// [`resolve`](Self::resolve) for a call whose buffers are `registered` or not.
     pub fn resolve_call(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32, registered: bool) -> Result<Launch> {
-        let call = CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered };
+        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered }, bytes, None)
+    }
+
+    /// As [`resolve`](Self::resolve), for the fused variant of `algo` (the caller has checked
+    /// the shape: `fused::fused_unfit`): the same grid as the plain call's, the default size
+    /// class's code with the fused epilogue.
+    pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false }, bytes, Some(SizeClass::Fused))
+    }
+
+    /// tpar's add-RMSNorm kernel (no communication) for `rows` rows of `row_vecs` vectors of
+    /// `dtype`: one block per row, loaded on first use. Never with PDL: it runs as the
+    /// engines' own kernel would, after whatever precedes it.
+    pub fn resolve_add_rmsnorm(&mut self, dev: &Device, dtype: DType, rows: usize, row_vecs: usize) -> Result<Launch> {
+        if rows == 0 || rows > i32::MAX as usize {
+            return Err(Error::invalid("rows", format!("{rows}: must be 1 to 2^31-1")));
+        }
+        if !self.norm.contains_key(&dtype) {
+            let label = format!("add_rmsnorm-{}", kernels::dtype_suffix(dtype));
+            let mut module = load_unit(dev, &label, &kernels::add_rmsnorm_unit(), &nvrtc::options(&self.arch, Some(dtype)), &self.arch, self.driver)?;
+            let f = module.function(&kernels::add_rmsnorm_entry(dtype))?;
+            self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new() });
+        }
+        let f = self.norm.get(&dtype).ok_or_else(|| Error::invalid("kernel", "add-RMSNorm not loaded"))?.f;
+        Ok(Launch { f, grid: rows as u32, threads: super::fused::add_rmsnorm_threads(row_vecs), pdl: false })
+    }
+
+    /// `fixed`: the variant, else [`class_for`](Self::class_for)'s (a registered call: the
+    /// default one, unless `TPAR_LEAN` forces it).
+    fn resolve_as(&mut self, dev: &Device, call: CallSpec, bytes: usize, fixed: Option<SizeClass>) -> Result<Launch> {
+        let dtype = call.dtype;
         if bytes == 0 || bytes % dtype.size() != 0 {
             return Err(Error::invalid("count", format!("{bytes} B is not a positive number of {dtype} elements")));
         }
@@ -369,7 +429,10 @@ impl Launcher {
         // checked for that variant and block shape.
         let planned = explicit.unwrap_or_else(|| policy_blocks(call.algo, transport, bytes, world));
         let threads = threads_for(bytes, planned);
-        let class = self.class_for(dev, call.algo, call.dtype, bytes, planned, threads, call.registered)?;
+        let class = match fixed {
+            Some(c) => c,
+            None => self.class_for(dev, call.algo, call.dtype, bytes, planned, threads, call.registered)?,
+        };
         let per_sm = self.per_sm(dev, call.algo, call.dtype, class, threads)?;
         let f = self.variants.get(&(call.algo, call.dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
         let resident = per_sm * sms;
@@ -394,44 +457,6 @@ impl Launcher {
         let f = self.probe.function("tpar_noop")?;
         Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), threads: THREADS, pdl: self.pdl() })
     }
-
-    /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
-    fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
-        use std::mem::offset_of;
-        const N: usize = 18;
-        let out = DeviceBuffer::new(dev, N * 8)?;
-        let f = self.probe.function("tpar_abi_offsets")?;
-        // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
-        unsafe { super::driver::launch_with_struct(f, 1, 1, stream, &out.ptr)? };
-        stream.synchronize()?;
-        let mut got = [0u64; N];
-        out.download(&mut got)?;
-        let want = [
-            offset_of!(TparArgs, flags),
-            offset_of!(TparArgs, state),
-            offset_of!(TparArgs, err),
-            offset_of!(TparArgs, input),
-            offset_of!(TparArgs, count),
-            offset_of!(TparArgs, slot_vecs),
-            offset_of!(TparArgs, timeout_ns),
-            offset_of!(TparArgs, rank),
-            offset_of!(abi::TparError, waited_ns),
-            offset_of!(TparState, err_claim),
-            offset_of!(TparArgs, desc_code),
-            offset_of!(abi::TparError, theirs),
-            offset_of!(TparState, buf),
-            offset_of!(TparState, prev_nvec),
-            offset_of!(TparState, prev_kind),
-            offset_of!(TparArgs, islands),
-            offset_of!(TparArgs, io),
-            offset_of!(abi::TparIo, output),
-        ]
-        .map(|x| x as u64);
-        if got != want {
-            return Err(Error::Unsupported { what: "kernel ABI".into(), reason: format!("device field offsets {got:?} differ from abi.rs {want:?}") });
-        }
-        Ok(())
-    }
 }
 
 /// Launches one rank's kernel: `cuLaunchKernelEx`, with programmatic stream serialization
@@ -441,6 +466,16 @@ impl Launcher {
 /// `l.f` must take one `TparArgs` by value, and every pointer in `args` must be valid for
 /// the kernel's accesses (the layout of common.cuh) until it completes.
 pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()> {
+    // SAFETY: the caller's contract is launch_ex's.
+    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
+}
+
+/// As [`launch`], for a fused kernel or tpar's add-RMSNorm kernel (one `TparFusedArgs`).
+///
+/// # Safety
+/// `l.f` must take one `TparFusedArgs` by value, and every pointer in `args` must be valid
+/// for the kernel's accesses (common.cuh, norm.cuh) until it completes.
+pub unsafe fn launch_fused(l: &Launch, stream: &Stream, args: &abi::TparFusedArgs) -> Result<()> {
     // SAFETY: the caller's contract is launch_ex's.
     unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
 }

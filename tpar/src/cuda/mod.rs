@@ -4,16 +4,21 @@
 //! | module | owns |
 //! |---|---|
 //! | [`comm`] | `GpuCommunicator`: one rank per process and GPU, plan-driven: kernels, NCCL or an error |
+//! | `capture` | its checked captures: calls recorded during a capture, compared across ranks when it ends |
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`exec`] | streams, events, graphs, modules, kernel launches (re-exported by `driver`) |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
+//! | [`fused`] | the fused all-reduce + residual add + RMSNorm: its shape, buffers, and when a fused kernel takes it |
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
 //! | [`io_tables`] | the registered-buffer tables of graph-captured calls (the pull kernels' zero-copy path) |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
-//! | [`launch`] | the one launch path: block policy, size class (default or lean variant), validation, lazy variants, PDL |
+//! | [`launch`] | the one launch path: block policy, size class (default, lean or fused variant), validation, lazy variants, PDL |
+//! | [`probe`] / [`probe_ipc`] | the link probe: in one process over GPUs 0..n (`tpar topo --probe`), and across rank processes through CUDA IPC (the first-use tune) |
 //! | [`route`] | a resolved call: the plan's decision and where it goes (kernel and launch, NCCL, the caller's NCCL) |
+//! | [`tune`] | the first-use tune of a `GpuCommunicator` (on a workspace and NCCL of its own) and its adoption |
+//! | [`tune_emulated`] | the same start on emulated ranks (the mechanism on one GPU) |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
 //!
@@ -23,10 +28,12 @@
 //! and poisons the group. Built only with the `cuda` feature; needs no CUDA at build time.
 
 pub mod abi;
+mod capture;
 pub mod comm;
 pub mod driver;
 pub mod emulated;
 pub mod exec;
+pub mod fused;
 pub mod host_ws;
 pub mod io_tables;
 pub mod ipc;
@@ -35,7 +42,11 @@ pub mod launch;
 pub mod nccl;
 pub mod nvrtc;
 pub mod probe;
+pub mod probe_ipc;
 pub mod route;
+pub mod tune;
+pub mod tune_emulated;
 
 pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route, Served};
 pub use emulated::{EmulatedGroup, GroupOptions};
+pub use fused::{FusedBufs, FusedCall, FusedPath};

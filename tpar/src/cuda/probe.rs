@@ -6,7 +6,8 @@
 //!
 //! Owns: the probe kernels' launch (`kernels/probe.cu`), peer access, timing with events.
 //! Must never: register an algorithm (a probe is not one), or leave peer access half set up
-//! on error (access stays enabled; that is harmless). Runs in one process over all GPUs.
+//! on error (access stays enabled; that is harmless). Runs in one process over all GPUs;
+//! `probe_ipc` runs the same kernels across rank processes (the first-use tune).
 
 use super::driver::{launch_with_struct, sys, Device, DeviceBuffer, Event, HostMapped, Module, Stream};
 use super::nvrtc;
@@ -38,31 +39,31 @@ impl Default for ProbeOptions {
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct ProbeArgs {
-    target: u64,
-    bytes: u64,
-    sink: u64,
-    pad: u64,
+pub(super) struct ProbeArgs {
+    pub(super) target: u64,
+    pub(super) bytes: u64,
+    pub(super) sink: u64,
+    pub(super) pad: u64,
 }
 
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct PingArgs {
-    mine: u64,
-    theirs: u64,
-    iters: u32,
-    role: u32,
-    deadline_ns: u64,
+pub(super) struct PingArgs {
+    pub(super) mine: u64,
+    pub(super) theirs: u64,
+    pub(super) iters: u32,
+    pub(super) role: u32,
+    pub(super) deadline_ns: u64,
 }
 
 /// A ping-pong that takes longer than this per round trip did not complete (its deadline
 /// fired), us.
-const PING_GIVE_UP_US: f64 = 1000.0;
+pub(super) const PING_GIVE_UP_US: f64 = 1000.0;
 /// Deadline of one ping-pong kernel, ns.
-const PING_DEADLINE_NS: u64 = 2_000_000_000;
+pub(super) const PING_DEADLINE_NS: u64 = 2_000_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Kind {
+pub(super) enum Kind {
     Store,
     Load,
     Copy,

@@ -116,7 +116,7 @@ impl Fabric {
             return Err(Error::invalid(
                 "world",
                 format!(
-                    "{world} ranks on {} ({} GPUs): need 2..={}",
+                    "{world} ranks on {} ({} GPUs): need 2 to {}",
                     topo.name,
                     topo.gpu_count(),
                     topo.gpu_count()

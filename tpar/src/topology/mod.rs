@@ -20,6 +20,7 @@ pub mod nvml;
 pub mod presets;
 pub mod probe;
 pub mod ranks;
+pub mod render;
 
 /// Version of the JSON schema. Bump when a field changes meaning.
 pub const SCHEMA_VERSION: u32 = 1;

@@ -43,6 +43,21 @@ pub fn driver_version() -> Option<String> {
     Nvml::init().ok()?.sys_driver_version().ok()
 }
 
+/// Each GPU's PCI bus id and CUDA compute capability (major, minor), in NVML's order; `None`
+/// without NVML (a GPU whose capability NVML cannot give is left out).
+pub fn compute_capabilities() -> Option<Vec<(String, u32, u32)>> {
+    let nvml = Nvml::init().ok()?;
+    let count = nvml.device_count().ok()?;
+    let mut out = Vec::new();
+    for i in 0..count {
+        let Ok(d) = nvml.device_by_index(i) else { continue };
+        if let (Ok(pci), Ok(cc)) = (d.pci_info(), d.cuda_compute_capability()) {
+            out.push((pci.bus_id, cc.major.max(0) as u32, cc.minor.max(0) as u32));
+        }
+    }
+    Some(out)
+}
+
 /// Discovers this machine's GPUs. Errors only when NVML cannot be loaded or initialised, or
 /// cannot count devices.
 pub fn discover() -> Result<Topology> {

@@ -67,7 +67,7 @@ impl HostLayout {
     /// The layout for `world` ranks whose areas have these sizes.
     pub fn new(world: usize, data_bytes: usize, flag_bytes: usize) -> Result<Self> {
         if !(2..=crate::workspace::MAX_WORLD).contains(&world) {
-            return Err(Error::invalid("world", format!("{world}: the host transport runs 2..={} ranks", crate::workspace::MAX_WORLD)));
+            return Err(Error::invalid("world", format!("{world}: the host transport runs 2 to {} ranks", crate::workspace::MAX_WORLD)));
         }
         if data_bytes == 0 || flag_bytes == 0 || data_bytes % 16 != 0 || flag_bytes % 16 != 0 {
             return Err(Error::invalid("host workspace", format!("areas of {data_bytes} and {flag_bytes} bytes: need positive multiples of 16")));

@@ -5,6 +5,8 @@
 //! `scripts/gpu-check.sh` and `scripts/gpu-multi.sh` run them on the GPU machines.
 
 mod emulated;
+#[cfg(feature = "cuda")]
+mod fused;
 mod procs;
 
 use crate::harness::{self, RankArgs, Target};
@@ -95,6 +97,57 @@ pub enum Test {
     NcclRdzv(Common),
     /// NCCL with one rank on this GPU: proves the loader and the call path (not a baseline)
     NcclLocal(Common),
+    /// Emulated ranks: the fused all-reduce + residual add + RMSNorm, every (algorithm with a
+    /// fused kernel, dtype, hidden, rows), eager and in graphs, in place and not, fused and
+    /// unfused paths, then mixed fused and plain calls in one graph: bit for bit against the
+    /// reference, within the f64 bound, every rank identical
+    Fused {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        fused: FusedArgs,
+    },
+}
+
+/// The shapes and paths of `tpar selftest fused`.
+#[derive(Args, Debug, Clone)]
+pub struct FusedArgs {
+    /// Hidden sizes (elements per row), a comma list; sizes that are not whole tiles (bf16:
+    /// multiples of 256) run the unfused path
+    #[arg(long, default_value = "1024,2880,4096,5120,7168,8192,16384")]
+    pub hidden: String,
+    /// Rows (tokens): counts and ranges, e.g. 1-8,13,64
+    #[arg(long, default_value = "1-9,13,16,31,32,33,48,63,64")]
+    pub rows: String,
+    /// Algorithms: a comma list, or all (every one with a fused kernel these ranks run)
+    #[arg(long, default_value = "all")]
+    pub algo: String,
+    /// eager, graph or both
+    #[arg(long, default_value = "both")]
+    pub mode: String,
+    /// Graph mode: replays of each captured call, fresh inputs before each
+    #[arg(long, default_value_t = 2)]
+    pub replays: usize,
+    /// Check the unfused path (all-reduce, then tpar's add-RMSNorm kernel) every Nth call
+    /// too (0: never)
+    #[arg(long, default_value_t = 3)]
+    pub unfused_every: usize,
+    /// Calls of the mixed sequence captured in one graph (0: none): fused and plain calls of
+    /// every algorithm alternating, on 7168-wide rows of --seq-rows (bfloat16, or the first
+    /// dtype)
+    #[arg(long, default_value_t = 24)]
+    pub seq_calls: usize,
+    /// Rows of the mixed sequence's calls
+    #[arg(long, default_value_t = 3)]
+    pub seq_rows: usize,
+    /// Start every epoch here (e.g. 4294967290: the sweep crosses the 2^32 wrap, and the tile
+    /// words' generations with it)
+    #[arg(long)]
+    pub epoch_start: Option<u32>,
+    /// Last, on a group of its own: one rank calls the plain all-reduce among fused calls
+    /// (the descriptor's fused bit): every rank must get Mismatch, then Poisoned
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub mismatch: bool,
 }
 
 pub fn run(args: SelftestArgs) -> Result<(), String> {
@@ -116,6 +169,7 @@ pub fn run(args: SelftestArgs) -> Result<(), String> {
         Test::Ipc(c) => procs::ipc(&c),
         Test::NcclRdzv(c) => procs::nccl_rdzv(&c),
         Test::NcclLocal(c) => emulated::nccl_local(&c),
+        Test::Fused { common, fused: f } => fused::fused(&emulated_worlds(&common)?, &common, &f),
     }
 }
 

@@ -1,0 +1,276 @@
+"""The engines' fused all-reduce + residual add + RMSNorm routed to tpar's kernel, with
+``TPAR_ENABLE=1`` (docs/engines.md "Fused all-reduce + RMSNorm"; docs/cuda.md "Fused").
+
+Both engines fuse the all-reduce that ends a layer's attention or MLP with the residual add
+and the next RMSNorm through FlashInfer (a dependency of both), and neither has a pluggable
+backend for it. The plug-ins call :func:`install` from their ``register()``:
+
+| engine | what is replaced | where the engine looks it up |
+|---|---|---|
+| vLLM | ``vllm.compilation.passes.fusion.allreduce_rms_fusion.flashinfer_trtllm_fused_allreduce_norm`` (the op its fusion pass emits) by ``torch.ops.tpar.vllm_fused_allreduce_norm`` (the same schema) | the pass's pattern replacements read the module global when ``AllReduceFusionPass`` registers them, at compile time, after the plug-ins |
+| SGLang | ``sglang.srt.layers.flashinfer_comm_fusion.flashinfer_allreduce_residual_rmsnorm`` (what ``--enable-flashinfer-allreduce-fusion`` routes to) | ``layernorm._forward_with_allreduce_fusion`` imports it inside the function, per call |
+
+Per call, tpar takes it where the engine's custom all-reduce of that group is tpar's
+(:class:`~tpar.engines.common.TparCustomAllreduce`), tpar's plan has a kernel for the size
+(``should_custom_ar``), and the call is the plain residual add + RMSNorm (no quantised
+output, no Gemma weight offset, the weight in x's dtype, rows of whole 16-byte vectors);
+everything else goes to the engine's original (FlashInfer). tpar's result is its own fixed
+arithmetic (bit for bit ``tpar.testing.reference_add_rmsnorm``), not FlashInfer's.
+``python/tests/test_fusion_contract.py`` checks these names and signatures against the pinned
+engines' source.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Optional
+
+from tpar.engines.common import TparCustomAllreduce, enabled
+
+logger = logging.getLogger("tpar.engines")
+
+#: vLLM: the module of its all-reduce + RMSNorm fusion pass, the op global its pattern
+#: replacements emit, and the Python function vLLM registered as that op.
+VLLM_MODULE = "vllm.compilation.passes.fusion.allreduce_rms_fusion"
+VLLM_OP_ATTR = "flashinfer_trtllm_fused_allreduce_norm"
+VLLM_FUNC_ATTR = "call_trtllm_fused_allreduce_norm"
+#: vLLM's op's mutated arguments (its direct_register_custom_op call): tpar's op mutates the
+#: same, so the pattern replacements' auto_functionalized outputs keep their indices.
+VLLM_MUTATES = ["allreduce_in", "residual", "norm_out", "quant_out", "scale_out"]
+
+#: SGLang: the module and function ``--enable-flashinfer-allreduce-fusion`` routes to.
+SGLANG_MODULE = "sglang.srt.layers.flashinfer_comm_fusion"
+SGLANG_ATTR = "flashinfer_allreduce_residual_rmsnorm"
+
+_vllm = {"original": None, "code": None}
+_sglang = {"original": None}
+
+
+def _tpar_of(ca) -> Optional[TparCustomAllreduce]:
+    """The engine group's custom all-reduce when it is tpar's and running."""
+    if isinstance(ca, TparCustomAllreduce) and not ca.disabled and ca._comm is not None:
+        return ca
+    return None
+
+
+def takes(ca: Optional[TparCustomAllreduce], x, residual, weight) -> bool:
+    """Whether tpar runs this fused call: tpar's communicator, a kernel in its plan for x's
+    size (``should_custom_ar``), the weight and residual in x's dtype and shape, rows of
+    whole 16-byte vectors, contiguous tensors."""
+    if ca is None or not ca.should_custom_ar(x):
+        return False
+    if x.dim() < 1 or weight.dim() != 1 or weight.numel() != x.shape[-1] or residual.shape != x.shape:
+        return False
+    if weight.dtype != x.dtype or residual.dtype != x.dtype or not (residual.is_contiguous() and weight.is_contiguous()):
+        return False
+    return (x.shape[-1] * x.element_size()) % 16 == 0
+
+
+# -- vLLM ----------------------------------------------------------------------------------
+
+
+def _vllm_group_ca():
+    """vLLM's tensor-parallel group's custom all-reduce object, when it is tpar's."""
+    try:
+        from vllm.distributed.parallel_state import get_tp_group
+
+        return _tpar_of(getattr(get_tp_group().device_communicator, "ca_comm", None))
+    except Exception:  # noqa: BLE001 - no group yet, another engine version: not tpar's
+        return None
+
+
+def vllm_fused_allreduce_norm(
+    allreduce_in,
+    residual,
+    rms_gamma,
+    rms_eps: float,
+    world_size: int,
+    launch_with_pdl: bool,
+    fp32_acc: bool,
+    max_token_num: int,
+    pattern_code: int,
+    norm_out=None,
+    quant_out=None,
+    scale_out=None,
+    scale_factor=None,
+    weight_bias: float = 0.0,
+    _group_ca=_vllm_group_ca,
+) -> None:
+    """vLLM's ``flashinfer_trtllm_fused_allreduce_norm`` contract, tpar's kernel where it
+    takes the call. Without ``norm_out``: ``allreduce_in`` becomes the normalised output and
+    ``residual`` the updated residual (vLLM's fused_add_rms_norm form); with ``norm_out``: the
+    normalised output goes there and the updated residual into ``allreduce_in`` (``residual``
+    untouched), as vLLM's own wrapper asks FlashInfer."""
+    ca = _group_ca()
+    plain = pattern_code == _vllm["code"] and weight_bias == 0.0 and quant_out is None and scale_out is None
+    if plain and takes(ca, allreduce_in, residual, rms_gamma):
+        x = allreduce_in
+        if norm_out is None:
+            ca._comm.all_reduce_add_rmsnorm(x, residual, rms_gamma, rms_eps, out=x, residual_out=residual)
+        else:
+            ca._comm.all_reduce_add_rmsnorm(x, residual, rms_gamma, rms_eps, out=norm_out, residual_out=x)
+        return
+    original = _vllm["original"]
+    if original is None:
+        raise RuntimeError("tpar: vLLM's fused all-reduce + RMSNorm was replaced but its original is unknown")
+    original(
+        allreduce_in, residual, rms_gamma, rms_eps, world_size, launch_with_pdl, fp32_acc, max_token_num, pattern_code,
+        norm_out=norm_out, quant_out=quant_out, scale_out=scale_out, scale_factor=scale_factor, weight_bias=weight_bias,
+    )
+
+
+def _register_vllm_op():
+    """``torch.ops.tpar.vllm_fused_allreduce_norm``: :func:`vllm_fused_allreduce_norm` as a
+    custom op with vLLM's schema and mutated arguments, and a fake implementation (it mutates
+    only), for Inductor's graphs."""
+    import torch
+
+    if hasattr(torch.ops.tpar, "vllm_fused_allreduce_norm"):
+        return torch.ops.tpar.vllm_fused_allreduce_norm.default
+
+    def op(
+        allreduce_in: torch.Tensor,
+        residual: torch.Tensor,
+        rms_gamma: torch.Tensor,
+        rms_eps: float,
+        world_size: int,
+        launch_with_pdl: bool,
+        fp32_acc: bool,
+        max_token_num: int,
+        pattern_code: int,
+        norm_out: Optional[torch.Tensor] = None,
+        quant_out: Optional[torch.Tensor] = None,
+        scale_out: Optional[torch.Tensor] = None,
+        scale_factor: Optional[torch.Tensor] = None,
+        weight_bias: float = 0.0,
+    ) -> None:
+        vllm_fused_allreduce_norm(
+            allreduce_in, residual, rms_gamma, rms_eps, world_size, launch_with_pdl, fp32_acc, max_token_num, pattern_code,
+            norm_out, quant_out, scale_out, scale_factor, weight_bias,
+        )
+
+    op.__name__ = "vllm_fused_allreduce_norm"
+    registered = torch.library.custom_op("tpar::vllm_fused_allreduce_norm", mutates_args=VLLM_MUTATES)(op)
+
+    @registered.register_fake
+    def _fake(allreduce_in, residual, rms_gamma, rms_eps, world_size, launch_with_pdl, fp32_acc, max_token_num, pattern_code,
+              norm_out=None, quant_out=None, scale_out=None, scale_factor=None, weight_bias=0.0) -> None:
+        return None
+
+    return torch.ops.tpar.vllm_fused_allreduce_norm.default
+
+
+def install_vllm() -> None:
+    """Routes vLLM's all-reduce + RMSNorm fusion to tpar (see the module). Idempotent; does
+    nothing unless ``TPAR_ENABLE=1``; a vLLM without the pass (no FlashInfer comm module) is
+    logged and left alone."""
+    if not enabled():
+        return
+    import importlib
+
+    try:
+        m = importlib.import_module(VLLM_MODULE)
+    except Exception as e:  # noqa: BLE001 - the engine must start without tpar's fusion
+        logger.warning("tpar: vLLM's all-reduce + RMSNorm fusion not routed to tpar (%s): %s", VLLM_MODULE, e)
+        return
+    if getattr(m, "_tpar_original_" + VLLM_OP_ATTR, None) is not None:
+        return
+    func = getattr(m, VLLM_FUNC_ATTR, None)
+    op = getattr(m, VLLM_OP_ATTR, None)
+    if func is None or op is None:
+        logger.info("tpar: vLLM's all-reduce + RMSNorm fusion is off here (no FlashInfer comm module): nothing to route")
+        return
+    ours = inspect.signature(vllm_fused_allreduce_norm).parameters
+    theirs = inspect.signature(func).parameters
+    if [p for p in ours if not p.startswith("_")] != list(theirs):
+        logger.warning("tpar: vLLM's %s takes %s, not %s: fusion not routed to tpar", VLLM_FUNC_ATTR, list(theirs), list(ours))
+        return
+    _vllm["original"] = func
+    _vllm["code"] = int(m.flashinfer_comm.AllReduceFusionPattern.kARResidualRMSNorm)
+    setattr(m, "_tpar_original_" + VLLM_OP_ATTR, op)
+    setattr(m, VLLM_OP_ATTR, _register_vllm_op())
+    logger.info("tpar: vLLM's all-reduce + RMSNorm fusion routed to tpar where its plan has a kernel (TPAR_ENABLE=1)")
+
+
+# -- SGLang --------------------------------------------------------------------------------
+
+
+def _sglang_group_ca(use_attn_tp_group: bool):
+    """The custom all-reduce object of the group SGLang's fused kernel reduces over."""
+    try:
+        from sglang.srt.layers.flashinfer_comm_fusion import resolve_fusion_group
+
+        _, _, coordinator = resolve_fusion_group(use_attn_tp_group=use_attn_tp_group)
+        return _tpar_of(getattr(coordinator, "ca_comm", None))
+    except Exception:  # noqa: BLE001 - no group yet, another engine version: not tpar's
+        return None
+
+
+def _sglang_decide(input_tensor, residual, weight, use_attn_tp_group):
+    ca = _sglang_group_ca(use_attn_tp_group)
+    return ca if takes(ca, input_tensor, residual, weight) else None
+
+
+def sglang_allreduce_residual_rmsnorm(
+    input_tensor,
+    residual,
+    weight,
+    eps: float = 1e-6,
+    max_token_num: int = 2048,
+    use_oneshot=None,
+    trigger_completion_at_end: bool = False,
+    fp32_acc: bool = True,
+    use_attn_tp_group: bool = True,
+    _decide=_sglang_decide,
+):
+    """SGLang's ``flashinfer_allreduce_residual_rmsnorm`` contract: returns (norm_out,
+    residual_out) as new tensors, tpar's kernel where it takes the call, else the original
+    (which returns (None, None) when FlashInfer declines: SGLang then all-reduces and norms
+    itself)."""
+    ca = _decide(input_tensor, residual, weight, use_attn_tp_group)
+    if ca is not None:
+        import torch
+
+        return torch.ops.tpar.all_reduce_add_rmsnorm(input_tensor, residual, weight, float(eps), ca._comm.handle)
+    return _sglang["original"](
+        input_tensor, residual, weight, eps, max_token_num, use_oneshot, trigger_completion_at_end, fp32_acc, use_attn_tp_group
+    )
+
+
+def install_sglang() -> None:
+    """Routes SGLang's fused all-reduce + residual RMSNorm to tpar (see the module).
+    Idempotent; does nothing unless ``TPAR_ENABLE=1``."""
+    if not enabled():
+        return
+    import importlib
+
+    try:
+        m = importlib.import_module(SGLANG_MODULE)
+    except Exception as e:  # noqa: BLE001 - the engine must start without tpar's fusion
+        logger.warning("tpar: SGLang's fused all-reduce + RMSNorm not routed to tpar (%s): %s", SGLANG_MODULE, e)
+        return
+    if getattr(m, "_tpar_original_" + SGLANG_ATTR, None) is not None:
+        return
+    original = getattr(m, SGLANG_ATTR, None)
+    if original is None:
+        logger.warning("tpar: SGLang has no %s.%s: fusion not routed to tpar", SGLANG_MODULE, SGLANG_ATTR)
+        return
+    import torch
+
+    # The decision is Python (the plan, the group): under torch.compile it runs eagerly, as a
+    # graph break, and the kernel is tpar's custom op either way.
+    wrapper = torch.compiler.disable(sglang_allreduce_residual_rmsnorm) if hasattr(torch, "compiler") else sglang_allreduce_residual_rmsnorm
+    _sglang["original"] = original
+    setattr(m, "_tpar_original_" + SGLANG_ATTR, original)
+    setattr(m, SGLANG_ATTR, wrapper)
+    logger.info("tpar: SGLang's fused all-reduce + RMSNorm routed to tpar where its plan has a kernel (TPAR_ENABLE=1)")
+
+
+def install(engine: str) -> None:
+    """The plug-ins' hook: ``install("vllm")`` or ``install("sglang")``. Never raises: an
+    engine must start without tpar's fusion."""
+    try:
+        {"vllm": install_vllm, "sglang": install_sglang}[engine]()
+    except Exception as e:  # noqa: BLE001
+        logger.warning("tpar: fused all-reduce + RMSNorm not routed to tpar in %s: %s", engine, e)

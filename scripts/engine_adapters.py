@@ -1,0 +1,172 @@
+"""The engines' own entry points, one class per engine, for scripts/engine_harness.py.
+
+Each class drives one rank through the engine's unmodified code: its plug-in loader, its group
+set-up, its eager all-reduce, its custom op, its ``graph_capture()``, and a read-back of what
+tpar's plug-in changed in the engine's settings. A newer engine version whose entry points
+moved gets its branch here; one that kept them needs only its line in
+``scripts/engine_carry.py`` ENGINES.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+#: The rank's environment before the engine and its plug-ins ran (imported before either).
+ENV_AT_START = dict(os.environ)
+
+
+class Skip(Exception):
+    """A stage the engine cannot run here (reported as skipped, with the reason)."""
+
+
+class Engine:
+    """The engine's own entry points for one rank."""
+
+    def settings(self, tpar_log):  # what the plug-in changed, read back through the engine
+        raise NotImplementedError
+
+    name: str
+    tp: object  # the TP GroupCoordinator
+    ca: object  # its custom all-reduce object
+
+    def ar(self, x):  # the engine's eager all-reduce
+        raise NotImplementedError
+
+    def op(self, x):  # the engine's custom op (what torch.compile'd models call)
+        raise NotImplementedError
+
+    def op_unavailable(self, dev):  # why `op` cannot run on `dev`, or None
+        return None
+
+    def graph_capture(self):
+        raise NotImplementedError
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+
+    def __init__(self, rank, world, init, device):
+        import torch
+
+        from vllm.plugins import load_general_plugins
+
+        load_general_plugins()  # the plug-in loader every vLLM process runs
+        from vllm.config import ParallelConfig, VllmConfig, set_current_vllm_config
+        from vllm.distributed import parallel_state as ps
+
+        self.ps = ps
+        self.device = device
+        cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world))
+        self._cfg_ctx = set_current_vllm_config(cfg)
+        self._cfg_ctx.__enter__()  # what vLLM's worker holds while it builds its groups
+        ps.init_distributed_environment(world_size=world, rank=rank, distributed_init_method="file://" + init, local_rank=0, backend="gloo")
+        ps.initialize_model_parallel(tensor_model_parallel_size=world)
+        self.tp = ps.get_tp_group()
+        if device.type == "cpu":
+            # A CPU platform gives the group vLLM's CpuCommunicator; build the CUDA one (the
+            # class under test) on the same groups, as vLLM does on a GPU.
+            from vllm.distributed.device_communicators.cuda_communicator import CudaCommunicator
+
+            self.tp.device_communicator = CudaCommunicator(
+                cpu_group=self.tp.cpu_group, device=torch.device("cpu"), device_group=self.tp.device_group, unique_name=self.tp.unique_name
+            )
+        self.ca = self.tp.device_communicator.ca_comm
+        from vllm.distributed.communication_op import tensor_model_parallel_all_reduce
+
+        self._ar = tensor_model_parallel_all_reduce
+
+    def ar(self, x):
+        return self._ar(x)
+
+    def settings(self, tpar_log):
+        """What the plug-in changed in vLLM's own settings, read back through vLLM."""
+        import vllm.envs as envs
+        from vllm.ray.ray_env import get_env_vars_to_copy
+
+        from tpar.engines import vllm as plugin
+
+        comm = self.tp.device_communicator
+        got = {
+            "flashinfer_env": os.environ.get("VLLM_ALLREDUCE_USE_FLASHINFER"),
+            "use_flashinfer_allreduce": bool(comm.use_flashinfer_allreduce),
+            "ray_copies_tpar": sorted(v for v in get_env_vars_to_copy() if v.startswith("TPAR_")),
+            # Reported, not required: without FlashInfer (a CPU) vLLM has no fused op to route.
+            "fusion_routed": getattr(sys.modules.get(plugin.fusion.VLLM_MODULE), "_tpar_original_" + plugin.fusion.VLLM_OP_ATTR, None) is not None,
+            "batch_invariant": bool(self.ca.batch_invariant) == bool(envs.VLLM_BATCH_INVARIANT),
+        }
+        problems = []
+        if "VLLM_ALLREDUCE_USE_FLASHINFER" not in ENV_AT_START and (got["use_flashinfer_allreduce"] or got["flashinfer_env"] != "0"):
+            problems.append("FlashInfer's all-reduce is still asked before tpar")
+        if "TPAR_ENABLE" not in got["ray_copies_tpar"]:
+            problems.append(f"TPAR_ENABLE would not reach Ray workers ({got['ray_copies_tpar']})")
+        if not got["batch_invariant"]:
+            problems.append("batch invariance differs from VLLM_BATCH_INVARIANT")
+        if problems:
+            raise RuntimeError("; ".join(problems) + f" ({got})")
+        return {"checked": got, "cases": 1}
+
+    def op(self, x):
+        import torch
+
+        return torch.ops.vllm.all_reduce(x, group_name=self.tp.unique_name)
+
+    def graph_capture(self):
+        return self.ps.graph_capture(self.device)
+
+
+class SglangEngine(Engine):
+    name = "sglang"
+
+    def __init__(self, rank, world, init, device):
+        from sglang.srt.plugins import load_plugins
+
+        load_plugins()  # the plug-in loader every SGLang scheduler process runs
+        from sglang.srt.distributed import parallel_state as ps
+
+        self.ps = ps
+        self.device = device
+        ps.init_distributed_environment(world_size=world, rank=rank, distributed_init_method="file://" + init, local_rank=0, backend="gloo")
+        # initialize_model_parallel builds the TP group with this call and pynccl on; NCCL
+        # refuses ranks sharing a GPU, so the same call with use_pynccl=False.
+        self.tp = ps.init_model_parallel_group(
+            [list(range(world))], ps.get_world_group().local_rank, "gloo", use_pynccl=False, group_name="tp"
+        )
+        ps._TP = self.tp  # what initialize_model_parallel stores
+        self.ca = self.tp.ca_comm
+
+    def ar(self, x):
+        if x.is_cpu:
+            # SGLang sends CPU tensors to shared memory before its dispatch, and registers its
+            # all-reduce op for CUDA only: call the dispatch and what the op runs.
+            return self.tp._all_reduce_out_place(x, self.tp._resolve_outplace_all_reduce_method(x) or "auto")
+        return self.tp.all_reduce(x)
+
+    def settings(self, tpar_log):
+        """tpar's dispatcher replaced SGLang's, and checks SGLang's calls."""
+        import sglang.srt.distributed.device_communicators.custom_all_reduce as m
+
+        from tpar.engines import sglang as plugin
+
+        if m.dispatch_custom_allreduce is not plugin.dispatch_custom_allreduce:
+            raise RuntimeError(f"SGLang's dispatch_custom_allreduce is {m.dispatch_custom_allreduce!r}, not tpar's")
+        if m.dispatch_custom_allreduce(group=self.tp.cpu_group, device=self.device) is not plugin.SglangCustomAllreduce:
+            raise RuntimeError("tpar's dispatcher did not return tpar's class for SGLang's call")
+        try:
+            m.dispatch_custom_allreduce(group=self.tp.cpu_group, device=self.device, not_a_parameter=1)
+            raise RuntimeError("tpar's dispatcher accepted a call SGLang's original would refuse")
+        except TypeError:
+            pass
+        return {"checked": {"dispatch": "tpar's, checked against the original's signature"}, "cases": 1}
+
+    def op_unavailable(self, dev):
+        if dev.type == "cpu":
+            return "SGLang registers its all-reduce op (sglang::outplace_all_reduce) for CUDA only"
+        return None
+
+    def op(self, x):
+        return self.ps.outplace_all_reduce(x, group_name=self.tp.unique_name, outplace_all_reduce_method="auto")
+
+    def graph_capture(self):
+        return self.tp.graph_capture()
+

@@ -1,0 +1,513 @@
+#!/usr/bin/env python3
+"""vLLM's and SGLang's own distributed code driving tpar, in N rank processes.
+
+    python3 scripts/engine_harness.py ENGINE WORLD [--device cuda|cpu] [--out DIR]
+                                      [--stages settings,eager,compile,graph,thread,kill]
+                                      [--label NAME] [--trace DIR]
+    python3 scripts/engine_harness.py --matrix LINES.md   # several runs' lines -> one table
+
+ENGINE is ``vllm`` or ``sglang``; the engine's modules must be importable (PYTHONPATH: the
+carry of scripts/engine_carry.py, or its ``prepare()`` paths on a CPU machine) and tpar
+installed as a wheel (its entry points are how the engines find the plug-in). Every rank:
+
+1. ``TPAR_ENABLE=1``, then the engine's own plug-in loader (vLLM ``load_general_plugins``,
+   SGLang ``load_plugins``), group set-up (vLLM ``init_distributed_environment`` +
+   ``initialize_model_parallel``; SGLang ``init_distributed_environment`` +
+   ``init_model_parallel_group`` for the TP group), and the check that the TP group's
+   ``ca_comm`` is tpar's class and enabled;
+2. ``eager``: the engine's all-reduce for every dtype and the engines' size classes
+   (1..512 tokens x hidden 7168, and odd sizes), fresh random inputs, compared bitwise with
+   ``tpar.testing.reference`` where tpar took the call (``should_custom_ar``), within rounding
+   where the engine's fallback (gloo) did;
+3. ``compile``: the engine's own op inside ``torch.compile(fullgraph=True)``;
+4. ``graph`` (GPU): calls captured inside the engine's ``graph_capture()``, replayed on fresh
+   inputs;
+5. ``thread``: a call from a worker thread (vLLM's dual-batch overlap does this);
+6. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
+   error within 1 s, without ``check()``;
+7. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
+   up to 2048 tokens (beyond ``max_size``), through tpar and bitwise the reference.
+
+Ranks are processes; on one GPU they share it (device 0). NCCL refuses two ranks on one GPU,
+so torch's own groups use gloo and the engines' NCCL is off (vLLM ``VLLM_DISABLE_PYNCCL=1``,
+SGLang ``use_pynccl=False``); calls tpar's plan gives to NCCL then go to the engine's
+fallback, ``torch.distributed.all_reduce`` over gloo. One GPU has no peers to plan for, so
+tpar plans on a preset (``TPAR_TOPOLOGY``, default ``h200-nvswitch-8``). Processes sharing a GPU
+are time-sliced: no timings here, correctness and plumbing only.
+
+On a CPU (``--device cpu``) the same runs with tpar's CPU backend as far as the engines
+allow: vLLM's GroupCoordinator builds a ``CpuCommunicator`` on a CPU platform, so the harness
+builds the engine's ``CudaCommunicator`` itself on the TP group's groups (device ``cpu``) and
+installs it as the group's device communicator; SGLang sends CPU tensors to shared memory
+before its dispatch, so the harness calls its dispatch (``_resolve_outplace_all_reduce_method``
+and ``outplace_all_reduce``) directly. ``graph`` is skipped (it needs CUDA).
+
+Writes ``<out>/engine-<engine>-w<world>.json`` (every rank's record) and appends a line per
+stage to ``<out>/engine-summary.md``; exits non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from engine_adapters import Skip, SglangEngine, VllmEngine  # (it records the environment before any plug-in ran)
+
+HIDDEN = 7168  # DeepSeek-V3's hidden size: the engines' decode all-reduce is tokens x hidden
+TOKENS = (1, 3, 8, 64, 512)  # size classes of decode and small prefill batches
+ODD = (1, 7, 129, 4099, 21504 + 5)  # element counts off every alignment
+STAGES = ("settings", "eager", "compile", "graph", "thread", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1)
+#: A survivor must see a dead peer within this (issue 21).
+DEAD_PEER_S = 1.0
+
+
+# ------------------------------------------------------------------------------------------
+# Tracing, for scripts/engine_carry.py: which files a rank opened and loaded.
+def _start_trace(prefixes):
+    opened = set()
+
+    def hook(event, args):
+        if event == "open" and args and isinstance(args[0], str):
+            p = os.path.abspath(args[0])
+            if any(p.startswith(x) for x in prefixes):
+                opened.add(p)
+
+    sys.addaudithook(hook)
+    return opened
+
+
+def _finish_trace(opened, prefixes, path):
+    files = set(opened)
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if f:
+            files.add(os.path.abspath(f))
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split()
+                if len(parts) >= 6 and parts[5].startswith("/"):
+                    files.add(parts[5])
+    except OSError:
+        pass
+    files = sorted(f for f in files if any(f.startswith(x) for x in prefixes) and os.path.isfile(f))
+    with open(path, "w") as fh:
+        json.dump(files, fh)
+
+
+
+def rank_main(args):
+    rank, world = args.rank, args.world
+    prefixes = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    trace = _start_trace(prefixes) if args.trace else None
+    import torch
+
+    import tpar
+    from tpar.engines import TparCustomAllreduce
+    from tpar.testing import INT_VIEW, bits, make_inputs, reference
+
+    dev = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(0)
+    rec = {"rank": rank, "stages": {}}
+    import logging
+
+    tpar_log = []  # what tpar logged (start-up warnings are checked by the settings stage)
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            tpar_log.append((record.levelname, record.getMessage()))
+
+    logging.getLogger("tpar").addHandler(_Keep(level=logging.INFO))
+    logging.getLogger("tpar").setLevel(logging.INFO)
+    t0 = time.monotonic()
+    eng = (VllmEngine if args.engine == "vllm" else SglangEngine)(rank, world, args.init, dev)
+    ca = eng.ca
+    rec["setup_s"] = round(time.monotonic() - t0, 2)
+    rec["ca_class"] = f"{type(ca).__module__}.{type(ca).__qualname__}" if ca is not None else None
+    rec["ca_is_tpar"] = isinstance(ca, TparCustomAllreduce) and not ca.disabled
+    if not rec["ca_is_tpar"]:
+        rec["error"] = f"the TP group's ca_comm is {rec['ca_class']} (disabled={getattr(ca, 'disabled', None)}), not tpar's"
+        return rec
+    import torch.distributed as dist
+
+    world_group = eng.tp.cpu_group
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}
+    digest = hashlib.sha256()
+    seed = [1000]
+
+    def one(x_all, dt, call, what):
+        """One call: returns (took_tpar, ok). Output compared with the reference."""
+        x = x_all[rank].to(dev)
+        took = bool(ca.should_custom_ar(x))
+        y = call(x)
+        ref = reference(x_all, dt)
+        if took:
+            ok = bits(y) == bits(ref)
+            digest.update(bits(y))
+        else:  # the engine's fallback (gloo): its own order, within rounding
+            ok = bool(torch.allclose(y.cpu().float(), ref.float(), rtol=tol[dt], atol=tol[dt]))
+        if bits(x) != bits(x_all[rank]):
+            ok = False  # the input must be left alone (out of place)
+        return took, ok
+
+    def cases():
+        for dname, dt in dtypes.items():
+            for n in [t * HIDDEN for t in TOKENS] + list(ODD):
+                seed[0] += 1
+                yield dname, dt, n, make_inputs(seed[0], world, n, dt)
+
+    stages = [s for s in args.stages.split(",") if s]
+    for stage in stages:
+        st = {"cases": 0, "tpar": 0, "fallback": 0, "wrong": 0}
+        t1 = time.monotonic()
+        try:
+            if stage == "settings":
+                st.update(eng.settings(tpar_log))
+            elif stage == "eager":
+                algos = set()
+                for dname, dt, n, xs in cases():
+                    took, ok = one(xs, dt, eng.ar, "eager")
+                    st["cases"] += 1
+                    st["tpar" if took else "fallback"] += 1
+                    st["wrong"] += not ok
+                    if took:
+                        algos.add(ca._comm.plan(xs[rank].to(dev)))
+                st["algos"] = sorted(algos)
+            elif stage == "compile":
+                backend = "inductor" if dev.type == "cuda" else "aot_eager"
+
+                def f(x):
+                    return eng.op(x * 1) + 0  # exact: the op's input and output pass unchanged
+
+                if eng.op_unavailable(dev):
+                    raise Skip(eng.op_unavailable(dev))
+                cf = torch.compile(f, backend=backend, fullgraph=True)
+                for dname, dt in dtypes.items():
+                    for n in (8 * HIDDEN, 4099):
+                        seed[0] += 1
+                        xs = make_inputs(seed[0], world, n, dt)
+                        took, ok = one(xs, dt, cf, "compile")
+                        st["cases"] += 1
+                        st["tpar" if took else "fallback"] += 1
+                        st["wrong"] += not ok
+                st["backend"] = backend
+            elif stage == "graph":
+                if dev.type != "cuda":
+                    st["skipped"] = "CUDA graphs need a GPU"
+                else:
+                    st.update(graph_stage(eng, ca, rank, world, dev, digest))
+            elif stage == "thread":
+                out = {}
+
+                def work():
+                    try:
+                        for dname, dt in dtypes.items():
+                            seed_ = 50_000 + len(out)
+                            xs = make_inputs(seed_, world, 3 * HIDDEN, dt)
+                            out[dname] = one(xs, dt, eng.ar, "thread")
+                    except BaseException as e:  # noqa: BLE001 - a PanicException is a BaseException
+                        out["error"] = f"{type(e).__name__}: {e}"
+
+                th = threading.Thread(target=work, name="tpar-harness-worker")
+                th.start()
+                th.join(timeout=120)
+                if th.is_alive():
+                    out["error"] = "the worker thread's call did not return in 120 s"
+                if "error" in out:
+                    raise RuntimeError(out["error"])
+                for dname in dtypes:
+                    took, ok = out[dname]
+                    st["cases"] += 1
+                    st["tpar" if took else "fallback"] += 1
+                    st["wrong"] += not ok
+            elif stage == "batchinv":
+                # VLLM_BATCH_INVARIANT=1 (set by the caller): tpar must take every size, above
+                # max_size too, through kernels that sum in rank order: bitwise the reference.
+                if not ca.batch_invariant:
+                    raise RuntimeError("the drop-in is not batch-invariant (is VLLM_BATCH_INVARIANT=1 set?)")
+                for dname, dt in dtypes.items():
+                    for tokens in (1, 8, 64, 512, 1024, 2048):
+                        seed[0] += 1
+                        xs = make_inputs(seed[0], world, tokens * HIDDEN, dt)
+                        took, ok = one(xs, dt, eng.ar, "batchinv")
+                        st["cases"] += 1
+                        st["tpar" if took else "fallback"] += 1
+                        st["wrong"] += not ok or not took  # every size must go through tpar
+                st["chunked"] = sorted({f"{k[0]}:{k[1]}B->{v}" for k, v in ca._chunks.items() if v is not None and v * k[0].itemsize < k[1]})[:8]
+            elif stage == "kill":
+
+                def die():
+                    rec["stages"]["kill"] = {"died_at": time.time()}
+                    _write_record(args.record, rec)
+                    os._exit(3)
+
+                st.update(kill_stage(eng, ca, rank, world, dev, world_group, die))
+            else:
+                raise ValueError(f"unknown stage {stage}")
+        except Skip as e:
+            st = {"skipped": str(e)}
+        except Exception as e:  # noqa: BLE001 - reported, the parent fails the run
+            st["error"] = f"{type(e).__name__}: {e}"[:400]
+        st["seconds"] = round(time.monotonic() - t1, 2)
+        rec["stages"][stage] = st
+        if stage != "kill":
+            dist.barrier(group=world_group)  # stages start together on every rank
+    rec["digest"] = digest.hexdigest()
+    if trace is not None:
+        _finish_trace(trace, prefixes, os.path.join(args.trace, f"{args.engine}-r{rank}.json"))
+    return rec
+
+
+def graph_stage(eng, ca, rank, world, dev, digest):
+    """Calls captured inside the engine's graph_capture() (three batch sizes, as the engines
+    capture one graph per size), replayed on fresh inputs."""
+    import torch
+
+    from tpar.testing import bits, make_inputs, reference
+
+    st = {"cases": 0, "tpar": 0, "fallback": 0, "wrong": 0}
+    dt = torch.bfloat16
+    graphs = []
+    with eng.graph_capture() as ctx:
+        for tokens in (1, 8, 64):
+            n = tokens * HIDDEN
+            xs = [torch.empty(n, dtype=dt, device=dev) for _ in range(4)]
+            for x in xs:  # warm-up outside the graph, as the engines' runners do
+                x.fill_(1)
+                eng.ar(x)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, stream=ctx.stream):
+                took = bool(ca.should_custom_ar(xs[0]))
+                ys = [eng.ar(x) for x in xs]  # four dependent-free calls per graph
+            graphs.append((g, xs, ys, took))
+    st["captured"] = len(graphs)
+    for rep in range(3):
+        for gi, (g, xs, ys, took) in enumerate(graphs):
+            refs = []
+            for i, x in enumerate(xs):
+                a = make_inputs(70_000 + 100 * rep + 10 * gi + i, world, x.numel(), dt)
+                x.copy_(a[rank])
+                refs.append(reference(a, dt))
+            for y in ys:
+                y.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            for y, ref in zip(ys, refs):
+                st["cases"] += 1
+                st["tpar" if took else "fallback"] += 1
+                ok = bits(y) == bits(ref) if took else bool(torch.allclose(y.cpu().float(), ref.float(), rtol=2e-2, atol=2e-2))
+                st["wrong"] += not ok
+                if took:
+                    digest.update(bits(y))
+    return st
+
+
+def kill_stage(eng, ca, rank, world, dev, group, die):
+    """The last rank dies right after a barrier; the others keep calling the engine's
+    all-reduce (no check()) and must raise a tpar error within DEAD_PEER_S of the death (wall
+    clocks of one host)."""
+    import torch
+    import torch.distributed as dist
+
+    import tpar
+    from tpar.testing import make_inputs
+
+    xs = make_inputs(90_000, world, 8 * HIDDEN, torch.bfloat16)
+    x = xs[rank].to(dev)
+    if not ca.should_custom_ar(x):
+        return {"error": "tpar does not take the kill stage's call (8 x 7168 bf16)"}
+    eng.ar(x)
+    dist.barrier(group=group)
+    if rank == world - 1:
+        die()  # mid-step: the survivors' next all-reduce has no peer
+    t0 = time.monotonic()
+    calls = 0
+    deadline = t0 + 30
+    while time.monotonic() < deadline:
+        try:
+            eng.ar(x)
+            calls += 1
+        except tpar.TparError as e:
+            return {"raised": type(e).__name__, "message": str(e)[:300], "raised_at": time.time(), "after_s": round(time.monotonic() - t0, 3), "calls_before": calls}
+        except BaseException as e:  # noqa: BLE001 - not tpar's error family: a failure
+            return {"error": f"not a TparError: {type(e).__name__}: {e}", "after_s": round(time.monotonic() - t0, 3)}
+    return {"error": f"no error in {deadline - t0:.0f} s of calls with a dead peer ({calls} calls returned)"}
+
+
+# ------------------------------------------------------------------------------------------
+def launch(args):
+    tmp = tempfile.mkdtemp(prefix=f"tpar-{args.engine}-")
+    env = dict(os.environ)
+    env.update({"TPAR_ENABLE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    if args.device == "cuda":
+        env.setdefault("TPAR_TOPOLOGY", "h200-nvswitch-8")
+    if args.engine == "vllm":
+        # NCCL refuses ranks sharing a GPU; torch symmetric memory is not under test.
+        env.update({"VLLM_DISABLE_PYNCCL": "1", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"})
+        if args.device == "cpu":
+            env["VLLM_TARGET_DEVICE"] = "cpu"
+    procs = []
+    for r in range(args.world):
+        cmd = [sys.executable, os.path.abspath(__file__), args.engine, str(args.world), "--device", args.device, "--stages", args.stages,
+               "--rank", str(r), "--init", os.path.join(tmp, "init"), "--record", os.path.join(tmp, f"r{r}.json")]
+        if args.trace:
+            cmd += ["--trace", args.trace]
+        log = open(os.path.join(args.out, f"engine-{args.engine}-w{args.world}-r{r}.log"), "w")
+        procs.append((subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log))
+    end = time.monotonic() + args.deadline
+    recs = []
+    for r, (p, log) in enumerate(procs):
+        try:
+            p.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        log.close()
+        path = os.path.join(tmp, f"r{r}.json")
+        rec = {"rank": r, "returncode": p.returncode}
+        if os.path.exists(path):
+            with open(path) as f:
+                rec.update(json.load(f))
+        elif p.returncode is None or p.returncode < 0:
+            rec["error"] = "hung: killed at the deadline"
+        recs.append(rec)
+    return recs
+
+
+def judge(args, recs):
+    """(ok, lines): one summary line per stage."""
+    lines, ok = [], True
+    world = args.world
+    survivors = recs[:-1]
+    head = f"{args.label or args.engine} w{world} {args.device}"
+    bad = [r for r in recs if "error" in r or not r.get("ca_is_tpar")]
+    if bad:
+        return False, [f"| {head} | setup | FAIL | " + "; ".join(f"rank {r['rank']}: {r.get('error', 'rc=%s' % r.get('returncode'))}" for r in bad) + " |"]
+    lines.append(f"| {head} | setup | PASS | ca_comm {recs[0].get('ca_class')} on every rank; {recs[0].get('setup_s')} s |")
+    for stage in args.stages.split(","):
+        if stage == "kill":
+            sts = [r.get("stages", {}).get("kill", {}) for r in survivors]
+            died = recs[-1].get("stages", {}).get("kill", {}).get("died_at")
+            for s in sts:
+                if "raised_at" in s and died:
+                    s["after_death_s"] = round(s["raised_at"] - died, 3)
+            fine = died is not None and recs[-1].get("returncode") == 3 and all(s.get("after_death_s", 1e9) <= DEAD_PEER_S for s in sts)
+            detail = "; ".join(f"r{r['rank']}: " + (f"{s['raised']} {s.get('after_death_s')} s after the death" if "raised" in s else s.get("error", "?")) for r, s in zip(survivors, sts))
+            msg = next((s.get("message") for s in sts if s.get("message")), "")
+            lines.append(f"| {head} | kill | {'PASS' if fine else 'FAIL'} | {detail}; {msg[:120]!r} |")
+            ok &= fine
+            continue
+        sts = [r.get("stages", {}).get(stage, {}) for r in recs]
+        if all("skipped" in s for s in sts):
+            lines.append(f"| {head} | {stage} | skipped | {sts[0]['skipped']} |")
+            continue
+        errors = [f"r{r['rank']}: {s.get('error', 'no record')}" for r, s in zip(recs, sts) if "error" in s or not s]
+        wrong = sum(s.get("wrong", 0) for s in sts)
+        fine = not errors and wrong == 0 and all(s.get("cases", 0) > 0 for s in sts)
+        s0 = sts[0]
+        if "checked" in s0 and not errors:
+            lines.append(f"| {head} | {stage} | PASS | {json.dumps(s0['checked'])} |")
+            continue
+        extra = f" algos {','.join(s0.get('algos', []))}" if s0.get("algos") else ""
+        detail = "; ".join(errors) if errors else f"{s0.get('cases')} calls a rank, {s0.get('tpar')} through tpar, {s0.get('fallback')} fallback, {wrong} wrong{extra}"
+        lines.append(f"| {head} | {stage} | {'PASS' if fine else 'FAIL'} | {detail} |")
+        ok &= fine
+    digests = {r.get("digest") for r in (survivors if "kill" in args.stages else recs)}
+    if len(digests) != 1:
+        lines.append(f"| {head} | ranks identical | FAIL | {len(digests)} different digests of tpar's outputs |")
+        ok = False
+    return ok, lines
+
+
+def _write_record(path, rec):
+    with open(path + ".tmp", "w") as f:
+        json.dump(rec, f)
+    os.replace(path + ".tmp", path)
+
+
+def matrix(path):
+    """The summary lines of several runs (``| run | stage | result | detail |``), then one
+    row per run: each stage's result, the kill stage's slowest detection after the death."""
+    import re
+
+    with open(path) as f:
+        lines = [ln.rstrip("\n") for ln in f if ln.startswith("| ")]
+    rows, stages = {}, []
+    for ln in lines:
+        cells = [c.strip() for c in ln.strip("|").split(" | ")]
+        if len(cells) < 4 or cells[2] not in ("PASS", "FAIL", "skipped"):
+            continue
+        run, stage, result, detail = cells[0], cells[1], cells[2], " | ".join(cells[3:])
+        if stage not in stages:
+            stages.append(stage)
+        if stage == "kill":
+            times = [float(t) for t in re.findall(r"([0-9.]+) s after the death", detail)]
+            result += f" {max(times):.2f} s" if times else ""
+        rows.setdefault(run, {})[stage] = "skip" if result == "skipped" else result
+    order = ["setup", *STAGES, "batchinv"]
+    stages.sort(key=lambda st: order.index(st) if st in order else len(order))
+    data = [ln for ln in lines if not ln.startswith("| run |")]
+    print("| run | stage | result | detail |\n|---|---|---|---|\n" + "\n".join(data))
+    print()
+    print("| run | " + " | ".join(stages) + " | result |")
+    print("|---" * (len(stages) + 2) + "|")
+    for run, cells in rows.items():
+        ok = not any(v.startswith("FAIL") for v in cells.values())
+        print(f"| {run} | " + " | ".join(cells.get(s, "-") for s in stages) + f" | {'PASS' if ok else 'FAIL'} |")
+    print()
+    print("kill: the slowest survivor's error after the death (wall clock; the bound is %.1f s)" % DEAD_PEER_S)
+
+
+def main():
+    if sys.argv[1:2] == ["--matrix"]:
+        matrix(sys.argv[2])
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("engine", choices=("vllm", "sglang"))
+    ap.add_argument("--label", help="the run's name in the summary (default: ENGINE)")
+    ap.add_argument("world", type=int)
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    ap.add_argument("--stages", default=",".join(STAGES))
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--trace", help="write the files each rank loaded under this directory (scripts/engine_carry.py)")
+    ap.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE_S", "600")))
+    ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--init", help=argparse.SUPPRESS)
+    ap.add_argument("--record", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.rank is not None:
+        try:
+            rec = rank_main(args)
+        except Exception as e:  # noqa: BLE001 - reported to the parent
+            import traceback
+
+            traceback.print_exc()
+            rec = {"rank": args.rank, "error": f"{type(e).__name__}: {e}"[:400]}
+        _write_record(args.record, rec)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)  # peers may be dead (kill stage): skip the engines' and tpar's teardown
+    os.makedirs(args.out, exist_ok=True)
+    recs = launch(args)
+    with open(os.path.join(args.out, f"engine-{args.engine}-w{args.world}-{args.device}.json"), "w") as f:
+        json.dump(recs, f, indent=1)
+    ok, lines = judge(args, recs)
+    with open(os.path.join(args.out, "engine-summary.md"), "a") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"RESULT {args.engine} world={args.world} device={args.device} -> {'PASS' if ok else 'FAIL'}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

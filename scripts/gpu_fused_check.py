@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""tpar.torch's fused all-reduce + residual add + RMSNorm on one GPU shared by N rank
+processes (scripts/gpu-fused.sh runs it). Correctness only: processes sharing a GPU are
+time-sliced, their timings mean nothing.
+
+    python3 scripts/gpu_fused_check.py WORLD [--out DIR]
+
+Each rank: eager calls of several shapes (fused-kernel shapes, and shapes the unfused path
+takes: rows of 2880, 65 rows) in every dtype, four forms (new tensors, vLLM's in-place form,
+the custom op, the norm apart with the updated residual into x as vLLM's fusion pass asks),
+then fused calls captured in a CUDA graph inside ``comm.capture()`` (beside
+plain all-reduces), replayed with fresh inputs. Every output bit for bit against
+``tpar.testing.reference_add_rmsnorm`` (or ``reference`` for the plain calls), outputs
+poisoned first, the ranks' digests compared. Ranks: processes with a gloo group; tpar's
+kernels forced with TPAR_ALGO and planned on a preset topology (TPAR_TOPOLOGY).
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+SHAPES = [(1, 7168), (3, 7168), (8, 7168), (5, 4096), (2, 8192), (64, 1024), (1, 16384), (1, 2880), (65, 1024)]
+
+
+def rank_main(rank, world, out):
+    import torch
+    import torch.distributed as dist
+
+    import tpar.torch as tt
+    from tpar.testing import bits, make_fused_inputs, make_inputs, reference, reference_add_rmsnorm
+
+    dist.init_process_group("gloo", init_method="file://" + os.environ["INIT_FILE"], rank=rank, world_size=world)
+    torch.cuda.set_device(0)
+    dev = torch.device("cuda", 0)
+    comm = tt.Communicator(device=dev, max_bytes=8 << 20)
+    h = hashlib.sha256()
+    rec = {"rank": rank, "algo_env": os.environ.get("TPAR_ALGO"), "transport_env": os.environ.get("TPAR_TRANSPORT")}
+    wrong, cases, paths, failures = 0, 0, {}, []
+    eps = 1e-6
+    seed = 500
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        for rows, hidden in SHAPES:
+            if dt == torch.float32 and rows * hidden > 8 * 7168:
+                continue  # f32 at the shapes the engines use it least: a few suffice
+            seed += 1
+            xs, res, w = make_fused_inputs(seed, world, rows, hidden, dt)
+            want_o, want_r = reference_add_rmsnorm(xs, res, w, eps)
+            x, r, wd = xs[rank].to(dev), res.to(dev), w.to(dev)
+            path = comm.fused_path(x, hidden)
+            paths[f"{rows}x{hidden}"] = path
+            forms = {}
+            o = torch.full_like(x, float("nan"))
+            ro = torch.full_like(r, float("nan"))
+            comm.all_reduce_add_rmsnorm(x, r, wd, eps, out=o, residual_out=ro)
+            comm.check()
+            forms["out"] = (o, ro)
+            xi, ri = x.clone(), r.clone()
+            comm.all_reduce_add_rmsnorm_(xi, ri, wd, eps)
+            comm.check()
+            forms["inplace"] = (xi, ri)
+            forms["op"] = torch.ops.tpar.all_reduce_add_rmsnorm(x, r, wd, eps, comm.handle)
+            comm.check()
+            # vLLM's fusion pass with a separate norm output: the updated residual into x.
+            xa, na = x.clone(), torch.full_like(x, float("nan"))
+            comm.all_reduce_add_rmsnorm(xa, r, wd, eps, out=na, residual_out=xa)
+            comm.check()
+            forms["norm_apart"] = (na, xa)
+            for form, (go, gr) in forms.items():
+                bad = (bits(go) != bits(want_o)) + (bits(gr) != bits(want_r))
+                if bad:
+                    wrong += bad
+                    failures.append(f"{dt} {rows}x{hidden} {form} ({path})")
+                cases += 1
+            if bits(x) != bits(xs[rank].to(dev)) or bits(r) != bits(res.to(dev)):
+                wrong += 1
+                failures.append(f"{dt} {rows}x{hidden}: an out-of-place call changed its inputs")
+            h.update(bits(o) + bits(ro))
+    rec.update(eager_cases=cases, eager_wrong=wrong, paths=paths)
+    # A captured step: fused calls (7168 x 1 and x 3, bf16) and plain all-reduces alternating,
+    # inside comm.capture(), replayed with fresh inputs copied in before each replay.
+    dt, calls = torch.bfloat16, 6
+    shapes = [(1 if k % 2 == 0 else 3, 7168) for k in range(calls)]
+    xb = [torch.empty(s, dtype=dt, device=dev) for s in shapes]
+    rb = [torch.empty(s, dtype=dt, device=dev) for s in shapes]
+    wb = [torch.empty(s[1], dtype=dt, device=dev) for s in shapes]
+    ob = [torch.empty(s, dtype=dt, device=dev) for s in shapes]
+    rob = [torch.empty(s, dtype=dt, device=dev) for s in shapes]
+    pb = [torch.empty(s, dtype=dt, device=dev) for s in shapes]  # plain all-reduce inputs/outputs
+    po = [torch.empty(s, dtype=dt, device=dev) for s in shapes]
+    for t in xb + rb + wb + pb:
+        t.fill_(1.0)
+    for k in range(calls):  # warm-up: every variant loaded before the capture
+        comm.all_reduce_add_rmsnorm(xb[k], rb[k], wb[k], eps, out=ob[k], residual_out=rob[k])
+        comm.all_reduce(pb[k], out=po[k])
+    comm.check()
+    g = torch.cuda.CUDAGraph()
+    with comm.capture():
+        with torch.cuda.graph(g):
+            for k in range(calls):
+                comm.all_reduce_add_rmsnorm(xb[k], rb[k], wb[k], eps, out=ob[k], residual_out=rob[k])
+                comm.all_reduce(pb[k], out=po[k])
+    rec["captured_calls"] = comm.captured_calls
+    gwrong = 0
+    replays = 3
+    for rep in range(replays):
+        wants = []
+        for k, (rows, hidden) in enumerate(shapes):
+            xs, res, w = make_fused_inputs(9000 + rep * calls + k, world, rows, hidden, dt)
+            ps = make_inputs(19000 + rep * calls + k, world, rows * hidden, dt)
+            xb[k].copy_(xs[rank])
+            rb[k].copy_(res)
+            wb[k].copy_(w)
+            pb[k].copy_(ps[rank].reshape(rows, hidden))
+            for t in (ob[k], rob[k], po[k]):
+                t.fill_(float("nan"))
+            wants.append((reference_add_rmsnorm(xs, res, w, eps), reference(ps, dt).reshape(rows, hidden)))
+        g.replay()
+        comm.check()
+        for k, ((wo, wr), wp) in enumerate(wants):
+            bad = (bits(ob[k]) != bits(wo)) + (bits(rob[k]) != bits(wr)) + (bits(po[k]) != bits(wp))
+            if bad:
+                gwrong += bad
+                failures.append(f"graph replay {rep} call {k}")
+            h.update(bits(ob[k]) + bits(rob[k]) + bits(po[k]))
+    rec.update(graph_calls=calls * 2 * replays, graph_wrong=gwrong, digest=h.hexdigest(), failures=failures[:20])
+    comm.close()
+    rec["ok"] = True
+    with open(out, "w") as f:
+        json.dump(rec, f)
+    os._exit(0)
+
+
+def launch(world, outdir, deadline):
+    tmp = tempfile.mkdtemp(prefix="tpar-fused-")
+    procs = []
+    for r in range(world):
+        env = dict(os.environ, INIT_FILE=os.path.join(tmp, "init"), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(world), os.path.join(tmp, f"r{r}.json")], env=env))
+    end = time.monotonic() + deadline
+    recs = []
+    for r, p in enumerate(procs):
+        try:
+            p.wait(timeout=max(0.1, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            recs.append({"rank": r, "hung": True})
+            continue
+        path = os.path.join(tmp, f"r{r}.json")
+        recs.append(json.load(open(path)) if os.path.exists(path) else {"rank": r, "returncode": p.returncode})
+    tag = f"{os.environ.get('TPAR_ALGO', 'auto')}-{os.environ.get('TPAR_TRANSPORT', 'p2p')}"
+    with open(os.path.join(outdir, f"fused-w{world}-{tag}.json"), "w") as f:
+        json.dump(recs, f, indent=1)
+    return recs
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--rank":
+        rank_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    world = int(sys.argv[1])
+    outdir = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "."
+    recs = launch(world, outdir, deadline=float(os.environ.get("DEADLINE_S", "150")))
+    ok = all(r.get("ok") for r in recs) and len({r.get("digest") for r in recs}) == 1
+    ok = ok and all(r["eager_wrong"] == 0 and r["graph_wrong"] == 0 for r in recs)
+    r0 = recs[0] if recs[0].get("ok") else {}
+    fails = [f for r in recs for f in r.get("failures", [])]
+    print(
+        f"RESULT fused world={world} algo={os.environ.get('TPAR_ALGO')} transport={os.environ.get('TPAR_TRANSPORT', 'p2p')} "
+        f"eager_cases={r0.get('eager_cases')} eager_wrong={sum(r.get('eager_wrong', -1) for r in recs)} "
+        f"graph_calls={r0.get('graph_calls')} graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} captured={r0.get('captured_calls')} "
+        f"ranks_identical={len({r.get('digest') for r in recs}) == 1} paths={r0.get('paths')} -> {'PASS' if ok else 'FAIL'}"
+    )
+    for f in fails[:10]:
+        print(f"  FAIL {f}")
+    sys.exit(0 if ok else 1)

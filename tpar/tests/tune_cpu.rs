@@ -1,0 +1,205 @@
+//! The first-use tune's protocol on CPU rank groups (threads with their own sockets, shared
+//! memory and liveness locks, as separate processes would have): a first start tunes and
+//! stores, a second reads the cache, `force` re-tunes, `off` skips; rank 0 decides and every
+//! rank adopts the same bytes; a candidate that fails the bit-exact screen is reported and
+//! never chosen; a rank that fails mid-tune, a spent budget, a corrupt or outdated entry, and
+//! two jobs starting at once. Real processes (and a killed tuner) are in the CLI's tests.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Barrier};
+use tpar::kinds::{Backend, CaptureMode, Transport};
+use tpar::plan::profile::ProfileFingerprint;
+use tpar::plan::tuned::{RankKind, TuneKey};
+use tpar::plan::{plan, Overrides, PlanInput};
+use tpar::settings::Tune;
+use tpar::tune::cache::Cache;
+use tpar::tune::cpu::CpuRanks;
+use tpar::tune::{start, Outcome, Rounds, StartSpec, TunePlan};
+use tpar::{Algorithm, Communicator, DType, Topology};
+
+fn cache_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tpar-tune-cpu-{tag}-{}-{}", std::process::id(), common::rand_u32()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn key(world: usize) -> TuneKey {
+    TuneKey {
+        tpar_version: TuneKey::this_version(),
+        cuda_driver: 0,
+        driver_version: None,
+        backend: Backend::Cpu,
+        ranks: RankKind::Cpu,
+        world,
+        devices: Vec::new(),
+        topology_hash: format!("{:016x}", Topology::cpu().hash()),
+        transport: Transport::Shm,
+        settings: String::new(),
+    }
+}
+
+fn small_plan() -> TunePlan {
+    TunePlan {
+        sizes: vec![1024, 16384],
+        dtypes: vec![DType::F32],
+        modes: vec![CaptureMode::Eager],
+        rounds: Rounds { warmup: 0, iters: 2, inner: 2 },
+        probe: false,
+        max_seconds: 60.0,
+    }
+}
+
+/// One start on this rank, as a communicator's init would run it.
+fn start_on(comm: &mut Communicator, dir: &Path, tune: Tune, plan: &TunePlan, hook: impl FnOnce(&mut CpuRanks)) -> Outcome {
+    let world = comm.world();
+    let fp = move |m| ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, world, m);
+    let never = |_, _, _| false;
+    let spec = StartSpec {
+        tune,
+        skip: None,
+        cache: Some(dir.to_path_buf()),
+        key: key(world),
+        max_bytes: 16384,
+        plan: plan.clone(),
+        lock_wait: std::time::Duration::from_secs(10),
+        fingerprint: &fp,
+        default_is_nccl: &never,
+    };
+    let mut r = CpuRanks::new(comm);
+    hook(&mut r);
+    start(&mut r, &spec).unwrap()
+}
+
+fn entry(o: &Outcome) -> Option<String> {
+    o.tuned().map(|t| t.to_entry().unwrap())
+}
+
+#[test]
+fn first_start_tunes_second_reads_force_retunes_off_skips_and_every_rank_adopts_the_same() {
+    let dir = cache_dir("life");
+    let d = dir.clone();
+    let res = common::run_group(3, |_| {}, move |comm| {
+        let plan = small_plan();
+        [Tune::Auto, Tune::Auto, Tune::Force, Tune::Off].map(|t| start_on(comm, &d, t, &plan, |_| {}))
+    });
+    let per_rank: Vec<[Outcome; 4]> = res.into_iter().map(|r| r.unwrap()).collect();
+    for o in &per_rank {
+        assert!(matches!(o[0], Outcome::Tuned { .. }), "{}", o[0].line());
+        assert!(matches!(o[1], Outcome::Cached { .. }), "{}", o[1].line());
+        assert!(matches!(&o[2], Outcome::Tuned { because, .. } if because == "TPAR_TUNE=force"), "{}", o[2].line());
+        assert!(matches!(&o[3], Outcome::Skipped { why } if why == "TPAR_TUNE=off"), "{}", o[3].line());
+        assert!(o[3].line().contains("the plan's defaults are in force"), "{}", o[3].line());
+        assert!(o[0].line().contains("stored in"), "{}", o[0].line());
+    }
+    // Every rank holds rank 0's bytes; the cache gives back what was stored.
+    for k in 0..3 {
+        let e = entry(&per_rank[0][k]);
+        assert!(per_rank.iter().all(|o| entry(&o[k]) == e), "start {k}: ranks differ");
+    }
+    assert_eq!(entry(&per_rank[0][0]), entry(&per_rank[0][1]), "the second start read the first one's entry");
+    let tuned = per_rank[0][0].tuned().unwrap();
+    assert_eq!(tuned.key.world, 3);
+    assert!(tuned.rejected.is_empty(), "{:?}", tuned.rejected);
+    assert!(tuned.cost.points > 0 && tuned.cost.screens > 0);
+    // The plan takes the tune's eager table.
+    let t = Topology::cpu();
+    let o = Overrides::default();
+    let p = plan(&PlanInput { topology: &t, world: 3, bytes: 1024, dtype: DType::F32, capture: CaptureMode::Eager, backend: Backend::Cpu, profile: Some(tuned.plan_profile(CaptureMode::Eager).unwrap()), overrides: &o });
+    assert!(p.reason.starts_with("profile:"), "{p}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_candidate_failing_the_screen_is_reported_and_never_chosen() {
+    let dir = cache_dir("reject");
+    let d = dir.clone();
+    let res = common::run_group(2, |_| {}, move |comm| start_on(comm, &d, Tune::Auto, &small_plan(), |r| r.corrupt_for_test(Algorithm::OneshotPush)));
+    for o in res {
+        let o = o.unwrap();
+        let t = o.tuned().unwrap_or_else(|| panic!("{}", o.line()));
+        let r = t.rejection(Algorithm::OneshotPush).expect("rejected");
+        assert!(r.wrong >= 1 && !r.identical, "{r:?}");
+        for p in &t.profiles {
+            assert!(p.tables.iter().all(|tb| tb.buckets.iter().all(|b| b.algorithm != Algorithm::OneshotPush)), "{:?}", p.tables);
+        }
+        assert!(o.line().contains("rejected by the bit-exact screen") && o.line().contains("oneshot-push"), "{}", o.line());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_rank_failing_mid_tune_or_a_spent_budget_leaves_the_defaults_on_every_rank() {
+    let dir = cache_dir("fail");
+    let d = dir.clone();
+    let res = common::run_group(3, |_| {}, move |comm| {
+        let rank = comm.rank();
+        let failed = start_on(comm, &d, Tune::Auto, &small_plan(), |r| {
+            if rank == 1 {
+                r.fail_after_for_test(2)
+            }
+        });
+        let spent = start_on(comm, &d, Tune::Auto, &TunePlan { max_seconds: 0.0, ..small_plan() }, |_| {});
+        // The communicator still works after both, and the next start tunes (the lock went).
+        let after = start_on(comm, &d, Tune::Auto, &small_plan(), |_| {});
+        let mut out = [0f32; 4];
+        comm.all_reduce(&[1.0f32; 4], &mut out).unwrap();
+        (failed, spent, after, out)
+    });
+    for r in res {
+        let (failed, spent, after, out) = r.unwrap();
+        match &failed {
+            Outcome::Failed { why, .. } => assert!(why.starts_with("rank 1:") && why.contains("fails its screen 3"), "{why}"),
+            o => panic!("{}", o.line()),
+        }
+        assert!(failed.line().contains("the plan's defaults are in force"), "{}", failed.line());
+        assert!(matches!(&spent, Outcome::Failed { why, .. } if why.contains("past its bound")), "{}", spent.line());
+        assert!(matches!(after, Outcome::Tuned { .. }), "{}", after.line());
+        assert_eq!(out, [3.0; 4]);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_corrupt_or_outdated_entry_is_re_tuned_with_the_reason() {
+    let dir = cache_dir("stale");
+    let cache = Cache::under(&dir);
+    let k = key(2);
+    cache.write_raw_for_test(&k, b"# tpar tuned profile v1 fnv1a64=0123 bytes=5\nhello").unwrap();
+    let d = dir.clone();
+    let res = common::run_group(2, |_| {}, move |comm| start_on(comm, &d, Tune::Auto, &small_plan(), |_| {}));
+    let first = res.into_iter().next().unwrap().unwrap();
+    assert!(matches!(&first, Outcome::Tuned { because, .. } if because.contains("refused") && because.contains("checksum")), "{}", first.line());
+    // The same entry, as an older tpar would have stored it.
+    let mut t = first.tuned().unwrap().clone();
+    t.key.tpar_version = "0.0.1".into();
+    cache.write_raw_for_test(&k, t.to_entry().unwrap().as_bytes()).unwrap();
+    let d = dir.clone();
+    let res = common::run_group(2, |_| {}, move |comm| start_on(comm, &d, Tune::Auto, &small_plan(), |_| {}));
+    let again = res.into_iter().next().unwrap().unwrap();
+    assert!(matches!(&again, Outcome::Tuned { because, .. } if because.contains("tpar 0.0.1")), "{}", again.line());
+    assert!(matches!(cache.read(&k, 1), tpar::tune::cache::Lookup::Hit { .. }), "replaced by this tpar's");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn two_jobs_starting_at_once_tune_once() {
+    let dir = cache_dir("race");
+    let gate = Arc::new(Barrier::new(2));
+    let jobs: Vec<_> = (0..2)
+        .map(|_| {
+            let (d, gate) = (dir.clone(), gate.clone());
+            std::thread::spawn(move || {
+                gate.wait();
+                let d2 = d.clone();
+                common::run_group(2, |_| {}, move |comm| start_on(comm, &d2, Tune::Auto, &small_plan(), |_| {}))
+            })
+        })
+        .collect();
+    let outcomes: Vec<Outcome> = jobs.into_iter().flat_map(|j| j.join().unwrap()).map(|r| r.unwrap()).collect();
+    let tuned = outcomes.iter().filter(|o| matches!(o, Outcome::Tuned { .. })).count();
+    let cached = outcomes.iter().filter(|o| matches!(o, Outcome::Cached { .. })).count();
+    assert_eq!((tuned, cached), (2, 2), "{:?}", outcomes.iter().map(Outcome::line).collect::<Vec<_>>());
+    let _ = std::fs::remove_dir_all(dir);
+}
