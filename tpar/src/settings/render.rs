@@ -1,6 +1,7 @@
 //! The settings table rendered from [`VARS`]: Markdown for the README (`tpar settings
 //! --markdown`), plain text with the current values for a terminal (`tpar settings`). Reads
 //! no environment itself: the values set come from [`set_vars`] (the settings module's).
+//! Tested in settings/tests.rs (the README's table is the generated one, each variable once).
 
 use super::{set_vars, VARS};
 
@@ -31,27 +32,4 @@ pub fn text_table() -> String {
         s.push_str(&format!("  {:width$}  {}; default {}. {}{now}\n", v.name, v.values, v.default, v.doc));
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_readme_table_is_the_generated_one() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
-        let begin = readme.find("<!-- settings:begin").expect("README has the settings markers");
-        let body = &readme[begin..];
-        let start = body.find('\n').unwrap() + 1;
-        let end = body.find("<!-- settings:end -->").expect("README closes the settings table");
-        assert_eq!(&body[start..end], markdown_table(), "README's settings table is stale: paste `tpar settings --markdown`");
-    }
-
-    #[test]
-    fn the_table_lists_every_variable_once() {
-        let t = markdown_table();
-        for v in VARS {
-            assert_eq!(t.matches(&format!("`{}`", v.name)).count(), 1, "{}", v.name);
-        }
-    }
 }
