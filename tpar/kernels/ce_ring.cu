@@ -45,11 +45,11 @@ struct CeArgs {
     u32 phase;
     u32 wire;
 };
-// 416 = 336 (TparArgs, 8-aligned, its offsets checked by tpar_abi_offsets) + 8 x 8 + 4 x 4:
+// 424 = 344 (TparArgs, 8-aligned, its offsets checked by tpar_abi_offsets) + 8 x 8 + 4 x 4:
 // no room for padding, so every offset follows from the order; cuda/ce.rs asserts the same
 // offsets of its twin at compile time. Loading the module then needs no probe launch (it
 // may happen while a stream is being captured).
-static_assert(sizeof(CeArgs) == 416, "CeArgs size: keep in step with cuda/ce.rs");
+static_assert(sizeof(CeArgs) == 424, "CeArgs size: keep in step with cuda/ce.rs");
 static_assert(alignof(CeArgs) == 8, "CeArgs alignment");
 
 // ---------------------------------------------------------------------------------------

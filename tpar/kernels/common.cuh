@@ -114,10 +114,11 @@ struct TparArgs {
     u32 desc_code;              // algorithm code << 4 | dtype code (tpar's Rust codes)
     u32 test_delay_ns;          // test hook: spin this long before the call (skewed ranks); 0 normally
     u64 islands;                // hierarchical: rank q's island label (its first rank) at bits 4q..4q+3; 0 = one island
+    u64 io;                     // this call's TparIo (io.cuh: every rank's registered input and output), 0 = none
 };
 // NVRTC has no offsetof: sizes are asserted here at compile time, offsets at run time by
 // tpar_abi_offsets (below), which the host compares with abi.rs when it loads a module.
-static_assert(sizeof(TparArgs) == 336, "TparArgs size: keep in step with abi.rs");
+static_assert(sizeof(TparArgs) == 344, "TparArgs size: keep in step with abi.rs");
 static_assert(alignof(TparArgs) == 8, "TparArgs alignment");
 
 // Per-rank device-local state, touched only by this rank's kernels. Epochs are per block:
@@ -184,7 +185,7 @@ struct TparFusedArgs {
     TparArgs a;
     TparNorm n;
 };
-static_assert(sizeof(TparFusedArgs) == 368, "TparFusedArgs size: keep in step with abi.rs");
+static_assert(sizeof(TparFusedArgs) == 376, "TparFusedArgs size: keep in step with abi.rs");
 static_assert(alignof(TparFusedArgs) == 8, "TparFusedArgs alignment");
 // This rank's partial sums of squares (fused calls; norm.cuh) live in its state buffer,
 // after the TparState: one 8-byte {f32 bits, generation} word per tile of the message.
@@ -441,11 +442,33 @@ __device__ __forceinline__ u64 vecs_for(u64 count) {
     return (count + D::LANES - 1) / D::LANES;
 }
 
-// Loads vector v of this rank's input (OUT: of its output, as store_output left it). The
-// last vector may be partial: its missing lanes read as +0.0 (never the sentinel), so a
-// padded vector still "arrives" as a whole. (The field is read in each branch rather than
-// once before them: read once, the compiler allocated registers differently, and one lean
-// variant spilled.)
+// The last vector of a message may be partial: lanes [0, n) of the vector whose first lane
+// is element `first` of `base`, the missing lanes +0.0 (never the sentinel), so a padded
+// vector still "arrives" as a whole. PEER: `base` is a peer's buffer (registered inputs,
+// io.cuh): volatile element loads, never served from a stale L1 line.
+template <bool B, class T, class F> struct pick_type { typedef T type; };
+template <class T, class F> struct pick_type<false, T, F> { typedef F type; };
+template <class D, bool PEER = false>
+__device__ __forceinline__ V16 load_partial(const void* base, u64 first, u64 n) {
+    typedef typename pick_type<PEER, const volatile u32, const u32>::type W32;
+    typedef typename pick_type<PEER, const volatile u16, const u16>::type W16;
+    V16 r = {0u, 0u, 0u, 0u};
+    if (D::LANES == 4) {
+        W32* p = (W32*)base + first;
+        for (u64 i = 0; i < n; ++i) v16_set_word(r, (int)i, p[i]);
+    } else {
+        W16* p = (W16*)base + first;
+        for (u64 i = 0; i < n; ++i) {
+            u32 w = v16_word(r, (int)(i / 2)) | ((u32)p[i] << (16 * (i % 2)));
+            v16_set_word(r, (int)(i / 2), w);
+        }
+    }
+    return r;
+}
+
+// Loads vector v of this rank's input (OUT: of its output, as store_output left it).
+// (The field is read in each branch rather than once before them: read once, the compiler
+// allocated registers differently, and one lean variant spilled.)
 template <bool OUT>
 __device__ __forceinline__ u64 io_base(const TparArgs& a) {
     return OUT ? a.output : a.input;
@@ -456,37 +479,38 @@ __device__ __forceinline__ V16 load_input(const TparArgs& a, u64 v) {
     if (first + D::LANES <= a.count) {
         return *((const V16*)io_base<OUT>(a) + v);
     }
-    V16 r = {0u, 0u, 0u, 0u};
+    return load_partial<D>((const void*)io_base<OUT>(a), first, a.count - first);
+}
+
+// Where store_vec stores: B::at(a, q) is the base address, read where it is used (in each
+// branch, as load_input reads its field: hoisted out as a value, the compiler kept it live
+// and one lean variant spilled). MyOutput: this rank's output.
+struct MyOutput {
+    __device__ static __forceinline__ u64 at(const TparArgs& a, u32) { return a.output; }
+};
+
+// Stores vector v at B's base for rank q, only the lanes inside `count`.
+template <class D, class B>
+__device__ __forceinline__ void store_vec(const TparArgs& a, u32 q, u64 v, V16 x) {
+    const u64 first = v * D::LANES;
+    if (first + D::LANES <= a.count) {
+        *((V16*)B::at(a, q) + v) = x;
+        return;
+    }
     const u64 n = a.count - first;
     if (D::LANES == 4) {
-        const u32* p = (const u32*)io_base<OUT>(a) + first;
-        for (u64 i = 0; i < n; ++i) v16_set_word(r, (int)i, p[i]);
+        u32* p = (u32*)B::at(a, q) + first;
+        for (u64 i = 0; i < n; ++i) p[i] = v16_word(x, (int)i);
     } else {
-        const u16* p = (const u16*)io_base<OUT>(a) + first;
-        for (u64 i = 0; i < n; ++i) {
-            u32 w = v16_word(r, (int)(i / 2)) | ((u32)p[i] << (16 * (i % 2)));
-            v16_set_word(r, (int)(i / 2), w);
-        }
+        u16* p = (u16*)B::at(a, q) + first;
+        for (u64 i = 0; i < n; ++i) p[i] = (u16)(v16_word(x, (int)(i / 2)) >> (16 * (i % 2)));
     }
-    return r;
 }
 
 // Stores vector v of the output, only the lanes inside `count`.
 template <class D>
 __device__ __forceinline__ void store_output(const TparArgs& a, u64 v, V16 x) {
-    const u64 first = v * D::LANES;
-    if (first + D::LANES <= a.count) {
-        *((V16*)a.output + v) = x;
-        return;
-    }
-    const u64 n = a.count - first;
-    if (D::LANES == 4) {
-        u32* p = (u32*)a.output + first;
-        for (u64 i = 0; i < n; ++i) p[i] = v16_word(x, (int)i);
-    } else {
-        u16* p = (u16*)a.output + first;
-        for (u64 i = 0; i < n; ++i) p[i] = (u16)(v16_word(x, (int)(i / 2)) >> (16 * (i % 2)));
-    }
+    store_vec<D, MyOutput>(a, 0u, v, x);
 }
 
 // The workspace layout, the call frame, descriptors, clears and the poll verbs: frame.cuh,

@@ -1,6 +1,8 @@
 // frame.cuh — the second half of common.cuh (which splices it in): the workspace layout,
 // the call frame (epochs, buffers, deadline), call descriptors, the clears one call behind,
-// and the poll verbs every kernel waits with; at its end, flags.cuh (the flag protocol).
+// and the poll verbs every kernel waits with; at its end, flags.cuh (the flag protocol),
+// norm.cuh (the epilogues: plain, fused add-RMSNorm) and io.cuh (registered caller buffers:
+// the zero-copy path; the ABI probe).
 // Needs common.cuh's types and helpers before it.
 
 // ---------------------------------------------------------------------------------------
@@ -586,48 +588,6 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
 #define TPAR_INSTANTIATE(NAME) TPAR_EACH_DTYPE(TPAR_ENTRY, NAME)
 #define TPAR_INSTANTIATE_FUSABLE(NAME) TPAR_EACH_DTYPE(TPAR_FENTRY, NAME)
 
-// Field offsets as this compiler lays them out; the host checks them against abi.rs.
-// out[0..8] = offsets of TparArgs.{flags, state, err, input, count, slot_vecs, timeout_ns, rank},
-// out[8] = TparError.waited_ns, out[9] = TparState.err_claim, out[10] = TparArgs.desc_code,
-// out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
-// out[14] = TparState.prev_kind, out[15] = TparArgs.islands, out[16..21] =
-// TparFusedArgs.{n, n.residual_out, n.weight, n.hidden, n.eps_bits}, sizeof(TparFusedArgs).
-extern "C" __global__ void tpar_abi_offsets(u64* out) {
-    TparArgs a;
-    TparError e;
-    TparState s;
-    TparFusedArgs fa;
-    const char* fb = (const char*)&fa;
-    out[16] = (u64)((const char*)&fa.n - fb);
-    out[17] = (u64)((const char*)&fa.n.residual_out - fb);
-    out[18] = (u64)((const char*)&fa.n.weight - fb);
-    out[19] = (u64)((const char*)&fa.n.hidden - fb);
-    out[20] = (u64)((const char*)&fa.n.eps_bits - fb);
-    out[21] = (u64)sizeof(TparFusedArgs);
-    const char* b = (const char*)&a;
-    const char* sb = (const char*)&s;
-    out[0] = (u64)((const char*)&a.flags - b);
-    out[1] = (u64)((const char*)&a.state - b);
-    out[2] = (u64)((const char*)&a.err - b);
-    out[3] = (u64)((const char*)&a.input - b);
-    out[4] = (u64)((const char*)&a.count - b);
-    out[5] = (u64)((const char*)&a.slot_vecs - b);
-    out[6] = (u64)((const char*)&a.timeout_ns - b);
-    out[7] = (u64)((const char*)&a.rank - b);
-    out[8] = (u64)((const char*)&e.waited_ns - (const char*)&e);
-    out[9] = (u64)((const char*)&s.err_claim - sb);
-    out[10] = (u64)((const char*)&a.desc_code - b);
-    out[11] = (u64)((const char*)&e.theirs - (const char*)&e);
-    out[12] = (u64)((const char*)&s.buf - sb);
-    out[13] = (u64)((const char*)&s.prev_nvec - sb);
-    out[14] = (u64)((const char*)&s.prev_kind - sb);
-    out[15] = (u64)((const char*)&a.islands - b);
-}
-
-// Launch-floor probe: one empty kernel per rank, launched exactly like a collective. What it
-// costs is what emulating ranks as concurrent kernels on one GPU costs before any
-// communication; the bench prints it beside the algorithms.
-extern "C" __global__ void __launch_bounds__(TPAR_THREADS) tpar_noop(const TparArgs a) {}
-
 #include "flags.cuh"
 #include "norm.cuh"
+#include "io.cuh"

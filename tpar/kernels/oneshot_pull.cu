@@ -13,6 +13,8 @@
 // i.e. to have finished reading in call k.
 // Block b of every rank covers the same vectors (same grid, same partition), so a per-block
 // barrier orders exactly the data each block reads.
+// Registered graph calls (io.cuh) skip the copy: a start barrier, the reduce straight from
+// every rank's input, an end barrier (no rank leaves while a peer still reads its input).
 #define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
 #define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
 #define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
@@ -20,6 +22,10 @@
 
 template <class D, class O>
 __device__ void oneshot_pull(const TparArgs& a, O& out) {
+    if (io_registered(a)) {  // a registered graph call: read every input in place (io.cuh; never fused)
+        io_all_reduce<D, false>(a);
+        return;
+    }
     typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const I nvec = (I)vecs_for<D>(a.count);

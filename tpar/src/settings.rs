@@ -6,15 +6,15 @@
 //! |---|---|---|
 //! | job | `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV`, `TPAR_JOB_ID`, `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES` | [`crate::config::Config`] |
 //! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_WIRE`, `TPAR_EXACT` | [`Overrides`] (the plan's input), the communicators' init |
-//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN` | [`LaunchSettings`] (the CUDA launcher) |
+//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher) |
 //! | libraries | `TPAR_NVRTC_LIB`, `TPAR_NCCL_LIB`, `TPAR_CACHE_DIR` | [`nvrtc_lib`], [`nccl_lib`], [`cache_dir`] |
 //! | logging | `TPAR_DEBUG` | [`Overrides::debug`] |
 //! | engines | `TPAR_ENABLE` | the Python plug-ins (the one value Python reads itself) |
 //!
 //! Owns: the list, the grammars, the defaults, the documentation table (`tpar settings`,
-//! the README's table: [`markdown_table`]). Must never: read a variable that is not in
-//! [`VARS`] (a test scans the sources: nothing outside this file reads the environment), or
-//! ignore a malformed value.
+//! the README's table: [`markdown_table`], rendered in `settings/render.rs`). Must never:
+//! read a variable that is not in [`VARS`] (a test scans the sources: nothing outside this
+//! file reads the environment), or ignore a malformed value.
 
 use crate::error::{Error, Result};
 use crate::kinds::{Algorithm, Transport, Wire};
@@ -22,6 +22,9 @@ use crate::units::parse_bytes;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
+
+mod render;
+pub use render::{markdown_table, text_table};
 
 /// Most thread blocks per rank of one kernel call (the kernels' flag rows; `abi::MAX_BLOCKS`).
 pub const MAX_KERNEL_BLOCKS: u32 = 32;
@@ -103,6 +106,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 32, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
     Var { name: "TPAR_PDL", group: Group::Launch, values: "1 or 0", default: "1", doc: "programmatic dependent launch on sm_90+ (ranks may differ)", example: "0" },
     Var { name: "TPAR_LEAN", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "the kernels' lean variant (64 registers, two blocks per SM) for every size (1), never (0), or for large calls of ranks sharing a GPU (auto)", example: "1" },
+    Var { name: "TPAR_ZERO_COPY", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "graph-captured pull calls read the ranks' inputs in place, the buffers registered when the capture ends: from each algorithm's measured size (auto), at every size (1), never (0: copy into the workspace)", example: "0" },
     Var { name: "TPAR_NVRTC_LIB", group: Group::Libraries, values: "a path to libnvrtc.so.13", default: "(found by name)", doc: "the NVRTC that compiles tpar's kernels", example: "/usr/local/cuda/lib64/libnvrtc.so.13" },
     Var { name: "TPAR_NCCL_LIB", group: Group::Libraries, values: "a path to libnccl.so.2", default: "(found by name)", doc: "the NCCL tpar falls back to", example: "/usr/lib/libnccl.so.2" },
     Var { name: "TPAR_VLLM_LIB", group: Group::Libraries, values: "a path to libtpar_vllm_ar.so", default: ".gpu/vllm-build/libtpar_vllm_ar.so", doc: "vLLM's kernel built by bench/compare/vllm.sh, for `tpar bench --compare vllm`", example: "/tmp/libtpar_vllm_ar.so" },
@@ -111,6 +115,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_ENABLE", group: Group::Engines, values: BOOL, default: "0", doc: "swap tpar in for vLLM's and SGLang's custom all-reduce (their plug-ins read it)", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_TWO_BUFFERS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with two buffers (the reuse guard removed), so the skewed-rank stress can show it catches the race", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_ONE_BUFFER", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with one buffer (the flag protocol's reuse guard removed)", example: "1" },
+    Var { name: "TPAR_TEST_UNSAFE_NO_END_BARRIER", group: Group::Test, values: "1", default: "(off)", doc: "compile the registered (zero-copy) path without its end barrier (a rank may leave while peers still use its buffers), so the skewed graph test can show it catches it", example: "1" },
 ];
 
 /// Variables from outside tpar that the library reads (through this module too).
@@ -243,11 +248,15 @@ pub struct LaunchSettings {
     /// Test only: kernels compiled with this many buffers instead of three
     /// (`TPAR_TEST_UNSAFE_TWO_BUFFERS` / `_ONE_BUFFER`).
     pub test_buffers: Option<u32>,
+    /// `TPAR_ZERO_COPY`, when set (each algorithm's size rule otherwise).
+    pub zero_copy: Option<bool>,
+    /// Test only: the registered path without its end barrier (`TPAR_TEST_UNSAFE_NO_END_BARRIER`).
+    pub test_no_end_barrier: bool,
 }
 
 impl Default for LaunchSettings {
     fn default() -> Self {
-        Self { blocks: None, pdl: true, lean: None, test_buffers: None }
+        Self { blocks: None, pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false }
     }
 }
 
@@ -419,6 +428,20 @@ impl Settings {
                     _ => return Err(bad(name, raw, "auto, 1 or 0")),
                 }
             }
+            "TPAR_ZERO_COPY" => {
+                self.launch.zero_copy = match v {
+                    _ if is_auto(v) => None,
+                    "1" => Some(true),
+                    "0" => Some(false),
+                    _ => return Err(bad(name, raw, "auto, 1 or 0")),
+                }
+            }
+            "TPAR_TEST_UNSAFE_NO_END_BARRIER" => {
+                if v != "1" {
+                    return Err(bad(name, raw, "1 (or unset)"));
+                }
+                self.launch.test_no_end_barrier = true;
+            }
             "TPAR_DEBUG" => {
                 self.overrides.debug = match v.to_ascii_uppercase().as_str() {
                     "INFO" | "TRACE" => true,
@@ -495,34 +518,6 @@ pub fn set_vars() -> Vec<(&'static str, String)> {
     VARS.iter()
         .filter_map(|v| std::env::var_os(v.name).filter(|x| !x.is_empty()).map(|x| (v.name, x.to_string_lossy().into_owned())))
         .collect()
-}
-
-/// The settings table as Markdown (the README's, `tpar settings --markdown`).
-pub fn markdown_table() -> String {
-    let mut s = String::from("| variable | group | values | default | what it does |\n|---|---|---|---|---|\n");
-    for v in VARS {
-        s.push_str(&format!("| `{}` | {} | {} | {} | {} |\n", v.name, v.group.name(), v.values, v.default, v.doc));
-    }
-    s
-}
-
-/// The settings table as plain text for a terminal (`tpar settings`), current values shown.
-pub fn text_table() -> String {
-    let width = VARS.iter().map(|v| v.name.len()).max().unwrap_or(0);
-    let mut s = String::new();
-    let mut group = None;
-    for v in VARS {
-        if group != Some(v.group) {
-            s.push_str(&format!("{}{}:\n", if group.is_some() { "\n" } else { "" }, v.group.name()));
-            group = Some(v.group);
-        }
-        let now = match std::env::var(v.name) {
-            Ok(x) if !x.trim().is_empty() => format!("  [set: {x}]"),
-            _ => String::new(),
-        };
-        s.push_str(&format!("  {:width$}  {}; default {}. {}{now}\n", v.name, v.values, v.default, v.doc));
-    }
-    s
 }
 
 #[cfg(test)]

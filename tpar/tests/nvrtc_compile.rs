@@ -254,8 +254,8 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     let what = format!("{} {d} (fused, {p:?}) for {arch}", src.file);
                     let u = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(u.ptx.contains(&entry), "{what}: no `{entry}`");
-                    // The entry takes the fused arguments (TparFusedArgs, 368 bytes).
-                    assert!(u.ptx.contains("_param_0[368]"), "{what}: the entry does not take TparFusedArgs");
+                    // The entry takes the fused arguments (TparFusedArgs, 376 bytes).
+                    assert!(u.ptx.contains("_param_0[376]"), "{what}: the entry does not take TparFusedArgs");
                     assert!(u.ptx.contains("shfl.sync.bfly.b32") && u.ptx.contains("sqrt.rn.f32"), "{what}: no norm epilogue");
                     dump_ptx(&format!("{}-{d}-fused-{p:?}-{arch}", src.file), &u.ptx);
                     no_local_memory(&what, &u.ptx);

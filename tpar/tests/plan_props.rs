@@ -219,11 +219,13 @@ proptest! {
                 }
             }
         }
-        // Pull only when forced, from a matching measured profile, or where the simulator
-        // times it fastest (the reason then says so).
+        // Pull only when forced, from a matching measured profile, where the simulator
+        // times it fastest, or by the NVLink graph rule measured against vLLM's kernel
+        // (floors::NVLINK_GRAPH_RULE); the reason then says so.
         let pull = matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull);
         if pull && o.algorithm.is_none() && !(with_profile && matching) {
-            prop_assert!(p.reason.contains("simulator"), "pull without a measured profile or the simulator's say: {}", p);
+            let graph_rule = capture == CaptureMode::Graph && p.reason.contains(", graph: ") && p.reason.contains("measured");
+            prop_assert!(p.reason.contains("simulator") || graph_rule, "pull without a measured profile, the simulator's say or the graph rule: {}", p);
         }
         // A mismatched profile is never silently used.
         if with_profile && !matching && o.algorithm.is_none() && !o.disable {
@@ -257,7 +259,9 @@ fn default_plans_are_correct_on_the_whole_grid() {
                             assert!(p.algorithm != Algorithm::GatherBcast, "{p}");
                             assert!(p.algorithm != Algorithm::CeRing, "ce-ring only from a profile that measured it: {}: {p}", t.name);
                             let pull = matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull);
-                            assert!(!pull || p.reason.contains("simulator"), "pull by default only where the simulator times it fastest: {}: {p}", t.name);
+                            // Or by the NVLink graph rule measured against vLLM's kernel (floors::NVLINK_GRAPH_RULE).
+                            let graph_rule = capture == CaptureMode::Graph && p.reason.contains(", graph: ") && p.reason.contains("measured");
+                            assert!(!pull || p.reason.contains("simulator") || graph_rule, "pull by default only where the simulator times it fastest or the graph rule says: {}: {p}", t.name);
                             count += 1;
                         }
                     }

@@ -54,6 +54,19 @@ pub struct TparArgs {
     /// (`algorithms::hierarchical::island_word`); 0 is one island. Appended: the fields
     /// above keep their offsets.
     pub islands: u64,
+    /// This call's [`TparIo`] in device memory (every rank's registered input and output:
+    /// the pull kernels' zero-copy path for graph calls, io.cuh), 0 for none. Appended.
+    pub io: u64,
+}
+
+/// Every rank's input and output of one registered call, as one rank addresses them: the
+/// table `TparArgs::io` points at. Twin of `struct TparIo` in io.cuh. `input[rank] == 0`
+/// (the rank's own input) marks a table the host left unregistered: the kernel copies.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct TparIo {
+    pub input: [u64; MAX_RANKS],
+    pub output: [u64; MAX_RANKS],
 }
 
 /// The fused call's arguments beyond the all-reduce's (all-reduce + residual add + RMSNorm,
@@ -239,7 +252,10 @@ pub struct TparError {
 }
 
 const _: () = {
-    assert!(size_of::<TparArgs>() == 336);
+    assert!(size_of::<TparArgs>() == 344);
+    assert!(offset_of!(TparArgs, io) == 336);
+    assert!(size_of::<TparIo>() == 256);
+    assert!(offset_of!(TparIo, output) == 128);
     assert!(offset_of!(TparArgs, test_delay_ns) == 324);
     assert!(offset_of!(TparArgs, islands) == 328);
     assert!(offset_of!(TparArgs, desc_code) == 320);
@@ -255,8 +271,8 @@ const _: () = {
     assert!(offset_of!(TparState, prev_kind) == 184);
     assert!(size_of::<TparError>() == 48);
     assert!(size_of::<TparNorm>() == 32);
-    assert!(size_of::<TparFusedArgs>() == 368);
-    assert!(offset_of!(TparFusedArgs, n) == 336);
+    assert!(size_of::<TparFusedArgs>() == 376);
+    assert!(offset_of!(TparFusedArgs, n) == 344);
     assert!(offset_of!(TparNorm, hidden) == 24);
     assert!(size_of::<TparState>() <= SCRATCH_OFFSET);
     assert!(offset_of!(TparError, waited_ns) == 24);

@@ -62,11 +62,11 @@ pub struct CeArgs {
 }
 // The same numbers are static_asserts in ce_ring.cu (so loading needs no probe launch).
 const _: () = {
-    assert!(size_of::<CeArgs>() == 416);
-    assert!(offset_of!(CeArgs, gens) == 336);
-    assert!(offset_of!(CeArgs, chunk_vecs) == 392);
-    assert!(offset_of!(CeArgs, piece) == 400);
-    assert!(offset_of!(CeArgs, wire) == 412);
+    assert!(size_of::<CeArgs>() == 424);
+    assert!(offset_of!(CeArgs, gens) == 344);
+    assert!(offset_of!(CeArgs, chunk_vecs) == 400);
+    assert!(offset_of!(CeArgs, piece) == 408);
+    assert!(offset_of!(CeArgs, wire) == 420);
     assert!(offset_of!(TparArgs, count) == 288);
 };
 

@@ -174,11 +174,16 @@ impl DeviceBuffer {
     }
 
     pub fn upload<T: Copy>(&self, src: &[T]) -> Result<()> {
-        if std::mem::size_of_val(src) > self.bytes {
+        self.upload_at(0, src)
+    }
+
+    /// [`upload`](Self::upload) at `offset` bytes into the buffer.
+    pub fn upload_at<T: Copy>(&self, offset: usize, src: &[T]) -> Result<()> {
+        if offset.checked_add(std::mem::size_of_val(src)).map_or(true, |end| end > self.bytes) {
             return Err(Error::invalid("upload", "source larger than the buffer"));
         }
         // SAFETY: bounds checked above; the source is read before the call returns.
-        cu(|| "cuMemcpyHtoD".into(), unsafe { result::memcpy_htod_sync(self.ptr, src) })?;
+        cu(|| "cuMemcpyHtoD".into(), unsafe { result::memcpy_htod_sync(self.ptr + offset as u64, src) })?;
         // From pageable memory cuMemcpyHtoD returns once the source is staged, before the DMA
         // lands, and tpar's non-blocking streams do not wait for it: a kernel enqueued next
         // could read the old contents (seen on 4 H200s: in-place calls of 1 MiB read stale

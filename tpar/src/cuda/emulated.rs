@@ -13,12 +13,16 @@
 use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparNorm, TparState, MAX_RANKS};
 use super::fused::{fused_unfit, FusedBufs, FusedCall, FusedPath};
 use super::driver::{Device, DeviceBuffer, Event, Graph, HostMapped, Stream};
+use super::io_tables::{self, IoTables};
 use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::time::Duration;
+
+// The fused all-reduce + residual add + RMSNorm on emulated ranks.
+mod fused_calls;
 
 /// Device-side deadline per call when `TPAR_TIMEOUT_MS` is unset: the crate's one default.
 pub const DEFAULT_TIMEOUT: Duration = crate::settings::DEFAULT_TIMEOUT;
@@ -136,6 +140,9 @@ pub struct EmulatedGroup {
     /// During a capture: what each rank was asked to call, `count << 8 | desc_code`, checked
     /// across ranks when the capture ends (the kernels then carry no descriptor).
     captured: Vec<Vec<u64>>,
+    /// The registered-buffer tables of captured calls (zero copy; `launch::registers`):
+    /// every rank's pointers are this process's, so a capture registers its calls itself.
+    io: IoTables,
     /// Test hook: (seed, most ns) of random per-rank, per-call delays; launches counted.
     skew: Option<(u64, u32)>,
     launches: u64,
@@ -203,6 +210,7 @@ impl EmulatedGroup {
             ce,
             launcher,
             captured: Vec::new(),
+            io: IoTables::default(),
             skew: None,
             launches: 0,
             streams,
@@ -380,6 +388,13 @@ impl EmulatedGroup {
         blocks: u32,
         present: &[bool],
     ) -> Result<()> {
+        self.enqueue_plain(algo, dtype, count, (inputs, outputs), blocks, present, true)
+    }
+
+    /// [`enqueue_ranks`](Self::enqueue_ranks); `may_register`: false for the all-reduce of a
+    /// fused call's unfused path (fused calls keep the copy path).
+    #[allow(clippy::too_many_arguments)]
+    fn enqueue_plain(&mut self, algo: Algorithm, dtype: DType, count: usize, (inputs, outputs): (&[u64], &[u64]), blocks: u32, present: &[bool], may_register: bool) -> Result<()> {
         self.check_usable()?;
         if inputs.len() != self.world || outputs.len() != self.world || present.len() != self.world {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
@@ -388,9 +403,47 @@ impl EmulatedGroup {
             return self.enqueue_ce(dtype, count, inputs, outputs, present);
         }
         let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
-        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &ptrs)?;
+        // Inside a capture the buffers are registered (their tables flushed when it ends),
+        // unless they alias in a way the registered kernel cannot take (one-shot in place).
+        let bytes = count.saturating_mul(dtype.size());
+        let registered = may_register
+            && self.capturing
+            && self.transport == Transport::P2p
+            && launch::registers(algo, bytes, self.launcher.settings().zero_copy)
+            && io_tables::may_register(algo, inputs, outputs, bytes);
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
-        self.launch_all(&l, (count, code), inputs, outputs, present, None)
+        let io = if registered { Some(io_tables::table(inputs, outputs)) } else { None };
+        self.launch_all(&l, (count, code), (inputs, outputs, io), present, None)
+    }
+
+    /// Test hook: on every rank's stream, copies `bytes` from `src[r]` to `dst[r]` (device
+    /// pointers), as an engine's own work between two calls would (capturable: inside a
+    /// capture the copies join each rank's chain). The skewed graph test overwrites a rank's
+    /// input and reads its output this way right after its call: a rank that left a
+    /// registered call while a peer still used its buffers gives wrong sums.
+    pub fn enqueue_copies(&mut self, src: &[u64], dst: &[u64], bytes: usize) -> Result<()> {
+        self.check_usable()?;
+        if src.len() != self.world || dst.len() != self.world {
+            return Err(Error::invalid("copies", format!("need one source and destination per rank ({})", self.world)));
+        }
+        let eager = !self.capturing;
+        if eager {
+            self.origin.record(&self.fork)?;
+        }
+        for r in 0..self.world {
+            if eager {
+                self.streams[r].wait(&self.fork)?;
+            }
+            // SAFETY: the caller's buffers hold at least `bytes` each (a test hook's contract),
+            // live until synchronize; the stream is this group's.
+            unsafe { super::driver::memcpy_async(dst[r], src[r], bytes, &self.streams[r])? };
+            if eager {
+                self.streams[r].record(&self.joins[r])?;
+                self.origin.wait(&self.joins[r])?;
+            }
+        }
+        Ok(())
     }
 
     /// What `ce-ring` puts on the wire here.
@@ -443,14 +496,16 @@ impl EmulatedGroup {
         }
         let all = vec![true; self.world];
         let l = self.launcher.floor(blocks)?;
-        self.launch_all(&l, (1, 0), inputs, outputs, &all, None)
+        self.launch_all(&l, (1, 0), (inputs, outputs, None), &all, None)
     }
 
     /// `(count, desc_code)`: the call as every rank announces it (see `abi::desc_code`).
     /// Inside a capture the kernels get no descriptor: the host records each rank's call and
-    /// checks the sequences across ranks when the capture ends. `norm`: the kernel takes the
-    /// fused arguments, rank r's norm part `norm[r]` (fused kernels, tpar's add-RMSNorm).
-    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), inputs: &[u64], outputs: &[u64], present: &[bool], norm: Option<&[TparNorm]>) -> Result<()> {
+    /// checks the sequences across ranks when the capture ends. `io`: the call's registered
+    /// buffers (every rank's input and output, one table for all ranks: one address space;
+    /// never with `norm`). `norm`: the kernel takes the fused arguments, rank r's norm part
+    /// `norm[r]` (fused kernels, tpar's add-RMSNorm).
+    fn launch_all(&mut self, l: &Launch, (count, desc_code): (usize, u32), (inputs, outputs, io): (&[u64], &[u64], Option<abi::TparIo>), present: &[bool], norm: Option<&[TparNorm]>) -> Result<()> {
         // Eager: fork from and join into the origin stream around every call, so the origin
         // stream carries the collective (and timing events on it cover all ranks). Inside a
         // capture the fork/join happens once around the whole body instead, so each rank's
@@ -465,6 +520,9 @@ impl EmulatedGroup {
             }
             let mut a = self.args_for(r, count, inputs[r], outputs[r], desc_code);
             a.test_delay_ns = self.skew_ns(r);
+            if let Some(t) = io {
+                a.io = self.io.address(&self.dev, t)?;
+            }
             if !eager && desc_code != 0 {
                 if let Some(seq) = self.captured.get_mut(r) {
                     seq.push(abi::pack_call(count, a.desc_code));
@@ -544,7 +602,9 @@ impl EmulatedGroup {
 
     /// Captures whatever `body` enqueues into one CUDA graph (on the origin stream; the rank
     /// streams join through the fork/join events). Epochs advance on the device, so the graph
-    /// replays correctly any number of times.
+    /// replays correctly any number of times. Calls that `launch::registers` run zero copy:
+    /// their buffers are registered here (the tables live as long as the group), so they
+    /// must stay allocated while the graph may replay, as vLLM requires of its graph inputs.
     pub fn capture(&mut self, body: impl FnOnce(&mut Self) -> Result<()>) -> Result<Graph> {
         self.check_usable()?;
         self.synchronize_streams()?;
@@ -563,6 +623,8 @@ impl EmulatedGroup {
         r?;
         let g = g?;
         self.check_captured()?;
+        // The registered calls' tables, before the graph can run.
+        self.io.flush()?;
         Ok(g)
     }
 
@@ -586,76 +648,5 @@ impl EmulatedGroup {
     pub fn launch(&self, graph: &Graph) -> Result<()> {
         self.check_usable()?;
         graph.launch(&self.origin)
-    }
-}
-
-/// The fused all-reduce + residual add + RMSNorm on emulated ranks (docs/cuda.md "Fused").
-impl EmulatedGroup {
-    /// Enqueues a fused call on every rank (`bufs[r]`: rank r's buffers): `algo`'s fused
-    /// kernel where it takes the call ([`fused_unfit`]) and `unfused` is false; else the
-    /// unfused path, `algo`'s all-reduce into every rank's `norm_out`, then tpar's add-RMSNorm
-    /// kernel in place. The same bits either way. Returns the path taken.
-    pub fn enqueue_add_rmsnorm(&mut self, algo: Algorithm, call: &FusedCall, bufs: &[FusedBufs], blocks: u32, unfused: bool) -> Result<FusedPath> {
-        self.check_usable()?;
-        call.validate()?;
-        if bufs.len() != self.world {
-            return Err(Error::invalid("bufs", format!("need one set of buffers per rank ({})", self.world)));
-        }
-        for b in bufs {
-            b.check(call)?;
-        }
-        let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
-        let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
-        if unfused || fused_unfit(algo, call, self.world, self.slot_vecs).is_some() {
-            self.enqueue(algo, call.dtype, call.count(), &inputs, &outputs, blocks)?;
-            let normed: Vec<FusedBufs> = bufs.iter().map(|b| FusedBufs { input: b.norm_out, ..*b }).collect();
-            self.enqueue_norm_only(call, &normed)?;
-            return Ok(FusedPath::Unfused(algo));
-        }
-        let ptrs: Vec<u64> = bufs.iter().flat_map(|b| [b.input, b.residual, b.weight, b.norm_out, b.residual_out]).collect();
-        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks }, &ptrs)?;
-        let code = if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 };
-        let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
-        let all = vec![true; self.world];
-        self.launch_all(&l, (call.count(), code), &inputs, &outputs, &all, Some(&norm))?;
-        Ok(FusedPath::Fused(algo))
-    }
-
-    /// tpar's add-RMSNorm kernel alone on every rank, no communication: `residual_out =
-    /// input + residual`, `norm_out = rmsnorm(residual_out) * weight` (in place when
-    /// `norm_out == input`), as the engines' fused_add_rms_norm after an all-reduce.
-    pub fn enqueue_norm_only(&mut self, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
-        self.check_usable()?;
-        call.validate()?;
-        if bufs.len() != self.world {
-            return Err(Error::invalid("bufs", format!("need one set of buffers per rank ({})", self.world)));
-        }
-        for b in bufs {
-            b.check(call)?;
-        }
-        let l = self.launcher.resolve_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())?;
-        let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
-        let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
-        let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
-        let all = vec![true; self.world];
-        self.launch_all(&l, (call.count(), 0), &inputs, &outputs, &all, Some(&norm))
-    }
-
-    /// Compiles and loads what fused calls of `dtypes` by `algos` need now: each algorithm's
-    /// fused variant (where it has one) and the add-RMSNorm kernel (so that nothing compiles
-    /// inside a capture or a timing).
-    pub fn preload_fused(&mut self, algos: &[Algorithm], dtypes: &[DType], rows: usize, row_vecs: usize) -> Result<()> {
-        for &d in dtypes {
-            self.launcher.resolve_add_rmsnorm(&self.dev, d, rows.max(1), row_vecs)?;
-            for &a in algos {
-                let plain: Vec<(Algorithm, DType)> = vec![(a, d)];
-                self.launcher.preload(&self.dev, &plain)?;
-                if super::kernels::has_fused_variant(a) {
-                    let probe = self.state[0].ptr; // any aligned address: nothing is launched
-                    self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0 }, &[probe])?;
-                }
-            }
-        }
-        Ok(())
     }
 }

@@ -246,7 +246,7 @@ impl IpcWorkspace {
     /// [`launch_resolved`](Self::launch_resolved).
     pub fn enqueue(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, blocks: u32) -> Result<()> {
         self.check_poisoned()?;
-        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &[input, output])?;
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered: false }, &[input, output])?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
         self.launch_resolved(&l, code, count, input, output)
     }
@@ -288,6 +288,7 @@ impl IpcWorkspace {
             desc_code,
             test_delay_ns: 0,
             islands: self.islands,
+            io: 0,
         }
     }
 

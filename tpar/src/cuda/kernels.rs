@@ -24,10 +24,17 @@ pub const FLAGS_CUH: &str = include_str!("../../kernels/flags.cuh");
 /// `#include "norm.cuh"`.
 pub const NORM_CUH: &str = include_str!("../../kernels/norm.cuh");
 
+/// Registered caller buffers (the pull kernels' zero-copy path for graph calls) and the ABI
+/// probe, spliced into [`FRAME_CUH`] where it says `#include "io.cuh"`.
+pub const IO_CUH: &str = include_str!("../../kernels/io.cuh");
+
 /// The whole header every kernel includes: [`COMMON_CUH`] with [`FRAME_CUH`] spliced in, and
-/// [`FLAGS_CUH`] and [`NORM_CUH`] into that.
+/// [`FLAGS_CUH`], [`NORM_CUH`] and [`IO_CUH`] into that.
 pub fn header() -> String {
-    let frame = FRAME_CUH.replace("#include \"flags.cuh\"", FLAGS_CUH).replace("#include \"norm.cuh\"", NORM_CUH);
+    let frame = FRAME_CUH
+        .replace("#include \"flags.cuh\"", FLAGS_CUH)
+        .replace("#include \"norm.cuh\"", NORM_CUH)
+        .replace("#include \"io.cuh\"", IO_CUH);
     COMMON_CUH.replace("#include \"frame.cuh\"", &frame)
 }
 
@@ -43,6 +50,12 @@ pub fn add_rmsnorm_unit() -> String {
 /// Entry name of the add-RMSNorm kernel for `dtype`, e.g. `add_rmsnorm_bf16`.
 pub fn add_rmsnorm_entry(dtype: DType) -> String {
     format!("add_rmsnorm_{}", dtype_suffix(dtype))
+}
+
+/// Whether `algorithm`'s kernel has the zero-copy path for registered graph calls (io.cuh:
+/// its source calls `io_all_reduce`).
+pub fn has_registered_path(algorithm: Algorithm) -> bool {
+    source_for(algorithm).is_some_and(|s| s.text.contains("io_all_reduce<"))
 }
 
 /// One kernel source file.
@@ -167,6 +180,14 @@ mod tests {
     }
 
     #[test]
+    fn the_pull_kernels_have_the_registered_path() {
+        use crate::Algorithm as A;
+        for a in kernel_algorithms() {
+            assert_eq!(has_registered_path(a), matches!(a, A::OneshotPull | A::TwoshotPull), "{a}");
+        }
+    }
+
+    #[test]
     fn the_one_and_two_shot_kernels_have_fused_variants() {
         use crate::Algorithm as A;
         for a in [A::OneshotPush, A::OneshotPull, A::TwoshotPush, A::TwoshotPull] {
@@ -185,8 +206,9 @@ mod tests {
     fn header_mentions_the_abi_sizes_it_asserts() {
         let h = header();
         assert!(!h.contains("#include"), "the header splices in everything it includes");
-        assert!(h.contains("sizeof(TparArgs) == 336"));
-        assert!(h.contains("sizeof(TparFusedArgs) == 368") && h.contains("sizeof(TparNorm) == 32"));
+        assert!(h.contains("sizeof(TparArgs) == 344"));
+        assert!(h.contains("sizeof(TparIo) == 256"));
+        assert!(h.contains("sizeof(TparFusedArgs) == 376") && h.contains("sizeof(TparNorm) == 32"));
         assert!(h.contains("#define TPAR_SCRATCH_OFFSET 256u") && h.contains("#define TPAR_TILE_VECS 32u"));
         assert!(h.contains("#define TPAR_MAX_RANKS 16"));
         assert!(h.contains("#define TPAR_MAX_BLOCKS 32"));

@@ -14,8 +14,8 @@
 //! other ranks on the same GPU (the ranks spin on each other: that would deadlock until the
 //! deadline), and never launch a kernel for a call it did not validate.
 
-use super::abi::{self, TparArgs, TparState, MAX_BLOCKS, THREADS, VEC_BYTES};
-use super::driver::{sys, Device, DeviceBuffer, Module, Stream};
+use super::abi::{self, TparArgs, MAX_BLOCKS, THREADS, VEC_BYTES};
+use super::driver::{sys, Device, Module, Stream};
 use super::kernels::{self, probe_unit};
 use super::nvrtc;
 use crate::error::{Error, Result};
@@ -23,6 +23,9 @@ use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
 use crate::{Algorithm, DType, Transport};
 use std::collections::HashMap;
+
+// The ABI check: the device compiler's field offsets against abi.rs.
+mod abi_check;
 
 /// Most blocks per rank over the host transport (pinned host memory across PCIe): the
 /// plan's `PCIE_MAX_BLOCKS` (PCIe fabrics collapse when every SM writes).
@@ -93,6 +96,15 @@ pub fn size_class(algo: Algorithm, bytes: usize, forced: Option<bool>, default_h
     }
 }
 
+/// Whether a call of `bytes` of `algo` captured in a graph runs registered (zero copy: the
+/// pull kernels read every rank's input in place, io.cuh): its kernel has the path and the
+/// call is at least [`registered_min_bytes`](crate::plan::floors::registered_min_bytes) of
+/// its algorithm, or `forced` (`TPAR_ZERO_COPY`) says so. Only where the caller registers
+/// buffers (an emulated group's capture; a rank's checked capture).
+pub fn registers(algo: Algorithm, bytes: usize, forced: Option<bool>) -> bool {
+    kernels::has_registered_path(algo) && forced.unwrap_or(bytes as u64 >= crate::plan::floors::registered_min_bytes(algo))
+}
+
 /// Whether a grid of `grid` blocks per rank, for each of `ranks` ranks sharing the GPU, fits
 /// twice over in `resident` blocks (the current and the next call, as PDL overlaps them).
 pub fn holds_twice(grid: u32, ranks: u32, resident: u32) -> bool {
@@ -156,6 +168,9 @@ pub struct CallSpec {
     pub count: usize,
     /// 0: the policy ([`policy_blocks`], or `TPAR_BLOCKS`).
     pub blocks: u32,
+    /// The call's buffers are registered (it runs its kernel's zero-copy path, which only
+    /// the default variant has: [`registers`]).
+    pub registered: bool,
 }
 
 /// Per call, the one check left once its shape is resolved: every input and output pointer
@@ -269,6 +284,9 @@ impl Launcher {
                 Some(2) => opts.push("-DTPAR_TEST_UNSAFE_TWO_BUFFERS".into()),
                 _ => {}
             }
+            if self.settings.test_no_end_barrier {
+                opts.push("-DTPAR_TEST_UNSAFE_NO_END_BARRIER".into());
+            }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
             self.variants.insert((algo, dtype, class), Variant { _module: module, f, per_sm: HashMap::new() });
@@ -291,9 +309,14 @@ impl Launcher {
     }
 
     /// The variant a call of `bytes` of `algo` on `planned` blocks of `threads` runs
-    /// ([`size_class`]; the default variant's residency read from the driver).
-    fn class_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, planned: u32, threads: u32) -> Result<SizeClass> {
+    /// ([`size_class`]; the default variant's residency read from the driver). A registered
+    /// call runs the default variant (the lean one has no zero-copy path) unless `TPAR_LEAN=1`.
+    #[allow(clippy::too_many_arguments)]
+    fn class_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, planned: u32, threads: u32, registered: bool) -> Result<SizeClass> {
         let forced = self.settings.lean;
+        if registered && forced.is_none() {
+            return Ok(SizeClass::Default);
+        }
         // Cheap cases first: no occupancy query (nor a default variant loaded) when the
         // kernel, the size or TPAR_LEAN already decides.
         let unless_resident = size_class(algo, bytes, forced, false);
@@ -314,7 +337,7 @@ impl Launcher {
         for (a, d) in calls {
             self.variant(dev, *a, *d, SizeClass::Default)?;
             let planned = self.settings.blocks.unwrap_or_else(|| policy_blocks(*a, self.transport, bytes, self.world));
-            if self.class_for(dev, *a, *d, bytes, planned, threads_for(bytes, planned))? == SizeClass::Lean {
+            if self.class_for(dev, *a, *d, bytes, planned, threads_for(bytes, planned), false)? == SizeClass::Lean {
                 self.variant(dev, *a, *d, SizeClass::Lean)?;
             }
         }
@@ -329,7 +352,7 @@ impl Launcher {
         if call.count == 0 {
             return Err(Error::invalid("count", "must be positive"));
         }
-        let l = self.resolve(dev, call.algo, call.dtype, bytes, call.blocks)?;
+        let l = self.resolve_call(dev, call.algo, call.dtype, bytes, call.blocks, call.registered)?;
         check_pointers(ptrs)?;
         Ok(l)
     }
@@ -350,14 +373,19 @@ impl Launcher {
     /// it may use PDL. `blocks`: the plan's, or 0 for the policy ([`policy_blocks`], or
     /// `TPAR_BLOCKS`). The same shape always resolves the same way, so callers memoise it.
     pub fn resolve(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
-        self.resolve_as(dev, algo, dtype, bytes, blocks, None)
+        self.resolve_call(dev, algo, dtype, bytes, blocks, false)
+    }
+
+    /// [`resolve`](Self::resolve) for a call whose buffers are `registered` or not.
+    pub fn resolve_call(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32, registered: bool) -> Result<Launch> {
+        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered }, bytes, None)
     }
 
     /// As [`resolve`](Self::resolve), for the fused variant of `algo` (the caller has checked
     /// the shape: `fused::fused_unfit`): the same grid as the plain call's, the default size
     /// class's code with the fused epilogue.
     pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
-        self.resolve_as(dev, algo, dtype, bytes, blocks, Some(SizeClass::Fused))
+        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false }, bytes, Some(SizeClass::Fused))
     }
 
     /// tpar's add-RMSNorm kernel (no communication) for `rows` rows of `row_vecs` vectors of
@@ -377,8 +405,10 @@ impl Launcher {
         Ok(Launch { f, grid: rows as u32, threads: super::fused::add_rmsnorm_threads(row_vecs), pdl: false })
     }
 
-    fn resolve_as(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32, fixed: Option<SizeClass>) -> Result<Launch> {
-        let call = CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks };
+    /// `fixed`: the variant, else [`class_for`](Self::class_for)'s (a registered call: the
+    /// default one, unless `TPAR_LEAN` forces it).
+    fn resolve_as(&mut self, dev: &Device, call: CallSpec, bytes: usize, fixed: Option<SizeClass>) -> Result<Launch> {
+        let dtype = call.dtype;
         if bytes == 0 || bytes % dtype.size() != 0 {
             return Err(Error::invalid("count", format!("{bytes} B is not a positive number of {dtype} elements")));
         }
@@ -401,7 +431,7 @@ impl Launcher {
         let threads = threads_for(bytes, planned);
         let class = match fixed {
             Some(c) => c,
-            None => self.class_for(dev, call.algo, call.dtype, bytes, planned, threads)?,
+            None => self.class_for(dev, call.algo, call.dtype, bytes, planned, threads, call.registered)?,
         };
         let per_sm = self.per_sm(dev, call.algo, call.dtype, class, threads)?;
         let f = self.variants.get(&(call.algo, call.dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
@@ -426,48 +456,6 @@ impl Launcher {
     pub fn floor(&mut self, blocks: u32) -> Result<Launch> {
         let f = self.probe.function("tpar_noop")?;
         Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), threads: THREADS, pdl: self.pdl() })
-    }
-
-    /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
-    fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
-        use std::mem::offset_of;
-        const N: usize = 22;
-        let out = DeviceBuffer::new(dev, N * 8)?;
-        let f = self.probe.function("tpar_abi_offsets")?;
-        // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
-        unsafe { super::driver::launch_with_struct(f, 1, 1, stream, &out.ptr)? };
-        stream.synchronize()?;
-        let mut got = [0u64; N];
-        out.download(&mut got)?;
-        let want = [
-            offset_of!(TparArgs, flags),
-            offset_of!(TparArgs, state),
-            offset_of!(TparArgs, err),
-            offset_of!(TparArgs, input),
-            offset_of!(TparArgs, count),
-            offset_of!(TparArgs, slot_vecs),
-            offset_of!(TparArgs, timeout_ns),
-            offset_of!(TparArgs, rank),
-            offset_of!(abi::TparError, waited_ns),
-            offset_of!(TparState, err_claim),
-            offset_of!(TparArgs, desc_code),
-            offset_of!(abi::TparError, theirs),
-            offset_of!(TparState, buf),
-            offset_of!(TparState, prev_nvec),
-            offset_of!(TparState, prev_kind),
-            offset_of!(TparArgs, islands),
-            offset_of!(abi::TparFusedArgs, n),
-            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, residual_out),
-            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, weight),
-            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, hidden),
-            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, eps_bits),
-            std::mem::size_of::<abi::TparFusedArgs>(),
-        ]
-        .map(|x| x as u64);
-        if got != want {
-            return Err(Error::Unsupported { what: "kernel ABI".into(), reason: format!("device field offsets {got:?} differ from abi.rs {want:?}") });
-        }
-        Ok(())
     }
 }
 

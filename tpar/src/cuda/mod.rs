@@ -13,6 +13,7 @@
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
 //! | [`fused`] | the fused all-reduce + residual add + RMSNorm: its shape, buffers, and when a fused kernel takes it |
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
+//! | [`io_tables`] | the registered-buffer tables of graph-captured calls (the pull kernels' zero-copy path) |
 //! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
 //! | [`launch`] | the one launch path: block policy, size class (default, lean or fused variant), validation, lazy variants, PDL |
@@ -38,6 +39,7 @@ pub mod emulated;
 pub mod exec;
 pub mod fused;
 pub mod host_ws;
+pub mod io_tables;
 pub mod ipc;
 pub mod kernels;
 pub mod launch;

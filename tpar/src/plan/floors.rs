@@ -109,6 +109,49 @@ pub fn lean_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
     }
 }
 
+/// Smallest graph-captured call (bytes) of `algo` that runs registered, i.e. zero copy: the
+/// pull kernels read every rank's input in place (and two-shot writes every rank's output)
+/// instead of copying the input into the workspace (`cuda::launch::registers`, io.cuh).
+/// Measured on one H200, 2/4/8 emulated ranks, bf16, graphs of 20 calls, PDL on, us per call
+/// zero copy vs copy (bench/results/h200-1gpu-round7-large/): two-shot pull gains at every
+/// size (8 ranks: 1 KiB 5.18 vs 8.71, 1 MiB 9.65 vs 15.88, 16 MiB 80.22 vs 156.37; 2 ranks
+/// 16 MiB 32.35 vs 94.02); one-shot pull loses to 256 KiB (its end barrier costs more than
+/// the copy saves: 8 ranks 256 KiB 10.25 vs 8.06, 2 ranks 3.58 vs 4.41) and gains from 1 MiB
+/// at 2 and 4 ranks (6.38 vs 7.58, 9.91 vs 11.73; at 8 ranks 19.35 vs 18.00, where the plan
+/// never picks one-shot).
+pub fn registered_min_bytes(algo: crate::Algorithm) -> u64 {
+    use crate::Algorithm as A;
+    match algo {
+        A::TwoshotPull => 0,
+        A::OneshotPull => MIB,
+        _ => u64::MAX,
+    }
+}
+
+/// NVLink, calls captured in a CUDA graph (registered: two-shot pull runs zero copy), per
+/// world (<= 2, <= 4, more): one-shot push up to the first size, one-shot pull (copy) up to
+/// the second, two-shot pull above, tpar's kernels up to [`NVLINK_GRAPH_CUSTOM_MAX_BYTES`].
+/// Measured on one H200 with emulated ranks (every peer is local memory, as on NVSwitch),
+/// bf16, graphs, PDL on, us per call (bench/results/h200-1gpu-round7-large/, call 1):
+/// - 2 ranks: one-shot push 2.88 at 256 KiB (two-shot pull 4.66), 8.12 at 1 MiB (two-shot
+///   pull 5.41): the cut between them, at 512 KiB, interpolated; one-shot pull never leads.
+/// - 4 ranks: one-shot push 3.32 at 64 KiB (pull 3.83); at 256 KiB pull 5.15, push 5.43,
+///   two-shot pull 6.62; at 1 MiB two-shot pull 6.97, one-shot pull 9.91.
+/// - 8 ranks: push 4.00-4.34 at 1-16 KiB (pull 3.80-3.97 with PDL, but 5.13-5.47 against
+///   push's 4.84-5.37 without: push stays), pull from 32 KiB (the 122 x 42 KiB step 4.12 vs
+///   push 4.42; 64 KiB 4.83 vs 5.59; 256 KiB 8.06 vs two-shot pull 8.80), two-shot pull from
+///   1 MiB (9.65 vs one-shot pull 18.00).
+///
+/// Eager calls keep the rule above (no registration; copy-path measurements unchanged).
+/// Rank processes do not register their graph buffers yet: there two-shot pull copies.
+pub const NVLINK_GRAPH_RULE: [(u64, u64); 3] = [(512 * KIB, 512 * KIB), (64 * KIB, 256 * KIB), (16 * KIB, 256 * KIB)];
+/// NVLink, CUDA graphs: tpar's kernels up to this size, NCCL above. Two-shot pull zero copy
+/// against vLLM's kernel at 16 MiB (same run as [`NVLINK_GRAPH_RULE`]): 32.35 vs 41.48 us
+/// (2 ranks), 43.22 vs 57.90 (4), 80.22 vs 94.16 (8); at 4 MiB 10.06 vs 7.82, 11.57 vs 16.87,
+/// 24.76 vs 29.65. NCCL cannot run two ranks on one GPU, so it was not in that run; vLLM
+/// hands over to NCCL from 8 MiB by default. Above 16 MiB: not measured.
+pub const NVLINK_GRAPH_CUSTOM_MAX_BYTES: u64 = 16 * MIB;
+
 /// Threads per block for a call of `bytes` on `blocks` blocks (the other half of
 /// [`kernel_blocks`]): one 16-byte vector per thread, rounded up to whole warps, at least
 /// [`NVLINK_MIN_THREADS`] and at most [`MAX_KERNEL_THREADS`]. Under the NVLink rule that is

@@ -9,6 +9,7 @@
 //! | [`feasibility`] | what runs here: the registry's gates plus the fabric's conditions (P2P, islands) |
 //! | [`floors`] | thresholds (each with where its number came from) and floor arithmetic |
 //! | [`overrides`] | `TPAR_*` settings and their validation |
+//! | `pcie` | the PCIe decision without a profile: the calibrated simulator's fastest runnable algorithm, or NCCL |
 //! | [`profile`] | tuned profiles (TOML) and their fingerprint |
 //! | [`tuned`] | a machine's measured tune (both capture modes), its key, decision and cache entry format |
 //! | `copy_engines` | the reason's note on `ce-ring` for large PCIe calls (simulated, never picked by default) |
@@ -25,6 +26,7 @@ pub mod cache;
 pub mod feasibility;
 pub mod floors;
 pub mod overrides;
+mod pcie;
 pub mod profile;
 pub(crate) mod sim_cost;
 pub mod tuned;
@@ -308,6 +310,29 @@ fn nccl_source(t: &Topology, world: usize, bytes: u64, capture: CaptureMode) -> 
     }
 }
 
+/// NVLink, a call captured in a CUDA graph (its buffers registered: two-shot pull reads the
+/// inputs in place): [`NVLINK_GRAPH_RULE`] and [`NVLINK_GRAPH_CUSTOM_MAX_BYTES`], measured
+/// with emulated ranks on one H200 against vLLM's kernel.
+/// `None` where the kernel cannot run on this fabric (`feasibility::check`): the eager rule.
+fn graph_nvlink(s: u64, f: &Fabric) -> Option<Plan> {
+    let n = f.world;
+    let size = human_bytes(s);
+    let (push_max, pull_max) = NVLINK_GRAPH_RULE[if n <= 2 { 0 } else if n <= 4 { 1 } else { 2 }];
+    let max = human_bytes(NVLINK_GRAPH_CUSTOM_MAX_BYTES);
+    let why = "measured with emulated ranks on one H200, graphs";
+    let (a, reason) = if s <= push_max {
+        (Algorithm::OneshotPush, format!("NVLink, {n} ranks, graph: {size} <= {}: one-shot push ({why})", human_bytes(push_max)))
+    } else if s <= pull_max {
+        (Algorithm::OneshotPull, format!("NVLink, {n} ranks, graph: {size} <= {}: one-shot pull ({why})", human_bytes(pull_max)))
+    } else if s <= NVLINK_GRAPH_CUSTOM_MAX_BYTES {
+        (Algorithm::TwoshotPull, format!("NVLink, {n} ranks, graph: {} < {size} <= {max}: two-shot pull, zero copy on registered buffers ({why})", human_bytes(pull_max)))
+    } else {
+        return Some(nccl(format!("NVLink, {n} ranks, graph: {size} > {max}: NCCL (tpar's kernels measured to {max})")));
+    };
+    check(a, Transport::P2p, f).ok()?;
+    Some(make(a, Transport::P2p, s, f, reason))
+}
+
 /// The default decision for a feasible fabric (world fits, backend known).
 fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, links: &Links<'_>, capture: CaptureMode) -> Plan {
     let n = f.world;
@@ -384,7 +409,10 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
                 // measured (nccl #1264), so the choice against NCCL rests on published figures.
                 let measured = if n <= 4 { "measured on H200s" } else { "after vLLM's dispatch, not measured at this world" };
                 let nccl_src = nccl_source(topo, n, s, capture);
-                let p = if s <= limit {
+                let graph = if capture == CaptureMode::Graph && forced.is_none() { graph_nvlink(s, f) } else { None };
+                let p = if let Some(p) = graph {
+                    p
+                } else if s <= limit {
                     let (a, why) = pull(Algorithm::OneshotPush);
                     make(a, Transport::P2p, s, f, format!("NVLink, {n} ranks: {size} <= {lim} one-shot limit ({measured}){why}"))
                 } else if s <= NVLINK_CUSTOM_MAX_BYTES {
@@ -406,110 +434,8 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
                 let src = nccl_source(topo, n, s, capture);
                 return nccl(format!("PCIe, {n} ranks: {size} > {max}: no latency left to win, NCCL{}", copy_engines::ce_ring_note(s, f, topo, capture))).timed(nccl_us, src, nccl_us, Some(src));
             }
-            pcie_by_simulator(s, f, forced, reads_win, links, capture)
+            pcie::by_simulator(s, f, forced, reads_win, links, capture)
         }
-    }
-}
-
-/// PCIe (peer-to-peer, or through host memory where GPUs have no P2P), no profile: the
-/// calibrated simulator's fastest algorithm among those that run here (`feasibility::check`),
-/// where the figures its time rests on are measured; where one is not (no probe, profile or
-/// published figure for this box measures that operation under load), only if it beats NCCL
-/// even with those figures at the bound (`Simulator::predict_bound`), else NCCL, and the
-/// reason names the unmeasured figures. No push algorithm where a profile measured reads
-/// beating writes (a measurement of this machine outranks the model).
-fn pcie_by_simulator(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, links: &Links<'_>, capture: CaptureMode) -> Plan {
-    let n = f.world;
-    let size = human_bytes(s);
-    let topo = links.topology;
-    let mut skipped: Vec<String> = Vec::new();
-    let mut runnable: Vec<(Algorithm, Transport)> = Vec::new();
-    let mut pushes: Vec<&str> = Vec::new();
-    for spec in crate::algorithms::registry::REGISTRY.iter() {
-        let a = spec.algorithm;
-        if !(spec.role == crate::algorithms::registry::Role::Candidate || a == Algorithm::Nccl) {
-            continue;
-        }
-        let t = if a == Algorithm::Nccl { Transport::Nccl } else { forced.unwrap_or_else(|| natural_transport(a, f)) };
-        if let Err(why) = check(a, t, f) {
-            skipped.push(format!("{a} cannot run ({why})"));
-            continue;
-        }
-        if reads_win && !spec.reads_remote && a != Algorithm::Nccl {
-            pushes.push(a.name());
-            continue;
-        }
-        runnable.push((a, t));
-    }
-    if !pushes.is_empty() {
-        skipped.insert(0, format!("no push algorithm ({}): the profile measured reads beating writes", pushes.join(", ")));
-    }
-    let algos: Vec<Algorithm> = runnable.iter().map(|&(a, _)| a).collect();
-    let costs = sim_cost::costs(topo, n, s, capture, &algos);
-    let mut timed: Vec<(Algorithm, Transport, sim_cost::Cost)> = Vec::new();
-    for (a, t) in runnable {
-        match costs.iter().find(|(b, _)| *b == a).map(|(_, c)| c.clone()) {
-            Some(Ok(c)) if c.us.is_finite() => timed.push((a, t, c)),
-            Some(Err(why)) => skipped.push(format!("{a} not timed by the simulator ({why})")),
-            Some(Ok(_)) | None => skipped.push(format!("{a} not timed by the simulator")),
-        }
-    }
-    timed.sort_by(|x, y| x.2.us.total_cmp(&y.2.us));
-    let place = if !f.p2p_write {
-        match f.missing_write {
-            Some((i, j)) => format!("PCIe, no P2P (GPU{i} cannot write GPU{j}): through host memory"),
-            None => "PCIe, no P2P: through host memory".to_string(),
-        }
-    } else if f.islands >= 2 {
-        format!("PCIe P2P, {} islands (largest {})", f.islands, f.largest_island)
-    } else {
-        "PCIe P2P".to_string()
-    };
-    let others = timed.iter().skip(1).take(3).map(|(a, _, c)| format!("{a} {:.1}", c.us)).collect::<Vec<_>>().join(", ");
-    let notes = if skipped.is_empty() { String::new() } else { format!("; {}", skipped.join("; ")) };
-    let nccl_cost = timed.iter().find(|(a, _, _)| *a == Algorithm::Nccl).map(|(_, _, c)| c.clone());
-    let nccl_us = nccl_cost.as_ref().map(|c| c.us);
-    let nccl_src = nccl_source(topo, n, s, capture);
-    let head = format!("{place}, {n} ranks, {size}: simulator (docs/sim.md)");
-    let Some((a, t, c)) = timed.first().cloned() else {
-        return nccl(format!("{head} timed nothing that runs here: NCCL{notes}"));
-    };
-    let source = links.source(c.source);
-    if a == Algorithm::Nccl {
-        return nccl(format!("{head} times NCCL fastest at {:.1} us (then {others}){notes}", c.us)).timed(Some(c.us), nccl_src, Some(c.us), Some(nccl_src));
-    }
-    let vs = nccl_us.map(|u| format!(" vs NCCL {u:.1}")).unwrap_or_default();
-    if source.measured() {
-        return make(a, t, s, f, format!("{head} fastest runnable: {a} {:.1} us{vs} (then {others}); its figures: {source}{notes}", c.us))
-            .timed(Some(c.us), source, nccl_us, Some(nccl_src));
-    }
-    // The pick's time rests on a figure nothing measured on this box: keep it only where it
-    // beats NCCL even with that figure at the bound.
-    let unmeasured = c.unmeasured.join(", ");
-    let bound = crate::sim::params::UNMEASURED_GPU_GBPS;
-    match nccl_us {
-        Some(nu) if c.bound_us >= nu => {
-            let mut p = nccl(format!(
-                "{head} fastest runnable: {a} {:.1} us{vs}, but that rests on unmeasured {unmeasured}: at the bound ({bound} GB/s per GPU, the worst published) it takes {:.1} us, no faster than NCCL: NCCL until a tune or `tpar topo --probe` measures them{notes}",
-                c.us, c.bound_us
-            ))
-            .timed(Some(nu), nccl_src, Some(nu), Some(nccl_src));
-            p.instead_of = Some(Unmeasured { algorithm: a, us: c.us, bound_us: c.bound_us });
-            p
-        }
-        Some(nu) => make(
-            a,
-            t,
-            s,
-            f,
-            format!(
-                "{head} fastest runnable: {a} {:.1} us{vs} (then {others}); it rests on unmeasured {unmeasured}, and holds at the bound ({bound} GB/s per GPU, the worst published): {:.1} us < NCCL {nu:.1}{notes}",
-                c.us, c.bound_us
-            ),
-        )
-        .timed(Some(c.us), source, Some(nu), Some(nccl_src))
-        .bounded(c.bound_us),
-        None => nccl(format!("{head} fastest runnable: {a} {:.1} us, which rests on unmeasured {unmeasured}, and NCCL has no time to hold it against: NCCL{notes}", c.us)),
     }
 }
 
@@ -562,121 +488,4 @@ fn first_time(line: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::topology::presets;
-
-    fn run(t: &Topology, world: usize, bytes: u64, backend: Backend, o: &Overrides) -> Plan {
-        plan(&PlanInput { topology: t, world, bytes, dtype: DType::BF16, capture: CaptureMode::Graph, backend, profile: None, overrides: o })
-    }
-
-    #[test]
-    fn debug_logs_each_decision_once() {
-        assert!(first_time("tpar test line A"));
-        assert!(!first_time("tpar test line A"));
-        assert!(first_time("tpar test line B"));
-        let t = presets::pcie_2();
-        let o = Overrides::from_pairs([("TPAR_DEBUG", "INFO")]).unwrap();
-        let input = PlanInput { topology: &t, world: 2, bytes: 8, dtype: DType::F32, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &o };
-        assert_eq!(plan_logged(&input), plan(&input));
-    }
-
-    #[test]
-    fn the_pick_carries_its_time_and_where_it_comes_from() {
-        // Issue 14's case on the switch box: a tpar kernel, its time and NCCL's from the
-        // simulator, and the pick's figures published (the collapse test on that box).
-        let t = presets::rtxpro6000_pcie_switch_8();
-        let p = run(&t, 8, 42 * 1024, Backend::Cuda, &Overrides::default());
-        assert_ne!(p.algorithm, Algorithm::Nccl, "{p}");
-        let (us, nccl_us) = (p.predicted_us.unwrap(), p.nccl_us.unwrap());
-        assert!(us < nccl_us && p.gain().unwrap() > 1.0, "{p:?}");
-        assert_eq!(p.source, Some(Source::Published), "{p:?}");
-        assert!(p.reason.contains(&format!("{us:.1} us")), "{p}");
-        // A forced setting decides without figures, and says so by having none.
-        let o = Overrides::from_pairs([("TPAR_ALGO", "oneshot-push")]).unwrap();
-        let p = run(&t, 8, 42 * 1024, Backend::Cuda, &o);
-        assert_eq!((p.source, p.predicted_us), (None, None), "{p:?}");
-    }
-
-    #[test]
-    fn an_unmeasured_figure_decides_only_where_it_holds_at_the_bound() {
-        // The two-socket box: its stores under load are unmeasured (only a pair alone is
-        // published, 2.7 GB/s). Small calls keep a tpar kernel that beats NCCL even at the
-        // bound; at 42 KiB the simulator's fastest kernel loses to NCCL there, so NCCL, with
-        // the kernel, its time at the bound and the unmeasured figure named.
-        let ds = presets::rtxpro6000_dualsocket_8();
-        let small = plan(&PlanInput { topology: &ds, world: 8, bytes: 1024, dtype: DType::BF16, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &Overrides::default() });
-        assert_ne!(small.algorithm, Algorithm::Nccl, "{small}");
-        assert_eq!(small.source, Some(Source::Assumed));
-        let b = small.bound_us.unwrap();
-        assert!(b < small.nccl_us.unwrap() && small.reason.contains("holds at the bound"), "{small:?}");
-        let mid = plan(&PlanInput { bytes: 42 * 1024, ..PlanInput { topology: &ds, world: 8, bytes: 0, dtype: DType::BF16, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &Overrides::default() } });
-        assert_eq!(mid.algorithm, Algorithm::Nccl, "{mid}");
-        let u = mid.instead_of.unwrap();
-        assert!(u.bound_us >= mid.nccl_us.unwrap() && u.us < mid.nccl_us.unwrap(), "{mid:?}");
-        assert!(mid.reason.contains("unmeasured SM stores under load") && mid.reason.contains(&format!("{:.1} us", u.bound_us)), "{mid}");
-        // Measure the same figures (a probe of this machine) and the simulator's pick stands.
-        let mut probed = ds.clone();
-        if let Some(pr) = probed.probe.as_mut() {
-            pr.source = "measured by tpar's link probe (test)".into();
-            for q in &mut pr.pairs {
-                q.sm_store_loaded_gbps = Some(2.7 / 7.0);
-                q.sm_load_loaded_gbps = Some(6.0);
-            }
-        }
-        let p = plan(&PlanInput { topology: &probed, world: 8, bytes: 42 * 1024, dtype: DType::BF16, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &Overrides::default() });
-        assert!(p.instead_of.is_none() && p.bound_us.is_none(), "{p:?}");
-        assert!(matches!(p.source, Some(Source::Probe) | Some(Source::Published)), "{p:?}");
-    }
-
-    #[test]
-    fn the_motivating_case_gets_a_custom_kernel() {
-        // 8x RTX PRO 6000 over PCIe, 42 KiB verify all-reduce: not NCCL.
-        let t = presets::rtxpro6000_pcie_switch_8();
-        let p = run(&t, 8, 42 * 1024, Backend::Cuda, &Overrides::default());
-        assert_eq!(p.transport, Transport::P2p, "{p}");
-        assert_ne!(p.algorithm, Algorithm::Nccl, "{p}");
-        assert!(p.reason.contains("simulator"), "{p}");
-        assert!(p.blocks >= 1 && p.blocks <= PCIE_MAX_BLOCKS);
-    }
-
-    #[test]
-    fn shapes_follow_the_design() {
-        let o = Overrides::default();
-        let h = presets::h200_nvswitch_8();
-        assert_eq!(run(&h, 8, 16 * 1024, Backend::Cuda, &o).algorithm, Algorithm::OneshotPush);
-        assert_eq!(run(&h, 8, 1 << 20, Backend::Cuda, &o).algorithm, Algorithm::TwoshotPush);
-        assert_eq!(run(&h, 8, 64 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
-        let sw = presets::rtxpro6000_pcie_switch_8();
-        assert_eq!(run(&sw, 8, 1024, Backend::Cuda, &o).algorithm, Algorithm::OneshotPush);
-        assert_eq!(run(&sw, 8, 16 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
-        let ds = presets::rtxpro6000_dualsocket_8();
-        // Two sockets: hierarchical is a candidate (it is timed, not refused).
-        let p = run(&ds, 8, 256 * 1024, Backend::Cuda, &o);
-        assert!(!p.reason.contains("hierarchical cannot run"), "{p}");
-        // No P2P: the simulator times the host transport against NCCL; tiny calls go through
-        // shared host memory, large ones to NCCL.
-        let np = presets::rtx4090_nop2p_4();
-        let p = run(&np, 4, 64, Backend::Cuda, &o);
-        assert_eq!((p.algorithm, p.transport), (Algorithm::OneshotPush, Transport::Host), "{p}");
-        assert!(p.reason.contains("no P2P") && p.reason.contains("simulator"), "{p}");
-        assert_eq!(run(&np, 4, 64 << 20, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
-        assert_eq!(run(&np, 8, 8, Backend::Cuda, &o).algorithm, Algorithm::Nccl);
-        let c = Topology::cpu();
-        let p = run(&c, 4, 8, Backend::Cpu, &o);
-        assert_eq!((p.algorithm, p.transport, p.blocks), (Algorithm::OneshotPush, Transport::Shm, 1));
-        assert_eq!(run(&c, 4, 1 << 20, Backend::Cpu, &o).algorithm, Algorithm::TwoshotPush);
-        let p = run(&h, 1, 1 << 20, Backend::Cuda, &o);
-        assert!(p.reason.starts_with("world 1: copy"), "{p}");
-    }
-
-    #[test]
-    fn infeasible_overrides_are_ignored_by_plan_and_refused_by_validate() {
-        let np = presets::rtx4090_nop2p_4();
-        let o = Overrides::from_pairs([("TPAR_ALGO", "oneshot-pull")]).unwrap();
-        let p = run(&np, 4, 1024, Backend::Cuda, &o);
-        assert_ne!(p.algorithm, Algorithm::OneshotPull);
-        assert!(p.reason.contains("TPAR_ALGO=oneshot-pull over host ignored"), "{p}");
-        assert!(o.validate(&np, 4, Backend::Cuda).is_err());
-    }
-}
+mod tests;

@@ -23,6 +23,8 @@ fn one_error_style_for_every_malformed_value() {
         ("TPAR_BLOCKS", "0"),
         ("TPAR_PDL", "yes"),
         ("TPAR_LEAN", "maybe"),
+        ("TPAR_ZERO_COPY", "yes"),
+        ("TPAR_TEST_UNSAFE_NO_END_BARRIER", "0"),
         ("TPAR_ALGO", "ring"),
         ("TPAR_TRANSPORT", "nvlink"),
         ("TPAR_DISABLE", "2"),
@@ -54,6 +56,8 @@ fn values_parse_as_documented() {
         ("TPAR_BLOCKS", "12"),
         ("TPAR_PDL", "0"),
         ("TPAR_LEAN", "auto"),
+        ("TPAR_ZERO_COPY", "0"),
+        ("TPAR_TEST_UNSAFE_NO_END_BARRIER", "1"),
         ("TPAR_ALGO", "auto"),
         ("TPAR_TRANSPORT", "host"),
         ("TPAR_RDZV", "unix:/tmp/x.sock"),
@@ -71,6 +75,8 @@ fn values_parse_as_documented() {
     assert_eq!((s.overrides.blocks, s.launch.blocks), (Some(12), Some(12)));
     assert!(!s.launch.pdl);
     assert_eq!(s.launch.lean, None);
+    assert_eq!(s.launch.zero_copy, Some(false));
+    assert!(s.launch.test_no_end_barrier);
     assert_eq!(s.overrides.algorithm, None);
     assert_eq!(s.overrides.transport, Some(Transport::Host));
     assert_eq!(s.job.rdzv.as_deref(), Some("/tmp/x.sock"));

@@ -121,7 +121,8 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
 
 /// Captures `calls` all-reduces (distinct outputs) in one graph, replays it `replays`
 /// times, poisons the outputs before the last replay, and checks every output and epoch.
-pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize)) -> Result<(), String> {
+/// `scratch`: every call in place on a per-rank scratch buffer, copied in and out around it.
+pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize), scratch: bool) -> Result<(), String> {
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     for &world in worlds {
         let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
@@ -131,9 +132,9 @@ pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays:
         for &d in &dtypes {
             for &algo in &algos {
                 let v = match d {
-                    DType::F32 => graph_one::<f32>(&mut r, algo, c.seed, replays, calls, bytes)?,
-                    DType::F16 => graph_one::<f16>(&mut r, algo, c.seed, replays, calls, bytes)?,
-                    DType::BF16 => graph_one::<bf16>(&mut r, algo, c.seed, replays, calls, bytes)?,
+                    DType::F32 => graph_one::<f32>(&mut r, algo, c.seed, replays, (calls, bytes), scratch)?,
+                    DType::F16 => graph_one::<f16>(&mut r, algo, c.seed, replays, (calls, bytes), scratch)?,
+                    DType::BF16 => graph_one::<bf16>(&mut r, algo, c.seed, replays, (calls, bytes), scratch)?,
                 };
                 if !v {
                     return Err(format!("graph test failed for {algo} {d}"));
@@ -145,7 +146,7 @@ pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays:
     Ok(())
 }
 
-fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, replays: usize, calls: usize, bytes: usize) -> Result<bool, String> {
+fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, replays: usize, (calls, bytes): (usize, usize), scratch: bool) -> Result<bool, String> {
     let d = T::DTYPE;
     let world = r.g.world();
     let count = (bytes / d.size()).max(1);
@@ -168,6 +169,13 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         }
         ins.push(bufs);
     }
+    let scratch_bufs = if scratch {
+        (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>().map_err(err)?
+    } else {
+        Vec::new()
+    };
+    let s: Vec<u64> = scratch_bufs.iter().map(|b| b.ptr).collect();
+    let moved = count * d.size();
     let e0 = r.g.epoch(0).map_err(err)?;
     let gr = r
         .g
@@ -175,7 +183,13 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
             for (c, out) in outs.iter().enumerate() {
                 let i: Vec<u64> = ins[c % sets].iter().map(|b| b.ptr).collect();
                 let o: Vec<u64> = out.iter().map(|b| b.ptr).collect();
-                g.enqueue(algo, d, count, &i, &o, blocks)?;
+                if scratch {
+                    g.enqueue_copies(&i, &s, moved)?;
+                    g.enqueue(algo, d, count, &s, &s, blocks)?;
+                    g.enqueue_copies(&s, &o, moved)?;
+                } else {
+                    g.enqueue(algo, d, count, &i, &o, blocks)?;
+                }
             }
             Ok(())
         })
@@ -205,7 +219,8 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
     // The kernels' call epoch advances once per call; ce-ring's copies and kernels keep their
     // own generations (flags) and leave it alone.
     let expect = if algo == Algorithm::CeRing { e0 } else { e0.wrapping_add((calls * replays) as u32) };
-    println!("# graph test: {algo} {d} {world} ranks: {calls} calls x {replays} replays, epoch {e0} -> {e1} (expected {expect}), {wrong} wrong, {secs:.2} s");
+    let how = if scratch { ", in place on scratch buffers copied in and out" } else { "" };
+    println!("# graph test: {algo} {d} {world} ranks: {calls} calls x {replays} replays{how}, epoch {e0} -> {e1} (expected {expect}), {wrong} wrong, {secs:.2} s");
     Ok(wrong == 0 && e1 == expect)
 }
 

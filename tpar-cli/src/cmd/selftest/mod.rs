@@ -66,6 +66,12 @@ pub enum Test {
         /// CALLSxBYTES captured in the graph
         #[arg(long, default_value = "122x43008")]
         sequence: String,
+        /// Every call in place on a per-rank scratch buffer, its input copied in and its
+        /// output copied out inside the graph, right before and after it (a rank that leaves
+        /// a registered zero-copy call while a peer still reads or writes its buffers shows
+        /// as wrong sums)
+        #[arg(long)]
+        scratch: bool,
     },
     /// Emulated ranks: start every epoch just below 2^32 and run the check sweep across the
     /// wrap
@@ -157,7 +163,7 @@ pub fn run(args: SelftestArgs) -> Result<(), String> {
             Some(_) => emulated::mismatch(&emulated_worlds(&c)?, &c),
             None => procs::mismatch(&c),
         },
-        Test::Graph { common, replays, sequence } => emulated::graph(&emulated_worlds(&common)?, &common, replays, harness::parse_sequence(&sequence)?),
+        Test::Graph { common, replays, sequence, scratch } => emulated::graph(&emulated_worlds(&common)?, &common, replays, harness::parse_sequence(&sequence)?, scratch),
         Test::EpochWrap { common, epoch_start } => emulated::epoch_wrap(&emulated_worlds(&common)?, &common, epoch_start),
         Test::KillRank { common, rank } => procs::kill_rank(&common, rank),
         Test::Ipc(c) => procs::ipc(&c),
