@@ -57,7 +57,10 @@ class VllmEngine(Engine):
 
         self.ps = ps
         self.device = device
-        cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world))
+        # external_launcher: every rank process is started by someone else (here the harness,
+        # as torchrun would); vLLM's default "mp" refuses a TP size above the GPUs it counts.
+        backend = "external_launcher" if device.type == "cuda" else None
+        cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world, distributed_executor_backend=backend))
         self._cfg_ctx = set_current_vllm_config(cfg)
         self._cfg_ctx.__enter__()  # what vLLM's worker holds while it builds its groups
         ps.init_distributed_environment(world_size=world, rank=rank, distributed_init_method="file://" + init, local_rank=0, backend="gloo")
