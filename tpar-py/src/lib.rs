@@ -433,6 +433,7 @@ impl GpuComm {
                 FusedRoute::Fused { algorithm, .. } => ("fused", algorithm.name()),
                 FusedRoute::Unfused { all_reduce: Route::Caller | Route::Nccl, .. } => ("nccl", Algorithm::Nccl.name()),
                 FusedRoute::Unfused { all_reduce: Route::Kernel { algorithm, .. }, .. } => ("unfused", algorithm.name()),
+                FusedRoute::Unfused { all_reduce: Route::CopyEngine { .. }, .. } => ("unfused", Algorithm::CeRing.name()),
             })
         })
     }
@@ -499,6 +500,7 @@ impl GpuComm {
 fn route_name(r: &Route) -> &'static str {
     match r {
         Route::Kernel { algorithm, .. } => algorithm.name(),
+        Route::CopyEngine { .. } => Algorithm::CeRing.name(),
         Route::Nccl | Route::Caller => Algorithm::Nccl.name(),
     }
 }

@@ -30,11 +30,14 @@ pub enum Algorithm {
     GatherBcast,
     /// NCCL's all-reduce.
     Nccl,
+    /// Copy engines move the data (reduce-scatter to owners, all-gather back, by
+    /// `cuMemcpyAsync`); small kernels reduce in rank order. For large messages on PCIe.
+    CeRing,
 }
 
 impl Algorithm {
     /// Every algorithm, in a stable order.
-    pub const ALL: [Algorithm; 8] = [
+    pub const ALL: [Algorithm; 9] = [
         Algorithm::OneshotPush,
         Algorithm::OneshotPull,
         Algorithm::TwoshotPush,
@@ -43,6 +46,7 @@ impl Algorithm {
         Algorithm::Hierarchical,
         Algorithm::GatherBcast,
         Algorithm::Nccl,
+        Algorithm::CeRing,
     ];
 
     /// kebab-case name.
@@ -56,6 +60,7 @@ impl Algorithm {
             Algorithm::Hierarchical => "hierarchical",
             Algorithm::GatherBcast => "gather-bcast",
             Algorithm::Nccl => "nccl",
+            Algorithm::CeRing => "ce-ring",
         }
     }
 
@@ -70,6 +75,7 @@ impl Algorithm {
             Algorithm::Hierarchical => 6,
             Algorithm::GatherBcast => 7,
             Algorithm::Nccl => 8,
+            Algorithm::CeRing => 9,
         }
     }
 
@@ -168,6 +174,66 @@ impl CaptureMode {
 impl fmt::Display for CaptureMode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+/// What the copy-engine path (`ce-ring`) puts on the wire. Every other algorithm always
+/// moves the exact values. `Fp8` and `Int8` quantise per block of 128 elements with one f32
+/// scale each, before a copy, and dequantise into f32 after it: lossy, with the error bound
+/// of `algorithms::ce_wire` (docs/cuda.md, "The copy-engine path"); opted into by
+/// `TPAR_WIRE`, never the default, refused under `TPAR_EXACT=1`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Wire {
+    /// The values themselves: the rank-order sum, rounded once, bit for bit.
+    #[default]
+    Exact,
+    /// FP8 E4M3 values (scaled to the block's largest magnitude / 448).
+    Fp8,
+    /// Symmetric INT8 values (scaled to the block's largest magnitude / 127).
+    Int8,
+}
+
+impl Wire {
+    pub const ALL: [Wire; 3] = [Wire::Exact, Wire::Fp8, Wire::Int8];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Wire::Exact => "exact",
+            Wire::Fp8 => "fp8",
+            Wire::Int8 => "int8",
+        }
+    }
+
+    /// Whether the values change on the wire.
+    pub fn is_lossy(self) -> bool {
+        self != Wire::Exact
+    }
+
+    /// The kernels' code (`CeArgs::wire` in kernels/ce_ring.cu).
+    pub fn code(self) -> u32 {
+        match self {
+            Wire::Exact => 0,
+            Wire::Fp8 => 1,
+            Wire::Int8 => 2,
+        }
+    }
+}
+
+impl fmt::Display for Wire {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Wire {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim().to_ascii_lowercase();
+        Wire::ALL
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| Error::invalid("wire", format!("unknown wire format {s:?}; expected exact, fp8 or int8")))
     }
 }
 

@@ -5,7 +5,7 @@
 //! | group | variables | who reads the parsed value |
 //! |---|---|---|
 //! | job | `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV`, `TPAR_JOB_ID`, `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES` | [`crate::config::Config`] |
-//! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL` | [`Overrides`] (the plan's input), the communicators' init |
+//! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_WIRE`, `TPAR_EXACT` | [`Overrides`] (the plan's input), the communicators' init |
 //! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN` | [`LaunchSettings`] (the CUDA launcher) |
 //! | libraries | `TPAR_NVRTC_LIB`, `TPAR_NCCL_LIB`, `TPAR_CACHE_DIR` | [`nvrtc_lib`], [`nccl_lib`], [`cache_dir`] |
 //! | logging | `TPAR_DEBUG` | [`Overrides::debug`] |
@@ -17,7 +17,7 @@
 //! ignore a malformed value.
 
 use crate::error::{Error, Result};
-use crate::kinds::{Algorithm, Transport};
+use crate::kinds::{Algorithm, Transport, Wire};
 use crate::units::parse_bytes;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -98,6 +98,8 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_TUNE", group: Group::Plan, values: "auto, off or force", default: "auto", doc: "the first-use tune (docs/tune.md): when a GPU communicator starts and the tune cache has no profile for this machine, the ranks measure it (auto, a few seconds once); never (off: the plan's defaults); or at every start, replacing the cached one (force)", example: "off" },
     Var { name: "TPAR_CHECK_CALLS", group: Group::Plan, values: BOOL, default: "1", doc: "compare every call's count, dtype and algorithm across ranks on the GPU (0 saves about 0.2 us a call; a rank calling something else then yields a wrong sum, not an error)", example: "0" },
     Var { name: "TPAR_HOST_PROTOCOL", group: Group::Plan, values: "flags, sentinel or auto", default: "auto (flags from 3 ranks)", doc: "how the push kernels synchronise over the host transport (GPUs without P2P)", example: "flags" },
+    Var { name: "TPAR_WIRE", group: Group::Plan, values: "exact, fp8 or int8", default: "exact", doc: "what ce-ring puts on the wire: fp8/int8 quantise per block of 128 values (lossy: docs/cuda.md states the bound); other algorithms are always exact", example: "fp8" },
+    Var { name: "TPAR_EXACT", group: Group::Plan, values: BOOL, default: "0", doc: "insist on bitwise rank-order sums: a lossy TPAR_WIRE is then an error", example: "1" },
     Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 32, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
     Var { name: "TPAR_PDL", group: Group::Launch, values: "1 or 0", default: "1", doc: "programmatic dependent launch on sm_90+ (ranks may differ)", example: "0" },
     Var { name: "TPAR_LEAN", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "the kernels' lean variant (64 registers, two blocks per SM) for every size (1), never (0), or for large calls of ranks sharing a GPU (auto)", example: "1" },
@@ -221,6 +223,12 @@ pub struct Overrides {
     /// plan digest: ranks must agree (the two protocols cannot meet in one workspace).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_protocol: Option<HostProtocol>,
+    /// `TPAR_WIRE` (`None`: exact). Part of the plan digest: ranks must agree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<Wire>,
+    /// `TPAR_EXACT=1`: exact results asked for; a lossy wire is refused when parsing.
+    #[serde(skip)]
+    pub exact: bool,
 }
 
 /// How tpar's kernels are launched (the CUDA launcher reads these).
@@ -314,7 +322,13 @@ impl Settings {
             }
             s.set(decl.name, raw)?;
         }
-        Ok(s)
+        match s.overrides.wire {
+            Some(w) if w.is_lossy() && s.overrides.exact => Err(Error::Unsupported {
+                what: format!("TPAR_WIRE={w} with TPAR_EXACT=1"),
+                reason: format!("{w} on the wire is lossy (docs/cuda.md states its bound) and TPAR_EXACT=1 asks for bitwise rank-order sums: unset one of them"),
+            }),
+            _ => Ok(s),
+        }
     }
 
     /// One variable's parser: the only place its grammar is written.
@@ -379,6 +393,8 @@ impl Settings {
             }
             "TPAR_CHECK_CALLS" => self.overrides.check_calls = Some(parse_bool(name, v)?),
             "TPAR_HOST_PROTOCOL" => self.overrides.host_protocol = HostProtocol::parse(raw)?,
+            "TPAR_WIRE" => self.overrides.wire = Some(v.parse::<Wire>().map_err(|_| bad(name, raw, "exact, fp8 or int8"))?),
+            "TPAR_EXACT" => self.overrides.exact = parse_bool(name, v)?,
             "TPAR_BLOCKS" => {
                 let b = if is_auto(v) {
                     None
@@ -510,102 +526,4 @@ pub fn text_table() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_declared_variable_parses_its_example() {
-        for v in VARS {
-            let s = Settings::from_pairs([(v.name, v.example)]);
-            assert!(s.is_ok(), "{}={:?}: {:?}", v.name, v.example, s.err());
-        }
-        let names: std::collections::HashSet<_> = VARS.iter().map(|v| v.name).collect();
-        assert_eq!(names.len(), VARS.len(), "a variable is declared twice");
-    }
-
-    #[test]
-    fn one_error_style_for_every_malformed_value() {
-        for (var, raw) in [
-            ("TPAR_TIMEOUT_MS", "0"),
-            ("TPAR_TIMEOUT_MS", "-5"),
-            ("TPAR_TIMEOUT_MS", "abc"),
-            ("TPAR_SHM_BYTES", "lots"),
-            ("TPAR_BLOCKS", "33"),
-            ("TPAR_BLOCKS", "0"),
-            ("TPAR_PDL", "yes"),
-            ("TPAR_LEAN", "maybe"),
-            ("TPAR_ALGO", "ring"),
-            ("TPAR_TRANSPORT", "nvlink"),
-            ("TPAR_DISABLE", "2"),
-            ("TPAR_DEBUG", "LOUD"),
-            ("TPAR_TUNE", "sometimes"),
-            ("TPAR_HOST_PROTOCOL", "lamport"),
-            ("TPAR_RDZV", "tcp:host:1"),
-            ("TPAR_JOB_ID", "xyz"),
-            ("TPAR_ENABLE", "2"),
-        ] {
-            match Settings::from_pairs([(var, raw)]) {
-                Err(Error::Config { var: v, value, reason }) => {
-                    assert_eq!(v, var);
-                    assert_eq!(value, raw);
-                    assert!(reason.starts_with("expected") || reason.contains("expected"), "{var}: {reason}");
-                    assert!(!reason.contains("..="), "{var}: Rust range in a user message: {reason}");
-                }
-                other => panic!("{var}={raw:?}: {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn values_parse_as_documented() {
-        let s = Settings::from_pairs([
-            ("TPAR_SHM_BYTES", "48M"),
-            ("TPAR_MAX_BYTES", "1.5M"),
-            ("TPAR_TIMEOUT_MS", " 250 "),
-            ("TPAR_BLOCKS", "12"),
-            ("TPAR_PDL", "0"),
-            ("TPAR_LEAN", "auto"),
-            ("TPAR_ALGO", "auto"),
-            ("TPAR_TRANSPORT", "host"),
-            ("TPAR_RDZV", "unix:/tmp/x.sock"),
-            ("TPAR_JOB_ID", "0xff"),
-            ("TPAR_TUNE", "force"),
-            ("TPAR_TEST_UNSAFE_ONE_BUFFER", "1"),
-            ("TPAR_TEST_UNSAFE_TWO_BUFFERS", "1"),
-            ("NOT_TPAR", "whatever"),
-            ("TPAR_DISABLE", ""),
-        ])
-        .unwrap();
-        assert_eq!(s.job.shm_bytes, Some(48 << 20));
-        assert_eq!(s.overrides.max_bytes, Some(3 << 19));
-        assert_eq!(s.job.timeout, Some(Duration::from_millis(250)));
-        assert_eq!((s.overrides.blocks, s.launch.blocks), (Some(12), Some(12)));
-        assert!(!s.launch.pdl);
-        assert_eq!(s.launch.lean, None);
-        assert_eq!(s.overrides.algorithm, None);
-        assert_eq!(s.overrides.transport, Some(Transport::Host));
-        assert_eq!(s.job.rdzv.as_deref(), Some("/tmp/x.sock"));
-        assert_eq!(s.job.job_id, Some(255));
-        assert_eq!(s.tune, Tune::Force);
-        assert_eq!(s.launch.test_buffers, Some(1), "the stricter guard removal wins");
-        assert!(!s.overrides.disable, "empty means unset");
-    }
-
-    #[test]
-    fn the_readme_table_is_the_generated_one() {
-        let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
-        let begin = readme.find("<!-- settings:begin").expect("README has the settings markers");
-        let body = &readme[begin..];
-        let start = body.find('\n').unwrap() + 1;
-        let end = body.find("<!-- settings:end -->").expect("README closes the settings table");
-        assert_eq!(&body[start..end], markdown_table(), "README's settings table is stale: paste `tpar settings --markdown`");
-    }
-
-    #[test]
-    fn the_table_lists_every_variable_once() {
-        let t = markdown_table();
-        for v in VARS {
-            assert_eq!(t.matches(&format!("`{}`", v.name)).count(), 1, "{}", v.name);
-        }
-    }
-}
+mod tests;

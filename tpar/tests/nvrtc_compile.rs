@@ -142,6 +142,79 @@ fn every_kernel_variant_compiles_with_nvrtc() {
     let _ = writeln!(std::io::stderr(), "compiled {} kernel files x {} archs (all dtypes, and each dtype alone: {compiled} NVRTC compiles to cubin) with NVRTC {}.{}", sources().count(), ARCHS.len(), version.major, version.minor);
 }
 
+/// The copy-engine path's kernels (`kernels/ce_ring.cu`, not a registry kernel: its module
+/// holds several entries, loaded by `cuda::ce`): each dtype alone, as `cuda::ce` compiles it,
+/// for every architecture, with every entry, release/acquire-free flags (descriptors with a
+/// check word, fenced), no division and no fused multiply-add in the wire codec, no local memory, and no spill but
+/// a bounded one in the lossy-wire kernels (`ce_spills_bounded`).
+#[test]
+fn the_copy_engine_kernels_compile_with_nvrtc() {
+    if nvrtc::probe().is_err() {
+        if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing");
+        }
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: NVRTC copy-engine kernel compile test: NVRTC not found");
+        return;
+    }
+    let tu = tpar::cuda::ce::translation_unit();
+    assert!(!tu.contains("#include"), "the header is spliced in");
+    for arch in ARCHS {
+        for d in DType::ALL {
+            let mut opts = tpar::cuda::ce::options(arch, d);
+            opts.push("--ptxas-options=-v".into());
+            let what = format!("ce_ring.cu {d} for {arch}");
+            let c = nvrtc::compile_unit("ce_ring.cu", &tu, &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+            use tpar::cuda::ce::entry;
+            use tpar::kinds::Wire;
+            let mut entries: Vec<String> = ["ce_signal", "ce_wait", "ce_pause"].iter().map(|s| s.to_string()).collect();
+            for w in Wire::ALL {
+                entries.extend(["ce_reduce", "ce_finish"].iter().map(|s| entry(s, w, d)));
+                if w.is_lossy() {
+                    entries.push(entry("ce_quant", w, d));
+                }
+            }
+            for e in &entries {
+                assert!(c.ptx.contains(&format!(".entry {e}(")), "{what}: no `{e}`");
+            }
+            for other in DType::ALL.into_iter().filter(|o| *o != d) {
+                assert!(!c.ptx.contains(&format!(".entry ce_reduce_{}(", kernels::dtype_suffix(other))), "{what} also holds {other}");
+            }
+            // The codec's operations are the explicit round-to-nearest ones (never contracted).
+            assert!(c.ptx.contains("cvt.rni.f32.f32") && !c.ptx.contains("fma.rn.f32") && !c.ptx.contains("div."), "{what}: wire arithmetic");
+            assert!(c.ptx.contains("fence.sc.sys"), "{what}: signals fenced");
+            assert!(c.cubin.starts_with(b"\x7fELF"), "{what}: not an ELF cubin");
+            dump_ptx(&format!("ce_ring-{d}-{arch}"), &c.ptx);
+            no_local_memory(&what, &c.ptx);
+            ce_spills_bounded(&what, &c.log);
+        }
+    }
+}
+
+/// As `no_spills`, except for the lossy-wire kernels (quantise and reduce, fp8/int8): ptxas
+/// gives some of them, for 16-bit dtypes on sm_90 and sm_120, an 8-16 byte frame and 12-16
+/// bytes of spills at under 50 registers (forced inlining and an un-unrolled vector loop did
+/// not remove them). They run once per piece between copies that take tens of microseconds;
+/// more than 32 bytes would be a real regression, and the exact path's kernels get none.
+fn ce_spills_bounded(what: &str, log: &str) {
+    let mut name = "";
+    let mut seen = 0;
+    for l in log.lines() {
+        if let Some(n) = l.split("Function properties for ").nth(1) {
+            name = n.trim();
+        }
+        if !l.contains("bytes stack frame") {
+            continue;
+        }
+        seen += 1;
+        let nums: Vec<u64> = l.split(|c: char| !c.is_ascii_digit()).filter_map(|t| t.parse().ok()).collect();
+        let lossy = name.contains("_fp8_") || name.contains("_int8_");
+        let limit = if lossy { 32 } else { 0 };
+        assert!(nums.iter().all(|n| *n <= limit), "{what}: {name}: stack frame or spills: {l}\n{log}");
+    }
+    assert!(seen > 0, "{what}: no ptxas resource lines in the log:\n{log}");
+}
+
 /// The fused variants (all-reduce + residual add + RMSNorm, `-DTPAR_FUSED`) of every kernel
 /// that has one, under each protocol it runs, and the standalone add-RMSNorm kernel: each
 /// (file, dtype, arch) as the launch path compiles it, no local memory, no spill; a kernel

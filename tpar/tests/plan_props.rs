@@ -34,7 +34,7 @@ fn may_run(a: Algorithm, backend: Backend, t: Transport) -> bool {
         Backend::Cpu => t == T::Shm && matches!(a, A::OneshotPush | A::OneshotPull | A::TwoshotPush | A::TwoshotPull | A::GatherBcast),
         Backend::Cuda => matches!(
             (a, t),
-            (A::OneshotPush | A::TwoshotPush, T::P2p | T::Host) | (A::OneshotPull | A::TwoshotPull | A::StagedPush | A::Hierarchical, T::P2p) | (A::Nccl, T::Nccl)
+            (A::OneshotPush | A::TwoshotPush | A::CeRing, T::P2p | T::Host) | (A::OneshotPull | A::TwoshotPull | A::StagedPush | A::Hierarchical, T::P2p) | (A::Nccl, T::Nccl)
         ),
     }
 }
@@ -108,7 +108,8 @@ fn preconditions_hold(p: &Plan, t: &Topology, world: usize, backend: Backend) ->
             let pairs = || (0..world).flat_map(|i| (0..world).filter(move |&j| j != i).map(move |j| (i, j)));
             match p.transport {
                 Transport::Host => {
-                    if ![A::OneshotPush, A::TwoshotPush].contains(&p.algorithm) {
+                    // Push kernels write into host memory; copy engines copy into it.
+                    if ![A::OneshotPush, A::TwoshotPush, A::CeRing].contains(&p.algorithm) {
                         return Err(format!("{} cannot run through host memory", p.algorithm));
                     }
                 }
@@ -254,6 +255,7 @@ fn default_plans_are_correct_on_the_whole_grid() {
                                 panic!("{}: world {world}, {bytes} B, {dtype}, {capture}, {backend}: {p}: {why}", t.name);
                             }
                             assert!(p.algorithm != Algorithm::GatherBcast, "{p}");
+                            assert!(p.algorithm != Algorithm::CeRing, "ce-ring only from a profile that measured it: {}: {p}", t.name);
                             let pull = matches!(p.algorithm, Algorithm::OneshotPull | Algorithm::TwoshotPull);
                             assert!(!pull || p.reason.contains("simulator"), "pull by default only where the simulator times it fastest: {}: {p}", t.name);
                             count += 1;
@@ -336,6 +338,43 @@ fn forced_algorithms_are_runnable_or_refused_at_init() {
         }
     }
     assert!(refused > 0 && obeyed > 0, "refused {refused}, obeyed {obeyed}");
+}
+
+/// Large calls on PCIe go to NCCL without a profile, and the reason carries the simulator's
+/// `ce-ring` prediction with where its copy-engine rates came from (the probe's, or assumed);
+/// NVLink reasons never mention it; a profile that measured `ce-ring` fastest is obeyed.
+#[test]
+fn ce_ring_is_simulated_on_pcie_but_picked_only_when_measured() {
+    let o = Overrides::default();
+    let bytes = 64u64 << 20;
+    let mut named = 0;
+    for t in presets::all() {
+        for capture in CaptureMode::ALL {
+            let world = t.gpus.len().min(8);
+            let input = PlanInput { topology: &t, world, bytes, dtype: DType::BF16, capture, backend: Backend::Cuda, profile: None, overrides: &o };
+            let p = plan(&input);
+            assert_ne!(p.algorithm, Algorithm::CeRing, "{}: {p}", t.name);
+            if !p.reason.contains("ce-ring") {
+                continue;
+            }
+            named += 1;
+            assert_eq!(p.algorithm, Algorithm::Nccl, "{}: {p}", t.name);
+            let probed = t.probe.as_ref().is_some_and(|pr| (0..world).all(|i| (0..world).filter(|&j| j != i).all(|j| pr.pair(i, Some(j)).is_some_and(|q| q.ce_gbps.is_some()))));
+            let want = if probed { "measured by the link probe" } else { "copy-engine rates assumed" };
+            assert!(p.reason.contains(want) && p.reason.contains("until `tpar tune` measures ce-ring"), "{}: {p}", t.name);
+            assert!(!t.name.contains("nvswitch"), "NVLink plans do not consider copy engines: {p}");
+            let profile = Profile {
+                reads_beat_writes: false,
+                fingerprint: ProfileFingerprint::new(&t, None, Backend::Cuda, world, capture),
+                tables: vec![Table { dtype: DType::BF16, buckets: vec![Bucket { max_bytes: GIB, algorithm: Algorithm::CeRing, median_us: 900.0 }] }],
+                probe: None,
+            };
+            let q = plan(&PlanInput { profile: Some(&profile), ..input });
+            assert_eq!(q.algorithm, Algorithm::CeRing, "{}: {q}", t.name);
+            assert!(preconditions_hold(&q, &t, world, Backend::Cuda).is_ok(), "{q}");
+        }
+    }
+    assert!(named >= 4, "the PCIe presets with P2P name ce-ring in their reasons ({named})");
 }
 
 /// Sizes the agreement tests sweep: every power of two from 8 B to 4 MiB and the Kimi-class

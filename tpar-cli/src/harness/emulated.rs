@@ -155,7 +155,7 @@ impl EmulatedRanks {
             })
             .collect::<Result<Vec<_>, String>>()?;
         let t_judge = Instant::now();
-        let judge = Judge::new(inputs, algo, &self.islands);
+        let judge = Judge::new(inputs, algo, &self.islands, self.g.wire());
         let outcomes = outs.iter().map(|out| judge.outcome(out)).collect();
         let p = &mut self.phases;
         p.copies += t_run - t;

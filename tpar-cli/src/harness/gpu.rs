@@ -129,7 +129,7 @@ impl GpuGroup {
         if count > 0 && !via_caller {
             out_buf.download(&mut out).map_err(err)?;
         }
-        Ok(judge_on(&out, &inputs, used, &self.comm.islands()))
+        Ok(judge_on(&out, &inputs, used, &self.comm.islands(), self.comm.wire()))
     }
 
     /// Per-call microseconds on this rank, one value per timed iteration.

@@ -4,6 +4,8 @@
 //! within the f64 reference's bound); NCCL rounds every partial sum in half and bf16, so it
 //! is held to the bound for that. All ranks' outputs must be bitwise identical.
 
+use tpar::algorithms::ce_wire;
+use tpar::kinds::Wire;
 use tpar::testing::{bit_diffs, digest, expected_islands, Reference};
 use tpar::{Algorithm, Element};
 
@@ -31,16 +33,18 @@ pub struct Outcome {
 /// Judges `out`, the result of `used` on `inputs` (every rank's), the ranks forming one
 /// island.
 pub fn judge<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm) -> Outcome {
-    judge_on(out, inputs, used, &[])
+    judge_on(out, inputs, used, &[], Wire::Exact)
 }
 
 /// As [`judge`], on ranks forming `islands` (normalised, as
 /// `tpar::algorithms::hierarchical::normalize` gives them; empty: one island). Only
 /// `hierarchical` depends on them: it must equal its own exact arithmetic (island sums
 /// rounded to the dtype, then added in island order) bit for bit, within the f64 bound
-/// that allows the second rounding.
-pub fn judge_on<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>]) -> Outcome {
-    Judge::new(inputs, used, islands).outcome(out)
+/// that allows the second rounding. `wire`: what `ce-ring` put on the wire (`TPAR_WIRE`);
+/// on a lossy wire it must equal `ce_wire::expected` (the quantised arithmetic) bit for bit
+/// and lie within the documented bound around the f64 sum (`ce_wire::count_wrong`).
+pub fn judge_on<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>], wire: Wire) -> Outcome {
+    Judge::new(inputs, used, islands, wire).outcome(out)
 }
 
 /// The references of one call, computed once from every rank's inputs and then held
@@ -51,19 +55,26 @@ pub struct Judge<T> {
     reference: Reference<T>,
     /// `hierarchical` across islands: its own exact arithmetic.
     islands: Option<Vec<T>>,
+    /// `ce-ring` on a lossy wire: the wire, every rank's inputs (for the bound) and the
+    /// quantised arithmetic's output.
+    lossy: Option<(Wire, Vec<Vec<T>>, Vec<T>)>,
 }
 
 impl<T: Element> Judge<T> {
     /// The references for a call of `used` on `inputs`, the ranks forming `islands` (as in
     /// [`judge_on`]).
-    pub fn new(inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>]) -> Judge<T> {
+    pub fn new(inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>], wire: Wire) -> Judge<T> {
         let islands = (used == Algorithm::Hierarchical && islands.len() > 1).then(|| expected_islands(inputs, islands));
-        Judge { used, reference: Reference::new(inputs), islands }
+        let lossy = (used == Algorithm::CeRing && wire.is_lossy()).then(|| (wire, inputs.to_vec(), ce_wire::expected(inputs, wire)));
+        Judge { used, reference: Reference::new(inputs), islands, lossy }
     }
 
     /// One rank's output judged (see [`judge_on`]).
     pub fn outcome(&self, out: &[T]) -> Outcome {
         let r = &self.reference;
+        if let Some((wire, inputs, want)) = &self.lossy {
+            return Outcome { algo: self.used, wrong: ce_wire::count_wrong(out, inputs, *wire), inexact: bit_diffs(out, want), digest: digest(out) };
+        }
         let (wrong, inexact) = match (self.used, &self.islands) {
             (Algorithm::Nccl, _) => (r.count_wrong_stepwise(out), 0),
             (Algorithm::Hierarchical, Some(isl)) => (r.count_wrong_islands(out), bit_diffs(out, isl)),
@@ -159,7 +170,7 @@ mod tests {
         let mut off = expected(&inputs);
         off[3] = half::f16::from_f32(off[3].to_f32() + 0.5);
         for algo in [Algorithm::OneshotPush, Algorithm::Nccl, Algorithm::Hierarchical] {
-            let j = Judge::new(&inputs, algo, &isl);
+            let j = Judge::new(&inputs, algo, &isl, Wire::Exact);
             for out in [expected(&inputs), expected_islands(&inputs, &isl), off.clone()] {
                 let o = j.outcome(&out);
                 let want = match algo {
@@ -178,12 +189,32 @@ mod tests {
         let inputs = all_inputs::<half::bf16>(3, 4, 8, 500);
         let isl = normalize(&from_sizes(&[3, 5]), 8).unwrap();
         let good = expected_islands(&inputs, &isl);
-        let o = judge_on(&good, &inputs, Algorithm::Hierarchical, &isl);
+        let o = judge_on(&good, &inputs, Algorithm::Hierarchical, &isl, Wire::Exact);
         assert_eq!((o.wrong, o.inexact), (0, 0));
         // The rank-order sum is not what the kernel computes across islands: some elements differ.
-        assert!(judge_on(&expected(&inputs), &inputs, Algorithm::Hierarchical, &isl).inexact > 0);
+        assert!(judge_on(&expected(&inputs), &inputs, Algorithm::Hierarchical, &isl, Wire::Exact).inexact > 0);
         // One island: the rank-order sum, bit for bit.
         let one = normalize(&from_sizes(&[8]), 8).unwrap();
-        assert_eq!(judge_on(&expected(&inputs), &inputs, Algorithm::Hierarchical, &one).inexact, 0);
+        assert_eq!(judge_on(&expected(&inputs), &inputs, Algorithm::Hierarchical, &one, Wire::Exact).inexact, 0);
+    }
+
+    #[test]
+    fn a_lossy_ce_ring_is_held_to_its_quantised_arithmetic_and_bound() {
+        let inputs = all_inputs::<half::bf16>(7, 8, 4, 3000);
+        for wire in [Wire::Fp8, Wire::Int8] {
+            let good = ce_wire::expected(&inputs, wire);
+            let o = judge_on(&good, &inputs, Algorithm::CeRing, &[], wire);
+            assert_eq!((o.wrong, o.inexact), (0, 0), "{wire}");
+            // The exact rank-order sum is not what a lossy wire gives: bits differ, in bound.
+            let o = judge_on(&expected(&inputs), &inputs, Algorithm::CeRing, &[], wire);
+            assert!(o.inexact > 0 && o.wrong == 0, "{wire}: {o:?}");
+            // A value off by a rank's whole magnitude is wrong.
+            let mut bad = good.clone();
+            bad[10] = half::bf16::from_f32(bad[10].to_f32() + 6.0);
+            assert_eq!(judge_on(&bad, &inputs, Algorithm::CeRing, &[], wire).wrong, 1, "{wire}");
+        }
+        // Exact wire: ce-ring is held to the rank-order sum like every tpar algorithm.
+        let o = judge_on(&ce_wire::expected(&inputs, Wire::Fp8), &inputs, Algorithm::CeRing, &[], Wire::Exact);
+        assert!(o.inexact > 0);
     }
 }

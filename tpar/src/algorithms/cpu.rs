@@ -30,7 +30,7 @@ pub(crate) fn run_chunk<W: Word, S: Wait, T: Element>(
         Algorithm::TwoshotPush => twoshot_push::run(call, input, out),
         Algorithm::TwoshotPull => twoshot_pull::run(call, input, out),
         Algorithm::GatherBcast => gather_bcast::run(call, input, out),
-        Algorithm::StagedPush | Algorithm::Hierarchical | Algorithm::Nccl => Err(Error::Unsupported {
+        Algorithm::StagedPush | Algorithm::Hierarchical | Algorithm::Nccl | Algorithm::CeRing => Err(Error::Unsupported {
             what: format!("{algo} on the CPU shared-memory backend"),
             reason: "the registry lists a CPU body this dispatch lacks".into(),
         }),

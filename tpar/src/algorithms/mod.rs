@@ -15,6 +15,8 @@ pub(crate) mod cpu;
 pub mod registry;
 pub mod schedule;
 
+pub mod ce_ring;
+pub mod ce_wire;
 pub(crate) mod gather_bcast;
 pub mod hierarchical;
 pub(crate) mod nccl;

@@ -12,7 +12,7 @@
 //! exactly what [`runnable`] refuses.
 
 use super::schedule::ScheduleFn;
-use super::{gather_bcast, hierarchical, nccl, oneshot_pull, oneshot_push, staged_push, twoshot_pull, twoshot_push};
+use super::{ce_ring, gather_bcast, hierarchical, nccl, oneshot_pull, oneshot_push, staged_push, twoshot_pull, twoshot_push};
 use crate::kinds::{Algorithm, Backend, Transport};
 
 /// What the plan may do with an algorithm.
@@ -24,6 +24,10 @@ pub enum Role {
     Baseline,
     /// NCCL: the fallback for sizes and fabrics where tpar's kernels do not win.
     Fallback,
+    /// Runs, is measured by `tpar tune`, and is picked only from a tuned profile that measured
+    /// it fastest on this machine (or when forced): the default plan never picks it, so it is
+    /// chosen nowhere it has not been measured.
+    Measured,
 }
 
 /// One CUDA kernel source file (under `tpar/kernels/`), embedded at build time.
@@ -68,7 +72,7 @@ const P2P_HOST: &[Transport] = &[Transport::P2p, Transport::Host];
 const NONE: &[Transport] = &[];
 
 /// Every algorithm, in [`Algorithm::ALL`]'s order.
-pub static REGISTRY: [Spec; 8] = [
+pub static REGISTRY: [Spec; 9] = [
     Spec {
         algorithm: Algorithm::OneshotPush,
         summary: "write my input into every peer's inbox, poll my own, reduce: one hop (sentinel in the data; over host with flags, written once into my own area and read there)",
@@ -165,6 +169,18 @@ pub static REGISTRY: [Spec; 8] = [
         needs_islands: false,
         schedule: nccl::schedule,
     },
+    Spec {
+        algorithm: Algorithm::CeRing,
+        summary: "copy engines move the data (cuMemcpyAsync): every rank's chunks to their owners, the owners' sums back; the small kernels of `ce_ring.cu` sum in rank order; large messages on PCIe, picked only where a tuned profile measured it; TPAR_WIRE=fp8 or int8 quantises on the wire (lossy)",
+        role: Role::Measured,
+        cpu: false,
+        kernel: None,
+        gpu_transports: P2P_HOST,
+        emulated_transports: P2P_HOST,
+        reads_remote: false,
+        needs_islands: false,
+        schedule: ce_ring::schedule,
+    },
 ];
 
 /// The entry of `a`.
@@ -233,6 +249,7 @@ pub fn markdown_table() -> String {
             Role::Candidate => "candidate",
             Role::Baseline => "baseline",
             Role::Fallback => "fallback",
+            Role::Measured => "measured only",
         };
         out.push_str(&format!(
             "| `{}` | {} | {} | {} | {} | {} | {} | {} |\n",

@@ -27,6 +27,9 @@ pub enum Op {
     Read,
     /// NCCL's SHM path: `src` copies into host memory, `dst` copies out (P2P off).
     ViaHost,
+    /// A copy engine of `src` copies into `dst` (`cuMemcpyAsync`): no SM, so no kernel
+    /// injection limit; the probe's copy-engine rates where measured.
+    Copy,
 }
 
 /// What a schedule needs to know of the fabric its ranks sit on (the simulator's fabric
@@ -62,6 +65,8 @@ pub enum Sync {
     HostPoll,
     /// NCCL's per-step hand-off.
     NcclStep,
+    /// The next copy of a copy engine's queue starts (copies back to back, no flag between).
+    CopyStep,
 }
 
 /// One flow of a step.

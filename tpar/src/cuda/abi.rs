@@ -276,6 +276,9 @@ pub fn phase_name(phase: u32) -> &'static str {
         8 => "aborted (another thread of this rank failed first)",
         9 => "cross-island poll (hierarchical: that rank's island sum)",
         10 => "row norm poll (a fused call: this rank's own tile sums of squares)",
+        11 => "copy-engine entry (ce-ring: that rank has not finished its previous call)",
+        12 => "copy-engine reduce-scatter (ce-ring: that rank's chunk copies)",
+        13 => "copy-engine all-gather (ce-ring: that rank's summed chunk)",
         _ => "unknown phase",
     }
 }
@@ -296,9 +299,17 @@ pub fn push_region_bytes(world: usize, slot_vecs: usize) -> usize {
     BUFS * (world + 1) * slot_vecs * VEC_BYTES
 }
 
+/// Where the copy-engine path's descriptors start in a flag area (after the call
+/// descriptors): `ce[3 phases][ce_ring::MAX_PIECES][MAX_RANKS]`, 16 bytes each
+/// (`CE_FLAG_OFFSET` in kernels/ce_ring.cu).
+pub const CE_FLAG_OFFSET: usize = 2 * MAX_BLOCKS * MAX_RANKS * 4 + BUFS * MAX_RANKS * VEC_BYTES;
+/// Bytes of the copy-engine descriptors.
+pub const CE_FLAG_BYTES: usize = 3 * crate::algorithms::ce_ring::MAX_PIECES * MAX_RANKS * VEC_BYTES;
+
 /// Bytes of a rank's flag area: `flags[2][MAX_BLOCKS][MAX_RANKS]` u32 (barrier
-/// generations), then `desc[3][MAX_RANKS]` 16-byte call descriptors.
-pub const FLAG_BYTES: usize = 2 * MAX_BLOCKS * MAX_RANKS * 4 + BUFS * MAX_RANKS * VEC_BYTES;
+/// generations), then `desc[3][MAX_RANKS]` 16-byte call descriptors, then the copy-engine
+/// descriptors (appended: the offsets before them are unchanged).
+pub const FLAG_BYTES: usize = CE_FLAG_OFFSET + CE_FLAG_BYTES;
 
 #[cfg(test)]
 mod tests {

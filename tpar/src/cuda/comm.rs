@@ -42,6 +42,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+
 /// Beyond the device-side deadline, so that a kernel's own timeout (which names the peer and
 /// phase) is what the caller sees when it can be.
 const HOST_GRACE: Duration = Duration::from_secs(1);
@@ -169,6 +170,9 @@ impl GpuCommunicator {
         // Every rank derived the same ranks' topology (the addresses were exchanged), so
         // every rank labels the same islands. Islands that do not cover the ranks run as one.
         ws.set_islands(crate::algorithms::hierarchical::island_word(&as_u32(&islands_for(&topology, cfg.world)), cfg.world).unwrap_or(0));
+        if registry::spec(Algorithm::CeRing).gpu_transports.contains(&ws.transport()) {
+            ws.enable_ce(overrides.wire.unwrap_or_default())?;
+        }
         let nccl = match opts.nccl {
             NcclUse::Own => nccl::init_over_rendezvous(&mut control, ws.device()).map_err(|e| e.to_string()),
             NcclUse::Caller => Err("not joined: the caller runs NCCL's calls (NcclUse::Caller)".to_string()),
@@ -247,6 +251,11 @@ impl GpuCommunicator {
     /// How the ranks were placed on the topology (by PCI address, as-if, or not at all).
     pub fn placement(&self) -> &Placement {
         &self.placement
+    }
+
+    /// What `ce-ring` puts on the wire here (`TPAR_WIRE`; exact unless set).
+    pub fn wire(&self) -> crate::kinds::Wire {
+        self.overrides.wire.unwrap_or_default()
     }
 
     /// The islands `hierarchical` reduces over (normalised: members in rank order, islands
@@ -359,7 +368,8 @@ impl GpuCommunicator {
             | Algorithm::TwoshotPull
             | Algorithm::StagedPush
             | Algorithm::Hierarchical
-            | Algorithm::GatherBcast => {
+            | Algorithm::GatherBcast
+            | Algorithm::CeRing => {
                 // The registry is the gate: the plan only picks what it accepts, and a forced
                 // algorithm it refuses is an error naming why, never a launch of nothing.
                 registry::runnable(plan.algorithm, Backend::Cuda, plan.transport).map_err(refused)?;
@@ -373,8 +383,13 @@ impl GpuCommunicator {
                     // Nothing moves; every rank returns at once (see `submit`).
                     return Ok(Route::Kernel { algorithm: plan.algorithm, launch: Launch::none(), desc_code: 0 });
                 }
+                let desc_code = super::abi::desc_code(plan.algorithm, dtype);
+                if plan.algorithm == Algorithm::CeRing {
+                    self.ws.ce_prepare(dtype, bytes)?;
+                    return Ok(Route::CopyEngine { desc_code });
+                }
                 let launch = self.ws.resolve(plan.algorithm, dtype, bytes, plan.blocks)?;
-                Ok(Route::Kernel { algorithm: plan.algorithm, launch, desc_code: super::abi::desc_code(plan.algorithm, dtype) })
+                Ok(Route::Kernel { algorithm: plan.algorithm, launch, desc_code })
             }
         }
     }
@@ -430,7 +445,7 @@ impl GpuCommunicator {
         match r.route {
             Route::Caller => return Ok(Served::ToCaller),
             Route::Nccl if nccl_to_caller => return Ok(Served::ToCaller),
-            Route::Nccl | Route::Kernel { .. } => {}
+            Route::Nccl | Route::Kernel { .. } | Route::CopyEngine { .. } => {}
         }
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { self.submit(Some(stream), &r, dtype, count, input, output, mode) }.map(Served::Ran)
@@ -500,19 +515,22 @@ impl GpuCommunicator {
                 }
                 .map(|()| Algorithm::Nccl)
             }
-            Route::Kernel { algorithm, launch, desc_code } => {
+            Route::Kernel { desc_code, .. } | Route::CopyEngine { desc_code } => {
                 let desc = if recorded || !self.check_calls { 0 } else { desc_code };
                 let own = stream.map(|s| {
                     // SAFETY: the caller vouches for `s`; it is swapped back below, and
                     // launch_resolved neither panics nor drops the workspace.
                     unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
                 });
-                let res = self.ws.launch_resolved(&launch, desc, count, input, output);
+                let res = match r.route {
+                    Route::Kernel { launch, .. } => self.ws.launch_resolved(&launch, desc, count, input, output),
+                    _ => self.ws.ce_launch(dtype, count, input, output, desc),
+                };
                 if let Some(own) = own {
                     // SAFETY: `own` is this workspace's own live stream, swapped out above.
                     unsafe { self.ws.swap_stream(own) };
                 }
-                res.map(|()| algorithm)
+                res.map(|()| r.algorithm())
             }
         }
     }

@@ -42,13 +42,15 @@ pub struct GroupOptions {
     pub host_protocol: Option<HostProtocol>,
     /// How the kernels are launched (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN`).
     pub launch: LaunchSettings,
+    /// What `ce-ring` puts on the wire (`TPAR_WIRE`; exact by default).
+    pub wire: crate::kinds::Wire,
 }
 
 impl Default for GroupOptions {
     /// p2p, [`DEFAULT_TIMEOUT`], calls checked, the host protocol chosen by world size.
     /// Reads nothing from the environment: [`GroupOptions::from_env`] does.
     fn default() -> Self {
-        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true, islands: Vec::new(), host_protocol: None, launch: LaunchSettings::default() }
+        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true, islands: Vec::new(), host_protocol: None, launch: LaunchSettings::default(), wire: crate::kinds::Wire::Exact }
     }
 }
 
@@ -68,6 +70,7 @@ impl GroupOptions {
             check_calls: s.overrides.check_calls != Some(false),
             host_protocol: s.overrides.host_protocol,
             launch: s.launch,
+            wire: s.overrides.wire.unwrap_or_default(),
             ..Self::default()
         }
     }
@@ -136,6 +139,8 @@ pub struct EmulatedGroup {
     /// Test hook: (seed, most ns) of random per-rank, per-call delays; launches counted.
     skew: Option<(u64, u32)>,
     launches: u64,
+    /// The copy-engine path (`ce-ring`), where the registry runs it over this transport.
+    ce: Option<super::ce_emulated::EmulatedCe>,
     dev: Device,
 }
 
@@ -189,7 +194,13 @@ impl EmulatedGroup {
         let err = HostMapped::new(&dev, world * std::mem::size_of::<TparError>())?;
         let fork = Event::new(&dev)?;
         let timeout_ns = u64::try_from(opts.timeout.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let ce = if crate::algorithms::registry::spec(Algorithm::CeRing).emulated_transports.contains(&opts.transport) {
+            Some(super::ce_emulated::EmulatedCe::new(&dev, world, opts.wire, max_bytes)?)
+        } else {
+            None
+        };
         let mut g = Self {
+            ce,
             launcher,
             captured: Vec::new(),
             skew: None,
@@ -373,10 +384,53 @@ impl EmulatedGroup {
         if inputs.len() != self.world || outputs.len() != self.world || present.len() != self.world {
             return Err(Error::invalid("inputs", format!("need one input and output per rank ({})", self.world)));
         }
+        if algo == Algorithm::CeRing {
+            return self.enqueue_ce(dtype, count, inputs, outputs, present);
+        }
         let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
         self.launch_all(&l, (count, code), inputs, outputs, present, None)
+    }
+
+    /// What `ce-ring` puts on the wire here.
+    pub fn wire(&self) -> crate::kinds::Wire {
+        self.ce.as_ref().map_or(crate::kinds::Wire::Exact, |c| c.wire())
+    }
+
+    /// `ce-ring` (`cuda::ce_emulated`): copies and kernels ordered by events between the
+    /// ranks' streams.
+    fn enqueue_ce(&mut self, dtype: DType, count: usize, inputs: &[u64], outputs: &[u64], present: &[bool]) -> Result<()> {
+        if present.iter().any(|p| !p) {
+            return Err(Error::Unsupported { what: "ce-ring with absent emulated ranks".into(), reason: "its emulated ranks order each other with events: nothing waits on the device, so there is no timeout to test".into() });
+        }
+        if count == 0 || count.checked_mul(dtype.size()).map_or(true, |b| b > self.max_bytes) {
+            return Err(Error::invalid("count", format!("{count} elements of {dtype}: must be positive and fit max_bytes {}", self.max_bytes)));
+        }
+        launch::check_pointers(inputs)?;
+        launch::check_pointers(outputs)?;
+        let code = if self.check_calls { abi::desc_code(Algorithm::CeRing, dtype) } else { 0 };
+        if self.capturing && code != 0 {
+            for seq in &mut self.captured {
+                seq.push(abi::pack_call(count, code));
+            }
+        }
+        let delays: Vec<u32> = (0..self.world).map(|r| self.skew_ns(r)).collect();
+        let (region, region_cap) = super::ce::region_of(self.world, self.slot_vecs);
+        let mut data = [0u64; MAX_RANKS];
+        let mut flags = [0u64; MAX_RANKS];
+        for q in 0..self.world {
+            data[q] = self.data[q].ptr();
+            flags[q] = self.flags[q].ptr();
+        }
+        let views = (0..self.world)
+            .map(|r| super::ce::RankView { data, flags, state: self.state[r].ptr, err: self.err.dev + (r * std::mem::size_of::<TparError>()) as u64, rank: r, world: self.world, timeout_ns: self.timeout_ns, region, region_cap, gens: 0, stage: 0 })
+            .collect();
+        let g = super::ce_emulated::Group { streams: &self.streams, origin: &self.origin, fork: &self.fork, joins: &self.joins, views, eager: !self.capturing, delays };
+        let ce = self.ce.as_mut().ok_or_else(|| Error::Unsupported { what: format!("ce-ring over {}", self.transport), reason: "the registry runs it over p2p and host".into() })?;
+        ce.enqueue(&self.dev, g, dtype, count, (inputs, outputs), code)?;
+        self.launches += 1;
+        Ok(())
     }
 
     /// Measurement hook: launches the empty kernel `tpar_noop` on every rank exactly as a

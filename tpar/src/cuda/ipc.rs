@@ -58,6 +58,8 @@ pub struct IpcWorkspace {
     check_calls: bool,
     /// `TparArgs::islands` of every call (`set_islands`; 0: one island).
     islands: u64,
+    /// The copy-engine path (`enable_ce`), where the registry runs it over this transport.
+    ce: Option<super::ce::CeRank>,
     dev: Device,
 }
 
@@ -144,6 +146,7 @@ impl IpcWorkspace {
             poisoned: None,
             check_calls: true,
             islands: 0,
+            ce: None,
             dev,
         })
     }
@@ -352,6 +355,43 @@ impl IpcWorkspace {
         self.check_poisoned()?;
         let l = self.resolve_add_rmsnorm(call)?;
         self.launch_add_rmsnorm(&l, call, bufs)
+    }
+
+    /// Sets up the copy-engine path (`ce-ring`) with `wire` on the wire: its streams, events,
+    /// generation words and (lossy wire) stage. At init, never inside a capture.
+    pub(crate) fn enable_ce(&mut self, wire: crate::kinds::Wire) -> Result<()> {
+        self.ce = Some(super::ce::CeRank::new(&self.dev, wire, self.slot_vecs * abi::VEC_BYTES, self.world)?);
+        Ok(())
+    }
+
+    fn ce_view(&self) -> super::ce::RankView {
+        let (region, region_cap) = super::ce::region_of(self.world, self.slot_vecs);
+        super::ce::RankView { data: self.data_ptrs, flags: self.flag_ptrs, state: self.state.ptr, err: self.err.dev, rank: self.rank, world: self.world, timeout_ns: self.timeout_ns, region, region_cap, gens: 0, stage: 0 }
+    }
+
+    fn ce_rank(&mut self) -> Result<&mut super::ce::CeRank> {
+        self.ce.as_mut().ok_or_else(|| Error::Unsupported { what: "ce-ring".into(), reason: "the copy-engine path is not set up on this workspace (enable_ce)".into() })
+    }
+
+    /// Loads the copy-engine kernels of `dtype` and checks that a call of `bytes` fits.
+    pub(crate) fn ce_prepare(&mut self, dtype: DType, bytes: usize) -> Result<()> {
+        let (dev, view) = (self.dev.clone(), self.ce_view());
+        self.ce_rank()?.prepare(&dev, dtype, bytes / dtype.size(), view)
+    }
+
+    /// Enqueues this rank's part of a `ce-ring` call on its stream (`desc_code`: what it
+    /// announces; 0: no per-call check).
+    pub(crate) fn ce_launch(&mut self, dtype: DType, count: usize, input: u64, output: u64, desc_code: u32) -> Result<()> {
+        self.check_poisoned()?;
+        if !self.connected {
+            return Err(Error::invalid("workspace", "connect() first"));
+        }
+        launch::check_pointers(&[input, output])?;
+        let view = self.ce_view();
+        match self.ce.as_mut() {
+            Some(ce) => ce.enqueue(&self.dev, &self.stream, view, dtype, count, (input, output), desc_code),
+            None => Err(Error::Unsupported { what: "ce-ring".into(), reason: "the copy-engine path is not set up on this workspace (enable_ce)".into() }),
+        }
     }
 
     /// What a watchdog thread needs to end this rank's calls in flight when a peer dies

@@ -6,6 +6,8 @@
 //! | [`comm`] | `GpuCommunicator`: one rank per process and GPU, plan-driven: kernels, NCCL or an error |
 //! | `capture` | its checked captures: calls recorded during a capture, compared across ranks when it ends |
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
+//! | [`ce`] | the copy-engine path (`ce-ring`): copies by `cuMemcpyAsync`, its kernels, a process's rank of it |
+//! | [`ce_emulated`] | the copy-engine path on emulated ranks (events between the ranks' streams) |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`exec`] | streams, events, graphs, modules, kernel launches (re-exported by `driver`) |
 //! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
@@ -27,6 +29,8 @@
 //! and poisons the group. Built only with the `cuda` feature; needs no CUDA at build time.
 
 pub mod abi;
+pub mod ce;
+pub mod ce_emulated;
 mod capture;
 pub mod comm;
 pub mod driver;

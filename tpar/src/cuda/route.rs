@@ -1,6 +1,7 @@
 //! What one call shape resolves to, once ([`Resolved`]): the plan's decision and its
 //! [`Route`] — tpar's kernel with its launch (variant, grid, threads, PDL) and the
-//! descriptor it announces, NCCL on tpar's own communicator, or NCCL on the caller's.
+//! descriptor it announces, the copy-engine path, NCCL on tpar's own communicator, or NCCL
+//! on the caller's.
 //! `GpuCommunicator::resolve` makes and memoises them; a call then only checks its pointers.
 //!
 //! Owns: the shape of a resolved call. Must never hold anything per call (pointers, counts).
@@ -15,6 +16,9 @@ use std::sync::Arc;
 pub enum Route {
     /// tpar's kernel: its launch and the descriptor the call announces (`abi::desc_code`).
     Kernel { algorithm: Algorithm, launch: Launch, desc_code: u32 },
+    /// tpar's copy-engine path (`ce-ring`, `cuda::ce`): copies and small kernels, no launch
+    /// shape to resolve; the descriptor its flags announce.
+    CopyEngine { desc_code: u32 },
     /// NCCL, on tpar's own communicator.
     Nccl,
     /// NCCL, on the caller's ([`NcclUse::Caller`]): tpar enqueues nothing.
@@ -33,6 +37,7 @@ impl Resolved {
     pub fn algorithm(&self) -> Algorithm {
         match self.route {
             Route::Kernel { algorithm, .. } => algorithm,
+            Route::CopyEngine { .. } => Algorithm::CeRing,
             Route::Nccl | Route::Caller => Algorithm::Nccl,
         }
     }

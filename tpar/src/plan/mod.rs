@@ -11,6 +11,7 @@
 //! | [`overrides`] | `TPAR_*` settings and their validation |
 //! | [`profile`] | tuned profiles (TOML) and their fingerprint |
 //! | [`tuned`] | a machine's measured tune (both capture modes), its key, decision and cache entry format |
+//! | `copy_engines` | the reason's note on `ce-ring` for large PCIe calls (simulated, never picked by default) |
 //! Must never: do I/O inside [`plan`] (it reads no environment, no file, no clock), return an
 //! algorithm whose preconditions do not hold on the fabric (an override or profile that asks
 //! for one is ignored, and the reason says so; [`Overrides::validate`] turns it into an error
@@ -27,6 +28,7 @@ pub mod overrides;
 pub mod profile;
 pub(crate) mod sim_cost;
 pub mod tuned;
+mod copy_engines;
 
 use crate::dtype::DType;
 use crate::topology::Topology;
@@ -321,7 +323,8 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
             | Algorithm::StagedPush
             | Algorithm::Hierarchical
             | Algorithm::GatherBcast
-            | Algorithm::Nccl => a,
+            | Algorithm::Nccl
+            | Algorithm::CeRing => a,
         };
         let t = forced.unwrap_or_else(|| natural_transport(alt, f));
         if reads_win && alt != a && check(alt, t, f).is_ok() {
@@ -401,7 +404,7 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
             if s > PCIE_CUSTOM_MAX_BYTES {
                 let (_, nccl_us) = simulated(Algorithm::Nccl);
                 let src = nccl_source(topo, n, s, capture);
-                return nccl(format!("PCIe, {n} ranks: {size} > {max}: no latency left to win, NCCL")).timed(nccl_us, src, nccl_us, Some(src));
+                return nccl(format!("PCIe, {n} ranks: {size} > {max}: no latency left to win, NCCL{}", copy_engines::ce_ring_note(s, f, topo, capture))).timed(nccl_us, src, nccl_us, Some(src));
             }
             pcie_by_simulator(s, f, forced, reads_win, links, capture)
         }

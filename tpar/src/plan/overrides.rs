@@ -47,6 +47,9 @@ impl Overrides {
         if self.disable && self.algorithm.is_some_and(|a| a != Algorithm::Nccl) {
             return Err(unsupported("TPAR_DISABLE=1 with TPAR_ALGO", "TPAR_DISABLE forces NCCL; unset one of them"));
         }
+        if let Some(w) = self.wire.filter(|w| w.is_lossy() && self.exact) {
+            return Err(unsupported(&format!("TPAR_WIRE={w} with TPAR_EXACT=1"), "the wire format is lossy and exact results were asked for; unset one of them"));
+        }
         if let Some(t) = self.transport {
             transport_usable(t, &fabric).map_err(|why| unsupported(&format!("TPAR_TRANSPORT={t}"), &why))?;
         }

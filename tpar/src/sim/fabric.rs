@@ -21,6 +21,7 @@
 //! by its window over that round trip, and holds a slot in every read tracker it crosses.
 
 use super::flows::FlowSpec;
+mod copy;
 pub use crate::algorithms::schedule::{Endpoint, Op};
 use crate::algorithms::schedule::FabricView;
 use super::params::Params;
@@ -81,6 +82,8 @@ pub struct Fabric {
     store_cap: Vec<Vec<Option<f64>>>,
     load_cap: Vec<Vec<Option<f64>>>,
     flag_us: Vec<Vec<Option<f64>>>,
+    /// Copy-engine rate of the pair alone, from the probe (`copy`: a cap on copy flows).
+    ce_cap: Vec<Vec<Option<f64>>>,
     /// Per GPU, what its SM stores / loads to all peers together sustained under the probe's
     /// all-to-all load (a resource), when the probe measured every peer; else, when the probe
     /// measured pairs alone, its fastest pair alone (assumed: more destinations are not
@@ -235,6 +238,7 @@ impl Fabric {
         let mut store_cap = vec![vec![None; n]; n];
         let mut load_cap = vec![vec![None; n]; n];
         let mut flag_us = vec![vec![None; n]; n];
+        let mut ce_cap = vec![vec![None; n]; n];
         let mut store_loaded = vec![None; n];
         let mut load_loaded = vec![None; n];
         if let Some(probe) = &topo.probe {
@@ -246,6 +250,7 @@ impl Fabric {
                     store_cap[a][b] = q.and_then(|q| q.sm_store_gbps);
                     load_cap[a][b] = q.and_then(|q| q.sm_load_gbps);
                     flag_us[a][b] = q.and_then(|q| q.flag_us);
+                    ce_cap[a][b] = q.and_then(|q| q.ce_gbps);
                     st = st.zip(q.and_then(|q| q.sm_store_loaded_gbps)).map(|(x, y)| x + y);
                     ld = ld.zip(q.and_then(|q| q.sm_load_loaded_gbps)).map(|(x, y)| x + y);
                     st_alone = max_some(st_alone, store_cap[a][b]);
@@ -290,6 +295,7 @@ impl Fabric {
             store_cap,
             load_cap,
             flag_us,
+            ce_cap,
             store_loaded,
             load_loaded,
             resources: res,
@@ -486,6 +492,7 @@ impl Fabric {
                 }
                 Ok(f)
             }
+            (src, dst, Op::Copy) => self.copy_flow(src, dst, bytes),
             (Endpoint::Gpu(a), Endpoint::Gpu(b), Op::ViaHost) => {
                 // Copy into the writer's host memory, then out to the reader.
                 let (mut r, sa) = self.up(a)?;

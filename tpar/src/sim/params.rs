@@ -116,6 +116,11 @@ pub struct Params {
     /// Bytes on the wire per payload byte for NCCL's LL protocol (8-byte flag per 8 bytes:
     /// spec of the protocol) -> 2.
     pub nccl_ll_wire_factor: f64,
+    /// Start of one copy of a copy engine's queue (`ce-ring`'s copies run back to back).
+    /// Assumed, not fitted: b12x's DmaAllReduce comments that a sub-step (a copy, a flag, an
+    /// add launch) costs about 5 us; the copy's share is taken as 2 us. `ce-ring` is picked
+    /// only from measured profiles, never from these predictions.
+    pub ce_copy_us: f64,
     /// The bound (docs/sim.md, "Unmeasured figures"): what one GPU's SM stores or SM loads to
     /// all its peers together carry, GB/s, under all-to-all load, where no figure for this box
     /// measures that op under load. The worst such rate published for a PCIe box: the founding
@@ -165,6 +170,7 @@ impl Default for Params {
             nccl_simple_step_us: NCCL_SIMPLE_STEP_US,
             nccl_ll_wire_factor: 2.0,
             nccl_p2p_across_sockets: false,
+            ce_copy_us: 2.0,
         }
     }
 }
