@@ -16,12 +16,19 @@
 //! [`MAX_FACTOR`] of the measurement; over the PCIe rows, median |error| at most
 //! [`MAX_MEDIAN_ERROR`] (docs/sim.md prints both sets' median and worst, from [`markdown`]).
 
+mod machines;
+mod section;
+
+pub use machines::{consumer_nop2p_8, rtxpro6000_root_ports, rtxpro6000_two_socket_root_ports, v100_switch_4};
+pub use section::{markdown, summary, DOC_BEGIN, DOC_END};
+
 use super::fabric::{Endpoint, Fabric, Op};
 use super::flows;
 use super::params::{Launch, Params};
 use super::Simulator;
+use machines::switch_box;
 use crate::error::Result;
-use crate::topology::{pcie_gbps, presets, CpuInfo, Gpu, Link, LinkClass, PcieSwitch, Topology};
+use crate::topology::{presets, Link, LinkClass, Topology};
 use crate::kinds::Algorithm;
 
 /// What a figure measures.
@@ -202,61 +209,6 @@ impl Row {
             pcie: t.gpus.iter().all(|g| g.nvlink_gbps == 0.0),
         }
     }
-}
-
-/// `n` GPUs of one kind on socket 0, all on `switch` (or root ports), as presets build them.
-fn gpus(machine: &str, n: usize, name: &str, gen: u32, switch: Option<usize>) -> Vec<Gpu> {
-    presets::gpus(machine, name, 0, gen, &vec![0; n], &vec![switch; n], 0.0)
-}
-
-fn build(name: &str, gpus: Vec<Gpu>, switches: Vec<PcieSwitch>, class: impl Fn(usize, usize) -> LinkClass) -> Topology {
-    let links = presets::matrix(gpus.len(), |i, j| Link { class: class(i, j), p2p_read: true, p2p_write: true, p2p_atomics: false });
-    let cpu = CpuInfo { cores: 64, numa_nodes: 1, sockets: 1, inter_socket_gbps: None };
-    presets::finish(name, gpus, links, switches, cpu, &["calibration machine (sim::calibrate), not a preset"])
-}
-
-/// `rtxpro6000-pcie-switch-8` without its preset probe: the probe carries the very flag
-/// latencies group P tests (the WRX90 box's published figures), so the calibration times that
-/// box from the model's own hop latencies.
-fn switch_box() -> Topology {
-    let mut t = presets::rtxpro6000_pcie_switch_8();
-    t.probe = None;
-    t
-}
-
-/// `n` Gen5 RTX PRO 6000 on CPU root ports of one socket (rtx6kpro's one-socket boxes).
-pub fn rtxpro6000_root_ports(n: usize) -> Topology {
-    let machine = format!("rtxpro6000-1socket-{n}");
-    build(&machine, gpus(&machine, n, "RTX PRO 6000", 5, None), Vec::new(), |_, _| LinkClass::Node)
-}
-
-/// 8 Gen4 consumer GPUs on CPU root ports of one socket, P2P off (stock driver).
-pub fn consumer_nop2p_8(name: &str) -> Topology {
-    let machine = format!("{name}-nop2p-8");
-    let mut t = build(&machine, gpus(&machine, 8, name, 4, None), Vec::new(), |_, _| LinkClass::Node);
-    for (i, row) in t.links.iter_mut().enumerate() {
-        for (j, l) in row.iter_mut().enumerate() {
-            if i != j {
-                *l = Link::new(LinkClass::Node, false);
-            }
-        }
-    }
-    t.islands = Topology::compute_islands(&t.gpus, &t.links);
-    t
-}
-
-/// 4 Gen3 V100 behind one PCIe switch (the sglang-V100 fork's box).
-pub fn v100_switch_4() -> Topology {
-    let g = gpus("v100-switch-4", 4, "V100 PCIe", 3, Some(0));
-    let sw = PcieSwitch {
-        id: 0,
-        name: "PEX".into(),
-        chip: 0,
-        socket: 0,
-        uplink_gbps: pcie_gbps(3, 16),
-        acs_redirect: false,
-    };
-    build("v100-switch-4", g, vec![sw], |_, _| LinkClass::Pix)
 }
 
 struct Series {
@@ -499,88 +451,6 @@ fn fabric_rows(params: &Params) -> Result<Vec<Row>> {
     rows.push(row("R. dual Turin, GPUs on root ports: all-to-all reads, 8 GPUs", P2PMARK, &direct, Quantity::ReadAggregateGbps { pattern: all8 }, 173.0, reads(&direct, 8, &pairs(8))?, Set::Miss(MISS_DIRECT_ATTACH)));
     Ok(rows)
 }
-
-/// 8 Gen5 RTX PRO 6000 on CPU root ports, four per socket of a two-socket host (the
-/// "Festr, dual Turin, direct-attach" reference box of the rtx6kpro asus-esc8000a doc).
-pub fn rtxpro6000_two_socket_root_ports() -> Topology {
-    let machine = "rtxpro6000-2socket-rootports-8";
-    let sockets = [0, 0, 0, 0, 1, 1, 1, 1];
-    let g = presets::gpus(machine, "RTX PRO 6000", 0, 5, &sockets, &[None; 8], 0.0);
-    let links = presets::matrix(8, |i, j| Link { class: if i / 4 == j / 4 { LinkClass::Node } else { LinkClass::Sys }, p2p_read: true, p2p_write: true, p2p_atomics: false });
-    let cpu = CpuInfo { cores: 128, numa_nodes: 2, sockets: 2, inter_socket_gbps: None };
-    presets::finish(machine, g, links, Vec::new(), cpu, &["calibration machine (sim::calibrate), not a preset"])
-}
-
-/// Median and worst |error| of `rows`.
-pub fn summary<'a>(rows: impl Iterator<Item = &'a Row>) -> Option<(usize, f64, f64)> {
-    let mut e: Vec<f64> = rows.map(|r| r.error().abs()).collect();
-    if e.is_empty() {
-        return None;
-    }
-    e.sort_by(f64::total_cmp);
-    let m = e.len();
-    let median = if m % 2 == 1 { e[m / 2] } else { 0.5 * (e[m / 2 - 1] + e[m / 2]) };
-    Some((m, median, e[m - 1]))
-}
-
-/// The calibration section of docs/sim.md: every row, then the sets' median and worst error,
-/// then the known misses with their reasons. `tpar sim --calibration` prints it; a test
-/// fails when docs/sim.md holds anything else between its markers.
-pub fn markdown(rows: &[Row]) -> String {
-    let mut out = String::new();
-    out.push_str("| figure | machine | what | measured | predicted | error | set | source |\n|---|---|---|---:|---:|---:|---|---|\n");
-    for r in rows {
-        let f = |v: f64| if r.quantity.is_time() { format!("{v:.2} us") } else { format!("{v:.2}") };
-        let set = match r.set {
-            Set::Fitted => "fitted",
-            Set::HeldOut => "held out",
-            Set::Miss(_) => "known miss",
-        };
-        out.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {:+.0}% | {} | {} |\n",
-            r.figure,
-            r.machine,
-            r.quantity.describe(r.launch),
-            f(r.measured),
-            f(r.predicted),
-            100.0 * r.error(),
-            set,
-            r.source
-        ));
-    }
-    out.push_str("\n| set | rows | median |error| | worst |error| | worst factor |\n|---|---:|---:|---:|---:|\n");
-    type Selects = Box<dyn Fn(&Row) -> bool>;
-    let groups: [(&str, Selects); 5] = [
-        ("PCIe, fitted", Box::new(|r: &Row| r.pcie && r.set == Set::Fitted)),
-        ("PCIe, held out", Box::new(|r: &Row| r.pcie && r.set == Set::HeldOut)),
-        ("PCIe, all (known misses included)", Box::new(|r: &Row| r.pcie)),
-        ("PCIe, all but known misses", Box::new(|r: &Row| r.pcie && !matches!(r.set, Set::Miss(_)))),
-        ("NVLink (fitted and held out)", Box::new(|r: &Row| !r.pcie)),
-    ];
-    for (name, keep) in groups.iter() {
-        let sel: Vec<&Row> = rows.iter().filter(|r| keep(r)).collect();
-        if let Some((m, med, worst)) = summary(sel.iter().copied()) {
-            let wf = sel.iter().map(|r| r.factor()).fold(1.0, f64::max);
-            out.push_str(&format!("| {name} | {m} | {:.0}% | {:.0}% | {wf:.2}x |\n", 100.0 * med, 100.0 * worst));
-        }
-    }
-    let held = rows.iter().filter(|r| r.set == Set::HeldOut).count();
-    out.push_str(&format!("\n{held} of {} rows are held out.\n", rows.len()));
-    let misses: Vec<&Row> = rows.iter().filter(|r| matches!(r.set, Set::Miss(_))).collect();
-    if !misses.is_empty() {
-        out.push_str("\nKnown misses (outside the factor bound, shown, not fitted):\n\n");
-        for r in misses {
-            if let Set::Miss(why) = r.set {
-                out.push_str(&format!("- **{}**: {:+.0}% ({:.2}x). {why}.\n", r.figure, 100.0 * r.error(), r.factor()));
-            }
-        }
-    }
-    out
-}
-
-/// Markers around the generated section in docs/sim.md.
-pub const DOC_BEGIN: &str = "<!-- calibration table: generated by tpar::sim::calibrate::markdown; do not edit -->";
-pub const DOC_END: &str = "<!-- end of calibration table -->";
 
 #[cfg(test)]
 mod tests {
