@@ -128,6 +128,28 @@ def dead_rank(rank, world):
         return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
 
 
+def dead_rank_with_a_child(rank, world):
+    """As dead_rank, but the dying rank first forks a child that outlives it (as compile
+    workers and engine helpers do): the rank's death must still be seen."""
+    comm = tt.Communicator(device="cpu")
+    xs = make_inputs(9, world, 4096, torch.bfloat16)
+    assert bits(comm.all_reduce(xs[rank])) == bits(reference(xs, torch.bfloat16))
+    dist.barrier()
+    if rank == world - 1:
+        if os.fork() == 0:  # the child: lives on past its parent, then leaves quietly
+            time.sleep(8)
+            os._exit(0)
+        os._exit(3)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    try:
+        for _ in range(3):
+            comm.all_reduce(xs[rank])
+        raise AssertionError(f"rank {rank}: all_reduce returned with a dead peer")
+    except tpar.TparError as e:
+        return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+
+
 def custom_op(rank, world):
     """torch.ops.tpar.all_reduce, eager and inside torch.compile (aot_eager: traced with the
     fake implementation, run with the real one)."""

@@ -90,6 +90,18 @@ def test_a_dead_rank_raises_on_every_other_rank():
     assert any(r["type"] == "PeerDiedError" and "rank 2" in r["message"] for r in res), res
 
 
+def test_a_dead_rank_whose_forked_child_lives_on_is_still_seen_dead():
+    # The liveness lock is shared with a child the rank forked (compile workers, engine
+    # helpers); the rank's own exit must still end the others' calls, not their timeout.
+    recs = run_ranks(3, "dead_rank_with_a_child", env=ERR_ENV)
+    assert recs[2].get("returncode") == 3, recs[2]
+    res = ok_records(recs[:2])
+    for r in res:
+        assert r["type"] in ("PeerDiedError", "AbortedError", "PoisonedError"), res
+        assert r["seconds"] < ERR_BOUND_S, res
+    assert any(r["type"] == "PeerDiedError" and "rank 2" in r["message"] for r in res), res
+
+
 def test_custom_op_eager_and_compiled():
     for r in ok_records(run_ranks(2, "custom_op")):
         assert r == {"eager": True, "compiled": True}

@@ -3,5 +3,6 @@
 //! peer device memory, shared host memory ([`host_segment`]: the GPU host transport across
 //! processes) and NCCL.
 
+pub(crate) mod holder;
 pub mod shm;
 pub mod host_segment;

@@ -165,7 +165,7 @@ impl ShmSegment {
     /// Takes the liveness lock for `rank` (held until this handle closes).
     pub fn hold_liveness(&self, rank: usize) -> Result<()> {
         self.lock_op(libc::F_OFD_SETLK, rank, libc::F_WRLCK as libc::c_short)
-            .map(|_| ())
+            .map(|_| super::holder::record(self.fd.as_fd(), rank))
             .map_err(|e| Error::io(self.rank, format!("liveness lock for rank {rank} (is another process using this rank?)"), e))
     }
 
@@ -209,9 +209,11 @@ fn lock_op(fd: std::os::fd::BorrowedFd<'_>, cmd: libc::c_int, byte: usize, ty: l
 /// Whether some live process (another open file description) holds `rank`'s liveness lock.
 /// Errs on the side of "alive" if the check itself fails: a false "dead" would abort a
 /// healthy job.
+/// A rank whose recorded process has exited counts as dead even while a child it forked
+/// still holds the lock through the shared open file description (transport/holder.rs).
 fn holds_lock(fd: std::os::fd::BorrowedFd<'_>, rank: usize) -> bool {
     match lock_op(fd, libc::F_OFD_GETLK, rank, libc::F_WRLCK as libc::c_short) {
-        Ok(fl) => fl.l_type != libc::F_UNLCK as libc::c_short,
+        Ok(fl) => fl.l_type != libc::F_UNLCK as libc::c_short && !super::holder::exited(fd, rank),
         Err(_) => true,
     }
 }

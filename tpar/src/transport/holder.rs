@@ -1,0 +1,112 @@
+//! Who holds a rank's liveness lock. The lock is an OFD lock on the liveness segment, and an
+//! open file description is shared with every child a rank forks: a compile worker or an
+//! engine's helper process that outlives its rank keeps the lock, and the rank's death would
+//! go unseen until a timeout. So each rank also records its process (pid, start time, pid
+//! namespace) in the segment, and a peer counts as dead when that process has exited (a
+//! zombie or gone) or was replaced (another start time) — where the checker shares its pid
+//! namespace; elsewhere the lock alone decides.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Byte offset of rank `r`'s record in the liveness segment (after the lock bytes).
+fn offset(rank: usize) -> libc::off_t {
+    (256 + 16 * rank) as libc::off_t
+}
+
+/// This process as a record: pid, the low 32 bits of its start time (clock ticks since
+/// boot, /proc/PID/stat field 22), the inode of its pid namespace.
+fn me() -> Option<[u8; 16]> {
+    let pid = std::process::id();
+    let start = start_time(pid)?.0;
+    let ns = pid_namespace()?;
+    let mut b = [0u8; 16];
+    b[..4].copy_from_slice(&pid.to_le_bytes());
+    b[4..8].copy_from_slice(&(start as u32).to_le_bytes());
+    b[8..].copy_from_slice(&ns.to_le_bytes());
+    Some(b)
+}
+
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// (start time, state) of process `pid`, or None where /proc does not say.
+fn start_time(pid: u32) -> Option<(u64, char)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = s.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.get(19)?.parse().ok()?, f.first()?.chars().next()?))
+}
+
+/// Records this process as the holder of `rank`'s lock. Best effort: without /proc the lock
+/// alone decides, as before.
+pub(crate) fn record(fd: BorrowedFd<'_>, rank: usize) {
+    if let Some(b) = me() {
+        // SAFETY: pwrite of 16 bytes from a live buffer to a valid fd; the segment is a page.
+        let _ = unsafe { libc::pwrite(fd.as_raw_fd(), b.as_ptr().cast(), b.len(), offset(rank)) };
+    }
+}
+
+/// Whether `rank`'s recorded process has certainly exited: it was recorded in this pid
+/// namespace and is now gone, a zombie, or another process with its pid. False whenever
+/// that cannot be told (no record, another namespace, /proc unreadable): a false "dead"
+/// would abort a healthy job.
+pub(crate) fn exited(fd: BorrowedFd<'_>, rank: usize) -> bool {
+    let mut b = [0u8; 16];
+    // SAFETY: pread of 16 bytes into a live buffer from a valid fd.
+    let n = unsafe { libc::pread(fd.as_raw_fd(), b.as_mut_ptr().cast(), b.len(), offset(rank)) };
+    if n != 16 {
+        return false;
+    }
+    let pid = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let start = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    let ns = u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+    if pid == 0 || pid_namespace() != Some(ns) {
+        return false;
+    }
+    match std::fs::metadata(format!("/proc/{pid}")) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Err(_) => false,
+        Ok(_) => match start_time(pid) {
+            Some((t, state)) => t as u32 != start || state == 'Z' || state == 'X',
+            None => false,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_recorded_process_is_live_until_it_exits() {
+        let f = tempfile_in_tmp();
+        record(f.as_fd(), 3);
+        assert!(!exited(f.as_fd(), 3), "this very process");
+        assert!(!exited(f.as_fd(), 2), "no record: the lock alone decides");
+        // A child that has exited and been reaped, recorded as rank 1 in this namespace.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let mut b = me().unwrap();
+        b[..4].copy_from_slice(&pid.to_le_bytes());
+        // SAFETY: as in `record`.
+        assert_eq!(unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(1)) }, 16);
+        assert!(exited(f.as_fd(), 1), "a reaped child is gone");
+        // The same record from another pid namespace tells nothing.
+        b[8..].copy_from_slice(&(pid_namespace().unwrap() ^ 1).to_le_bytes());
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(1)) }, 16);
+        assert!(!exited(f.as_fd(), 1), "another namespace: not judged by pid");
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        let p = std::env::temp_dir().join(format!("tpar-holder-{}-{:?}", std::process::id(), std::thread::current().id()));
+        let f = std::fs::OpenOptions::new().create(true).truncate(true).read(true).write(true).open(&p).unwrap();
+        f.set_len(4096).unwrap();
+        let _ = std::fs::remove_file(&p);
+        f
+    }
+}
