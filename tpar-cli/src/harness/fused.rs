@@ -109,7 +109,7 @@ impl FusedRanks {
         );
         if let Some(ns) = skew_ns {
             g.set_skew_for_test(Some((0x5_4e3, ns)));
-            eprintln!("# skewed ranks: random delays of 0..{ns} ns on the device before calls, per rank and call");
+            eprintln!("# skewed ranks: random delays of 0 to {ns} ns on the device before calls, per rank and call");
         }
         let bytes = max_bytes.div_ceil(16) * 16;
         let wbytes = (max_hidden * 4).div_ceil(16) * 16;

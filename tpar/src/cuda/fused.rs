@@ -190,7 +190,7 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
         return Some(format!("{algo} has no fused kernel"));
     }
     if call.rows > FUSED_MAX_ROWS {
-        return Some(format!("{} rows: the fused kernels take 1..={FUSED_MAX_ROWS}", call.rows));
+        return Some(format!("{} rows: the fused kernels take 1 to {FUSED_MAX_ROWS}", call.rows));
     }
     let per_vec = VEC_BYTES / call.dtype.size();
     let vrow = call.row_vecs();
