@@ -93,7 +93,7 @@ def test_a_dead_rank_raises_on_every_other_rank():
 def test_a_dead_rank_whose_forked_child_lives_on_is_still_seen_dead():
     # The liveness lock is shared with a child the rank forked (compile workers, engine
     # helpers); the rank's own exit must still end the others' calls, not their timeout.
-    recs = run_ranks(3, "dead_rank_with_a_child", env=ERR_ENV)
+    recs = run_ranks(3, "dead_rank", env=ERR_ENV, fork_child=True)
     assert recs[2].get("returncode") == 3, recs[2]
     res = ok_records(recs[:2])
     for r in res:
