@@ -161,20 +161,29 @@ def _register_vllm_op():
     return torch.ops.tpar.vllm_fused_allreduce_norm.default
 
 
+def _engine_module(module: str, attr: str, what: str):
+    """The engine's module to patch, or None: tpar is off, the import failed (logged: the
+    engine must start without tpar's fusion), or ``attr`` is already routed (idempotent)."""
+    if not enabled():
+        return None
+    import importlib
+
+    try:
+        m = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - the engine must start without tpar's fusion
+        logger.warning("tpar: %s not routed to tpar (%s): %s", what, module, e)
+        return None
+    if getattr(m, "_tpar_original_" + attr, None) is not None:
+        return None
+    return m
+
+
 def install_vllm() -> None:
     """Routes vLLM's all-reduce + RMSNorm fusion to tpar (see the module). Idempotent; does
     nothing unless ``TPAR_ENABLE=1``; a vLLM without the pass (no FlashInfer comm module) is
     logged and left alone."""
-    if not enabled():
-        return
-    import importlib
-
-    try:
-        m = importlib.import_module(VLLM_MODULE)
-    except Exception as e:  # noqa: BLE001 - the engine must start without tpar's fusion
-        logger.warning("tpar: vLLM's all-reduce + RMSNorm fusion not routed to tpar (%s): %s", VLLM_MODULE, e)
-        return
-    if getattr(m, "_tpar_original_" + VLLM_OP_ATTR, None) is not None:
+    m = _engine_module(VLLM_MODULE, VLLM_OP_ATTR, "vLLM's all-reduce + RMSNorm fusion")
+    if m is None:
         return
     func = getattr(m, VLLM_FUNC_ATTR, None)
     op = getattr(m, VLLM_OP_ATTR, None)
@@ -241,16 +250,8 @@ def sglang_allreduce_residual_rmsnorm(
 def install_sglang() -> None:
     """Routes SGLang's fused all-reduce + residual RMSNorm to tpar (see the module).
     Idempotent; does nothing unless ``TPAR_ENABLE=1``."""
-    if not enabled():
-        return
-    import importlib
-
-    try:
-        m = importlib.import_module(SGLANG_MODULE)
-    except Exception as e:  # noqa: BLE001 - the engine must start without tpar's fusion
-        logger.warning("tpar: SGLang's fused all-reduce + RMSNorm not routed to tpar (%s): %s", SGLANG_MODULE, e)
-        return
-    if getattr(m, "_tpar_original_" + SGLANG_ATTR, None) is not None:
+    m = _engine_module(SGLANG_MODULE, SGLANG_ATTR, "SGLang's fused all-reduce + RMSNorm")
+    if m is None:
         return
     original = getattr(m, SGLANG_ATTR, None)
     if original is None:
