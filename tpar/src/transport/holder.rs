@@ -26,9 +26,11 @@ fn me() -> Option<[u8; 16]> {
     Some(b)
 }
 
+/// This process's pid namespace (its inode), read once: a liveness check runs every 10 ms.
 fn pid_namespace() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+    static NS: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino()))
 }
 
 /// (start time, state) of process `pid`, or None where /proc does not say.
