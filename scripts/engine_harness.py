@@ -124,6 +124,8 @@ def rank_main(args):
     class _Keep(logging.Handler):
         def emit(self, record):
             tpar_log.append((record.levelname, record.getMessage()))
+            if record.levelno >= logging.WARNING:  # this handler replaces logging's last resort: say it in the rank's log too
+                print(f"tpar {record.levelname} {record.getMessage()}", file=sys.stderr, flush=True)
 
     logging.getLogger("tpar").addHandler(_Keep(level=logging.INFO))
     logging.getLogger("tpar").setLevel(logging.INFO)
@@ -134,7 +136,8 @@ def rank_main(args):
     rec["ca_class"] = f"{type(ca).__module__}.{type(ca).__qualname__}" if ca is not None else None
     rec["ca_is_tpar"] = isinstance(ca, TparCustomAllreduce) and not ca.disabled
     if not rec["ca_is_tpar"]:
-        rec["error"] = f"the TP group's ca_comm is {rec['ca_class']} (disabled={getattr(ca, 'disabled', None)}), not tpar's"
+        said = "; ".join(m for lvl, m in tpar_log if lvl in ("WARNING", "ERROR")) or "tpar logged no warning"
+        rec["error"] = f"the TP group's ca_comm is {rec['ca_class']} (disabled={getattr(ca, 'disabled', None)}), not tpar's: {said}"
         return rec
     import torch.distributed as dist
 

@@ -127,7 +127,7 @@ EOF
     for e in "${ENTRIES[@]}"; do
         read -r entry name dir <<<"$e"
         [ "$name" = vllm ] || continue
-        harness "$entry" "$name" "$dir" 4 settings,batchinv -batchinv VLLM_BATCH_INVARIANT=1 TPAR_TOPOLOGY=rtx-pro-6000-pcie-8 &
+        harness "$entry" "$name" "$dir" 4 settings,batchinv -batchinv VLLM_BATCH_INVARIANT=1 TPAR_TOPOLOGY=rtxpro6000-pcie-switch-8 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || fail=1; done
