@@ -1,15 +1,14 @@
 //! The engine part of `tpar doctor`, as `python/tpar/doctor.py` reports it from inside the
 //! engine's Python (installed distributions, entry points, environment variables, versions;
-//! nothing imported from the engines), and the lines to paste that follow from the whole
-//! report.
+//! nothing imported from the engines).
 //!
 //! The JSON that `doctor.py --engine-json` prints is [`EngineSection`]; every field has a
-//! default, so a doctor.py of another release still parses. Owns: that schema, the engine's
-//! problem lines and [`paste_lines`]. Must never: judge an engine setting itself (doctor.py
-//! does, from the engines' own source, and says where it read it).
+//! default, so a doctor.py of another release still parses. Owns: that schema and the
+//! engine's problem lines (the lines to paste follow from the whole report: `paste.rs`).
+//! Must never: judge an engine setting itself (doctor.py does, from the engines' own source,
+//! and says where it read it), or know the rest of the report (`libs.rs` reads its
+//! [`Candidate`]s, so it stands below the library checks).
 
-use super::libs::LibStatus;
-use super::Report;
 use serde::{Deserialize, Serialize};
 
 /// A library file one of the engine Python's distributions holds (e.g. `libnvrtc.so.13` of
@@ -168,42 +167,6 @@ impl EngineSection {
 /// How to install tpar into `python`.
 pub fn install_hint(python: &str) -> String {
     format!("`{python} -m pip install /path/to/tpar` (the repository: needs Rust), or a wheel built with `maturin build --release`")
-}
-
-/// A line to paste, and why.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct PasteLine {
-    /// `env` (a shell line) or `flag` (for the server's command line).
-    pub kind: String,
-    pub line: String,
-    pub why: String,
-}
-
-/// The lines to paste: `TPAR_ENABLE=1`, what undoes each engine setting that pre-empts or
-/// blocks tpar (where it applies or may apply), and the library settings where a library was
-/// found only by searching.
-pub fn paste_lines(r: &Report) -> Vec<PasteLine> {
-    let env = |line: String, why: String| PasteLine { kind: "env".into(), line, why };
-    let mut out = vec![env("export TPAR_ENABLE=1".into(), "switches tpar's plug-ins on (vLLM and SGLang load them in every process they start)".into())];
-    if let Some(e) = &r.engine {
-        for f in e.findings.iter().filter(|f| f.applies != "no") {
-            let Some(fix) = &f.fix else { continue };
-            let when = if f.applies == "unknown" { format!(" ({})", f.why_applies) } else { String::new() };
-            out.push(PasteLine { kind: f.fix_kind.clone().unwrap_or_else(|| "env".into()), line: fix.clone(), why: format!("{}: {}{when}", f.engine, f.effect) });
-        }
-    }
-    for l in r.libraries.iter().filter(|l| l.status == LibStatus::FoundBySearch) {
-        let Some(path) = &l.path else { continue };
-        match &l.variable {
-            Some(var) => out.push(env(format!("export {var}={path}"), format!("{} was found only by searching ({})", l.file, l.detail))),
-            None => {
-                if let Some(dir) = l.dir() {
-                    out.push(env(format!("export LD_LIBRARY_PATH={dir}${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"), format!("{} was found only by searching", l.file)));
-                }
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

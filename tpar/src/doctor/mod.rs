@@ -9,7 +9,7 @@
 //! | the verify-step estimate | [`estimate`] | `model` (its `default_case` without GPUs) |
 //! | run-time libraries and the kernel cache | [`libs`] | `cuda::{driver, nvrtc, nccl}`, `settings` |
 //! | the engine: installed engines, versions, plug-ins, pre-empting settings | [`engine`] | `python/tpar/doctor.py`, run in the engine's Python |
-//! | the lines to paste | [`engine`] | all of the above |
+//! | the lines to paste | [`paste`] | all of the above |
 //!
 //! Owns: the report's data and its gathering. Must never: fail or panic because something is
 //! missing (no GPU, driver, library, profile or Python: each is a line of the report; only
@@ -19,6 +19,7 @@
 pub mod engine;
 pub mod estimate;
 pub mod libs;
+pub mod paste;
 mod render;
 
 use crate::dtype::DType;
@@ -31,7 +32,8 @@ use crate::topology::{presets, Topology};
 use crate::units::human_bytes;
 use serde::{Deserialize, Serialize};
 
-pub use engine::{EngineSection, PasteLine};
+pub use engine::EngineSection;
+pub use paste::PasteLine;
 
 /// Tokens per all-reduce of the size classes shown: 1 (decode), 2-4 (speculative verify
 /// widths), powers of two to 128 (batched decode: the batch sizes engines capture CUDA graphs
@@ -225,7 +227,7 @@ impl Report {
         let candidates = engine.as_ref().map(|e| e.libraries.clone()).unwrap_or_default();
         self.libraries = libs::check(&candidates);
         self.engine = engine;
-        self.paste = engine::paste_lines(self);
+        self.paste = paste::paste_lines(self);
         self.problems = problems(self);
     }
 
