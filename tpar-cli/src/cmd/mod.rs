@@ -2,8 +2,6 @@
 //! every kind of rank.
 
 pub mod bench;
-#[cfg(feature = "cuda")]
-pub mod bench_fused;
 pub mod check;
 pub mod doctor;
 pub mod model;

@@ -4,7 +4,7 @@
 //! algorithm, mode), on emulated ranks. Each point is checked first (one fused call on fresh
 //! inputs, bit for bit: #wrong). Torch's unfused ops are timed by bench/compare/fused_torch.py.
 
-use super::bench::BenchArgs;
+use super::args::BenchArgs;
 use crate::harness::fused::{call, fusable, parse_list, FusedIo, FusedRanks, Op};
 use crate::harness::gpu::err;
 use crate::harness::{self, Target, Timing};
