@@ -10,7 +10,7 @@
 //! call, the algorithm, the world and the workspace's size, all equal across ranks), and
 //! never launch anything (`launch`, `emulated`, `ipc` and `comm` do).
 
-use super::abi::{self, TparNorm, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
+use super::abi::{TparNorm, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
 use super::kernels;
 use super::launch::Launch;
 use super::route::{Resolved, Route};
@@ -213,14 +213,6 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
     None
 }
 
-/// The launch shape of tpar's add-RMSNorm kernel for rows of `row_vecs` vectors: threads per
-/// block (one row a block; the row's vectors spread evenly over at most 512 threads, whole
-/// warps).
-pub fn add_rmsnorm_threads(row_vecs: usize) -> u32 {
-    let per = row_vecs.div_ceil(abi::THREADS as usize).max(1);
-    (row_vecs.div_ceil(per).div_ceil(32) * 32).clamp(32, abi::THREADS as usize) as u32
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,15 +262,5 @@ mod tests {
         assert!(FusedBufs { norm_out: ok.input + 16, ..ok }.check(&c).is_err(), "a partial overlap");
         assert!(FusedBufs { weight: ok.input + 2048, ..ok }.check(&c).is_err());
         assert!(FusedBufs { residual_out: ok.residual + 8, ..ok }.check(&c).is_err(), "misaligned");
-    }
-
-    #[test]
-    fn the_add_rmsnorm_kernel_spreads_a_row_over_whole_warps() {
-        assert_eq!(add_rmsnorm_threads(896), 448);
-        assert_eq!(add_rmsnorm_threads(2048), 512);
-        assert_eq!(add_rmsnorm_threads(512), 512);
-        assert_eq!(add_rmsnorm_threads(32), 32);
-        assert_eq!(add_rmsnorm_threads(1), 32);
-        assert_eq!(add_rmsnorm_threads(360), 384);
     }
 }

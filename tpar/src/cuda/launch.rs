@@ -8,7 +8,8 @@
 //! A call is resolved once per shape ([`Launcher::resolve`]: algorithm, dtype, bytes, planned
 //! blocks); per call only its pointers are checked ([`check_pointers`]) before [`launch`].
 //!
-//! Owns: [`policy_blocks`] (the block policy: one function, one place), [`Launcher`] (per
+//! Owns: [`policy_blocks`] (the block policy: one function, one place), the threads per block
+//! ([`threads_for`], [`add_rmsnorm_threads`]), [`Launcher`] (per
 //! process and device: the ABI check, the loaded variants, their co-residency limits).
 //! Must never launch a grid whose blocks cannot all be resident at once together with the
 //! other ranks on the same GPU (the ranks spin on each other: that would deadlock until the
@@ -125,6 +126,14 @@ pub fn size_class_defines(c: SizeClass) -> Vec<String> {
 /// (`plan::floors::kernel_threads`, one vector per thread, 128..=512).
 pub fn threads_for(bytes: usize, blocks: u32) -> u32 {
     crate::plan::floors::kernel_threads(bytes as u64, blocks).min(THREADS)
+}
+
+/// The launch shape of tpar's add-RMSNorm kernel for rows of `row_vecs` vectors: threads per
+/// block (one row a block; the row's vectors spread evenly over at most 512 threads, whole
+/// warps).
+pub fn add_rmsnorm_threads(row_vecs: usize) -> u32 {
+    let per = row_vecs.div_ceil(THREADS as usize).max(1);
+    (row_vecs.div_ceil(per).div_ceil(32) * 32).clamp(32, THREADS as usize) as u32
 }
 
 /// One loaded variant.
@@ -402,7 +411,7 @@ impl Launcher {
             self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new() });
         }
         let f = self.norm.get(&dtype).ok_or_else(|| Error::invalid("kernel", "add-RMSNorm not loaded"))?.f;
-        Ok(Launch { f, grid: rows as u32, threads: super::fused::add_rmsnorm_threads(row_vecs), pdl: false })
+        Ok(Launch { f, grid: rows as u32, threads: add_rmsnorm_threads(row_vecs), pdl: false })
     }
 
     /// `fixed`: the variant, else [`class_for`](Self::class_for)'s (a registered call: the
@@ -533,6 +542,16 @@ mod tests {
                 assert!(t >= MAX_BLOCKS as u32);
             }
         }
+    }
+
+    #[test]
+    fn the_add_rmsnorm_kernel_spreads_a_row_over_whole_warps() {
+        assert_eq!(add_rmsnorm_threads(896), 448);
+        assert_eq!(add_rmsnorm_threads(2048), 512);
+        assert_eq!(add_rmsnorm_threads(512), 512);
+        assert_eq!(add_rmsnorm_threads(32), 32);
+        assert_eq!(add_rmsnorm_threads(1), 32);
+        assert_eq!(add_rmsnorm_threads(360), 384);
     }
 
     #[test]
