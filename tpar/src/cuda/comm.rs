@@ -46,6 +46,9 @@ use std::time::{Duration, Instant};
 mod completion;
 // The fused all-reduce + residual add + RMSNorm.
 mod fused_calls;
+// The first-use tune: its start on every rank, adoption, `TPAR_PROFILE`.
+mod tune_start;
+use tune_start::{load_profiles, mode_index, TuneContext};
 
 
 /// Beyond the device-side deadline, so that a kernel's own timeout (which names the peer and
@@ -91,7 +94,7 @@ pub struct GpuCommunicator {
     pub(super) topology: Topology,
     pub(super) placement: Placement,
     pub(super) overrides: Overrides,
-    /// The profile the plan takes for calls of each capture mode (`tune::mode_index`): the
+    /// The profile the plan takes for calls of each capture mode (`tune_start::mode_index`): the
     /// first-use tune's tables, or `TPAR_PROFILE`'s in both.
     pub(super) profiles: [Option<Profile>; 2],
     /// Candidates this machine's bit-exact screen rejected: never run (the plan's pick of
@@ -100,7 +103,7 @@ pub struct GpuCommunicator {
     /// How this start's tune went.
     pub(super) tune: crate::tune::Outcome,
     /// What later starts of the tune need from the `Config`.
-    pub(super) tune_ctx: super::tune::TuneContext,
+    tune_ctx: TuneContext,
     /// Orders this communicator's stream after a caller's stream ([`Self::wait_for`]).
     after_caller: Event,
     /// Orders a caller's stream after this communicator's calls ([`Self::signal_to`]).
@@ -142,7 +145,7 @@ impl GpuCommunicator {
         // TPAR_PROFILE: a profile of `tpar tune` (one mode) or an entry of the tune cache
         // (both modes); its contents are part of the plan digest the ranks compare.
         let profiles = match &overrides.profile {
-            Some(p) => super::tune::load_profiles(p)?,
+            Some(p) => load_profiles(p)?,
             None => [None, None],
         };
         // The control plane alone (no CPU workspace): rendezvous, gather/broadcast, liveness.
@@ -206,7 +209,7 @@ impl GpuCommunicator {
             profiles,
             rejected: Vec::new(),
             tune: crate::tune::Outcome::Skipped { why: "not started".into() },
-            tune_ctx: super::tune::TuneContext::of(cfg, opts.max_bytes),
+            tune_ctx: TuneContext::of(cfg, opts.max_bytes),
             plans: PlanCache::default(),
             resolved: HashMap::new(),
             fused_resolved: HashMap::new(),
@@ -315,7 +318,7 @@ impl GpuCommunicator {
             dtype,
             capture: mode,
             backend: Backend::Cuda,
-            profile: self.profiles[super::tune::mode_index(mode)].as_ref(),
+            profile: self.profiles[mode_index(mode)].as_ref(),
             overrides: &self.overrides,
         };
         let p = self.plans.get(&input);

@@ -13,11 +13,9 @@
 //! its turn (every turn starts with a status-carrying barrier, so a rank that fails stops
 //! every rank at the same point), or name GPUs by ordinal (entries are by rank).
 
-use super::driver::{launch_with_struct, sys, DeviceBuffer, Event, HostMapped, IpcMapping, Module, Stream};
+use super::driver::{launch_with_struct, sys, Device, DeviceBuffer, Event, HostMapped, IpcMapping, Module, Stream};
 use super::probe::{Kind, PingArgs, ProbeArgs, ProbeOptions, PING_DEADLINE_NS, PING_GIVE_UP_US, PROBE_CU};
-use super::tune::ProcessRanks;
 use crate::error::{Error, Result};
-use crate::kinds::Transport;
 use crate::topology::probe::{PairProbe, Probe};
 use crate::tune::{step, Ranks};
 
@@ -177,117 +175,115 @@ fn slot(p: &mut PairProbe, kind: Kind, loaded: bool) -> &mut Option<f64> {
     }
 }
 
-impl ProcessRanks<'_> {
-    /// The probe of the ranks' links (see the module's contract): the same [`Probe`] on every
-    /// rank, GPUs named by rank.
-    pub(super) fn probe_links(&mut self, opts: &ProbeOptions) -> Result<Probe> {
-        let (me, world) = (self.setup.rank, self.setup.world);
-        let p2p = self.setup.transport == Transport::P2p;
-        let made = Side::new(&self.setup.device, opts, world);
-        let blob = match &made {
-            Ok(s) if p2p => s.handles(),
-            Ok(_) => Ok(Vec::new()),
-            Err(e) => Err(Error::invalid("probe", e.to_string())),
-        };
-        let blobs = step(self, blob)?;
-        let mut side = made?;
-        let mapped = if p2p { side.map(&blobs, me) } else { Ok(()) };
-        step(self, mapped.map(|()| Vec::new()))?;
-        let targets = |a: usize| -> Vec<Target> {
-            let mut v: Vec<Target> = if p2p { (0..world).filter(|&q| q != a).map(Target::Peer).collect() } else { Vec::new() };
-            v.extend([Target::Own, Target::Host]);
-            v
-        };
-        let mut mine: Vec<PairProbe> = vec![PairProbe::empty(me as u32, Some(me as u32))];
-        mine.extend(targets(me).into_iter().filter_map(|t| match t {
-            Target::Peer(q) => Some(PairProbe::empty(me as u32, Some(q as u32))),
-            Target::Host => Some(PairProbe::empty(me as u32, None)),
-            Target::Own => None,
-        }));
-        for kind in [Kind::Store, Kind::Load, Kind::Copy] {
-            // Alone: one source and target at a time; everyone else waits at the turn.
-            for a in 0..world {
-                for t in targets(a) {
-                    self.sync()?;
-                    if a == me {
-                        let mut best = 0.0f64;
-                        for _ in 0..=opts.reps.max(1) {
-                            best = best.max(side.transfer(kind, &[t], opts)?[0]);
-                        }
-                        if let Some(p) = entry(&mut mine, t) {
-                            *slot(p, kind, false) = Some(best);
-                        }
+/// The probe of the ranks' links (see the module's contract), this process being rank `me`
+/// on `device` among `ranks` (`p2p`: whether the ranks' GPUs reach each other's memory):
+/// the same [`Probe`] on every rank, GPUs named by rank.
+pub fn probe_links<R: Ranks + ?Sized>(ranks: &mut R, device: &Device, me: usize, p2p: bool, opts: &ProbeOptions) -> Result<Probe> {
+    let world = ranks.world();
+    let made = Side::new(device, opts, world);
+    let blob = match &made {
+        Ok(s) if p2p => s.handles(),
+        Ok(_) => Ok(Vec::new()),
+        Err(e) => Err(Error::invalid("probe", e.to_string())),
+    };
+    let blobs = step(ranks, blob)?;
+    let mut side = made?;
+    let mapped = if p2p { side.map(&blobs, me) } else { Ok(()) };
+    step(ranks, mapped.map(|()| Vec::new()))?;
+    let targets = |a: usize| -> Vec<Target> {
+        let mut v: Vec<Target> = if p2p { (0..world).filter(|&q| q != a).map(Target::Peer).collect() } else { Vec::new() };
+        v.extend([Target::Own, Target::Host]);
+        v
+    };
+    let mut mine: Vec<PairProbe> = vec![PairProbe::empty(me as u32, Some(me as u32))];
+    mine.extend(targets(me).into_iter().filter_map(|t| match t {
+        Target::Peer(q) => Some(PairProbe::empty(me as u32, Some(q as u32))),
+        Target::Host => Some(PairProbe::empty(me as u32, None)),
+        Target::Own => None,
+    }));
+    for kind in [Kind::Store, Kind::Load, Kind::Copy] {
+        // Alone: one source and target at a time; everyone else waits at the turn.
+        for a in 0..world {
+            for t in targets(a) {
+                ranks.sync()?;
+                if a == me {
+                    let mut best = 0.0f64;
+                    for _ in 0..=opts.reps.max(1) {
+                        best = best.max(side.transfer(kind, &[t], opts)?[0]);
                     }
-                }
-            }
-            // Under load: every rank to every peer at once (own and host memory where the
-            // ranks have no peer access).
-            let all: Vec<Target> = if p2p && world > 1 { (0..world).filter(|&q| q != me).map(Target::Peer).collect() } else { vec![Target::Own, Target::Host] };
-            let mut best = vec![0.0f64; all.len()];
-            for _ in 0..=opts.reps.max(1) {
-                self.sync()?;
-                for (b, r) in best.iter_mut().zip(side.transfer(kind, &all, opts)?) {
-                    *b = b.max(r);
-                }
-            }
-            for (&t, r) in all.iter().zip(best) {
-                if let Some(p) = entry(&mut mine, t) {
-                    *slot(p, kind, true) = Some(r);
-                }
-            }
-        }
-        // Flags: within this GPU's memory and through host memory (every rank at once), then
-        // each pair of ranks, the lower one timing.
-        self.sync()?;
-        for host in [false, true] {
-            let base = if host {
-                side.host.fill_u32(0);
-                side.host.dev
-            } else {
-                side.flags.fill_u32(0)?;
-                side.flags.ptr
-            };
-            let us = side.ping(opts, base, base + 128, 0, true)?;
-            if let Some(p) = entry(&mut mine, if host { Target::Host } else { Target::Own }) {
-                p.flag_us = us;
-            }
-        }
-        if p2p {
-            for a in 0..world {
-                for b in a + 1..world {
-                    side.flags.fill_u32(0)?;
-                    self.sync()?;
-                    let (role, peer) = if me == a { (0, b) } else if me == b { (1, a) } else { continue };
-                    let theirs = side.peer_flags.get(peer).and_then(|m| m.as_ref()).map(|m| m.ptr).ok_or_else(|| Error::invalid("probe", format!("rank {peer}'s flags are not mapped")))?;
-                    let us = side.ping(opts, side.flags.ptr, theirs, role, false)?;
-                    if role == 0 {
-                        if let Some(p) = entry(&mut mine, Target::Peer(peer)) {
-                            p.flag_us = us;
-                        }
+                    if let Some(p) = entry(&mut mine, t) {
+                        *slot(p, kind, false) = Some(best);
                     }
                 }
             }
         }
-        let all = step(self, serde_json::to_vec(&mine).map_err(|e| Error::invalid("probe", e.to_string())))?;
-        let mut pairs: Vec<PairProbe> = Vec::new();
-        for (r, b) in all.iter().enumerate() {
-            let got: Vec<PairProbe> = serde_json::from_slice(b).map_err(|e| Error::invalid("probe", format!("rank {r}'s figures: {e}")))?;
-            pairs.extend(got);
-        }
-        // A pair's flag latency was timed by its lower rank: the same figure both ways.
-        let flags: Vec<(u32, u32, Option<f64>)> = pairs.iter().filter_map(|p| p.dst.filter(|&d| d > p.src).map(|d| (p.src, d, p.flag_us))).collect();
-        for (a, b, us) in flags {
-            if let Some(p) = pairs.iter_mut().find(|p| p.src == b && p.dst == Some(a)) {
-                p.flag_us = us;
+        // Under load: every rank to every peer at once (own and host memory where the
+        // ranks have no peer access).
+        let all: Vec<Target> = if p2p && world > 1 { (0..world).filter(|&q| q != me).map(Target::Peer).collect() } else { vec![Target::Own, Target::Host] };
+        let mut best = vec![0.0f64; all.len()];
+        for _ in 0..=opts.reps.max(1) {
+            ranks.sync()?;
+            for (b, r) in best.iter_mut().zip(side.transfer(kind, &all, opts)?) {
+                *b = b.max(r);
             }
         }
-        let source = format!(
-            "measured by tpar's first-use tune across {world} rank processes (tpar::cuda::probe_ipc, through CUDA IPC): {} per transfer, {} x {} threads, best of {}",
-            crate::units::human_bytes(opts.bytes as u64),
-            opts.blocks,
-            opts.threads,
-            opts.reps + 1
-        );
-        Ok(Probe { source, pairs })
+        for (&t, r) in all.iter().zip(best) {
+            if let Some(p) = entry(&mut mine, t) {
+                *slot(p, kind, true) = Some(r);
+            }
+        }
     }
+    // Flags: within this GPU's memory and through host memory (every rank at once), then
+    // each pair of ranks, the lower one timing.
+    ranks.sync()?;
+    for host in [false, true] {
+        let base = if host {
+            side.host.fill_u32(0);
+            side.host.dev
+        } else {
+            side.flags.fill_u32(0)?;
+            side.flags.ptr
+        };
+        let us = side.ping(opts, base, base + 128, 0, true)?;
+        if let Some(p) = entry(&mut mine, if host { Target::Host } else { Target::Own }) {
+            p.flag_us = us;
+        }
+    }
+    if p2p {
+        for a in 0..world {
+            for b in a + 1..world {
+                side.flags.fill_u32(0)?;
+                ranks.sync()?;
+                let (role, peer) = if me == a { (0, b) } else if me == b { (1, a) } else { continue };
+                let theirs = side.peer_flags.get(peer).and_then(|m| m.as_ref()).map(|m| m.ptr).ok_or_else(|| Error::invalid("probe", format!("rank {peer}'s flags are not mapped")))?;
+                let us = side.ping(opts, side.flags.ptr, theirs, role, false)?;
+                if role == 0 {
+                    if let Some(p) = entry(&mut mine, Target::Peer(peer)) {
+                        p.flag_us = us;
+                    }
+                }
+            }
+        }
+    }
+    let all = step(ranks, serde_json::to_vec(&mine).map_err(|e| Error::invalid("probe", e.to_string())))?;
+    let mut pairs: Vec<PairProbe> = Vec::new();
+    for (r, b) in all.iter().enumerate() {
+        let got: Vec<PairProbe> = serde_json::from_slice(b).map_err(|e| Error::invalid("probe", format!("rank {r}'s figures: {e}")))?;
+        pairs.extend(got);
+    }
+    // A pair's flag latency was timed by its lower rank: the same figure both ways.
+    let flags: Vec<(u32, u32, Option<f64>)> = pairs.iter().filter_map(|p| p.dst.filter(|&d| d > p.src).map(|d| (p.src, d, p.flag_us))).collect();
+    for (a, b, us) in flags {
+        if let Some(p) = pairs.iter_mut().find(|p| p.src == b && p.dst == Some(a)) {
+            p.flag_us = us;
+        }
+    }
+    let source = format!(
+        "measured by tpar's first-use tune across {world} rank processes (tpar::cuda::probe_ipc, through CUDA IPC): {} per transfer, {} x {} threads, best of {}",
+        crate::units::human_bytes(opts.bytes as u64),
+        opts.blocks,
+        opts.threads,
+        opts.reps + 1
+    );
+    Ok(Probe { source, pairs })
 }
