@@ -1,6 +1,7 @@
 //! docs/architecture.md's pinned facts: the crate list is the workspace's members, and every
 //! `crate::<module>` path in the library goes to a module on its own line of the layer list
-//! or below, except the exceptions the page names (with their reasons).
+//! or below, except the exceptions the page names (with their reasons), and names a module
+//! (never an item the crate root re-exports: such a path hides which module it depends on).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -89,6 +90,7 @@ fn every_module_imports_only_its_layer_or_below() {
     let mut files = Vec::new();
     rs_files(&src, &mut files);
     let mut up = Vec::new();
+    let mut root = Vec::new();
     let mut seen_exceptions = BTreeSet::new();
     for f in files {
         let rel = f.strip_prefix(&src).unwrap();
@@ -106,7 +108,23 @@ fn every_module_imports_only_its_layer_or_below() {
                 let tail = &rest[i + 7..];
                 let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
                 let target = &tail[..end];
-                if let Some(&theirs) = layers.get(target) {
+                // `crate::{a::X, b::Y}` names two modules.
+                let deps: Vec<&str> = if target.is_empty() && tail.starts_with('{') {
+                    let group = &tail[1..tail.find('}').unwrap_or(tail.len())];
+                    group.split(',').map(|t| t.trim().split("::").next().unwrap_or("")).filter(|t| !t.is_empty()).collect()
+                } else {
+                    vec![target]
+                };
+                // The crate root's `pub use`s are the face for users: the library names an
+                // item by the module that defines it (a root path hides the edge it makes).
+                // `$crate::` in an exported macro must take the public face: it is exempt.
+                if !rest[..i].ends_with('$') {
+                    for t in deps.iter().filter(|t| !layers.contains_key(**t)) {
+                        root.push(format!("{}:{}: crate::{t}", rel.display(), n + 1));
+                    }
+                }
+                for &target in &deps {
+                    let Some(&theirs) = layers.get(target) else { continue };
                     if target != module && theirs < mine {
                         if allowed.contains(&(module.clone(), target.to_string())) {
                             seen_exceptions.insert((module.clone(), target.to_string()));
@@ -119,6 +137,7 @@ fn every_module_imports_only_its_layer_or_below() {
             }
         }
     }
+    assert!(root.is_empty(), "library code names items by their defining module, not the crate root's re-exports:\n{}", root.join("\n"));
     assert!(up.is_empty(), "imports up the layer list (move the code, or name the exception and its reason in docs/architecture.md):\n{}", up.join("\n"));
     // A named exception that the code no longer needs must go from the page too.
     let stale: Vec<_> = allowed.difference(&seen_exceptions).collect();

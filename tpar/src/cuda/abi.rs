@@ -5,7 +5,8 @@
 //! (per-rank device-local epoch), `TparError` (per-rank host-visible error record), and the
 //! workspace layout arithmetic. Must never change a field without changing the `.cuh` twin.
 
-use crate::{Algorithm, DType};
+use crate::dtype::DType;
+use crate::kinds::Algorithm;
 use std::mem::{offset_of, size_of};
 
 /// Most ranks a kernel addresses (the length of the peer-pointer arrays).
@@ -167,7 +168,7 @@ pub fn first_captured_difference(seqs: &[Vec<u64>]) -> Option<(usize, usize)> {
 /// The error `rank` reports for the difference `(call, differing)` that
 /// [`first_captured_difference`] found: against the differing rank, or against rank 0 when
 /// `rank` is the one that differs.
-pub fn captured_mismatch(rank: usize, seqs: &[Vec<u64>], (k, differing): (usize, usize)) -> crate::Error {
+pub fn captured_mismatch(rank: usize, seqs: &[Vec<u64>], (k, differing): (usize, usize)) -> crate::error::Error {
     let peer = if differing == rank { 0 } else { differing };
     let call = |q: usize| seqs.get(q).and_then(|s| s.get(k)).copied();
     let at = |q: usize| match call(q) {
@@ -178,14 +179,14 @@ pub fn captured_mismatch(rank: usize, seqs: &[Vec<u64>], (k, differing): (usize,
         (Some(a), Some(b)) => differing_field(a, b),
         _ => "number of captured calls",
     };
-    crate::Error::Mismatch { rank, peer, field, ours: format!("{} at captured call {k}", at(rank)), theirs: at(peer) }
+    crate::error::Error::Mismatch { rank, peer, field, ours: format!("{} at captured call {k}", at(rank)), theirs: at(peer) }
 }
 
 /// The error a rank's device record holds, if any: a timeout naming the peer and phase, or a
 /// mismatch naming the peer and the field that differs. `where_` says which transport.
-pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
+pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::error::Error> {
     match rec.code {
-        ERR_TIMEOUT => Some(crate::Error::Timeout {
+        ERR_TIMEOUT => Some(crate::error::Error::Timeout {
             rank: rec.rank as usize,
             waited_ms: rec.waited_ns / 1_000_000,
             what: format!("rank {} in {} (block {}, call epoch {}); {where_}", rec.peer, phase_name(rec.phase), rec.block, rec.epoch),
@@ -193,7 +194,7 @@ pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
         ERR_MISMATCH => {
             let ((_, ours), (_, theirs)) = (describe_call(rec.ours), describe_call(rec.theirs));
             let field = differing_field(rec.ours, rec.theirs);
-            Some(crate::Error::Mismatch {
+            Some(crate::error::Error::Mismatch {
                 rank: rec.rank as usize,
                 peer: rec.peer as usize,
                 field,
@@ -201,7 +202,7 @@ pub fn device_error(rec: &TparError, where_: &str) -> Option<crate::Error> {
                 theirs,
             })
         }
-        ERR_PEER_DIED => Some(crate::Error::PeerDied {
+        ERR_PEER_DIED => Some(crate::error::Error::PeerDied {
             rank: rec.rank as usize,
             peer: rec.peer as usize,
             during: format!("this rank's calls on the GPU, which waited for it (ended by the liveness watchdog); {where_}"),
@@ -335,7 +336,7 @@ mod tests {
         calls.iter().map(|&(a, d, n)| pack_call(n, desc_code(a, d))).collect()
     }
 
-    fn first_mismatch(rank: usize, seqs: &[Vec<u64>]) -> crate::Error {
+    fn first_mismatch(rank: usize, seqs: &[Vec<u64>]) -> crate::error::Error {
         let d = first_captured_difference(seqs).expect("the sequences differ");
         captured_mismatch(rank, seqs, d)
     }
@@ -350,7 +351,7 @@ mod tests {
         assert_eq!(first_captured_difference(&[honest.clone(), honest.clone()]), None);
         for rank in 0..3 {
             match first_mismatch(rank, &seqs) {
-                crate::Error::Mismatch { rank: r, peer, field, ours, theirs } => {
+                crate::error::Error::Mismatch { rank: r, peer, field, ours, theirs } => {
                     assert_eq!(r, rank);
                     assert_eq!(peer, if rank == 2 { 0 } else { 2 });
                     assert_eq!(field, "dtype");
@@ -368,7 +369,7 @@ mod tests {
         let a = seq(&[(Algorithm::TwoshotPull, DType::F32, 100), (Algorithm::Nccl, DType::F32, 1 << 20)]);
         let short = a[..1].to_vec();
         match first_mismatch(1, &[a.clone(), short]) {
-            crate::Error::Mismatch { field, ours, theirs, .. } => {
+            crate::error::Error::Mismatch { field, ours, theirs, .. } => {
                 assert_eq!(field, "number of captured calls");
                 assert!(ours.starts_with("no call (captured 1 calls)"), "{ours}");
                 assert!(theirs.contains("nccl"), "{theirs}");
@@ -377,16 +378,16 @@ mod tests {
         }
         let mut b = a.clone();
         b[0] = pack_call(101, desc_code(Algorithm::TwoshotPull, DType::F32));
-        assert!(matches!(first_mismatch(0, &[a, b]), crate::Error::Mismatch { field: "count", peer: 1, .. }));
+        assert!(matches!(first_mismatch(0, &[a, b]), crate::error::Error::Mismatch { field: "count", peer: 1, .. }));
     }
 
-    fn mismatch(ours: (Algorithm, DType, u64), theirs: (Algorithm, DType, u64)) -> crate::Error {
+    fn mismatch(ours: (Algorithm, DType, u64), theirs: (Algorithm, DType, u64)) -> crate::error::Error {
         let pack = |(a, d, n): (Algorithm, DType, u64)| pack_call(n as usize, desc_code(a, d));
         let rec = TparError { code: ERR_MISMATCH, rank: 1, peer: 3, phase: 7, epoch: 42, ours: pack(ours), theirs: pack(theirs), ..Default::default() };
         device_error(&rec, "test").unwrap()
     }
 
-    fn mismatch_codes(ours: u32, theirs: u32) -> crate::Error {
+    fn mismatch_codes(ours: u32, theirs: u32) -> crate::error::Error {
         let rec = TparError { code: ERR_MISMATCH, rank: 1, peer: 3, phase: 7, epoch: 42, ours: pack_call(100, ours), theirs: pack_call(100, theirs), ..Default::default() };
         device_error(&rec, "test").unwrap()
     }
@@ -394,21 +395,21 @@ mod tests {
     #[test]
     fn mismatch_records_name_the_field_and_both_calls() {
         let e = mismatch((Algorithm::OneshotPush, DType::BF16, 21504), (Algorithm::OneshotPush, DType::F16, 21504));
-        let crate::Error::Mismatch { rank, peer, field, ours, theirs } = &e else { panic!("{e:?}") };
+        let crate::error::Error::Mismatch { rank, peer, field, ours, theirs } = &e else { panic!("{e:?}") };
         assert_eq!((*rank, *peer, *field), (1, 3, "dtype"));
         assert_eq!(ours, "oneshot-push bfloat16 count 21504 (call epoch 42)");
         assert_eq!(theirs, &format!("oneshot-push {} count 21504", DType::F16.name()));
-        let crate::Error::Mismatch { field, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::TwoshotPush, DType::BF16, 100)) else { panic!() };
+        let crate::error::Error::Mismatch { field, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::TwoshotPush, DType::BF16, 100)) else { panic!() };
         assert_eq!(field, "algorithm");
-        let crate::Error::Mismatch { field, theirs, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::OneshotPush, DType::BF16, 1 << 40)) else { panic!() };
+        let crate::error::Error::Mismatch { field, theirs, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::OneshotPush, DType::BF16, 1 << 40)) else { panic!() };
         assert_eq!(field, "count");
         assert!(theirs.ends_with(&format!("count {}", 1u64 << 40)), "{theirs}");
-        let crate::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
+        let crate::error::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
         assert!(field.starts_with("fused"), "{field}");
         assert!(ours.starts_with("oneshot-push fused with add-RMSNorm bfloat16 count 100"), "{ours}");
         let ok = TparError::default();
         assert!(device_error(&ok, "test").is_none());
         let t = TparError { code: ERR_TIMEOUT, peer: 2, phase: 1, waited_ns: 3_000_000_000, ..Default::default() };
-        assert!(matches!(device_error(&t, "x"), Some(crate::Error::Timeout { waited_ms: 3000, .. })));
+        assert!(matches!(device_error(&t, "x"), Some(crate::error::Error::Timeout { waited_ms: 3000, .. })));
     }
 }

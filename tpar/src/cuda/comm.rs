@@ -33,11 +33,12 @@ use crate::control::{ControlPlane, NoDataPlane, Watchdog, DEAD_PEER_GRACE, LIVEN
 use crate::error::{Error, Result};
 use crate::plan::cache::PlanCache;
 use crate::plan::{plan_fingerprint, Backend, CaptureMode, Overrides, Plan, PlanInput};
-use crate::profile::Profile;
+use crate::plan::profile::Profile;
 use crate::rendezvous::JoinSpec;
 use crate::topology::ranks::Placement;
 use crate::topology::Topology;
-use crate::{Algorithm, DType, Transport};
+use crate::dtype::DType;
+use crate::kinds::{Algorithm, Transport};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -18,7 +18,8 @@ use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
-use crate::{Algorithm, DType, Transport};
+use crate::dtype::DType;
+use crate::kinds::{Algorithm, Transport};
 use std::time::Duration;
 
 // Completion, device errors and graph capture.
@@ -65,11 +66,11 @@ impl GroupOptions {
     /// `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL` and the launch settings. A malformed value is
     /// an error that names it, never ignored.
     pub fn from_env(transport: Transport) -> Result<Self> {
-        Ok(Self::from_settings(transport, &crate::Settings::from_env()?))
+        Ok(Self::from_settings(transport, &crate::settings::Settings::from_env()?))
     }
 
     /// As [`from_env`](Self::from_env), from settings already parsed.
-    pub fn from_settings(transport: Transport, s: &crate::Settings) -> Self {
+    pub fn from_settings(transport: Transport, s: &crate::settings::Settings) -> Self {
         Self {
             transport,
             timeout: s.job.timeout.unwrap_or(DEFAULT_TIMEOUT),

@@ -17,7 +17,8 @@ use super::route::{Resolved, Route};
 use crate::plan::Plan;
 use std::sync::Arc;
 use crate::error::{Error, Result};
-use crate::{Algorithm, DType};
+use crate::dtype::DType;
+use crate::kinds::Algorithm;
 use std::fmt;
 
 /// Most rows a fused kernel takes: the decode and speculative-verify range the fused kernels

@@ -46,7 +46,7 @@ impl IoTables {
             self.chunks.push(Chunk { buf, host: Vec::with_capacity(TABLES_PER_CHUNK), flushed: 0 });
         }
         let Some(c) = self.chunks.last_mut() else {
-            return Err(crate::Error::invalid("io tables", "no chunk after allocating one"));
+            return Err(crate::error::Error::invalid("io tables", "no chunk after allocating one"));
         };
         let addr = c.buf.ptr + (c.host.len() * TABLE_BYTES) as u64;
         c.host.push(t);

@@ -23,7 +23,8 @@ use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
-use crate::{Algorithm, DType, Transport};
+use crate::dtype::DType;
+use crate::kinds::{Algorithm, Transport};
 use std::time::Duration;
 
 /// Bytes of one rank's handle blob: the data-area handle, then the flag-area handle.

@@ -5,7 +5,8 @@
 //! compile anything (that is `nvrtc`) nor launch anything.
 
 use crate::algorithms::registry;
-use crate::{Algorithm, DType};
+use crate::dtype::DType;
+use crate::kinds::Algorithm;
 
 /// The common header, spliced in where a kernel says `#include "common.cuh"` so that NVRTC
 /// needs no include path.
@@ -168,7 +169,7 @@ mod tests {
 
     #[test]
     fn the_large_message_kernels_have_lean_variants() {
-        use crate::Algorithm as A;
+        use crate::kinds::Algorithm as A;
         for a in [A::OneshotPull, A::TwoshotPush, A::TwoshotPull] {
             assert!(has_lean_variant(a), "{a}");
         }
@@ -181,7 +182,7 @@ mod tests {
 
     #[test]
     fn the_pull_kernels_have_the_registered_path() {
-        use crate::Algorithm as A;
+        use crate::kinds::Algorithm as A;
         for a in kernel_algorithms() {
             assert_eq!(has_registered_path(a), matches!(a, A::OneshotPull | A::TwoshotPull), "{a}");
         }
@@ -189,7 +190,7 @@ mod tests {
 
     #[test]
     fn the_one_and_two_shot_kernels_have_fused_variants() {
-        use crate::Algorithm as A;
+        use crate::kinds::Algorithm as A;
         for a in [A::OneshotPush, A::OneshotPull, A::TwoshotPush, A::TwoshotPull] {
             assert!(has_fused_variant(a), "{a}");
         }

@@ -22,7 +22,8 @@ use super::nvrtc;
 use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
-use crate::{Algorithm, DType, Transport};
+use crate::dtype::DType;
+use crate::kinds::{Algorithm, Transport};
 use std::collections::HashMap;
 
 // The ABI check: the device compiler's field offsets against abi.rs.

@@ -10,7 +10,7 @@
 
 use super::driver::{Device, Stream};
 use crate::error::{Error, Result};
-use crate::DType;
+use crate::dtype::DType;
 use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;

@@ -16,7 +16,7 @@
 
 use super::kernels::KernelSource;
 use crate::units::fnv1a64;
-use crate::DType;
+use crate::dtype::DType;
 use crate::error::{Error, Result};
 use cudarc::nvrtc::{result as nvrtc_result, sys as nvrtc_sys};
 use std::ffi::CString;

@@ -8,7 +8,7 @@
 
 use super::launch::Launch;
 use crate::plan::Plan;
-use crate::Algorithm;
+use crate::kinds::Algorithm;
 use std::sync::Arc;
 
 /// Where a resolved call goes.

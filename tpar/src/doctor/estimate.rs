@@ -66,7 +66,7 @@ pub fn estimate(t: &Topology, discovered: bool, tp: Option<usize>, hidden: usize
     e
 }
 
-fn row(input: &ModelInput, step: &str, tokens: usize, mode: CaptureMode, nccl: &dyn ArLatency, ours: &dyn ArLatency) -> crate::Result<Row> {
+fn row(input: &ModelInput, step: &str, tokens: usize, mode: CaptureMode, nccl: &dyn ArLatency, ours: &dyn ArLatency) -> crate::error::Result<Row> {
     let bytes = input.ar_bytes(tokens);
     let (nccl_us, nccl_from) = nccl.latency(bytes)?;
     let (tpar_us, tpar_from) = ours.latency(bytes)?;
@@ -74,7 +74,7 @@ fn row(input: &ModelInput, step: &str, tokens: usize, mode: CaptureMode, nccl: &
 }
 
 /// No GPU and no preset: `model::default_case`, the founding case as docs/model.md works it.
-fn founding(input: &ModelInput, e: &mut Estimate) -> crate::Result<()> {
+fn founding(input: &ModelInput, e: &mut Estimate) -> crate::error::Result<()> {
     let case = model::default_case(input.clone(), None)?;
     e.case = format!("no GPU here, so {}", case.title);
     e.sources = case.sources.clone();
@@ -98,7 +98,7 @@ fn founding(input: &ModelInput, e: &mut Estimate) -> crate::Result<()> {
 /// A machine with GPUs: the profile's medians where one applies, else the plan's pick timed
 /// by the simulator; NCCL published for the box where docs/references.md has it, else
 /// simulated.
-fn on_topology(t: &Topology, discovered: bool, input: &ModelInput, profile: Option<&Profile>, e: &mut Estimate) -> crate::Result<()> {
+fn on_topology(t: &Topology, discovered: bool, input: &ModelInput, profile: Option<&Profile>, e: &mut Estimate) -> crate::error::Result<()> {
     let what = if discovered { "this machine".to_string() } else { format!("the {} preset", t.name) };
     e.case = format!("{what}, TP {}, a Kimi-K2-class model ({} layers x {} all-reduces, hidden {}, {})", input.tp, input.layers, input.ar_per_layer, input.hidden, input.dtype);
     let driver = if discovered { crate::topology::nvml::driver_version() } else { None };

@@ -119,8 +119,8 @@ pub fn lean_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
 /// the copy saves: 8 ranks 256 KiB 10.25 vs 8.06, 2 ranks 3.58 vs 4.41) and gains from 1 MiB
 /// at 2 and 4 ranks (6.38 vs 7.58, 9.91 vs 11.73; at 8 ranks 19.35 vs 18.00, where the plan
 /// never picks one-shot).
-pub fn registered_min_bytes(algo: crate::Algorithm) -> u64 {
-    use crate::Algorithm as A;
+pub fn registered_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
+    use crate::kinds::Algorithm as A;
     match algo {
         A::TwoshotPull => 0,
         A::OneshotPull => MIB,

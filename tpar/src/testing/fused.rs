@@ -70,9 +70,9 @@ pub fn fused_inputs<T: Element>(seed: u64, call: u64, world: usize, rows: usize,
 /// The spacing of `T`'s subnormals: the absolute error a rounding into them can make.
 fn subnormal_step<T: Element>() -> f64 {
     match T::DTYPE {
-        crate::DType::F32 => 2f64.powi(-149),
-        crate::DType::F16 => 2f64.powi(-24),
-        crate::DType::BF16 => 2f64.powi(-133),
+        crate::dtype::DType::F32 => 2f64.powi(-149),
+        crate::dtype::DType::F16 => 2f64.powi(-24),
+        crate::dtype::DType::BF16 => 2f64.powi(-133),
     }
 }
 

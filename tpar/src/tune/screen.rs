@@ -86,7 +86,7 @@ pub fn judge<T: Element>(out: &[T], promised: &[T]) -> Judged {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bf16;
+    use half::bf16;
 
     #[test]
     fn a_set_is_made_once_per_key_and_judges_bitwise() {
