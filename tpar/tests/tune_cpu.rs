@@ -9,13 +9,12 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
-use tpar::kinds::{Backend, CaptureMode, Transport};
+use tpar::kinds::{Backend, CaptureMode};
 use tpar::plan::profile::ProfileFingerprint;
-use tpar::plan::tuned::{RankKind, TuneKey};
 use tpar::plan::{plan, Overrides, PlanInput};
 use tpar::settings::Tune;
 use tpar::tune::cache::Cache;
-use tpar::tune::cpu::CpuRanks;
+use tpar::tune::cpu::{cpu_key, CpuRanks};
 use tpar::tune::{start, Outcome, Rounds, StartSpec, TunePlan};
 use tpar::{Algorithm, Communicator, DType, Topology};
 
@@ -23,21 +22,6 @@ fn cache_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tpar-tune-cpu-{tag}-{}-{}", std::process::id(), common::rand_u32()));
     std::fs::create_dir_all(&d).unwrap();
     d
-}
-
-fn key(world: usize) -> TuneKey {
-    TuneKey {
-        tpar_version: TuneKey::this_version(),
-        cuda_driver: 0,
-        driver_version: None,
-        backend: Backend::Cpu,
-        ranks: RankKind::Cpu,
-        world,
-        devices: Vec::new(),
-        topology_hash: format!("{:016x}", Topology::cpu().hash()),
-        transport: Transport::Shm,
-        settings: String::new(),
-    }
 }
 
 fn small_plan() -> TunePlan {
@@ -60,7 +44,7 @@ fn start_on(comm: &mut Communicator, dir: &Path, tune: Tune, plan: &TunePlan, ho
         tune,
         skip: None,
         cache: Some(dir.to_path_buf()),
-        key: key(world),
+        key: cpu_key(world),
         max_bytes: 16384,
         plan: plan.clone(),
         lock_wait: std::time::Duration::from_secs(10),
@@ -165,7 +149,7 @@ fn a_rank_failing_mid_tune_or_a_spent_budget_leaves_the_defaults_on_every_rank()
 fn a_corrupt_or_outdated_entry_is_re_tuned_with_the_reason() {
     let dir = cache_dir("stale");
     let cache = Cache::under(&dir);
-    let k = key(2);
+    let k = cpu_key(2);
     cache.write_raw_for_test(&k, b"# tpar tuned profile v1 fnv1a64=0123 bytes=5\nhello").unwrap();
     let d = dir.clone();
     let res = common::run_group(2, |_| {}, move |comm| start_on(comm, &d, Tune::Auto, &small_plan(), |_| {}));
