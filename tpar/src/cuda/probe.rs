@@ -76,23 +76,68 @@ enum Target {
     Host,
 }
 
-struct PerGpu {
-    dev: Device,
+/// One GPU's side of a probe: the probe kernels loaded, a target and a copy source of
+/// `opts.bytes`, pinned host memory, a sink, flags, and its streams. The same for the probe of
+/// one process ([`run`]) and the one across rank processes (`probe_ipc`).
+pub(super) struct PerGpu {
+    pub(super) dev: Device,
     /// Keeps the functions below loaded.
     _module: Module,
-    f_store: sys::CUfunction,
-    f_load: sys::CUfunction,
-    f_ping: sys::CUfunction,
+    pub(super) f_store: sys::CUfunction,
+    pub(super) f_load: sys::CUfunction,
+    pub(super) f_ping: sys::CUfunction,
     /// Peers store into / load from this.
-    target: DeviceBuffer,
+    pub(super) target: DeviceBuffer,
     /// Copy-engine source.
-    local: DeviceBuffer,
-    host: HostMapped,
-    sink: DeviceBuffer,
-    flags: DeviceBuffer,
-    streams: Vec<Stream>,
+    pub(super) local: DeviceBuffer,
+    pub(super) host: HostMapped,
+    pub(super) sink: DeviceBuffer,
+    pub(super) flags: DeviceBuffer,
+    pub(super) streams: Vec<Stream>,
 }
 
+impl PerGpu {
+    /// Loads the probe kernels on `dev` and allocates its buffers and `streams` streams.
+    pub(super) fn new(dev: &Device, opts: &ProbeOptions, streams: usize) -> Result<PerGpu> {
+        check_bytes(opts)?;
+        let arch = dev.arch();
+        // Compiled and cached like the kernels (cubin for this device, checksummed entry).
+        let mut module = super::launch::load_unit(dev, "probe", PROBE_CU, &nvrtc::options(&arch, None), &arch, super::driver::driver_version())?;
+        let (f_store, f_load, f_ping) = (module.function("probe_store")?, module.function("probe_load")?, module.function("probe_pingpong")?);
+        Ok(PerGpu {
+            target: DeviceBuffer::new(dev, opts.bytes)?,
+            local: DeviceBuffer::new(dev, opts.bytes)?,
+            host: HostMapped::new(dev, opts.bytes)?,
+            sink: DeviceBuffer::new(dev, 256)?,
+            flags: DeviceBuffer::new(dev, 256)?,
+            _module: module,
+            f_store,
+            f_load,
+            f_ping,
+            streams: (0..streams).map(|_| Stream::new(dev)).collect::<Result<Vec<_>>>()?,
+            dev: dev.clone(),
+        })
+    }
+}
+
+fn check_bytes(opts: &ProbeOptions) -> Result<()> {
+    if opts.bytes < 16 || opts.bytes % 16 != 0 {
+        return Err(Error::invalid("probe bytes", format!("{} is not a positive multiple of 16", opts.bytes)));
+    }
+    Ok(())
+}
+
+/// Where a figure of `kind` goes in a pair's entry (`loaded`: measured under load).
+pub(super) fn slot(p: &mut PairProbe, kind: Kind, loaded: bool) -> &mut Option<f64> {
+    match (kind, loaded) {
+        (Kind::Store, false) => &mut p.sm_store_gbps,
+        (Kind::Load, false) => &mut p.sm_load_gbps,
+        (Kind::Copy, false) => &mut p.ce_gbps,
+        (Kind::Store, true) => &mut p.sm_store_loaded_gbps,
+        (Kind::Load, true) => &mut p.sm_load_loaded_gbps,
+        (Kind::Copy, true) => &mut p.ce_loaded_gbps,
+    }
+}
 
 /// Measures GPUs `0..gpus` (all of them when `None`).
 pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
@@ -101,31 +146,10 @@ pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
     if n == 0 {
         return Err(Error::Unsupported { what: "the link probe".into(), reason: "no CUDA GPU is visible".into() });
     }
-    if opts.bytes < 16 || opts.bytes % 16 != 0 {
-        return Err(Error::invalid("probe bytes", format!("{} is not a positive multiple of 16", opts.bytes)));
-    }
+    check_bytes(opts)?;
     let mut g: Vec<PerGpu> = Vec::with_capacity(n);
     for i in 0..n {
-        let dev = Device::open(i)?;
-        let arch = dev.arch();
-        let driver = super::driver::driver_version();
-        // Compiled and cached like the kernels (cubin for this device, checksummed entry).
-        let mut module = super::launch::load_unit(&dev, "probe", PROBE_CU, &nvrtc::options(&arch, None), &arch, driver)?;
-        let (f_store, f_load, f_ping) = (module.function("probe_store")?, module.function("probe_load")?, module.function("probe_pingpong")?);
-        let streams = (0..n + 2).map(|_| Stream::new(&dev)).collect::<Result<Vec<_>>>()?;
-        g.push(PerGpu {
-            target: DeviceBuffer::new(&dev, opts.bytes)?,
-            local: DeviceBuffer::new(&dev, opts.bytes)?,
-            host: HostMapped::new(&dev, opts.bytes)?,
-            sink: DeviceBuffer::new(&dev, 256)?,
-            flags: DeviceBuffer::new(&dev, 256)?,
-            _module: module,
-            f_store,
-            f_load,
-            f_ping,
-            streams,
-            dev,
-        });
+        g.push(PerGpu::new(&Device::open(i)?, opts, n + 2)?);
     }
     for a in 0..n {
         for b in 0..n {
@@ -166,12 +190,7 @@ pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
                     best = best.max(timed(&g, opts, kind, &[(a, t)])?[0]);
                 }
                 if let Some(i) = index(&pairs, a, t) {
-                    let slot = match kind {
-                        Kind::Store => &mut pairs[i].sm_store_gbps,
-                        Kind::Load => &mut pairs[i].sm_load_gbps,
-                        Kind::Copy => &mut pairs[i].ce_gbps,
-                    };
-                    *slot = Some(best);
+                    *slot(&mut pairs[i], kind, false) = Some(best);
                 }
             }
         }
@@ -190,12 +209,7 @@ pub fn run(gpus: Option<usize>, opts: &ProbeOptions) -> Result<Probe> {
         }
         for (&(a, t), r) in all.iter().zip(best) {
             if let Some(i) = index(&pairs, a, t) {
-                let slot = match kind {
-                    Kind::Store => &mut pairs[i].sm_store_loaded_gbps,
-                    Kind::Load => &mut pairs[i].sm_load_loaded_gbps,
-                    Kind::Copy => &mut pairs[i].ce_loaded_gbps,
-                };
-                *slot = Some(r);
+                *slot(&mut pairs[i], kind, true) = Some(r);
             }
         }
     }

@@ -13,8 +13,8 @@
 //! its turn (every turn starts with a status-carrying barrier, so a rank that fails stops
 //! every rank at the same point), or name GPUs by ordinal (entries are by rank).
 
-use super::driver::{launch_with_struct, sys, Device, DeviceBuffer, Event, HostMapped, IpcMapping, Module, Stream};
-use super::probe::{Kind, PingArgs, ProbeArgs, ProbeOptions, PING_DEADLINE_NS, PING_GIVE_UP_US, PROBE_CU};
+use super::driver::{launch_with_struct, Device, Event, IpcMapping};
+use super::probe::{slot, Kind, PerGpu, PingArgs, ProbeArgs, ProbeOptions, PING_DEADLINE_NS, PING_GIVE_UP_US};
 use crate::error::{Error, Result};
 use crate::topology::probe::{PairProbe, Probe};
 use crate::tune::{step, Ranks};
@@ -33,50 +33,21 @@ enum Target {
     Host,
 }
 
-/// One rank's side of the probe.
+/// One rank's side of the probe: its GPU's ([`PerGpu`]) and its peers' memory, mapped.
 struct Side {
-    _module: Module,
-    f_store: sys::CUfunction,
-    f_load: sys::CUfunction,
-    f_ping: sys::CUfunction,
-    target: DeviceBuffer,
-    local: DeviceBuffer,
-    host: HostMapped,
-    sink: DeviceBuffer,
-    flags: DeviceBuffer,
+    // The peers' mappings go first (fields drop in order), before this GPU's buffers.
     peer_target: Vec<Option<IpcMapping>>,
     peer_flags: Vec<Option<IpcMapping>>,
-    streams: Vec<Stream>,
-    dev: super::driver::Device,
+    gpu: PerGpu,
 }
 
 impl Side {
-    fn new(dev: &super::driver::Device, opts: &ProbeOptions, world: usize) -> Result<Side> {
-        if opts.bytes < 16 || opts.bytes % 16 != 0 {
-            return Err(Error::invalid("probe bytes", format!("{} is not a positive multiple of 16", opts.bytes)));
-        }
-        let arch = dev.arch();
-        let mut module = super::launch::load_unit(dev, "probe", PROBE_CU, &super::nvrtc::options(&arch, None), &arch, super::driver::driver_version())?;
-        let (f_store, f_load, f_ping) = (module.function("probe_store")?, module.function("probe_load")?, module.function("probe_pingpong")?);
-        Ok(Side {
-            _module: module,
-            f_store,
-            f_load,
-            f_ping,
-            target: DeviceBuffer::new(dev, opts.bytes)?,
-            local: DeviceBuffer::new(dev, opts.bytes)?,
-            host: HostMapped::new(dev, opts.bytes)?,
-            sink: DeviceBuffer::new(dev, 256)?,
-            flags: DeviceBuffer::new(dev, 256)?,
-            peer_target: (0..world).map(|_| None).collect(),
-            peer_flags: (0..world).map(|_| None).collect(),
-            streams: (0..world + 1).map(|_| Stream::new(dev)).collect::<Result<Vec<_>>>()?,
-            dev: dev.clone(),
-        })
+    fn new(dev: &Device, opts: &ProbeOptions, world: usize) -> Result<Side> {
+        Ok(Side { peer_target: (0..world).map(|_| None).collect(), peer_flags: (0..world).map(|_| None).collect(), gpu: PerGpu::new(dev, opts, world + 1)? })
     }
 
     fn handles(&self) -> Result<Vec<u8>> {
-        Ok([self.target.ipc_handle()?, self.flags.ipc_handle()?].concat())
+        Ok([self.gpu.target.ipc_handle()?, self.gpu.flags.ipc_handle()?].concat())
     }
 
     fn map(&mut self, blobs: &[Vec<u8>], me: usize) -> Result<()> {
@@ -87,33 +58,33 @@ impl Side {
             let h = |r: std::ops::Range<usize>| -> Result<[u8; 64]> {
                 b.get(r).and_then(|s| s.try_into().ok()).ok_or_else(|| Error::invalid("probe handles", format!("rank {q} sent {} bytes, not 128", b.len())))
             };
-            self.peer_target[q] = Some(IpcMapping::open(&self.dev, &h(0..64)?)?);
-            self.peer_flags[q] = Some(IpcMapping::open(&self.dev, &h(64..128)?)?);
+            self.peer_target[q] = Some(IpcMapping::open(&self.gpu.dev, &h(0..64)?)?);
+            self.peer_flags[q] = Some(IpcMapping::open(&self.gpu.dev, &h(64..128)?)?);
         }
         Ok(())
     }
 
     fn address(&self, t: Target) -> Result<u64> {
         match t {
-            Target::Own => Ok(self.target.ptr),
-            Target::Host => Ok(self.host.dev),
+            Target::Own => Ok(self.gpu.target.ptr),
+            Target::Host => Ok(self.gpu.host.dev),
             Target::Peer(q) => self.peer_target.get(q).and_then(|m| m.as_ref()).map(|m| m.ptr).ok_or_else(|| Error::invalid("probe", format!("rank {q}'s memory is not mapped"))),
         }
     }
 
     /// Runs every transfer of `kind` in `to` at once, each on its own stream; GB/s of each.
     fn transfer(&self, kind: Kind, to: &[Target], opts: &ProbeOptions) -> Result<Vec<f64>> {
-        self.dev.bind()?;
+        self.gpu.dev.bind()?;
         let mut evs = Vec::with_capacity(to.len());
         for (k, &t) in to.iter().enumerate() {
-            let s = self.streams.get(k).ok_or_else(|| Error::invalid("probe", "more transfers than streams"))?;
-            let (e0, e1) = (Event::new(&self.dev)?, Event::new(&self.dev)?);
+            let s = self.gpu.streams.get(k).ok_or_else(|| Error::invalid("probe", "more transfers than streams"))?;
+            let (e0, e1) = (Event::new(&self.gpu.dev)?, Event::new(&self.gpu.dev)?);
             let target = self.address(t)?;
             s.record(&e0)?;
             match kind {
                 Kind::Store | Kind::Load => {
-                    let f = if kind == Kind::Store { self.f_store } else { self.f_load };
-                    let args = ProbeArgs { target, bytes: opts.bytes as u64, sink: self.sink.ptr, pad: 0 };
+                    let f = if kind == Kind::Store { self.gpu.f_store } else { self.gpu.f_load };
+                    let args = ProbeArgs { target, bytes: opts.bytes as u64, sink: self.gpu.sink.ptr, pad: 0 };
                     // SAFETY: f takes one ProbeArgs; target (this rank's buffer, a live IPC
                     // mapping of a peer's, or mapped host memory) and sink are live allocations
                     // of at least `bytes` / 256 bytes reachable from this GPU.
@@ -121,7 +92,7 @@ impl Side {
                 }
                 Kind::Copy => {
                     // SAFETY: both are live allocations of `bytes` reachable from this GPU.
-                    unsafe { super::driver::memcpy_async(target, self.local.ptr, opts.bytes, s)? };
+                    unsafe { super::driver::memcpy_async(target, self.gpu.local.ptr, opts.bytes, s)? };
                 }
             }
             s.record(&e1)?;
@@ -129,7 +100,7 @@ impl Side {
         }
         let mut out = Vec::with_capacity(to.len());
         for (k, (e0, e1)) in evs.iter().enumerate() {
-            self.streams[k].synchronize()?;
+            self.gpu.streams[k].synchronize()?;
             let ms = f64::from(e0.elapsed_ms(e1)?);
             out.push(if ms > 0.0 { opts.bytes as f64 / (ms * 1e6) } else { 0.0 });
         }
@@ -140,14 +111,14 @@ impl Side {
     /// first; `theirs` is the flag this side stores to. With `local`, two blocks of one kernel
     /// play both roles on this GPU (flags in its own or host memory).
     fn ping(&self, opts: &ProbeOptions, mine: u64, theirs: u64, role: u32, local: bool) -> Result<Option<f64>> {
-        self.dev.bind()?;
-        let s = &self.streams[0];
-        let (e0, e1) = (Event::new(&self.dev)?, Event::new(&self.dev)?);
+        self.gpu.dev.bind()?;
+        let s = &self.gpu.streams[0];
+        let (e0, e1) = (Event::new(&self.gpu.dev)?, Event::new(&self.gpu.dev)?);
         let args = PingArgs { mine, theirs, iters: opts.pings, role, deadline_ns: PING_DEADLINE_NS };
         s.record(&e0)?;
         // SAFETY: f takes one PingArgs; both flags lie in live allocations of >= 256 bytes
         // reachable from this GPU (its own, mapped host memory, or a peer's IPC mapping).
-        unsafe { launch_with_struct(self.f_ping, if local { 2 } else { 1 }, 32, s, &args)? };
+        unsafe { launch_with_struct(self.gpu.f_ping, if local { 2 } else { 1 }, 32, s, &args)? };
         s.record(&e1)?;
         s.synchronize()?;
         let us = f64::from(e0.elapsed_ms(&e1)?) * 1e3 / (2.0 * f64::from(opts.pings.max(1)));
@@ -162,17 +133,6 @@ fn entry(mine: &mut [PairProbe], t: Target) -> Option<&mut PairProbe> {
         Target::Host => None,
     };
     mine.iter_mut().find(|p| p.dst == dst)
-}
-
-fn slot(p: &mut PairProbe, kind: Kind, loaded: bool) -> &mut Option<f64> {
-    match (kind, loaded) {
-        (Kind::Store, false) => &mut p.sm_store_gbps,
-        (Kind::Load, false) => &mut p.sm_load_gbps,
-        (Kind::Copy, false) => &mut p.ce_gbps,
-        (Kind::Store, true) => &mut p.sm_store_loaded_gbps,
-        (Kind::Load, true) => &mut p.sm_load_loaded_gbps,
-        (Kind::Copy, true) => &mut p.ce_loaded_gbps,
-    }
 }
 
 /// The probe of the ranks' links (see the module's contract), this process being rank `me`
@@ -238,11 +198,11 @@ pub fn probe_links<R: Ranks + ?Sized>(ranks: &mut R, device: &Device, me: usize,
     ranks.sync()?;
     for host in [false, true] {
         let base = if host {
-            side.host.fill_u32(0);
-            side.host.dev
+            side.gpu.host.fill_u32(0);
+            side.gpu.host.dev
         } else {
-            side.flags.fill_u32(0)?;
-            side.flags.ptr
+            side.gpu.flags.fill_u32(0)?;
+            side.gpu.flags.ptr
         };
         let us = side.ping(opts, base, base + 128, 0, true)?;
         if let Some(p) = entry(&mut mine, if host { Target::Host } else { Target::Own }) {
@@ -252,11 +212,11 @@ pub fn probe_links<R: Ranks + ?Sized>(ranks: &mut R, device: &Device, me: usize,
     if p2p {
         for a in 0..world {
             for b in a + 1..world {
-                side.flags.fill_u32(0)?;
+                side.gpu.flags.fill_u32(0)?;
                 ranks.sync()?;
                 let (role, peer) = if me == a { (0, b) } else if me == b { (1, a) } else { continue };
                 let theirs = side.peer_flags.get(peer).and_then(|m| m.as_ref()).map(|m| m.ptr).ok_or_else(|| Error::invalid("probe", format!("rank {peer}'s flags are not mapped")))?;
-                let us = side.ping(opts, side.flags.ptr, theirs, role, false)?;
+                let us = side.ping(opts, side.gpu.flags.ptr, theirs, role, false)?;
                 if role == 0 {
                     if let Some(p) = entry(&mut mine, Target::Peer(peer)) {
                         p.flag_us = us;
