@@ -324,6 +324,60 @@ def graph_stage(eng, ca, rank, world, dev, digest):
     return st
 
 
+def liveness_snapshot(world):
+    """What a survivor's liveness check sees (diagnosis of a kill stage): this process's pid
+    namespace, and per rank of the liveness segment (found among this process's descriptors;
+    reopened through /proc, a new open file description) the lock byte's holder and the
+    recorded process (pid, start time, namespace) with its /proc state. Layout: tpar's
+    transport/shm.rs and transport/holder.rs."""
+    import fcntl
+    import struct
+
+    out = {}
+    try:
+        out["ns"] = os.readlink("/proc/self/ns/pid")
+        out["ns_ino"] = os.stat("/proc/self/ns/pid").st_ino
+    except OSError as e:
+        out["ns_error"] = repr(e)
+    segs = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if "/dev/shm/tpar-" not in link and "tpar-" not in link:
+            continue
+        try:
+            f = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)
+        except OSError as e:
+            segs.append({"link": link, "error": repr(e)})
+            continue
+        try:
+            seg = {"link": link, "bytes": os.fstat(f).st_size, "ranks": []}
+            if seg["bytes"] == 4096:
+                for r in range(world):
+                    b = os.pread(f, 16, 256 + 16 * r)
+                    pid, start, ns = struct.unpack("<IIQ", b) if len(b) == 16 else (0, 0, 0)
+                    q = struct.pack("hhxxxxqqixxxx", fcntl.F_WRLCK, 0, r, 1, 0)
+                    try:
+                        lt = struct.unpack("hhxxxxqqixxxx", fcntl.fcntl(f, fcntl.F_OFD_GETLK, q))[0]
+                        held = lt != fcntl.F_UNLCK
+                    except OSError as e:
+                        held = repr(e)
+                    try:
+                        with open(f"/proc/{pid}/stat") as fh:
+                            rest = fh.read().rsplit(")", 1)[1].split()
+                        now = {"state": rest[0], "start": int(rest[19]) & 0xFFFFFFFF}
+                    except (OSError, IndexError, ValueError) as e:
+                        now = {"error": type(e).__name__}
+                    seg["ranks"].append({"rank": r, "lock_held": held, "pid": pid, "start": start, "ns": ns, "now": now})
+            segs.append(seg)
+        finally:
+            os.close(f)
+    out["segments"] = segs
+    return out
+
+
 def kill_stage(eng, ca, rank, world, dev, group, die):
     """The last rank dies right after a barrier; the others keep calling the engine's
     all-reduce (no check()) and must raise a tpar error within DEAD_PEER_S of the death (wall
@@ -357,6 +411,9 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
             gone.setdefault("states", []).append(state) if state not in gone.get("states", []) else None
             if state in ("Z", "X", "gone"):
                 gone["after_s"] = round(time.monotonic() - t0, 3)
+                if rank == 0:
+                    time.sleep(0.3)  # past the watchdog's grace: what its check sees now
+                    gone["liveness"] = liveness_snapshot(world)
             time.sleep(0.02)
 
     threading.Thread(target=watch, daemon=True).start()
