@@ -126,18 +126,14 @@ mod tests {
         let mut b = me().unwrap();
         b[..4].copy_from_slice(&pid.to_le_bytes());
         // SAFETY: as in `record`.
-        assert_eq!(
-            unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(1)) },
-            16
-        );
+        let wrote = unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(1)) };
+        assert_eq!(wrote, 16);
         assert!(exited(f.as_fd(), 1), "a reaped child is gone");
         // The same record from another pid namespace tells nothing.
         b[8..].copy_from_slice(&(pid_namespace().unwrap() ^ 1).to_le_bytes());
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(1)) },
-            16
-        );
+        let wrote = unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(1)) };
+        assert_eq!(wrote, 16);
         assert!(
             !exited(f.as_fd(), 1),
             "another namespace: not judged by pid"
@@ -164,10 +160,8 @@ mod tests {
         b[..4].copy_from_slice(&pid.to_le_bytes());
         b[4..8].copy_from_slice(&(start as u32).to_le_bytes());
         // SAFETY: as in `record`.
-        assert_eq!(
-            unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(0)) },
-            16
-        );
+        let wrote = unsafe { libc::pwrite(f.as_raw_fd(), b.as_ptr().cast(), 16, offset(0)) };
+        assert_eq!(wrote, 16);
         assert!(exited(f.as_fd(), 0), "a zombie with its own start time");
         child.wait().unwrap();
         assert!(
