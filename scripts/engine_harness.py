@@ -345,7 +345,7 @@ def liveness_snapshot(world):
             link = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             continue
-        if "/dev/shm/tpar-" not in link and "tpar-" not in link:
+        if not link.startswith("/dev/shm/tpar-"):
             continue
         try:
             f = os.open(f"/proc/self/fd/{fd}", os.O_RDWR)

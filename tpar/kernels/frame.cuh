@@ -84,13 +84,19 @@ __device__ __forceinline__ void publish_error(TparError* e, u32 code) {
 __device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 epoch, u64 waited_ns, u32 peer, u32 phase) {
     if (!claim_error(state)) return;
     TparError* e = (TparError*)err;
+    if (ld_volatile_u32(&e->code) != 0u) return;  // the host's watchdog recorded a dead peer first
     fill_error(e, rank, peer, phase, epoch, waited_ns);
     publish_error(e, TPAR_ERR_TIMEOUT);
 }
 
 // Called after a failed poll. Starts the deadline on the first failure; every
-// TPAR_POLLS_PER_CLOCK failures reads the clock and whether another thread of this rank has
-// already failed the call (then this one stops too: the call is void, the error recorded).
+// TPAR_POLLS_PER_CLOCK failures reads the clock and whether this rank's call has already
+// failed (then this thread stops too: the call is void, the error recorded): a claim on the
+// device (another thread's timeout or mismatch), or a code in the error record itself, which
+// is pinned host memory that the host's liveness watchdog writes when a peer dies — with no
+// CUDA call, so that it lands even when the stream's queue is full of calls waiting behind
+// this one (an engine enqueues a whole step before it synchronises; a device-side write then
+// could only be enqueued after them).
 // Returns false when the thread must stop waiting.
 __device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& polls, u32 peer, u32 phase) {
     if (f.deadline_ns == 0ull) {
@@ -104,7 +110,7 @@ __device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& 
         record_timeout(a.err, a.state, a.rank, f.epoch, now - (f.deadline_ns - a.timeout_ns), peer, phase);
         return false;
     }
-    if (ld_volatile_u32(&((TparState*)a.state)->err_claim) != 0u) {
+    if (ld_volatile_u32(&((TparState*)a.state)->err_claim) != 0u || ld_volatile_u32(&((const TparError*)a.err)->code) != 0u) {
         f.ok = false;
         return false;
     }
@@ -148,6 +154,7 @@ __device__ __forceinline__ u32 desc_mask(const TparArgs& a) {
 __device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 epoch, u32 peer, u64 ours, u64 theirs) {
     if (!claim_error(state)) return;
     TparError* e = (TparError*)err;
+    if (ld_volatile_u32(&e->code) != 0u) return;  // as in record_timeout
     fill_error(e, rank, peer, TPAR_PHASE_DESC, epoch, 0ull);
     e->ours = ours;
     e->theirs = theirs;

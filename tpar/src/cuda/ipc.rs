@@ -484,9 +484,9 @@ impl IpcWorkspace {
 }
 
 /// Ends a rank's calls in flight from another thread (the GPU communicator's watchdog): it
-/// claims the rank's error record on the device (`TparState::err_claim`: every spinning
-/// thread of the rank's kernels stops at its next clock check, `still_waiting` in frame.cuh)
-/// and fills the host-visible record with [`abi::ERR_PEER_DIED`], so the next call or
+/// fills the host-visible record with [`abi::ERR_PEER_DIED`] (every spinning thread of the
+/// rank's kernels reads its code at its next clock check, `still_waiting` in frame.cuh, and
+/// stops), then claims the record on the device (`TparState::err_claim`), so the next call or
 /// `synchronize` raises `Error::PeerDied` naming the peer.
 pub struct Aborter {
     dev: Device,
@@ -503,27 +503,30 @@ pub struct Aborter {
 unsafe impl Send for Aborter {}
 
 impl Aborter {
-    /// Fails this rank's calls in flight because `peer` died.
+    /// Fails this rank's calls in flight because `peer` died. The pinned error record first,
+    /// with plain stores: waiting kernels read its code (frame.cuh `still_waiting`) and stop,
+    /// even when the stream's queue is full of calls behind them, where any CUDA call of the
+    /// host would wait for the queue to drain (an engine's eager step enqueues about a
+    /// thousand launches before it synchronises: the abort waited for the device timeout).
+    /// Then the device claim word, which keeps later kernels from writing a record of their own.
     pub fn peer_died(&self, peer: usize) -> Result<()> {
+        // SAFETY: err points to the live pinned record (see the Send impl); a kernel that
+        // recorded first (its code set) keeps its record.
+        unsafe {
+            let code = std::ptr::addr_of!((*self.err).code);
+            if std::ptr::read_volatile(code) == 0 {
+                std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).rank), self.rank);
+                std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).peer), peer as u32);
+                std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).phase), 0);
+                std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+                std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).code), abi::ERR_PEER_DIED);
+            }
+        }
         self.dev.bind()?;
         let off = std::mem::offset_of!(TparState, err_claim) as u64;
         // SAFETY: state is the workspace's live TparState allocation (see the Send impl); the
         // claim word is an aligned word inside it.
         unsafe { super::driver::set_word_at_async(self.state + off, 1, &self.stream) }?;
-        self.stream.synchronize()?;
-        // SAFETY: err points to the live pinned record (see the Send impl); a kernel that
-        // claimed first may have written its own record: then that one stays.
-        unsafe {
-            let code = std::ptr::addr_of!((*self.err).code);
-            if std::ptr::read_volatile(code) != 0 {
-                return Ok(());
-            }
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).rank), self.rank);
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).peer), peer as u32);
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).phase), 0);
-            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-            std::ptr::write_volatile(std::ptr::addr_of_mut!((*self.err).code), abi::ERR_PEER_DIED);
-        }
-        Ok(())
+        self.stream.synchronize()
     }
 }
