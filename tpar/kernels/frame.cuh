@@ -90,14 +90,12 @@ __device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 ep
 }
 
 // Called after a failed poll. Starts the deadline on the first failure; every
-// TPAR_POLLS_PER_CLOCK failures reads the clock and whether this rank's call has already
-// failed (then this thread stops too: the call is void, the error recorded): a claim on the
-// device (another thread's timeout or mismatch), or a code in the error record itself, which
-// is pinned host memory that the host's liveness watchdog writes when a peer dies — with no
-// CUDA call, so that it lands even when the stream's queue is full of calls waiting behind
-// this one (an engine enqueues a whole step before it synchronises; a device-side write then
-// could only be enqueued after them).
-// Returns false when the thread must stop waiting.
+// TPAR_POLLS_PER_CLOCK failures reads the clock and whether the call already failed (then this
+// thread stops too): a claim on the device (another thread's timeout or mismatch), or, once a
+// wait has lasted TPAR_HOST_CHECK_NS, at every 16th clock check, the code of the pinned error
+// record, which the host's liveness watchdog writes when a peer dies with no CUDA call (an
+// engine queues a whole step of calls: a device write would run after them; read by every
+// waiting thread at every check, that host-link read slowed small calls 1.5-30x). False: stop.
 __device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& polls, u32 peer, u32 phase) {
     if (f.deadline_ns == 0ull) {
         f.deadline_ns = globaltimer_ns() + a.timeout_ns;
@@ -110,7 +108,9 @@ __device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& 
         record_timeout(a.err, a.state, a.rank, f.epoch, now - (f.deadline_ns - a.timeout_ns), peer, phase);
         return false;
     }
-    if (ld_volatile_u32(&((TparState*)a.state)->err_claim) != 0u || ld_volatile_u32(&((const TparError*)a.err)->code) != 0u) {
+    if (ld_volatile_u32(&((TparState*)a.state)->err_claim) != 0u ||
+        (now + a.timeout_ns - f.deadline_ns >= TPAR_HOST_CHECK_NS && polls % (16u * TPAR_POLLS_PER_CLOCK) == 0u &&
+         ld_volatile_u32(&((const TparError*)a.err)->code) != 0u)) {
         f.ok = false;
         return false;
     }
