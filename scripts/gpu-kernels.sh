@@ -117,8 +117,8 @@ verify)
     step check-host 60 -- "$B" check --emulate-ranks 2,3,4,8 --transport host -e 1M --calls 100 -d all
     step check-skew 60 -- "$B" check --emulate-ranks 8 --calls 1500 --skew-ns 20000 -e 256K -d all --algo "$K"
     step check-skew-4M 60 -- "$B" check --emulate-ranks 8 --calls 200 --skew-ns 20000 -e 4M -d bfloat16 --algo oneshot-pull,twoshot-push,twoshot-pull
-    step graph-skew 40 -- "$B" selftest graph --emulate-ranks 2,8 --replays 20 --skew-ns 20000 --sequence 122x42K -d all
-    step graph-skew-host 40 -- "$B" selftest graph --emulate-ranks 2,3,4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d all
+    step graph-skew 90 -- "$B" selftest graph --emulate-ranks 2,8 --replays 20 --skew-ns 20000 --sequence 122x42K -d all
+    step graph-skew-host 90 -- "$B" selftest graph --emulate-ranks 2,3,4 --transport host --replays 10 --skew-ns 20000 --sequence 122x42K -d all
     step graph-skew-nopdl 25 TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 10 --skew-ns 20000 --sequence 122x42K -d bfloat16
     # The guards removed: the skewed graphs must fail (wrong sums or a timeout).
     step guard-sentinel-2buf 20 expect_fail TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/u2" -- "$B" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16

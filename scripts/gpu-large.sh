@@ -65,7 +65,7 @@ V=(--compare "vllm=$LIB")
 # left while a peer still read its input or wrote its output gives wrong sums), odd counts
 # (a partial last vector), every dtype, 2 and 8 ranks; the end barrier removed must be caught.
 Z=TPAR_ZERO_COPY=1
-step zc-graph-skew 60 $Z -- "$B" selftest graph --emulate-ranks 2,8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d all
+step zc-graph-skew 150 $Z -- "$B" selftest graph --emulate-ranks 2,8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d all
 step zc-graph-odd 40 $Z -- "$B" selftest graph --emulate-ranks 3,8 --replays 5 --skew-ns 20000 --sequence 61x43010 --scratch -d all
 step zc-graph-42K 40 $Z -- "$B" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
 step zc-graph-nopdl 30 $Z TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 5 --skew-ns 20000 --sequence 24x4M --scratch -d bfloat16
