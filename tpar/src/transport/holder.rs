@@ -70,11 +70,7 @@ pub(crate) fn exited(fd: BorrowedFd<'_>, rank: usize) -> bool {
     if pid == 0 {
         return false;
     }
-    judge(
-        start,
-        ns != 0 && pid_namespace() == Some(ns),
-        proc_entry(pid),
-    )
+    judge(start, ns != 0 && pid_namespace() == Some(ns), proc_entry(pid))
 }
 
 /// What /proc says of a pid: gone, unreadable, or its (start time, state).
@@ -164,39 +160,19 @@ mod tests {
         assert_eq!(wrote, 16);
         assert!(exited(f.as_fd(), 0), "a zombie with its own start time");
         child.wait().unwrap();
-        assert!(
-            !exited(f.as_fd(), 0),
-            "reaped, namespace unknown: cannot be told from another namespace"
-        );
+        assert!(!exited(f.as_fd(), 0), "reaped, namespace unknown: cannot be told from another namespace");
     }
 
     #[test]
     fn the_rule_for_each_thing_proc_can_say() {
         let start = 1234u32;
         for same_ns in [false, true] {
-            assert!(
-                !judge(start, same_ns, Entry::Listed(1234, 'S')),
-                "the recorded process, alive"
-            );
+            assert!(!judge(start, same_ns, Entry::Listed(1234, 'S')), "the recorded process, alive");
             assert!(!judge(start, same_ns, Entry::Listed(1234, 'R')));
-            assert!(
-                judge(start, same_ns, Entry::Listed(1234, 'Z')),
-                "the recorded process, exited"
-            );
-            assert!(
-                judge(start, same_ns, Entry::Listed(1234 + (1u64 << 32), 'Z')),
-                "start times compare in 32 bits, as recorded"
-            );
-            assert_eq!(
-                judge(start, same_ns, Entry::Listed(99, 'S')),
-                same_ns,
-                "another process under the pid"
-            );
-            assert_eq!(
-                judge(start, same_ns, Entry::Gone),
-                same_ns,
-                "no process under the pid"
-            );
+            assert!(judge(start, same_ns, Entry::Listed(1234, 'Z')), "the recorded process, exited");
+            assert!(judge(start, same_ns, Entry::Listed(1234 + (1u64 << 32), 'Z')), "start times compare in 32 bits, as recorded");
+            assert_eq!(judge(start, same_ns, Entry::Listed(99, 'S')), same_ns, "another process under the pid");
+            assert_eq!(judge(start, same_ns, Entry::Gone), same_ns, "no process under the pid");
             assert!(!judge(start, same_ns, Entry::Unreadable));
         }
     }
