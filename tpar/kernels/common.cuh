@@ -34,8 +34,10 @@ typedef unsigned long long u64;
 
 // Spins read %globaltimer once every this many polls (see poll_until_not_sentinel).
 #define TPAR_POLLS_PER_CLOCK 16u
-// A wait reads the host's error record (a dead peer) only once it has lasted this long (frame.cuh).
-#define TPAR_HOST_CHECK_NS 1000000ull
+// A wait reads the host's error record (a dead peer) only after this many failed polls (each a
+// round trip to memory, 0.1 us or more: at least about 0.5 ms; frame.cuh). A poll count, not
+// the clock: one register fewer, which the lean variants' 64 need (a spill otherwise).
+#define TPAR_HOST_CHECK_POLLS 4096u
 
 // The lean variant (large messages; the launcher compiles it with -DTPAR_LEAN, for the
 // kernels that define TPAR_LEAN_READY before including this header): at most 64 registers a

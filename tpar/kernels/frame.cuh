@@ -91,8 +91,8 @@ __device__ __noinline__ void record_timeout(u64 err, u64 state, u32 rank, u32 ep
 
 // Called after a failed poll. Starts the deadline on the first failure; every
 // TPAR_POLLS_PER_CLOCK failures reads the clock and whether the call already failed (then this
-// thread stops too): a claim on the device (another thread's timeout or mismatch), or, once a
-// wait has lasted TPAR_HOST_CHECK_NS, at every 16th clock check, the code of the pinned error
+// thread stops too): a claim on the device (another thread's timeout or mismatch), or, after
+// TPAR_HOST_CHECK_POLLS failed polls, at every 16th clock check, the code of the pinned error
 // record, which the host's liveness watchdog writes when a peer dies with no CUDA call (an
 // engine queues a whole step of calls: a device write would run after them; read by every
 // waiting thread at every check, that host-link read slowed small calls 1.5-30x). False: stop.
@@ -109,8 +109,7 @@ __device__ __forceinline__ bool still_waiting(const TparArgs& a, Frame& f, u32& 
         return false;
     }
     if (ld_volatile_u32(&((TparState*)a.state)->err_claim) != 0u ||
-        (now + a.timeout_ns - f.deadline_ns >= TPAR_HOST_CHECK_NS && polls % (16u * TPAR_POLLS_PER_CLOCK) == 0u &&
-         ld_volatile_u32(&((const TparError*)a.err)->code) != 0u)) {
+        (polls >= TPAR_HOST_CHECK_POLLS && polls % (16u * TPAR_POLLS_PER_CLOCK) == 0u && ld_volatile_u32(&((const TparError*)a.err)->code) != 0u)) {
         f.ok = false;
         return false;
     }
