@@ -38,9 +38,16 @@ fn pid_namespace() -> Option<u64> {
 
 /// (start time, state) of process `pid`, or None where /proc does not say.
 fn start_time(pid: u32) -> Option<(u64, char)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = s.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
+    match proc_entry(pid) {
+        Entry::Listed(t, state) => Some((t, state)),
+        Entry::Gone | Entry::Unreadable => None,
+    }
+}
+
+/// (start time, state) from the text of /proc/PID/stat (fields 22 and 3; the name in field 2
+/// may hold spaces and parentheses, so fields count from its last `)`).
+fn parse_stat(s: &str) -> Option<(u64, char)> {
+    let f: Vec<&str> = s.rsplit_once(')')?.1.split_whitespace().collect();
     Some((f.get(19)?.parse().ok()?, f.first()?.chars().next()?))
 }
 
@@ -81,14 +88,13 @@ enum Entry {
     Listed(u64, char),
 }
 
+/// One read of /proc/PID/stat: gone (no such entry, or reaped while it was read),
+/// unreadable (any other error, or text that does not parse), or listed.
 fn proc_entry(pid: u32) -> Entry {
-    match std::fs::metadata(format!("/proc/{pid}")) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Entry::Gone,
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => parse_stat(&s).map_or(Entry::Unreadable, |(t, state)| Entry::Listed(t, state)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => Entry::Gone,
         Err(_) => Entry::Unreadable,
-        Ok(_) => match start_time(pid) {
-            Some((t, state)) => Entry::Listed(t, state),
-            None => Entry::Gone, // vanished between the two reads (reaped)
-        },
     }
 }
 
