@@ -80,20 +80,11 @@ def test_sizes_that_differ_across_ranks_raise_mismatch_on_every_rank():
     assert any(r["type"] == "MismatchError" and "disagrees" in r["message"] for r in res), res
 
 
-def test_a_dead_rank_raises_on_every_other_rank():
-    recs = run_ranks(3, "dead_rank", env=ERR_ENV)
-    assert recs[2].get("returncode") == 3, recs[2]
-    res = ok_records(recs[:2])
-    for r in res:
-        assert r["type"] in ("PeerDiedError", "AbortedError", "PoisonedError"), res
-        assert r["seconds"] < ERR_BOUND_S, res
-    assert any(r["type"] == "PeerDiedError" and "rank 2" in r["message"] for r in res), res
-
-
-def test_a_dead_rank_whose_forked_child_lives_on_is_still_seen_dead():
-    # The liveness lock is shared with a child the rank forked (compile workers, engine
-    # helpers); the rank's own exit must still end the others' calls, not their timeout.
-    recs = run_ranks(3, "dead_rank", env=ERR_ENV, fork_child=True)
+# fork_child: the liveness lock is shared with a child the rank forked (compile workers,
+# engine helpers); the rank's own exit must still end the others' calls, not their timeout.
+@pytest.mark.parametrize("fork_child", [False, True], ids=["plain", "forked_child_lives_on"])
+def test_a_dead_rank_raises_on_every_other_rank(fork_child):
+    recs = run_ranks(3, "dead_rank", env=ERR_ENV, fork_child=fork_child)
     assert recs[2].get("returncode") == 3, recs[2]
     res = ok_records(recs[:2])
     for r in res:
