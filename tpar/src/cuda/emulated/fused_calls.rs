@@ -11,14 +11,7 @@ impl EmulatedGroup {
     /// unfused path, `algo`'s all-reduce into every rank's `norm_out`, then tpar's add-RMSNorm
     /// kernel in place. The same bits either way. Returns the path taken.
     pub fn enqueue_add_rmsnorm(&mut self, algo: Algorithm, call: &FusedCall, bufs: &[FusedBufs], blocks: u32, unfused: bool) -> Result<FusedPath> {
-        self.check_usable()?;
-        call.validate()?;
-        if bufs.len() != self.world {
-            return Err(Error::invalid("bufs", format!("need one set of buffers per rank ({})", self.world)));
-        }
-        for b in bufs {
-            b.check(call)?;
-        }
+        self.check_fused_args(call, bufs)?;
         let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
         let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
         if unfused || fused_unfit(algo, call, self.world, self.slot_vecs).is_some() {
@@ -41,20 +34,24 @@ impl EmulatedGroup {
     /// input + residual`, `norm_out = rmsnorm(residual_out) * weight` (in place when
     /// `norm_out == input`), as the engines' fused_add_rms_norm after an all-reduce.
     pub fn enqueue_norm_only(&mut self, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
-        self.check_usable()?;
-        call.validate()?;
-        if bufs.len() != self.world {
-            return Err(Error::invalid("bufs", format!("need one set of buffers per rank ({})", self.world)));
-        }
-        for b in bufs {
-            b.check(call)?;
-        }
+        self.check_fused_args(call, bufs)?;
         let l = self.launcher.resolve_add_rmsnorm(&self.dev, call.dtype, call.rows, call.row_vecs())?;
         let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
         let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
         let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
         let all = vec![true; self.world];
         self.launch_all(&l, (call.count(), 0), (&inputs, &outputs, None), &all, Some(&norm))
+    }
+
+    /// A fused or add-RMSNorm call's arguments: the group usable, the shape valid, one set of
+    /// checked buffers per rank.
+    fn check_fused_args(&self, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
+        self.check_usable()?;
+        call.validate()?;
+        if bufs.len() != self.world {
+            return Err(Error::invalid("bufs", format!("need one set of buffers per rank ({})", self.world)));
+        }
+        bufs.iter().try_for_each(|b| b.check(call))
     }
 
     /// Compiles and loads what fused calls of `dtypes` by `algos` need now: each algorithm's
