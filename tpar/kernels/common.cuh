@@ -13,7 +13,7 @@ typedef unsigned short u16;
 typedef unsigned long long u64;
 
 #define TPAR_MAX_RANKS 16
-#define TPAR_MAX_BLOCKS 32
+#define TPAR_MAX_BLOCKS 64
 #define TPAR_THREADS 512
 
 // Error codes written into TparError::code (0 = no error).
@@ -140,7 +140,7 @@ struct TparState {
     u64 prev_nvec[2];                // vectors of that call's message
     u32 prev_kind[2];                // TPAR_KIND_*: which push regions that call filled
 };
-static_assert(sizeof(TparState) == 192, "TparState size");
+static_assert(sizeof(TparState) == 352, "TparState size");
 
 // What a call leaves in the push region (for the clear one call behind).
 #define TPAR_KIND_NONE 0u     // pull algorithms: nothing
@@ -193,7 +193,7 @@ static_assert(sizeof(TparFusedArgs) == 376, "TparFusedArgs size: keep in step wi
 static_assert(alignof(TparFusedArgs) == 8, "TparFusedArgs alignment");
 // This rank's partial sums of squares (fused calls; norm.cuh) live in its state buffer,
 // after the TparState: one 8-byte {f32 bits, generation} word per tile of the message.
-#define TPAR_SCRATCH_OFFSET 256u
+#define TPAR_SCRATCH_OFFSET 512u
 
 // One 16-byte vector: the unit every kernel moves.
 struct __align__(16) V16 {

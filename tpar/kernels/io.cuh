@@ -85,15 +85,17 @@ __device__ __forceinline__ void io_store(const TparArgs& a, u64 v, bool whole, V
     }
 }
 
-// Loads a thread keeps in flight in the registered reduce: 16 vectors (64 registers, as the
-// default variant's one-group reduce).
-#define TPAR_IO_SLOTS 16
+// Loads a thread keeps in flight in the registered reduce: 8 vectors (32 registers). 16 (as
+// the default variant's one-group reduce) was 1-10% slower at 1-16 MiB on one H200 (round 9:
+// two-shot pull, 2 ranks, 64 blocks, 1 / 4 / 16 MiB 5.56 / 8.06 / 25.87 us with 16, 5.46 /
+// 7.89 / 23.29 with 8; 4 of them lost at 16 MiB).
+#define TPAR_IO_SLOTS 8
 
 // Reduces the whole vectors [lo, hi) (this thread's first, then every grid's worth) over
 // every rank's registered input, in rank order 0..world-1 in f32, and stores each sum
 // (io_store). W: the world at compile time (2, 4, 8), or TPAR_MAX_RANKS bounded by a.world
 // at run time. U vectors per pass and G ranks per load group, all U x G loads in flight
-// before any add: at 2 ranks a thread has 16 loads in flight, not 2 (2 ranks reach the
+// before any add: at 2 ranks a thread has 8 loads in flight, not 2 (2 ranks reach the
 // GPU's bandwidth only so). The same adds in the same order for every (W, U, G).
 template <class D, int W, int U, int G, bool ALL>
 __device__ __forceinline__ void io_reduce_range(const TparArgs& a, TPAR_IDX lo, TPAR_IDX hi) {

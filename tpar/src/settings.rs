@@ -27,7 +27,7 @@ mod render;
 pub use render::{markdown_table, text_table};
 
 /// Most thread blocks per rank of one kernel call (the kernels' flag rows; `abi::MAX_BLOCKS`).
-pub const MAX_KERNEL_BLOCKS: u32 = 32;
+pub const MAX_KERNEL_BLOCKS: u32 = 64;
 /// Bound on any wait when `TPAR_TIMEOUT_MS` is unset.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Size of the CPU backend's shared workspace when `TPAR_SHM_BYTES` is unset: large enough
@@ -103,7 +103,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_HOST_PROTOCOL", group: Group::Plan, values: "flags, sentinel or auto", default: "auto (flags from 3 ranks)", doc: "how the push kernels synchronise over the host transport (GPUs without P2P)", example: "flags" },
     Var { name: "TPAR_WIRE", group: Group::Plan, values: "exact, fp8 or int8", default: "exact", doc: "what ce-ring puts on the wire: fp8/int8 quantise per block of 128 values (lossy: docs/cuda.md states the bound); other algorithms are always exact", example: "fp8" },
     Var { name: "TPAR_EXACT", group: Group::Plan, values: BOOL, default: "0", doc: "insist on bitwise rank-order sums: a lossy TPAR_WIRE is then an error", example: "1" },
-    Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 32, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
+    Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 64, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
     Var { name: "TPAR_PDL", group: Group::Launch, values: "1 or 0", default: "1", doc: "programmatic dependent launch on sm_90+ (ranks may differ)", example: "0" },
     Var { name: "TPAR_LEAN", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "the kernels' lean variant (64 registers, two blocks per SM) for every size (1), never (0), or for large calls of ranks sharing a GPU (auto)", example: "1" },
     Var { name: "TPAR_ZERO_COPY", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "graph-captured pull calls read the ranks' inputs in place, the buffers registered when the capture ends: from each algorithm's measured size (auto), at every size (1), never (0: copy into the workspace)", example: "0" },

@@ -20,7 +20,7 @@ fn malformed_values_are_config_errors_naming_the_variable() {
         ("TPAR_DISABLE", "maybe"),
         ("TPAR_DEBUG", "LOUD"),
         ("TPAR_BLOCKS", "0"),
-        ("TPAR_BLOCKS", "33"),
+        ("TPAR_BLOCKS", "65"),
         ("TPAR_BLOCKS", "many"),
         ("TPAR_CHECK_CALLS", "sometimes"),
     ] {

@@ -17,7 +17,7 @@ use tpar::{DType, Profile, Topology, Transport};
     TPAR_MAX_BYTES=<size>        NCCL above this size\n  \
     TPAR_DISABLE=1               always NCCL\n  \
     TPAR_PROFILE=<file>          tuned profile (same as --profile)\n  \
-    TPAR_BLOCKS=<1 to 32>|auto   thread blocks per kernel call (for measuring)\n  \
+    TPAR_BLOCKS=<1 to 64>|auto   thread blocks per kernel call (for measuring)\n  \
     TPAR_CHECK_CALLS=0           stop comparing calls across ranks on the GPU\n  \
     TPAR_HOST_PROTOCOL=flags|sentinel|auto  push kernels' protocol over the host transport\n\n\
 Examples:\n  \

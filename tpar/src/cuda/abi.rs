@@ -12,7 +12,7 @@ use std::mem::{offset_of, size_of};
 /// Most ranks a kernel addresses (the length of the peer-pointer arrays).
 pub const MAX_RANKS: usize = 16;
 /// Most blocks per rank per call (the flag area has one slot row per block).
-pub const MAX_BLOCKS: usize = 32;
+pub const MAX_BLOCKS: usize = 64;
 const _: () = assert!(MAX_BLOCKS == crate::plan::MAX_KERNEL_BLOCKS as usize, "the plan's block cap is the kernels'");
 /// Threads per block; kernels are compiled with `__launch_bounds__` of this.
 pub const THREADS: u32 = 512;
@@ -99,7 +99,7 @@ pub struct TparFusedArgs {
 
 /// Where a rank's tile sums of squares (fused calls) start in its state buffer: after the
 /// [`TparState`] (common.cuh `TPAR_SCRATCH_OFFSET`).
-pub const SCRATCH_OFFSET: usize = 256;
+pub const SCRATCH_OFFSET: usize = 512;
 /// Vectors in a tile: one warp's (common.cuh `TPAR_TILE_VECS`); a fused call's rows and
 /// two-shot chunks are whole tiles.
 pub const TILE_VECS: usize = 32;
@@ -218,7 +218,7 @@ pub const BUFS: usize = 3;
 /// indices (equal between calls), the error claim, and what the last two calls left in the
 /// push region (for the clear one call behind).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct TparState {
     pub epoch: [u32; MAX_BLOCKS],
     pub buf: [u8; MAX_BLOCKS],
@@ -226,6 +226,13 @@ pub struct TparState {
     pub pad0: u32,
     pub prev_nvec: [u64; 2],
     pub prev_kind: [u32; 2],
+}
+
+// By hand: std derives Default for arrays of at most 32 elements.
+impl Default for TparState {
+    fn default() -> Self {
+        Self { epoch: [0; MAX_BLOCKS], buf: [0; MAX_BLOCKS], err_claim: 0, pad0: 0, prev_nvec: [0; 2], prev_kind: [0; 2] }
+    }
 }
 
 impl TparState {
@@ -265,11 +272,11 @@ const _: () = {
     assert!(offset_of!(TparArgs, count) == 288);
     assert!(offset_of!(TparArgs, timeout_ns) == 304);
     assert!(offset_of!(TparArgs, rank) == 312);
-    assert!(size_of::<TparState>() == 192);
-    assert!(offset_of!(TparState, buf) == 128);
-    assert!(offset_of!(TparState, err_claim) == 160);
-    assert!(offset_of!(TparState, prev_nvec) == 168);
-    assert!(offset_of!(TparState, prev_kind) == 184);
+    assert!(size_of::<TparState>() == 352);
+    assert!(offset_of!(TparState, buf) == 256);
+    assert!(offset_of!(TparState, err_claim) == 320);
+    assert!(offset_of!(TparState, prev_nvec) == 328);
+    assert!(offset_of!(TparState, prev_kind) == 344);
     assert!(size_of::<TparError>() == 48);
     assert!(size_of::<TparNorm>() == 32);
     assert!(size_of::<TparFusedArgs>() == 376);

@@ -70,9 +70,21 @@ pub const NCCL_PCIE_FLOOR_US: f64 = 42.0;
 pub const PCIE_MAX_BLOCKS: u32 = 8;
 /// Bytes per block on PCIe before another block is added (the measurement above).
 pub const PCIE_BYTES_PER_BLOCK: u64 = 8 * KIB;
-/// Most blocks an NVLink kernel uses: the kernels' cap. Measured on 4 H200s (blocks sweep,
-/// bench/results/h200-x4.md): at 1 MiB, 32 blocks beat 16 (one-shot, 4 ranks: 18.75 vs 25.66 us).
-pub const NVLINK_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
+/// Most blocks an NVLink kernel uses below [`NVLINK_WIDE_MIN_BYTES`]. Measured on 4 H200s
+/// (blocks sweep, bench/results/h200-x4.md): at 1 MiB, 32 blocks beat 16 (one-shot, 4 ranks:
+/// 18.75 vs 25.66 us). 64 did worse below 2 MiB on one H200 with emulated ranks (round 9,
+/// bench/results/h200-1gpu-round9: 256 KiB one-shot pull 5.21 -> 5.53 us at 4 ranks, 8.09 ->
+/// 8.93 at 8; 1 MiB two-shot pull 5.40 -> 5.56 at 2).
+pub const NVLINK_MAX_BLOCKS: u32 = 32;
+/// From this size on, NVLink kernels may use [`NVLINK_WIDE_MAX_BLOCKS`]: the registered
+/// reduce is bound by how many SMs move the bytes. One H200, emulated ranks, bf16, graphs
+/// (bench/results/h200-1gpu-round9, call 2): two-shot pull at 2 ranks 4 MiB 10.06 us on 32
+/// blocks, 8.04 on 64 (40: 10.25, 48: 9.40, 56: 8.87); 16 MiB 32.37 -> 25.83; 4 ranks 4 MiB
+/// 11.65 -> 11.49, 16 MiB 43.73 -> 43.02. Where the ranks share one GPU the launcher lowers the
+/// grid until every rank's blocks are resident (8 emulated ranks: as before).
+pub const NVLINK_WIDE_MIN_BYTES: u64 = 2 * MIB;
+/// Most blocks of a call of at least [`NVLINK_WIDE_MIN_BYTES`]: the kernels' cap.
+pub const NVLINK_WIDE_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
 /// Bytes per block on NVLink before another block is added: one 16-byte vector per thread
 /// of a [`NVLINK_MIN_THREADS`]-thread block. An SM moves only so many bytes per cycle to
 /// memory and peers, so small calls go faster spread over many small blocks (many SMs) than
@@ -194,12 +206,14 @@ pub enum BlockClass {
 }
 
 /// The block policy, the one place it lives: thread blocks per rank for a call of `bytes`.
-/// NVLink: one block per [`NVLINK_BYTES_PER_BLOCK`], at most [`NVLINK_MAX_BLOCKS`]; PCIe:
+/// NVLink: one block per [`NVLINK_BYTES_PER_BLOCK`], at most [`NVLINK_MAX_BLOCKS`] (from
+/// [`NVLINK_WIDE_MIN_BYTES`] on, [`NVLINK_WIDE_MAX_BLOCKS`]); PCIe:
 /// one per [`PCIE_BYTES_PER_BLOCK`], at most [`PCIE_MAX_BLOCKS`]. The plan calls it for its
 /// decisions and the CUDA launch layer for calls the plan did not size (forced algorithms,
 /// emulated ranks); `TPAR_BLOCKS` overrides both.
 pub fn kernel_blocks(bytes: u64, class: BlockClass) -> u32 {
     let (per_block, max) = match class {
+        BlockClass::NvLink if bytes >= NVLINK_WIDE_MIN_BYTES => (NVLINK_BYTES_PER_BLOCK, NVLINK_WIDE_MAX_BLOCKS),
         BlockClass::NvLink => (NVLINK_BYTES_PER_BLOCK, NVLINK_MAX_BLOCKS),
         BlockClass::Pcie => (PCIE_BYTES_PER_BLOCK, PCIE_MAX_BLOCKS),
     };

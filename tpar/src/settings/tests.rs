@@ -19,7 +19,7 @@ fn one_error_style_for_every_malformed_value() {
         ("TPAR_TIMEOUT_MS", "-5"),
         ("TPAR_TIMEOUT_MS", "abc"),
         ("TPAR_SHM_BYTES", "lots"),
-        ("TPAR_BLOCKS", "33"),
+        ("TPAR_BLOCKS", "65"),
         ("TPAR_BLOCKS", "0"),
         ("TPAR_PDL", "yes"),
         ("TPAR_LEAN", "maybe"),
