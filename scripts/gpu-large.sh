@@ -68,7 +68,7 @@ Z=TPAR_ZERO_COPY=1
 step zc-graph-skew 150 $Z -- "$B" selftest graph --emulate-ranks 2,8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d all
 step zc-graph-odd 40 $Z -- "$B" selftest graph --emulate-ranks 3,8 --replays 5 --skew-ns 20000 --sequence 61x43010 --scratch -d all
 step zc-graph-42K 40 $Z -- "$B" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
-step zc-graph-nopdl 30 $Z TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 5 --skew-ns 20000 --sequence 24x4M --scratch -d bfloat16
+step zc-graph-nopdl 90 $Z TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 5 --skew-ns 20000 --sequence 24x4M --scratch -d bfloat16
 step guard-zc-no-end-barrier 30 expect_fail $Z TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_NO_END_BARRIER=1 XDG_CACHE_HOME="$CACHE/ne" -- "$B" selftest graph --emulate-ranks 8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d bfloat16
 step check 120 -- "$B" check --emulate-ranks 2,8 -e 4M --calls 30 -d all --algo oneshot-push,oneshot-pull,twoshot-push,twoshot-pull
 
