@@ -10,6 +10,12 @@ use crate::dtype::{pack_acc, unpack_into, Element};
 mod fused;
 pub use fused::{add_rmsnorm, count_wrong_add_rmsnorm, expected_add_rmsnorm, fused_inputs, inv_rms, tree_sum, FusedInputs};
 
+/// Written into outputs before each checked or screened call: a NaN in every lane width
+/// (f32, f16, bf16) that no algorithm writes and that is not the workspace's empty sentinel.
+pub const POISON_WORD: u32 = 0x7fa5_7fa5;
+/// Written into inputs before timed calls: finite and non-zero in every lane width.
+pub const TIMING_WORD: u32 = 0x3c00_3c00;
+
 /// splitmix64: fast, good enough for test data, reproducible everywhere.
 #[derive(Clone, Debug)]
 pub struct SplitMix(u64);

@@ -9,11 +9,7 @@ use tpar::kinds::Wire;
 use tpar::testing::{bit_diffs, digest, expected_islands, Reference};
 use tpar::{Algorithm, Element};
 
-/// Written into outputs before each checked call: a NaN in every lane width (f32, f16,
-/// bf16) that no algorithm writes and that is not the workspace's empty sentinel.
-pub const POISON_WORD: u32 = 0x7fa5_7fa5;
-/// Written into inputs before timed calls: finite and non-zero in every lane width.
-pub const TIMING_WORD: u32 = 0x3c00_3c00;
+pub use tpar::testing::{POISON_WORD, TIMING_WORD};
 
 pub fn err(x: tpar::Error) -> String {
     x.to_string()

@@ -29,11 +29,7 @@ use crate::tune::screen::{judge, ScreenCache};
 use crate::tune::{step, Judged, Ranks, Rounds};
 use std::time::{Duration, Instant};
 
-/// Written into outputs before each screened call: a NaN in every lane width that no
-/// algorithm writes and that is not the workspace's empty sentinel.
-pub const POISON_WORD: u32 = 0x7fa5_7fa5;
-/// Written into inputs before timed calls: finite and non-zero in every lane width.
-pub const TIMING_WORD: u32 = 0x3c00_3c00;
+pub use crate::testing::{POISON_WORD, TIMING_WORD};
 /// Device deadline of the tune's kernels (every wait), unless `TPAR_TIMEOUT_MS` is shorter: a
 /// tune call takes microseconds to a millisecond, so a rank that stops comes to light in
 /// seconds, not after the communicator's 30 s.
