@@ -88,7 +88,7 @@ __device__ __forceinline__ void io_store(const TparArgs& a, u64 v, bool whole, V
 // Loads a thread keeps in flight in the registered reduce: 8 vectors (32 registers). 16 (as
 // the default variant's one-group reduce) was 1-10% slower at 1-16 MiB on one H200 (round 9:
 // two-shot pull, 2 ranks, 64 blocks, 1 / 4 / 16 MiB 5.56 / 8.06 / 25.87 us with 16, 5.46 /
-// 7.89 / 23.29 with 8; 4 of them lost at 16 MiB).
+// 7.89 / 23.29 with 8); 4 in flight lost at 16 MiB (32 blocks: 34.61 us against 8's 32.28).
 #define TPAR_IO_SLOTS 8
 
 // Reduces the whole vectors [lo, hi) (this thread's first, then every grid's worth) over
