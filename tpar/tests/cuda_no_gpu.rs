@@ -45,10 +45,10 @@ fn layout_sizes_cover_every_region() {
     // three buffers: push region 3(N+1)·S plus pull region 3·2·S.
     assert_eq!(abi::data_bytes(8, s), (3 * (8 + 1) + 6) * s * 16);
     assert_eq!(abi::push_region_bytes(8, s), 3 * (8 + 1) * s * 16);
-    // barrier flags [2][32 blocks][16 ranks] u32, then call descriptors [3][16 ranks] x 16 B
-    // (the kernels put the descriptors at byte 2*32*16*4: TPAR_DESC_OFFSET in common.cuh),
+    // barrier flags [2][64 blocks][16 ranks] u32, then call descriptors [3][16 ranks] x 16 B
+    // (the kernels put the descriptors at byte 2*64*16*4: TPAR_DESC_OFFSET in frame.cuh),
     // then the copy-engine ring's descriptors, appended so the offsets before them hold.
-    assert_eq!(abi::CE_FLAG_OFFSET, 2 * 32 * 16 * 4 + 3 * 16 * 16);
+    assert_eq!(abi::CE_FLAG_OFFSET, 2 * 64 * 16 * 4 + 3 * 16 * 16);
     assert_eq!(abi::FLAG_BYTES, abi::CE_FLAG_OFFSET + abi::CE_FLAG_BYTES);
     assert_eq!(abi::CE_FLAG_BYTES, 3 * tpar::algorithms::ce_ring::MAX_PIECES * 16 * 16);
     assert!(tpar::cuda::kernels::header().contains("#define TPAR_DESC_OFFSET (2u * TPAR_MAX_BLOCKS * TPAR_MAX_RANKS * 4u)"));
