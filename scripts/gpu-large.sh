@@ -4,9 +4,9 @@
 # (registered graph calls, tpar/kernels/io.cuh) needs. One `run` call; builds nothing but
 # vLLM's library (nvcc, ~10 s, bench/compare/vllm.sh build).
 #
-#   OUT=... bash scripts/gpu-large.sh DIR final   the "Done when" run (~4-5 min):
-#       correctness (zero copy forced, skewed graphs in place on scratch buffers, the guard
-#       removed must be caught, an eager check sweep), then 2/4/8 emulated ranks, 1 KiB-16 MiB
+#   OUT=... bash scripts/gpu-large.sh DIR final   the "Done when" run (~7-8 min):
+#       correctness (zero copy forced, skewed graphs in place and out of place on scratch
+#       buffers, the guard removed must be caught in both, an eager check sweep), then 2/4/8 emulated ranks, 1 KiB-16 MiB
 #       by x4, bf16, graphs, the 122 x 42 KiB step, every algorithm against vLLM,
 #       TPAR_PDL=1 then TPAR_PDL=0 (the plan's pick in the table: h200-nvswitch-8)
 #   OUT=... bash scripts/gpu-large.sh DIR dev     the development call: correctness, then the
@@ -65,10 +65,15 @@ V=(--compare "vllm=$LIB")
 # left while a peer still read its input or wrote its output gives wrong sums), odd counts
 # (a partial last vector), every dtype, 2 and 8 ranks; the end barrier removed must be caught.
 Z=TPAR_ZERO_COPY=1
-step zc-graph-skew 150 $Z -- "$B" selftest graph --emulate-ranks 2,8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d all
+step zc-graph-skew 240 $Z -- "$B" selftest graph --emulate-ranks 2,8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d all
 step zc-graph-odd 40 $Z -- "$B" selftest graph --emulate-ranks 3,8 --replays 5 --skew-ns 20000 --sequence 61x43010 --scratch -d all
 step zc-graph-42K 40 $Z -- "$B" selftest graph --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
 step zc-graph-nopdl 90 $Z TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 5 --skew-ns 20000 --sequence 24x4M --scratch -d bfloat16
+# Out of place between two scratch buffers: one-shot's registered path runs only out of place
+# (its end barrier is the relaxed, reads-only one: the guard below must be caught there too).
+step zc-graph-oop 120 $Z -- "$B" selftest graph --emulate-ranks 2,8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch out-of-place -d bfloat16
+step zc-graph-oop-256K 60 $Z TPAR_PDL=0 -- "$B" selftest graph --emulate-ranks 4 --replays 5 --skew-ns 20000 --sequence 24x256K --scratch out-of-place -d all
+step guard-zc-oop-no-end-barrier 40 expect_fail $Z TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_NO_END_BARRIER=1 XDG_CACHE_HOME="$CACHE/ne" -- "$B" selftest graph --emulate-ranks 8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch out-of-place -d bfloat16
 step guard-zc-no-end-barrier 30 expect_fail $Z TPAR_TIMEOUT_MS=500 TPAR_TEST_UNSAFE_NO_END_BARRIER=1 XDG_CACHE_HOME="$CACHE/ne" -- "$B" selftest graph --emulate-ranks 8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch -d bfloat16
 step check 120 -- "$B" check --emulate-ranks 2,8 -e 4M --calls 30 -d all --algo oneshot-push,oneshot-pull,twoshot-push,twoshot-pull
 

@@ -544,18 +544,38 @@ __device__ __forceinline__ void desc_only(const TparArgs& a, Frame& f, u32 dm) {
 // Generations compare modulo 2^32: `have` is at or past `want`.
 __device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(have - want) >= 0; }
 
-// Barrier verb, per block: block b of every rank meets block b of every other rank. Every
-// data store this block made before the barrier is visible to peers that pass it. Thread q
+// Barrier verb, per block: block b of every rank meets block b of every other rank. Thread q
 // (< world) signals rank q and waits for rank q: the waits run in parallel, one per thread.
+// How strong the meeting is (ORDER):
+//  - TPAR_BAR_RELEASE: every data store this block made before the barrier is visible to
+//    peers that pass it (the signal is st.release.sys, cumulative over the block's stores
+//    ordered before it by block_sync; the wait ld.acquire.sys);
+//  - TPAR_BAR_ARRIVE: the signal says only "this rank's call has started" (a relaxed store:
+//    it publishes none of the block's stores), the wait is still ld.acquire.sys, so the
+//    block's later loads come after the peer's signal. For the registered path's start: a
+//    rank's input is complete before its kernel starts (the kernel boundary, or
+//    griddepcontrol.wait), not by anything this kernel stores. A release there cost about
+//    0.5 us a call on one H200 (round 10: the fence waits for the system, whatever is
+//    outstanding).
+//  - TPAR_BAR_READS_DONE: the signal says "my reads of your buffers are done" (relaxed store
+//    and relaxed polls): each thread's loads returned before block_sync (their values went
+//    into its stores: a store waits for its data), so no peer passes before every load of
+//    this block has its value. For one-shot's registered end, which writes only its own
+//    output: nothing to publish. vLLM's one-stage kernel ends the same way.
+#define TPAR_BAR_RELEASE 0
+#define TPAR_BAR_ARRIVE 1
+#define TPAR_BAR_READS_DONE 2
+template <int ORDER = TPAR_BAR_RELEASE>
 __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 phase, u32 gen) {
     block_sync();
     const u32 q = threadIdx.x;
     if (q < a.world && q != a.rank) {
-        // The release is cumulative over the block's stores ordered before it by block_sync.
-        st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
+        u32* theirs = flag_at(a, q, phase, blockIdx.x, a.rank);
+        if (ORDER == TPAR_BAR_RELEASE) st_release_sys_u32(theirs, gen);
+        else st_volatile_u32(theirs, gen);
         const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
         u32 polls = 0;
-        while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
+        while (f.ok && !gen_reached(ORDER == TPAR_BAR_READS_DONE ? ld_volatile_u32(mine) : ld_acquire_sys_u32(mine), gen)) {
             if (!still_waiting(a, f, polls, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1)) break;
         }
     }

@@ -119,10 +119,21 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
     Ok(())
 }
 
+/// Where `selftest graph --scratch` runs each call: the caller's buffers are reused at once
+/// after the call, so a rank that leaves while a peer still uses them shows as wrong sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scratch {
+    /// In place on one scratch buffer a rank (input copied in, output copied out).
+    InPlace,
+    /// From one scratch buffer into a second one (one-shot's zero-copy path: in place it
+    /// is never registered).
+    OutOfPlace,
+}
+
 /// Captures `calls` all-reduces (distinct outputs) in one graph, replays it `replays`
 /// times, poisons the outputs before the last replay, and checks every output and epoch.
-/// `scratch`: every call in place on a per-rank scratch buffer, copied in and out around it.
-pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize), scratch: bool) -> Result<(), String> {
+/// `scratch`: every call on per-rank scratch buffers, copied in and out around it.
+pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>) -> Result<(), String> {
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     for &world in worlds {
         let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
@@ -146,7 +157,7 @@ pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays:
     Ok(())
 }
 
-fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, replays: usize, (calls, bytes): (usize, usize), scratch: bool) -> Result<bool, String> {
+fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>) -> Result<bool, String> {
     let d = T::DTYPE;
     let world = r.g.world();
     let count = (bytes / d.size()).max(1);
@@ -169,12 +180,17 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         }
         ins.push(bufs);
     }
-    let scratch_bufs = if scratch {
-        (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>().map_err(err)?
-    } else {
-        Vec::new()
+    // Scratch inputs, and (out of place) scratch outputs.
+    let scratch_set = |on: bool| -> Result<Vec<DeviceBuffer>, String> {
+        if !on {
+            return Ok(Vec::new());
+        }
+        (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>().map_err(err)
     };
-    let s: Vec<u64> = scratch_bufs.iter().map(|b| b.ptr).collect();
+    let scratch_in = scratch_set(scratch.is_some())?;
+    let scratch_out = scratch_set(scratch == Some(Scratch::OutOfPlace))?;
+    let s: Vec<u64> = scratch_in.iter().map(|b| b.ptr).collect();
+    let so: Vec<u64> = if scratch_out.is_empty() { s.clone() } else { scratch_out.iter().map(|b| b.ptr).collect() };
     let moved = count * d.size();
     let e0 = r.g.epoch(0).map_err(err)?;
     let gr = r
@@ -183,10 +199,10 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
             for (c, out) in outs.iter().enumerate() {
                 let i: Vec<u64> = ins[c % sets].iter().map(|b| b.ptr).collect();
                 let o: Vec<u64> = out.iter().map(|b| b.ptr).collect();
-                if scratch {
+                if scratch.is_some() {
                     g.enqueue_copies(&i, &s, moved)?;
-                    g.enqueue(algo, d, count, &s, &s, blocks)?;
-                    g.enqueue_copies(&s, &o, moved)?;
+                    g.enqueue(algo, d, count, &s, &so, blocks)?;
+                    g.enqueue_copies(&so, &o, moved)?;
                 } else {
                     g.enqueue(algo, d, count, &i, &o, blocks)?;
                 }
@@ -219,7 +235,11 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
     // The kernels' call epoch advances once per call; ce-ring's copies and kernels keep their
     // own generations (flags) and leave it alone.
     let expect = if algo == Algorithm::CeRing { e0 } else { e0.wrapping_add((calls * replays) as u32) };
-    let how = if scratch { ", in place on scratch buffers copied in and out" } else { "" };
+    let how = match scratch {
+        Some(Scratch::InPlace) => ", in place on scratch buffers copied in and out",
+        Some(Scratch::OutOfPlace) => ", out of place between scratch buffers copied in and out",
+        None => "",
+    };
     println!("# graph test: {algo} {d} {world} ranks: {calls} calls x {replays} replays{how}, epoch {e0} -> {e1} (expected {expect}), {wrong} wrong, {secs:.2} s");
     Ok(wrong == 0 && e1 == expect)
 }

@@ -66,12 +66,13 @@ pub enum Test {
         /// CALLSxBYTES captured in the graph
         #[arg(long, default_value = "122x43008")]
         sequence: String,
-        /// Every call in place on a per-rank scratch buffer, its input copied in and its
-        /// output copied out inside the graph, right before and after it (a rank that leaves
-        /// a registered zero-copy call while a peer still reads or writes its buffers shows
-        /// as wrong sums)
-        #[arg(long)]
-        scratch: bool,
+        /// Every call on per-rank scratch buffers, its input copied in and its output copied
+        /// out inside the graph, right before and after it (a rank that leaves a registered
+        /// zero-copy call while a peer still reads or writes its buffers shows as wrong
+        /// sums). `--scratch` alone: in place on one buffer; `--scratch out-of-place`: from
+        /// one scratch buffer into another (one-shot's zero-copy path runs only out of place)
+        #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "in-place", value_name = "MODE")]
+        scratch: Option<emulated::Scratch>,
     },
     /// Emulated ranks: start every epoch just below 2^32 and run the check sweep across the
     /// wrap
