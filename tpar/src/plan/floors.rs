@@ -130,7 +130,10 @@ pub fn lean_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
 /// 16 MiB 32.35 vs 94.02); one-shot pull loses to 256 KiB (its end barrier costs more than
 /// the copy saves: 8 ranks 256 KiB 10.25 vs 8.06, 2 ranks 3.58 vs 4.41) and gains from 1 MiB
 /// at 2 and 4 ranks (6.38 vs 7.58, 9.91 vs 11.73; at 8 ranks 19.35 vs 18.00, where the plan
-/// never picks one-shot).
+/// never picks one-shot). Round 10 (bench/results/h200-1gpu-round10/) relaxed the registered
+/// barriers (io.cuh); one-shot pull zero copy at 256 KiB is then 3.30 us against the copy's
+/// 3.54 at 2 ranks (where the plan runs one-shot push, 2.82), 5.22-5.28 against 5.15-5.26 at
+/// 4, 8.48-8.66 against 7.99-8.05 at 8: nowhere a win the plan would take, so 1 MiB stays.
 pub fn registered_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
     use crate::kinds::Algorithm as A;
     match algo {
