@@ -155,11 +155,15 @@ pub fn registered_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
 /// - 8 ranks: push 4.00-4.34 at 1-16 KiB (pull 3.80-3.97 with PDL, but 5.13-5.47 against
 ///   push's 4.84-5.37 without: push stays), pull from 32 KiB (the 122 x 42 KiB step 4.12 vs
 ///   push 4.42; 64 KiB 4.83 vs 5.59; 256 KiB 8.06 vs two-shot pull 8.80), two-shot pull from
-///   1 MiB (9.65 vs one-shot pull 18.00).
+///   1 MiB (9.65 vs one-shot pull 18.00). Round 10 (bench/results/h200-1gpu-round10/, call 7:
+///   cheaper reduce arithmetic, relaxed registered barriers): at 256 KiB two-shot pull 7.41 /
+///   7.32 us against one-shot pull's 7.98 / 7.80 (two runs; vLLM 8.42 / 8.29), so two-shot
+///   from above 128 KiB (the cut between 64 KiB, where one-shot pull leads, and 256 KiB,
+///   interpolated).
 ///
 /// Eager calls keep the rule above (no registration; copy-path measurements unchanged).
 /// Rank processes do not register their graph buffers yet: there two-shot pull copies.
-pub const NVLINK_GRAPH_RULE: [(u64, u64); 3] = [(512 * KIB, 512 * KIB), (64 * KIB, 256 * KIB), (16 * KIB, 256 * KIB)];
+pub const NVLINK_GRAPH_RULE: [(u64, u64); 3] = [(512 * KIB, 512 * KIB), (64 * KIB, 256 * KIB), (16 * KIB, 128 * KIB)];
 /// NVLink, CUDA graphs: tpar's kernels up to this size, NCCL above. Two-shot pull zero copy
 /// against vLLM's kernel at 16 MiB (same run as [`NVLINK_GRAPH_RULE`]): 32.35 vs 41.48 us
 /// (2 ranks), 43.22 vs 57.90 (4), 80.22 vs 94.16 (8); at 4 MiB 10.06 vs 7.82, 11.57 vs 16.87,
