@@ -424,8 +424,8 @@ struct D16 {
     // Rounds the accumulators once (nearest even) and packs them. bf16: the hardware's
     // cvt.rn.bf16x2.f32, two lanes an instruction (sm_80+), where the shifts and adds of
     // f32_to_bf16 took about 60 instructions a vector: the registered reduce was bound by
-    // them (round 10). The same bits for every number; a NaN sum is the f32 canonical NaN
-    // (the GPU's arithmetic does not keep payloads), which both give as 0x7fff.
+    // them (round 10). The same bits for every number; a NaN stays a quiet NaN (its payload
+    // the hardware's), the same on every rank, never the all-ones empty word (canon_word).
     __device__ static __forceinline__ V16 pack(const float (&acc)[8]) {
         V16 r;
 #pragma unroll

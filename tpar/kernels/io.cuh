@@ -128,7 +128,7 @@ __device__ __forceinline__ void io_reduce_range(const TparArgs& a, TPAR_IDX lo, 
 #pragma unroll
                 for (u32 j = 0; j < (u32)G; ++j) {
                     if (g + j >= world) break;
-                    acc_rank<D>(acc[u], g + j, x[u][j]);  // no canon: every lane goes through an add (world >= 2)
+                    acc_rank<D>(acc[u], g + j, x[u][j]);  // no canon: caller data, no sentinel here; pack canonicalises the sum
                 }
                 // The last group: this vector's sum is complete (its accumulator dies here).
                 if (g + (u32)G >= world) io_store<D, ALL>(a, v, true, D::pack(acc[u]));
