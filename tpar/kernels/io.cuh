@@ -172,9 +172,12 @@ __device__ __forceinline__ void io_reduce_world(const TparArgs& a, TPAR_IDX lo, 
 template <class D, bool SCATTER>
 __device__ __forceinline__ void io_all_reduce(const TparArgs& a) {
     typedef TPAR_IDX I;
+    TPAR_STAMP(a, 0, false);
     Frame f = frame_begin(a);
+    TPAR_STAMP(a, 1, false);
     const u32 gen = f.epoch + 1u;
     barrier_block<TPAR_BAR_ARRIVE>(a, f, 0, gen);  // 1. every rank's input is complete
+    TPAR_STAMP(a, 2, false);
     desc_only<D>(a, f, desc_mask(a));  // before any read of a peer that may call something else
     test_pause(a);  // skewed-rank test hook: a slow reader
     const I nvec = (I)vecs_for<D>(a.count);
@@ -185,6 +188,7 @@ __device__ __forceinline__ void io_all_reduce(const TparArgs& a) {
         hi = lo + cvec < nvec ? lo + cvec : nvec;
     }
     if (f.ok) io_reduce_world<D, SCATTER>(a, lo, hi);  // 2.
+    TPAR_STAMP(a, 3, true);
     pdl_launch_dependents();
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
 #ifndef TPAR_TEST_UNSAFE_NO_END_BARRIER
@@ -193,6 +197,7 @@ __device__ __forceinline__ void io_all_reduce(const TparArgs& a) {
     if (SCATTER) barrier_block<TPAR_BAR_RELEASE>(a, f, 1, gen);
     else barrier_block<TPAR_BAR_READS_DONE>(a, f, 1, gen);
 #endif
+    TPAR_STAMP(a, 4, false);
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 

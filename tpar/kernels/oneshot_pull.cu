@@ -27,6 +27,7 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
         return;
     }
     typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
+    TPAR_STAMP(a, 0, false);
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const I nvec = (I)vecs_for<D>(a.count);
     const I stride = (I)grid_threads();
@@ -36,12 +37,14 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
     if (!TPAR_LEAN_ON && first < nvec) pre = D::canon(load_input<D>(a, first));  // lean: reloaded (4 registers fewer)
     out.prefetch(a, first);
     Frame f = frame_begin(a);
+    TPAR_STAMP(a, 1, false);
     const u32 gen = f.epoch + 1u;
     for (I v = first; v < nvec; v += stride) {
         st_v16(pull_at(a, a.rank, f.buf, 0, v), !TPAR_LEAN_ON && v == first ? pre : D::canon(load_input<D>(a, v)));
     }
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
+    TPAR_STAMP(a, 2, false);
     const u32 dm = desc_mask(a);
     V16 d = {0u, 0u, 0u, 0u};
     if (dm && !TPAR_LEAN_ON) d = desc_prefetch(a, f, dm);  // lean: polled after the data (4 registers fewer)
@@ -57,8 +60,10 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
         else desc_check<D>(a, f, d, dm);
     }
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
+    TPAR_STAMP(a, 3, true);
     if (O::fused())
         for (I v = first; v < nvec; v += stride) out.norm(a, f, v);
+    TPAR_STAMP(a, 4, true);
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 

@@ -115,6 +115,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_ENABLE", group: Group::Engines, values: BOOL, default: "0", doc: "swap tpar in for vLLM's and SGLang's custom all-reduce (their plug-ins read it)", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_TWO_BUFFERS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with two buffers (the reuse guard removed), so the skewed-rank stress can show it catches the race", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_ONE_BUFFER", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with one buffer (the flag protocol's reuse guard removed)", example: "1" },
+    Var { name: "TPAR_TEST_STAMPS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with per-block %globaltimer stamps at their phases (registered pull, one-shot pull and its fused variant); `tpar bench` on emulated ranks then prints where the last timed call's time went", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_NO_END_BARRIER", group: Group::Test, values: "1", default: "(off)", doc: "compile the registered (zero-copy) path without its end barrier (a rank may leave while peers still use its buffers), so the skewed graph test can show it catches it", example: "1" },
 ];
 
@@ -252,11 +253,13 @@ pub struct LaunchSettings {
     pub zero_copy: Option<bool>,
     /// Test only: the registered path without its end barrier (`TPAR_TEST_UNSAFE_NO_END_BARRIER`).
     pub test_no_end_barrier: bool,
+    /// Measuring only: kernels compiled with their phase stamps (`TPAR_TEST_STAMPS`).
+    pub test_stamps: bool,
 }
 
 impl Default for LaunchSettings {
     fn default() -> Self {
-        Self { blocks: None, pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false }
+        Self { blocks: None, pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false, test_stamps: false }
     }
 }
 
@@ -441,6 +444,12 @@ impl Settings {
                     return Err(bad(name, raw, "1 (or unset)"));
                 }
                 self.launch.test_no_end_barrier = true;
+            }
+            "TPAR_TEST_STAMPS" => {
+                if v != "1" {
+                    return Err(bad(name, raw, "1 (or unset)"));
+                }
+                self.launch.test_stamps = true;
             }
             "TPAR_DEBUG" => {
                 self.overrides.debug = match v.to_ascii_uppercase().as_str() {

@@ -289,3 +289,44 @@ fn every_fused_variant_compiles_with_nvrtc() {
     use std::io::Write;
     let _ = writeln!(std::io::stderr(), "compiled {compiled} fused and add-RMSNorm variants with NVRTC {}.{}", version.major, version.minor);
 }
+
+/// `TPAR_TEST_STAMPS=1` (measuring only): the kernels that carry phase stamps compile with
+/// them for every architecture, write `%globaltimer` (the plain build does not), and still
+/// keep everything in registers.
+#[test]
+fn the_stamped_kernels_compile_with_nvrtc() {
+    use tpar::cuda::launch::{size_class_defines, SizeClass};
+    use tpar::kinds::Algorithm;
+    if let Err(e) = nvrtc::probe() {
+        if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+            panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing: {e}");
+        }
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "skipped: NVRTC stamped-kernel compile test: {e}");
+        return;
+    }
+    let d = DType::BF16;
+    for arch in ARCHS {
+        for algo in [Algorithm::OneshotPull, Algorithm::TwoshotPull] {
+            let src = sources().find(|s| s.algorithm == algo).expect("a pull kernel source");
+            let mut classes = vec![None];
+            if algo == Algorithm::OneshotPull {
+                classes.push(Some(SizeClass::Fused));
+            }
+            for class in classes {
+                let mut opts = nvrtc::options(arch, Some(d));
+                if let Some(c) = class {
+                    opts.extend(size_class_defines(c));
+                }
+                let plain = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
+                opts.push("-DTPAR_TEST_STAMPS".into());
+                opts.push("--ptxas-options=-v".into());
+                let what = format!("{} {d} {class:?} with stamps for {arch}", src.file);
+                let st = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(st.ptx.matches("%globaltimer").count() > plain.ptx.matches("%globaltimer").count(), "{what}: no stamps in the PTX");
+                no_local_memory(&what, &st.ptx);
+                no_spills(&what, &st.log);
+            }
+        }
+    }
+}

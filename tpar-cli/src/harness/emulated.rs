@@ -219,6 +219,23 @@ impl EmulatedRanks {
                 samples.push(f64::from(start.elapsed_ms(&end).map_err(err)?) * 1e3 / inner as f64);
             }
         }
+        if self.g.stamps_enabled() {
+            // TPAR_TEST_STAMPS: the timed call once more on cleared stamps, then its phases.
+            self.g.clear_stamps().map_err(err)?;
+            match &graph {
+                Some(gr) => self.g.launch(gr).map_err(err)?,
+                None => {
+                    for _ in 0..inner {
+                        enqueue(&mut self.g).map_err(err)?;
+                    }
+                }
+            }
+            let stamps = (0..self.g.world()).map(|r| self.g.stamps(r)).collect::<Result<Vec<_>, _>>().map_err(err)?;
+            let label = format!("{} {} B", algo.map_or_else(|| "launch floor".to_string(), |a| a.to_string()), count * d.size());
+            for line in super::stamps::summary(&label, &stamps) {
+                println!("{line}");
+            }
+        }
         Ok(samples)
     }
 }

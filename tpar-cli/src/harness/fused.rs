@@ -317,6 +317,22 @@ impl FusedRanks {
                 samples.push(f64::from(start.elapsed_ms(&end).map_err(err)?) * 1e3 / inner as f64);
             }
         }
+        if self.g.stamps_enabled() {
+            // TPAR_TEST_STAMPS: the timed call once more on cleared stamps, then its phases.
+            self.g.clear_stamps().map_err(err)?;
+            match &graph {
+                Some(gr) => self.g.launch(gr).map_err(what)?,
+                None => {
+                    for _ in 0..inner {
+                        self.enqueue(op, algo, call, &bufs).map_err(what)?;
+                    }
+                }
+            }
+            let stamps = (0..self.g.world()).map(|r| self.g.stamps(r)).collect::<Result<Vec<_>, _>>().map_err(err)?;
+            for line in super::stamps::summary(&format!("{op:?} {algo} {} x {}", call.rows, call.hidden), &stamps) {
+                println!("{line}");
+            }
+        }
         Ok(samples)
     }
 }

@@ -38,6 +38,8 @@ pub mod output;
 #[cfg(feature = "cuda")]
 pub mod peer;
 pub mod progress;
+#[cfg(any(feature = "cuda", test))]
+pub mod stamps;
 pub mod table;
 pub mod verify;
 

@@ -107,8 +107,19 @@ pub const TILE_VECS: usize = 32;
 pub const ROW_TILES_MAX: usize = 128;
 
 /// Bytes of a rank's state buffer: the [`TparState`], then one 8-byte tile word per tile of
-/// the largest message (`slot_vecs` vectors).
+/// the largest message (`slot_vecs` vectors), then the stamps ([`stamps_offset`]).
 pub fn state_bytes(slot_vecs: usize) -> usize {
+    stamps_offset(slot_vecs) + STAMP_BYTES
+}
+
+/// Stamps a block writes in a call compiled with `TPAR_TEST_STAMPS` (frame.cuh `TPAR_STAMP`).
+pub const STAMPS_PER_BLOCK: usize = 8;
+/// Bytes of the stamps: one u64 `%globaltimer` per stamp and block, every block a call may
+/// launch.
+pub const STAMP_BYTES: usize = MAX_BLOCKS * STAMPS_PER_BLOCK * 8;
+/// Where the stamps start in a rank's state buffer: after the tile words (frame.cuh
+/// `tpar_stamps`, the same arithmetic from `TparArgs::slot_vecs`).
+pub fn stamps_offset(slot_vecs: usize) -> usize {
     SCRATCH_OFFSET + slot_vecs.div_ceil(TILE_VECS) * 8
 }
 

@@ -327,6 +327,33 @@ impl EmulatedGroup {
         self.reset_workspaces(epoch)
     }
 
+    /// Whether the kernels carry their phase stamps (`TPAR_TEST_STAMPS`: measuring only).
+    pub fn stamps_enabled(&self) -> bool {
+        self.launcher.stamps_enabled()
+    }
+
+    /// Zeroes every rank's stamps (synchronises first), so that a later read shows only the
+    /// blocks of calls made since.
+    pub fn clear_stamps(&self) -> Result<()> {
+        self.synchronize_streams()?;
+        let zeros = vec![0u64; abi::STAMP_BYTES / 8];
+        for st in &self.state {
+            st.upload_at(abi::stamps_offset(self.slot_vecs), &zeros)?;
+        }
+        Ok(())
+    }
+
+    /// Rank `r`'s stamps (synchronises first): per block, the `%globaltimer` ns of each phase
+    /// the kernel stamped (0 where it wrote none; frame.cuh `TPAR_STAMP`).
+    pub fn stamps(&self, r: usize) -> Result<Vec<[u64; abi::STAMPS_PER_BLOCK]>> {
+        self.synchronize_streams()?;
+        let st = self.state.get(r).ok_or_else(|| Error::invalid("rank", "out of range"))?;
+        let mut all = vec![0u64; abi::stamps_offset(self.slot_vecs) / 8 + abi::STAMP_BYTES / 8];
+        st.download(&mut all)?;
+        let words = &all[abi::stamps_offset(self.slot_vecs) / 8..];
+        Ok(words.chunks_exact(abi::STAMPS_PER_BLOCK).map(|c| std::array::from_fn(|k| c[k])).collect())
+    }
+
     /// Reads rank `r`'s device epoch (synchronises first).
     pub fn epoch(&self, r: usize) -> Result<u32> {
         self.synchronize_streams()?;

@@ -244,6 +244,11 @@ impl Launcher {
         Ok(l)
     }
 
+    /// Whether the kernels are compiled with their phase stamps (`TPAR_TEST_STAMPS`).
+    pub fn stamps_enabled(&self) -> bool {
+        self.settings.test_stamps
+    }
+
     /// The push kernels' protocol of this workspace.
     pub fn protocol(&self) -> HostProtocol {
         self.protocol
@@ -296,6 +301,9 @@ impl Launcher {
             }
             if self.settings.test_no_end_barrier {
                 opts.push("-DTPAR_TEST_UNSAFE_NO_END_BARRIER".into());
+            }
+            if self.settings.test_stamps {
+                opts.push("-DTPAR_TEST_STAMPS".into());
             }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;

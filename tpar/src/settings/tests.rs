@@ -25,6 +25,7 @@ fn one_error_style_for_every_malformed_value() {
         ("TPAR_LEAN", "maybe"),
         ("TPAR_ZERO_COPY", "yes"),
         ("TPAR_TEST_UNSAFE_NO_END_BARRIER", "0"),
+        ("TPAR_TEST_STAMPS", "yes"),
         ("TPAR_ALGO", "ring"),
         ("TPAR_TRANSPORT", "nvlink"),
         ("TPAR_DISABLE", "2"),
@@ -58,6 +59,7 @@ fn values_parse_as_documented() {
         ("TPAR_LEAN", "auto"),
         ("TPAR_ZERO_COPY", "0"),
         ("TPAR_TEST_UNSAFE_NO_END_BARRIER", "1"),
+        ("TPAR_TEST_STAMPS", "1"),
         ("TPAR_ALGO", "auto"),
         ("TPAR_TRANSPORT", "host"),
         ("TPAR_RDZV", "unix:/tmp/x.sock"),
@@ -77,6 +79,7 @@ fn values_parse_as_documented() {
     assert_eq!(s.launch.lean, None);
     assert_eq!(s.launch.zero_copy, Some(false));
     assert!(s.launch.test_no_end_barrier);
+    assert!(s.launch.test_stamps);
     assert_eq!(s.overrides.algorithm, None);
     assert_eq!(s.overrides.transport, Some(Transport::Host));
     assert_eq!(s.job.rdzv.as_deref(), Some("/tmp/x.sock"));
