@@ -123,7 +123,7 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
 /// after the call, so a rank that leaves while a peer still uses them shows as wrong sums.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scratch {
-    /// In place on one scratch buffer a rank (input copied in, output copied out).
+    /// In place on one scratch buffer per rank (input copied in, output copied out).
     InPlace,
     /// From one scratch buffer into a second one (one-shot's zero-copy path: in place it
     /// is never registered).
