@@ -230,11 +230,8 @@ impl EmulatedRanks {
                     }
                 }
             }
-            let stamps = (0..self.g.world()).map(|r| self.g.stamps(r)).collect::<Result<Vec<_>, _>>().map_err(err)?;
             let label = format!("{} {} B", algo.map_or_else(|| "launch floor".to_string(), |a| a.to_string()), count * d.size());
-            for line in super::stamps::summary(&label, &stamps) {
-                println!("{line}");
-            }
+            super::stamps::report(&self.g, &label)?;
         }
         Ok(samples)
     }

@@ -328,10 +328,7 @@ impl FusedRanks {
                     }
                 }
             }
-            let stamps = (0..self.g.world()).map(|r| self.g.stamps(r)).collect::<Result<Vec<_>, _>>().map_err(err)?;
-            for line in super::stamps::summary(&format!("{op:?} {algo} {} x {}", call.rows, call.hidden), &stamps) {
-                println!("{line}");
-            }
+            super::stamps::report(&self.g, &format!("{op:?} {algo} {} x {}", call.rows, call.hidden))?;
         }
         Ok(samples)
     }

@@ -1,6 +1,6 @@
 //! Self-tests on emulated ranks (all ranks as streams of one GPU, in this process).
 
-use super::Common;
+use super::{Common, Scratch};
 use crate::harness::emulated::{alloc_bufs, islands_for, options, ptrs, EmulatedRanks};
 use crate::harness::verify::{err, POISON_WORD};
 use crate::harness::verify::{judge_on, Verdict};
@@ -117,17 +117,6 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
     }
     println!("PASS: every mismatched call was an error, then the group was poisoned");
     Ok(())
-}
-
-/// Where `selftest graph --scratch` runs each call: the caller's buffers are reused at once
-/// after the call, so a rank that leaves while a peer still uses them shows as wrong sums.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Scratch {
-    /// In place on one scratch buffer per rank (input copied in, output copied out).
-    InPlace,
-    /// From one scratch buffer into a second one (one-shot's zero-copy path: in place it
-    /// is never registered).
-    OutOfPlace,
 }
 
 /// Captures `calls` all-reduces (distinct outputs) in one graph, replays it `replays`

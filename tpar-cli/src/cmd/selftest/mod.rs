@@ -4,13 +4,26 @@
 //! correctly across epochs, and that CUDA IPC and NCCL join over tpar's rendezvous.
 //! `scripts/gpu-check.sh` and `scripts/gpu-multi.sh` run them on the GPU machines.
 
+#[cfg(feature = "cuda")]
 mod emulated;
 #[cfg(feature = "cuda")]
 mod fused;
+#[cfg(feature = "cuda")]
 mod procs;
 
 use crate::harness::{self, RankArgs, Target};
 use clap::{Args, Subcommand};
+
+/// Where `selftest graph --scratch` runs each call: the caller's buffers are reused at once
+/// after the call, so a rank that leaves while a peer still uses them shows as wrong sums.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scratch {
+    /// In place on one scratch buffer per rank (input copied in, output copied out).
+    InPlace,
+    /// From one scratch buffer into a second one (one-shot's zero-copy path: in place it
+    /// is never registered).
+    OutOfPlace,
+}
 
 #[derive(Args, Debug)]
 pub struct SelftestArgs {
@@ -72,7 +85,7 @@ pub enum Test {
         /// sums). `--scratch` alone: in place on one buffer; `--scratch out-of-place`: from
         /// one scratch buffer into another (one-shot's zero-copy path runs only out of place)
         #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "in-place", value_name = "MODE")]
-        scratch: Option<emulated::Scratch>,
+        scratch: Option<Scratch>,
     },
     /// Emulated ranks: start every epoch just below 2^32 and run the check sweep across the
     /// wrap
