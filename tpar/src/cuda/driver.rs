@@ -202,13 +202,18 @@ impl DeviceBuffer {
     }
 
     pub fn download<T: Copy>(&self, dst: &mut [T]) -> Result<()> {
-        if std::mem::size_of_val(dst) > self.bytes {
+        self.download_at(0, dst)
+    }
+
+    /// [`download`](Self::download) from `offset` bytes into the buffer.
+    pub fn download_at<T: Copy>(&self, offset: usize, dst: &mut [T]) -> Result<()> {
+        if offset.checked_add(std::mem::size_of_val(dst)).map_or(true, |end| end > self.bytes) {
             return Err(Error::invalid("download", "destination larger than the buffer"));
         }
         // SAFETY: bounds checked above; a device-to-pageable copy completes before it returns.
         // It does not wait for non-blocking streams: the caller synchronizes the stream that
         // wrote the buffer first.
-        cu(|| "cuMemcpyDtoH".into(), unsafe { result::memcpy_dtoh_sync(dst, self.ptr) })
+        cu(|| "cuMemcpyDtoH".into(), unsafe { result::memcpy_dtoh_sync(dst, self.ptr + offset as u64) })
     }
 
     /// The CUDA IPC handle bytes (64) a peer process opens with [`IpcMapping::open`].

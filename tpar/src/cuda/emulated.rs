@@ -348,9 +348,8 @@ impl EmulatedGroup {
     pub fn stamps(&self, r: usize) -> Result<Vec<[u64; abi::STAMPS_PER_BLOCK]>> {
         self.synchronize_streams()?;
         let st = self.state.get(r).ok_or_else(|| Error::invalid("rank", "out of range"))?;
-        let mut all = vec![0u64; abi::stamps_offset(self.slot_vecs) / 8 + abi::STAMP_BYTES / 8];
-        st.download(&mut all)?;
-        let words = &all[abi::stamps_offset(self.slot_vecs) / 8..];
+        let mut words = vec![0u64; abi::STAMP_BYTES / 8];
+        st.download_at(abi::stamps_offset(self.slot_vecs), &mut words)?;
         Ok(words.chunks_exact(abi::STAMPS_PER_BLOCK).map(|c| std::array::from_fn(|k| c[k])).collect())
     }
 
