@@ -202,17 +202,17 @@ impl EmulatedRanks {
             ),
             CaptureMode::Eager => None,
         };
+        // One timed iteration: the graph, or `inner` calls back to back.
+        let run = |g: &mut EmulatedGroup| -> Result<(), String> {
+            match &graph {
+                Some(gr) => g.launch(gr).map_err(err),
+                None => (0..inner).try_for_each(|_| enqueue(g).map_err(err)),
+            }
+        };
         let mut samples = Vec::with_capacity(t.iters);
         for k in 0..t.warmup.max(1) + t.iters {
             self.g.origin().record(&start).map_err(err)?;
-            match &graph {
-                Some(gr) => self.g.launch(gr).map_err(err)?,
-                None => {
-                    for _ in 0..inner {
-                        enqueue(&mut self.g).map_err(err)?;
-                    }
-                }
-            }
+            run(&mut self.g)?;
             self.g.origin().record(&end).map_err(err)?;
             self.g.synchronize().map_err(err)?;
             if k >= t.warmup.max(1) {
@@ -222,14 +222,7 @@ impl EmulatedRanks {
         if self.g.stamps_enabled() {
             // TPAR_TEST_STAMPS: the timed call once more on cleared stamps, then its phases.
             self.g.clear_stamps().map_err(err)?;
-            match &graph {
-                Some(gr) => self.g.launch(gr).map_err(err)?,
-                None => {
-                    for _ in 0..inner {
-                        enqueue(&mut self.g).map_err(err)?;
-                    }
-                }
-            }
+            run(&mut self.g)?;
             let label = format!("{} {} B", algo.map_or_else(|| "launch floor".to_string(), |a| a.to_string()), count * d.size());
             super::stamps::report(&self.g, &label)?;
         }

@@ -300,17 +300,17 @@ impl FusedRanks {
         };
         let start = Event::new(self.g.device()).map_err(err)?;
         let end = Event::new(self.g.device()).map_err(err)?;
+        // One timed iteration: the graph, or `inner` calls back to back.
+        let run = |me: &mut Self| -> Result<(), String> {
+            match &graph {
+                Some(gr) => me.g.launch(gr).map_err(what),
+                None => (0..inner).try_for_each(|_| me.enqueue(op, algo, call, &bufs).map(|_| ()).map_err(what)),
+            }
+        };
         let mut samples = Vec::with_capacity(t.iters);
         for k in 0..t.warmup.max(1) + t.iters {
             self.g.origin().record(&start).map_err(err)?;
-            match &graph {
-                Some(gr) => self.g.launch(gr).map_err(what)?,
-                None => {
-                    for _ in 0..inner {
-                        self.enqueue(op, algo, call, &bufs).map_err(what)?;
-                    }
-                }
-            }
+            run(self)?;
             self.g.origin().record(&end).map_err(err)?;
             self.g.synchronize().map_err(what)?;
             if k >= t.warmup.max(1) {
@@ -320,15 +320,8 @@ impl FusedRanks {
         if self.g.stamps_enabled() {
             // TPAR_TEST_STAMPS: the timed call once more on cleared stamps, then its phases.
             self.g.clear_stamps().map_err(err)?;
-            match &graph {
-                Some(gr) => self.g.launch(gr).map_err(what)?,
-                None => {
-                    for _ in 0..inner {
-                        self.enqueue(op, algo, call, &bufs).map_err(what)?;
-                    }
-                }
-            }
-            super::stamps::report(&self.g, &format!("{op:?} {algo} {} x {}", call.rows, call.hidden))?;
+            run(self)?;
+            super::stamps::report(&self.g, &format!("{} {algo} {} x {}", op.label(), call.rows, call.hidden))?;
         }
         Ok(samples)
     }
