@@ -169,17 +169,10 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         }
         ins.push(bufs);
     }
-    // Scratch inputs, and (out of place) scratch outputs.
-    let scratch_set = |on: bool| -> Result<Vec<DeviceBuffer>, String> {
-        if !on {
-            return Ok(Vec::new());
-        }
-        (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>().map_err(err)
-    };
-    let scratch_in = scratch_set(scratch.is_some())?;
-    let scratch_out = scratch_set(scratch == Some(Scratch::OutOfPlace))?;
-    let s: Vec<u64> = scratch_in.iter().map(|b| b.ptr).collect();
-    let so: Vec<u64> = if scratch_out.is_empty() { s.clone() } else { scratch_out.iter().map(|b| b.ptr).collect() };
+    // Scratch buffers: a call reads `s` and writes `so` (the same buffer in place).
+    let scratch_bufs = if scratch.is_some() { alloc_bufs(&r.g, bytes)? } else { Vec::new() };
+    let (s, scratch_out) = ptrs(&scratch_bufs);
+    let so = if scratch == Some(Scratch::OutOfPlace) { scratch_out } else { s.clone() };
     let moved = count * d.size();
     let e0 = r.g.epoch(0).map_err(err)?;
     let gr = r
