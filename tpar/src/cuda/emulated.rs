@@ -329,7 +329,7 @@ impl EmulatedGroup {
 
     /// Whether the kernels carry their phase stamps (`TPAR_TEST_STAMPS`: measuring only).
     pub fn stamps_enabled(&self) -> bool {
-        self.launcher.stamps_enabled()
+        self.launcher.settings().test_stamps
     }
 
     /// Zeroes every rank's stamps (synchronises first), so that a later read shows only the

@@ -244,11 +244,6 @@ impl Launcher {
         Ok(l)
     }
 
-    /// Whether the kernels are compiled with their phase stamps (`TPAR_TEST_STAMPS`).
-    pub fn stamps_enabled(&self) -> bool {
-        self.settings.test_stamps
-    }
-
     /// The push kernels' protocol of this workspace.
     pub fn protocol(&self) -> HostProtocol {
         self.protocol
