@@ -307,6 +307,30 @@ __device__ __forceinline__ u32 atom_cas_gpu_u32(u32* p, u32 cmp, u32 v) {
 
 __device__ __forceinline__ void block_sync() { __syncthreads(); }
 
+// Stamps (compiled with -DTPAR_TEST_STAMPS: `TPAR_TEST_STAMPS=1`, for measuring only):
+// thread 0 of each block writes %globaltimer at the kernel's phases into this rank's state
+// buffer after the tile words (abi.rs `stamps_offset`), stamp k of block b at word 8 b + k;
+// `sync` first waits for the whole block (block_sync), so that a stamp after a phase means
+// every thread of the block is past it. The bench (emulated ranks) clears them, runs the
+// timed graph once more and prints the phases (tpar-cli harness/stamps.rs). Kernels with
+// stamps: the registered pull path (io.cuh) and one-shot pull with its fused variant.
+// 0 entry, 1 frame ready (PDL wait, state), 2 start barrier passed, 3 reduce done (every
+// thread), 4 end barrier passed / norm done.
+#ifdef TPAR_TEST_STAMPS
+__device__ __forceinline__ volatile u64* tpar_stamps(const TparArgs& a) {
+    return (volatile u64*)(a.state + TPAR_SCRATCH_OFFSET + (a.slot_vecs + TPAR_TILE_VECS - 1ull) / TPAR_TILE_VECS * 8ull);
+}
+#define TPAR_STAMP(a, k, sync)                                                                   \
+    do {                                                                                         \
+        if (sync) block_sync();                                                                  \
+        if (threadIdx.x == 0) tpar_stamps(a)[(u64)blockIdx.x * 8ull + (u64)(k)] = globaltimer_ns(); \
+    } while (0)
+#else
+#define TPAR_STAMP(a, k, sync) \
+    do {                       \
+    } while (0)
+#endif
+
 // ---------------------------------------------------------------------------------------
 // Dtype lanes. Accumulation is always f32, in rank order 0..world-1.
 

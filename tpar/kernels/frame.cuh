@@ -179,30 +179,6 @@ __device__ __forceinline__ void test_pause(const TparArgs& a) {
     while (globaltimer_ns() < until) nanosleep_ns(100);
 }
 
-// Stamps (compiled with -DTPAR_TEST_STAMPS: `TPAR_TEST_STAMPS=1`, for measuring only):
-// thread 0 of each block writes %globaltimer at the kernel's phases into this rank's state
-// buffer after the tile words (abi.rs `stamps_offset`), stamp k of block b at word 8 b + k;
-// `sync` first waits for the whole block (block_sync), so that a stamp after a phase means
-// every thread of the block is past it. The bench (emulated ranks) clears them, runs the
-// timed graph once more and prints the phases (tpar-cli harness/stamps.rs). Kernels with
-// stamps: the registered pull path (io.cuh) and one-shot pull with its fused variant.
-// 0 entry, 1 frame ready (PDL wait, state), 2 start barrier passed, 3 reduce done (every
-// thread), 4 end barrier passed / norm done.
-#ifdef TPAR_TEST_STAMPS
-__device__ __forceinline__ volatile u64* tpar_stamps(const TparArgs& a) {
-    return (volatile u64*)(a.state + TPAR_SCRATCH_OFFSET + (a.slot_vecs + TPAR_TILE_VECS - 1ull) / TPAR_TILE_VECS * 8ull);
-}
-#define TPAR_STAMP(a, k, sync)                                                                   \
-    do {                                                                                         \
-        if (sync) block_sync();                                                                  \
-        if (threadIdx.x == 0) tpar_stamps(a)[(u64)blockIdx.x * 8ull + (u64)(k)] = globaltimer_ns(); \
-    } while (0)
-#else
-#define TPAR_STAMP(a, k, sync) \
-    do {                       \
-    } while (0)
-#endif
-
 // Starts a call: waits for the previous kernel on this stream (PDL), reads this block's
 // epoch and buffer, and (descriptor thread) announces the call to every peer.
 // Every word of the state is loaded at once (one round trip, not one per use): the
@@ -570,22 +546,14 @@ __device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(h
 
 // Barrier verb, per block: block b of every rank meets block b of every other rank. Thread q
 // (< world) signals rank q and waits for rank q: the waits run in parallel, one per thread.
-// How strong the meeting is (ORDER):
+// ORDER, how strong the meeting is (why each is enough: docs/cuda.md, "registered pull"):
 //  - TPAR_BAR_RELEASE: every data store this block made before the barrier is visible to
-//    peers that pass it (the signal is st.release.sys, cumulative over the block's stores
-//    ordered before it by block_sync; the wait ld.acquire.sys);
-//  - TPAR_BAR_ARRIVE: the signal says only "this rank's call has started" (a relaxed store:
-//    it publishes none of the block's stores), the wait is still ld.acquire.sys, so the
-//    block's later loads come after the peer's signal. For the registered path's start: a
-//    rank's input is complete before its kernel starts (the kernel boundary, or
-//    griddepcontrol.wait), not by anything this kernel stores. A release there cost about
-//    0.5 us a call on one H200 (round 10: the fence waits for the system, whatever is
-//    outstanding).
-//  - TPAR_BAR_READS_DONE: the signal says "my reads of your buffers are done" (relaxed store
-//    and relaxed polls): each thread's loads returned before block_sync (their values went
-//    into its stores: a store waits for its data), so no peer passes before every load of
-//    this block has its value. For one-shot's registered end, which writes only its own
-//    output: nothing to publish. vLLM's one-stage kernel ends the same way.
+//    peers that pass it (st.release.sys, cumulative over the stores block_sync ordered
+//    before it; the wait ld.acquire.sys);
+//  - TPAR_BAR_ARRIVE: "my call has started" (a relaxed signal, publishing nothing; acquire
+//    polls, so the block's later loads follow the peer's signal): the registered start;
+//  - TPAR_BAR_READS_DONE: "my reads of your buffers are done" (relaxed signal and polls:
+//    every load's value went into a store before block_sync): one-shot's registered end.
 #define TPAR_BAR_RELEASE 0
 #define TPAR_BAR_ARRIVE 1
 #define TPAR_BAR_READS_DONE 2
