@@ -1,5 +1,5 @@
 //! Where a call's time goes, from the kernels' own stamps (`TPAR_TEST_STAMPS=1`): thread 0
-//! of each block writes `%globaltimer` at the kernel's phases (frame.cuh `TPAR_STAMP`), the
+//! of each block writes `%globaltimer` at the kernel's phases (common.cuh `TPAR_STAMP`), the
 //! bench clears them, runs the timed call once more and prints, per rank, the median over
 //! its blocks of each phase's end minus the block's entry. For emulated ranks, which
 //! profilers cannot take apart (each kernel spins on the others'); measuring only.

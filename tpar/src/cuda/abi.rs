@@ -112,12 +112,12 @@ pub fn state_bytes(slot_vecs: usize) -> usize {
     stamps_offset(slot_vecs) + STAMP_BYTES
 }
 
-/// Stamps a block writes in a call compiled with `TPAR_TEST_STAMPS` (frame.cuh `TPAR_STAMP`).
+/// Stamps a block writes in a call compiled with `TPAR_TEST_STAMPS` (common.cuh `TPAR_STAMP`).
 pub const STAMPS_PER_BLOCK: usize = 8;
 /// Bytes of the stamps: one u64 `%globaltimer` per stamp and block, every block a call may
 /// launch.
 pub const STAMP_BYTES: usize = MAX_BLOCKS * STAMPS_PER_BLOCK * 8;
-/// Where the stamps start in a rank's state buffer: after the tile words (frame.cuh
+/// Where the stamps start in a rank's state buffer: after the tile words (common.cuh
 /// `tpar_stamps`, the same arithmetic from `TparArgs::slot_vecs`).
 pub fn stamps_offset(slot_vecs: usize) -> usize {
     SCRATCH_OFFSET + slot_vecs.div_ceil(TILE_VECS) * 8

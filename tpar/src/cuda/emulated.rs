@@ -344,7 +344,7 @@ impl EmulatedGroup {
     }
 
     /// Rank `r`'s stamps (synchronises first): per block, the `%globaltimer` ns of each phase
-    /// the kernel stamped (0 where it wrote none; frame.cuh `TPAR_STAMP`).
+    /// the kernel stamped (0 where it wrote none; common.cuh `TPAR_STAMP`).
     pub fn stamps(&self, r: usize) -> Result<Vec<[u64; abi::STAMPS_PER_BLOCK]>> {
         self.synchronize_streams()?;
         let st = self.state.get(r).ok_or_else(|| Error::invalid("rank", "out of range"))?;
