@@ -345,23 +345,11 @@ __device__ __forceinline__ u32 f32_as_u32(float f) {
     return u;
 }
 __device__ __forceinline__ float bf16_to_f32(u32 h) { return u32_as_f32(h << 16); }
-// Round to nearest even; NaN stays a (quiet) NaN.
-__device__ __forceinline__ u32 f32_to_bf16(float f) {
-    u32 u = f32_as_u32(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return ((u >> 16) | 0x40u) & 0xffffu;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return u >> 16;
-}
 __device__ __forceinline__ float f16_to_f32(u32 h) {
     float f;
     u16 hh = (u16)h;
     asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(hh));
     return f;
-}
-__device__ __forceinline__ u32 f32_to_f16(float f) {
-    u16 h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return (u32)h;
 }
 
 __device__ __forceinline__ u32 v16_word(const V16& v, int i) {
@@ -428,7 +416,6 @@ struct D16 {
         return r;
     }
     __device__ static __forceinline__ float to_f32(u32 h) { return IS_BF16 ? bf16_to_f32(h) : f16_to_f32(h); }
-    __device__ static __forceinline__ u32 from_f32(float f) { return IS_BF16 ? f32_to_bf16(f) : f32_to_f16(f); }
     __device__ static __forceinline__ void set(float (&acc)[8], V16 v) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -445,11 +432,12 @@ struct D16 {
             acc[2 * i + 1] += to_f32(w >> 16);
         }
     }
-    // Rounds the accumulators once (nearest even) and packs them. bf16: the hardware's
-    // cvt.rn.bf16x2.f32, two lanes an instruction (sm_80+), where the shifts and adds of
-    // f32_to_bf16 took about 60 instructions a vector: the registered reduce was bound by
-    // them (round 10). The same bits for every number; a NaN stays a quiet NaN (its payload
-    // the hardware's), the same on every rank, never the all-ones empty word (canon_word).
+    // Rounds the accumulators once (nearest even) and packs them: the hardware's
+    // cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32, two lanes an instruction (sm_80+), where the
+    // shifts and adds of a software bf16 rounding took about 60 instructions a vector: the registered
+    // reduce was bound by them (round 10). The same bits for every number; a NaN stays a
+    // quiet NaN (its payload the hardware's), the same on every rank, never the all-ones
+    // empty word (canon_word).
     __device__ static __forceinline__ V16 pack(const float (&acc)[8]) {
         V16 r;
 #pragma unroll
@@ -457,10 +445,10 @@ struct D16 {
             u32 w;
             if (IS_BF16) {
                 asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(acc[2 * i + 1]), "f"(acc[2 * i]));
-                w = canon_word(w);
             } else {
-                w = canon_half(from_f32(acc[2 * i])) | (canon_half(from_f32(acc[2 * i + 1])) << 16);
+                asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(acc[2 * i + 1]), "f"(acc[2 * i]));
             }
+            w = canon_word(w);
             v16_set_word(r, i, w);
         }
         return r;

@@ -34,13 +34,13 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
     const I first = (I)global_tid();
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
-    if (!TPAR_LEAN_ON && first < nvec) pre = D::canon(load_input<D>(a, first));  // lean: reloaded (4 registers fewer)
+    if (!TPAR_LEAN_ON && first < nvec) pre = load_input<D>(a, first);  // lean: reloaded (4 registers fewer)
     out.prefetch(a, first);
     Frame f = frame_begin(a);
     TPAR_STAMP(a, 1, false);
     const u32 gen = f.epoch + 1u;
     for (I v = first; v < nvec; v += stride) {
-        st_v16(pull_at(a, a.rank, f.buf, 0, v), !TPAR_LEAN_ON && v == first ? pre : D::canon(load_input<D>(a, v)));
+        st_v16(pull_at(a, a.rank, f.buf, 0, v), !TPAR_LEAN_ON && v == first ? pre : load_input<D>(a, v));
     }
     pdl_launch_dependents();
     barrier_block(a, f, 0, gen);
@@ -50,7 +50,7 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
     if (dm && !TPAR_LEAN_ON) d = desc_prefetch(a, f, dm);  // lean: polled after the data (4 registers fewer)
     const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
     for (I v = first; v < nvec; v += stride) {
-        const V16 own = !TPAR_LEAN_ON && v == first ? pre : D::canon(load_input<D>(a, v));
+        const V16 own = !TPAR_LEAN_ON && v == first ? pre : load_input<D>(a, v);
         V16 r = load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own);
         out.transform(a, v, r);
         out.put(a, f, v, r);

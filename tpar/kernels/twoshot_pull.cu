@@ -40,7 +40,7 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
         const I lo = (I)q * cvec;
         const I hi = lo + cvec < nvec ? lo + cvec : nvec;
         for (I v = lo + first; v < hi; v += stride) {
-            st_v16(pull_at(a, a.rank, f.buf, 0, v), D::canon(load_input<D>(a, v)));
+            st_v16(pull_at(a, a.rank, f.buf, 0, v), load_input<D>(a, v));
         }
     }
     pdl_launch_dependents();
