@@ -349,7 +349,7 @@ impl Launcher {
         let bytes = self.max_bytes;
         for (a, d) in calls {
             self.variant(dev, *a, *d, SizeClass::Default)?;
-            let planned = self.settings.blocks.unwrap_or_else(|| policy_blocks(*a, self.transport, bytes, self.world));
+            let planned = self.settings.blocks.unwrap_or_else(|| self.policy_grid(*a, bytes, false));
             if self.class_for(dev, *a, *d, bytes, planned, threads_for(bytes, planned), false)? == SizeClass::Lean {
                 self.variant(dev, *a, *d, SizeClass::Lean)?;
             }
@@ -435,12 +435,12 @@ impl Launcher {
         if call.blocks as usize > MAX_BLOCKS {
             return Err(Error::invalid("blocks", format!("{}: must be 1 to {MAX_BLOCKS} (0: the policy)", call.blocks)));
         }
-        let (ranks, sms, pdl_on, transport, world) = (self.ranks_on_device, self.sms, self.pdl(), self.transport, self.world);
+        let (ranks, sms, pdl_on) = (self.ranks_on_device, self.sms, self.pdl());
         let explicit = if call.blocks > 0 { Some(call.blocks) } else { self.settings.blocks };
         // Threads follow the policy's blocks (the plan's, or the rule's): one vector per
         // thread. The variant follows the size and the default's residency; residency is then
         // checked for that variant and block shape.
-        let planned = explicit.unwrap_or_else(|| policy_blocks(call.algo, transport, bytes, world));
+        let planned = explicit.unwrap_or_else(|| self.policy_grid(call.algo, bytes, fixed == Some(SizeClass::Fused)));
         let threads = threads_for(bytes, planned);
         let class = match fixed {
             Some(c) => c,
@@ -463,6 +463,17 @@ impl Launcher {
         // With PDL a rank's next grid may become resident while this one runs: both must fit.
         let pdl = pdl_on && holds_twice(grid, ranks, resident);
         Ok(Launch { f, grid, threads, pdl })
+    }
+
+    /// The grid of a call the plan did not size: the block policy ([`policy_blocks`]), for
+    /// ranks that share this GPU at most what leaves every rank's next grid SMs of its own
+    /// ([`shared_gpu_blocks`](crate::plan::floors::shared_gpu_blocks); not for `fused` calls).
+    fn policy_grid(&self, algo: Algorithm, bytes: usize, fused: bool) -> u32 {
+        let p = policy_blocks(algo, self.transport, bytes, self.world);
+        if fused {
+            return p;
+        }
+        crate::plan::floors::shared_gpu_blocks(p, bytes as u64, self.ranks_on_device, self.sms)
     }
 
     /// The empty kernel, launched like a collective (the launch floor).
@@ -595,5 +606,30 @@ mod tests {
         assert!(!holds_twice(32, 8, 264), "lean: all resident, but not twice (no PDL)");
         assert!(holds_twice(16, 8, 264));
         assert!(holds_twice(32, 1, 132), "one rank per GPU: the default always holds");
+    }
+
+    #[test]
+    fn ranks_sharing_a_gpu_get_grids_that_hold_twice_below_the_wide_sizes() {
+        use crate::plan::floors::{shared_gpu_blocks, NVLINK_WIDE_MIN_BYTES};
+        let sms = 132; // one H200
+        let wide = NVLINK_WIDE_MIN_BYTES;
+        // A rank alone on its GPU: the policy's grid at every size.
+        for bytes in [16 << 10, 256 << 10, wide - 1, wide, 64 << 20] {
+            let p = policy_blocks(Algorithm::OneshotPull, Transport::P2p, bytes as usize, 8);
+            assert_eq!(shared_gpu_blocks(p, bytes, 1, sms), p, "{bytes} B, one rank");
+        }
+        // 2 / 4 / 8 ranks on one GPU at 256 KiB (the policy: 32 blocks): 32, 16, 8, and each
+        // grid holds twice with one 512-thread block per SM (the default variant).
+        for (ranks, want) in [(2u32, 32u32), (4, 16), (8, 8)] {
+            let g = shared_gpu_blocks(32, 256 << 10, ranks, sms);
+            assert_eq!(g, want, "{ranks} ranks");
+            assert!(holds_twice(g, ranks, sms), "{ranks} ranks: {g} blocks");
+        }
+        // Smaller grids stay; from the wide sizes on, the policy's grid again.
+        assert_eq!(shared_gpu_blocks(6, 12 << 10, 8, sms), 6);
+        assert_eq!(shared_gpu_blocks(32, wide - 1, 4, sms), 16);
+        assert_eq!(shared_gpu_blocks(64, wide, 4, sms), 64);
+        // Never zero blocks, however many ranks share however few SMs.
+        assert_eq!(shared_gpu_blocks(32, 256 << 10, 16, 8), 1);
     }
 }

@@ -85,6 +85,26 @@ pub const NVLINK_MAX_BLOCKS: u32 = 32;
 pub const NVLINK_WIDE_MIN_BYTES: u64 = 2 * MIB;
 /// Most blocks of a call of at least [`NVLINK_WIDE_MIN_BYTES`]: the kernels' cap.
 pub const NVLINK_WIDE_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
+/// Ranks that share one GPU (emulated ranks; rank processes on one GPU): below
+/// [`NVLINK_WIDE_MIN_BYTES`] a call's grid is at most the GPU's SMs over twice the ranks, so
+/// that every rank's running grid and its next one (programmatic dependent launch) each have
+/// SMs of their own. A rank alone on its GPU is never limited (132 SMs / 2 = 66 blocks, above
+/// [`NVLINK_MAX_BLOCKS`]). One H200, emulated ranks, bf16, graphs of 20 calls, PDL on, us per
+/// call, the policy's grid against this one (bench/results/h200-1gpu-round11, call 2): 4 ranks
+/// (16 blocks instead of 32) 256 KiB one-shot pull zero copy 3.99 vs 4.80 (at 32 blocks the
+/// default variant cannot hold two grids of every rank: PDL was off), two-shot pull 4.49 vs
+/// 5.63, 1 MiB two-shot pull 5.28 vs 5.98; 8 ranks (8 instead of 21-32) 122 x 42 KiB one-shot
+/// pull 3.66 vs 3.87, 256 KiB two-shot pull 5.68 vs 7.27, 1 MiB 7.40 vs 8.52; one-shot push,
+/// which the plan does not pick there, loses (8 ranks 64 KiB 6.01 vs 5.55). From 2 MiB the
+/// wide grid wins where it differs (4 ranks 4 MiB two-shot pull 10.20 on the policy's 64
+/// blocks against 10.66 on 16; 2 ranks 4 MiB 6.43 on 64 against 6.95 on 32). Fused calls keep
+/// the policy's grid (8 ranks, 7168 x 8 rows: 9.47 us on 8 blocks against 8.08).
+pub fn shared_gpu_blocks(planned: u32, bytes: u64, ranks_on_device: u32, sms: u32) -> u32 {
+    if ranks_on_device <= 1 || bytes >= NVLINK_WIDE_MIN_BYTES {
+        return planned;
+    }
+    planned.min((sms / (2 * ranks_on_device)).max(1))
+}
 /// Bytes per block on NVLink before another block is added: one 16-byte vector per thread
 /// of a [`NVLINK_MIN_THREADS`]-thread block. An SM moves only so many bytes per cycle to
 /// memory and peers, so small calls go faster spread over many small blocks (many SMs) than
@@ -133,12 +153,17 @@ pub fn lean_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
 /// never picks one-shot). Round 10 (bench/results/h200-1gpu-round10/) relaxed the registered
 /// barriers (io.cuh); one-shot pull zero copy at 256 KiB is then 3.30 us against the copy's
 /// 3.54 at 2 ranks (where the plan runs one-shot push, 2.82), 5.22-5.28 against 5.15-5.26 at
-/// 4, 8.48-8.66 against 7.99-8.05 at 8: nowhere a win the plan would take, so 1 MiB stays.
+/// 4, 8.48-8.66 against 7.99-8.05 at 8: nowhere a win the plan would take, so 1 MiB stayed.
+/// Round 11 (bench/results/h200-1gpu-round11, call 2: no canonical-form pass on the pull
+/// paths' loads, and the grid of [`shared_gpu_blocks`] under which PDL stays on): zero copy
+/// against copy, us, 4 ranks 256 KiB 3.99 vs 4.78, 8 ranks 256 KiB 6.61 vs 8.86, 2 ranks
+/// 256 KiB 2.94 vs 3.20; at 64 KiB 3.33 vs 3.34 (4 ranks) but 4.68 vs 4.55 (8), at 16 KiB 4.26
+/// vs 3.75 (8): one-shot pull runs registered from 256 KiB.
 pub fn registered_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
     use crate::kinds::Algorithm as A;
     match algo {
         A::TwoshotPull => 0,
-        A::OneshotPull => MIB,
+        A::OneshotPull => 256 * KIB,
         _ => u64::MAX,
     }
 }
