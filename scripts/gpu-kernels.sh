@@ -130,7 +130,7 @@ verify)
     step epoch-wrap 20 -- "$B" selftest epoch-wrap --emulate-ranks 3,4 --epoch-start 4294967290 -e 4M -d all
     step epoch-wrap-host 15 -- "$B" selftest epoch-wrap --emulate-ranks 3 --transport host --epoch-start 4294967290 -e 64K -d all
     # -- rank processes sharing the GPU (CUDA IPC; one shared host segment) --
-    step procs-check 40 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 -e 1M --calls 200 -d all
+    step procs-check 90 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 -e 1M --calls 200 -d all
     step procs-check-lean 40 TPAR_LEAN=1 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 -e 1M --calls 100 -d all --algo oneshot-pull,twoshot-push,twoshot-pull
     step procs-host 50 -- "$B" check --backend cuda --world 4 --transport host --plan-topology h200-nvswitch-8 -e 1M --calls 100 -d all --algo oneshot-push,twoshot-push
     step procs-host-plan 40 -- "$B" check --backend cuda --world 4 --plan-topology rtx4090-nop2p-4 -e 32K --calls 100 -d all --algo auto

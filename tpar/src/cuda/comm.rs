@@ -322,7 +322,12 @@ impl GpuCommunicator {
             profile: self.profiles[mode_index(mode)].as_ref(),
             overrides: &self.overrides,
         };
-        let p = self.plans.get(&input);
+        let mut p = self.plans.get(&input);
+        if let (Err(why), NcclUse::Own) = (&self.nccl, self.nccl_use) {
+            if let Some(k) = p.without_nccl(why, self.ws.transport()) {
+                p = Arc::new(k);
+            }
+        }
         match self.rejected.iter().find(|r| r.algorithm == p.algorithm) {
             None => p,
             Some(r) => Arc::new(Plan {

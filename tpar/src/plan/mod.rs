@@ -121,6 +121,30 @@ impl Plan {
         }
     }
 
+    /// Where NCCL cannot run (it did not join: `why`) and this plan chose it only instead of
+    /// a tpar kernel whose time rests on an unmeasured figure ([`Plan::instead_of`]): that
+    /// kernel, over `transport` (the communicator's workspaces), on the policy's blocks (0).
+    /// It is correct, only perhaps slower than NCCL would have been, which beats refusing
+    /// the call. `None` where NCCL was chosen for any other reason.
+    pub fn without_nccl(&self, why: &str, transport: Transport) -> Option<Plan> {
+        let u = self.instead_of.filter(|_| self.algorithm == Algorithm::Nccl)?;
+        Some(Plan {
+            algorithm: u.algorithm,
+            transport,
+            blocks: 0,
+            reason: format!(
+                "NCCL did not join ({why}): {}, the kernel NCCL stood in for, {:.1} us simulated ({:.1} at the bound; the plan said: {})",
+                u.algorithm, u.us, u.bound_us, self.reason
+            ),
+            predicted_us: Some(u.us),
+            nccl_us: None,
+            source: None,
+            nccl_source: None,
+            bound_us: Some(u.bound_us),
+            instead_of: None,
+        })
+    }
+
     fn bounded(mut self, bound_us: f64) -> Plan {
         self.bound_us = Some(bound_us);
         self

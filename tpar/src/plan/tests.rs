@@ -52,6 +52,18 @@ fn an_unmeasured_figure_decides_only_where_it_holds_at_the_bound() {
     let u = mid.instead_of.unwrap();
     assert!(u.bound_us >= mid.nccl_us.unwrap() && u.us < mid.nccl_us.unwrap(), "{mid:?}");
     assert!(mid.reason.contains("unmeasured SM stores under load") && mid.reason.contains(&format!("{:.1} us", u.bound_us)), "{mid}");
+    // Where NCCL cannot join (ranks sharing one GPU), the kernel it stood in for runs, over
+    // the communicator's transport, and says why; a plan that chose NCCL for another reason
+    // (or a kernel) has no stand-in.
+    let k = mid.without_nccl("invalid usage", Transport::Host).unwrap();
+    assert_eq!((k.algorithm, k.transport, k.blocks), (u.algorithm, Transport::Host, 0), "{k:?}");
+    assert!(k.reason.contains("NCCL did not join (invalid usage)") && k.reason.contains(&mid.reason), "{k}");
+    assert!(k.instead_of.is_none() && k.nccl_us.is_none(), "{k:?}");
+    assert!(small.without_nccl("x", Transport::Host).is_none());
+    let o = Overrides::from_pairs([("TPAR_DISABLE", "1")]).unwrap();
+    let off = plan(&PlanInput { topology: &ds, world: 8, bytes: 42 * 1024, dtype: DType::BF16, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &o });
+    assert_eq!(off.algorithm, Algorithm::Nccl, "{off}");
+    assert!(off.without_nccl("x", Transport::Host).is_none(), "{off:?}");
     // Measure the same figures (a probe of this machine) and the simulator's pick stands.
     let mut probed = ds.clone();
     if let Some(pr) = probed.probe.as_mut() {
