@@ -116,6 +116,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_TEST_UNSAFE_TWO_BUFFERS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with two buffers (the reuse guard removed), so the skewed-rank stress can show it catches the race", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_ONE_BUFFER", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with one buffer (the flag protocol's reuse guard removed)", example: "1" },
     Var { name: "TPAR_TEST_STAMPS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with per-block %globaltimer stamps at their phases (registered pull, one-shot pull and its fused variant); `tpar bench` on emulated ranks then prints where the last timed call's time went", example: "1" },
+    Var { name: "TPAR_VLLM_BLOCKS", group: Group::Test, values: "1 to 36", default: "(vLLM's 36, lowered until every emulated rank's blocks are resident)", doc: "the block limit of vLLM's kernel in `tpar bench --compare vllm`, for measuring it on the grid tpar runs", example: "16" },
     Var { name: "TPAR_TEST_UNSAFE_NO_END_BARRIER", group: Group::Test, values: "1", default: "(off)", doc: "compile the registered (zero-copy) path without its end barrier (a rank may leave while peers still use its buffers), so the skewed graph test can show it catches it", example: "1" },
 ];
 
@@ -469,6 +470,10 @@ impl Settings {
             // Paths read where they are used (`nvrtc_lib`, `nccl_lib`, `cache_dir`): any
             // non-empty value is well-formed.
             "TPAR_NVRTC_LIB" | "TPAR_NCCL_LIB" | "TPAR_CACHE_DIR" | "TPAR_VLLM_LIB" => {}
+            // Read where it is used (`vllm_blocks`): checked here.
+            "TPAR_VLLM_BLOCKS" => {
+                parse_int(name, v, 1u32, 36)?;
+            }
             _ => return Err(bad(name, raw, "nothing: tpar declares this variable but has no parser for it (a bug)")),
         }
         Ok(())
@@ -493,6 +498,13 @@ pub fn nvrtc_lib() -> Option<PathBuf> {
 /// `TPAR_VLLM_LIB`: the comparison library of vLLM's kernel (`tpar bench --compare vllm`).
 pub fn vllm_lib() -> Option<PathBuf> {
     path_var("TPAR_VLLM_LIB")
+}
+
+/// `TPAR_VLLM_BLOCKS`: vLLM's block limit in `tpar bench --compare vllm` (None: its default,
+/// lowered to what is resident). A malformed value is None here; `Settings::from_env`
+/// reports it.
+pub fn vllm_blocks() -> Option<u32> {
+    std::env::var("TPAR_VLLM_BLOCKS").ok().and_then(|v| parse_int("TPAR_VLLM_BLOCKS", &v, 1u32, 36).ok())
 }
 
 /// `TPAR_NCCL_LIB`: the NCCL library file to try first.

@@ -201,7 +201,7 @@ impl<'a> VllmRanks<'a> {
         let ranks_c: Vec<c_int> = ranks.iter().map(|&r| r as c_int).collect();
         let mut h: Handle = std::ptr::null_mut();
         // SAFETY: ranks_c holds nlocal ranks; h receives a handle or stays null on failure.
-        let rc = unsafe { (api.create)(ordinal as c_int, world as c_int, ranks_c.as_ptr(), ranks_c.len() as c_int, max_bytes, c_int::from(full_nvlink), 0, &mut h) };
+        let rc = unsafe { (api.create)(ordinal as c_int, world as c_int, ranks_c.as_ptr(), ranks_c.len() as c_int, max_bytes, c_int::from(full_nvlink), tpar::settings::vllm_blocks().unwrap_or(0) as c_int, &mut h) };
         api.rc(rc, "create")?;
         // From here `me` owns h: dropping it destroys h.
         let mut me = VllmRanks { api, h, world, locals, origin, fork, start, end, ctl, label, dev };
