@@ -16,6 +16,10 @@ pub const COMMON_CUH: &str = include_str!("../../kernels/common.cuh");
 /// [`COMMON_CUH`] where it says `#include "frame.cuh"`.
 pub const FRAME_CUH: &str = include_str!("../../kernels/frame.cuh");
 
+/// The call descriptors (every rank tells every peer what it calls), spliced into
+/// [`FRAME_CUH`] where it says `#include "desc.cuh"`.
+pub const DESC_CUH: &str = include_str!("../../kernels/desc.cuh");
+
 /// The flag protocol (host transport), spliced into [`FRAME_CUH`] where it says
 /// `#include "flags.cuh"`.
 pub const FLAGS_CUH: &str = include_str!("../../kernels/flags.cuh");
@@ -30,9 +34,10 @@ pub const NORM_CUH: &str = include_str!("../../kernels/norm.cuh");
 pub const IO_CUH: &str = include_str!("../../kernels/io.cuh");
 
 /// The whole header every kernel includes: [`COMMON_CUH`] with [`FRAME_CUH`] spliced in, and
-/// [`FLAGS_CUH`], [`NORM_CUH`] and [`IO_CUH`] into that.
+/// [`DESC_CUH`], [`FLAGS_CUH`], [`NORM_CUH`] and [`IO_CUH`] into that.
 pub fn header() -> String {
     let frame = FRAME_CUH
+        .replace("#include \"desc.cuh\"", DESC_CUH)
         .replace("#include \"flags.cuh\"", FLAGS_CUH)
         .replace("#include \"norm.cuh\"", NORM_CUH)
         .replace("#include \"io.cuh\"", IO_CUH);
