@@ -85,7 +85,8 @@ pub const NVLINK_MAX_BLOCKS: u32 = 32;
 pub const NVLINK_WIDE_MIN_BYTES: u64 = 2 * MIB;
 /// Most blocks of a call of at least [`NVLINK_WIDE_MIN_BYTES`]: the kernels' cap.
 pub const NVLINK_WIDE_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
-/// Ranks that share one GPU (emulated ranks; rank processes on one GPU): below
+/// Ranks that share one GPU, for calls the plan did not size (every call of emulated ranks;
+/// a forced algorithm; a communicator's kernel standing in for NCCL): below
 /// [`NVLINK_WIDE_MIN_BYTES`] a call's grid is at most the GPU's SMs over twice the ranks, so
 /// that every rank's running grid and its next one (programmatic dependent launch) each have
 /// SMs of their own. A rank alone on its GPU is never limited (132 SMs / 2 = 66 blocks, above
