@@ -477,11 +477,7 @@ impl GpuCommunicator {
         let r = if planned.algorithm == algo {
             self.resolve(dtype, bytes, mode)?
         } else {
-            let mut p = (*planned).clone();
-            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
-            p.algorithm = algo;
-            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
-            p.blocks = 0;
+            let p = planned.replaced(algo, self.transport(), format!("forced by the caller (the plan said {}: {})", planned.algorithm, planned.reason));
             let route = self.route_of(&p, dtype, bytes)?;
             Arc::new(Resolved { plan: Arc::new(p), route })
         };

@@ -121,6 +121,14 @@ impl Plan {
         }
     }
 
+    /// This plan with `algorithm` run instead (over `transport`, or NCCL's for NCCL), on the
+    /// launch policy's blocks (0), for `reason`; its figures are left as they were. How a
+    /// communicator runs an algorithm its caller forced, or [`Plan::without_nccl`]'s kernel.
+    pub fn replaced(&self, algorithm: Algorithm, transport: Transport, reason: String) -> Plan {
+        let transport = if algorithm == Algorithm::Nccl { Transport::Nccl } else { transport };
+        Plan { algorithm, transport, blocks: 0, reason, ..self.clone() }
+    }
+
     /// Where NCCL cannot run (it did not join: `why`) and this plan chose it only instead of
     /// a tpar kernel whose time rests on an unmeasured figure ([`Plan::instead_of`]): that
     /// kernel, over `transport` (the communicator's workspaces), on the policy's blocks (0).
@@ -128,20 +136,18 @@ impl Plan {
     /// the call. `None` where NCCL was chosen for any other reason.
     pub fn without_nccl(&self, why: &str, transport: Transport) -> Option<Plan> {
         let u = self.instead_of.filter(|_| self.algorithm == Algorithm::Nccl)?;
+        let reason = format!(
+            "NCCL did not join ({why}): {}, the kernel NCCL stood in for, {:.1} us simulated ({:.1} at the bound; the plan said: {})",
+            u.algorithm, u.us, u.bound_us, self.reason
+        );
         Some(Plan {
-            algorithm: u.algorithm,
-            transport,
-            blocks: 0,
-            reason: format!(
-                "NCCL did not join ({why}): {}, the kernel NCCL stood in for, {:.1} us simulated ({:.1} at the bound; the plan said: {})",
-                u.algorithm, u.us, u.bound_us, self.reason
-            ),
             predicted_us: Some(u.us),
             nccl_us: None,
             source: None,
             nccl_source: None,
             bound_us: Some(u.bound_us),
             instead_of: None,
+            ..self.replaced(u.algorithm, transport, reason)
         })
     }
 

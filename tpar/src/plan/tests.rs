@@ -60,6 +60,9 @@ fn an_unmeasured_figure_decides_only_where_it_holds_at_the_bound() {
     assert!(k.reason.contains("NCCL did not join (invalid usage)") && k.reason.contains(&mid.reason), "{k}");
     assert!(k.instead_of.is_none() && k.nccl_us.is_none(), "{k:?}");
     assert!(small.without_nccl("x", Transport::Host).is_none());
+    // A forced algorithm keeps the plan's figures; NCCL always runs over NCCL.
+    let f = small.replaced(Algorithm::Nccl, Transport::Host, "forced".into());
+    assert_eq!((f.algorithm, f.transport, f.blocks, f.predicted_us, f.reason.as_str()), (Algorithm::Nccl, Transport::Nccl, 0, small.predicted_us, "forced"), "{f:?}");
     let o = Overrides::from_pairs([("TPAR_DISABLE", "1")]).unwrap();
     let off = plan(&PlanInput { topology: &ds, world: 8, bytes: 42 * 1024, dtype: DType::BF16, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &o });
     assert_eq!(off.algorithm, Algorithm::Nccl, "{off}");

@@ -71,13 +71,11 @@ impl GpuCommunicator {
         call.validate()?;
         let bytes = call.bytes();
         let planned = self.plan(call.dtype, bytes, mode);
-        let mut p = (*planned).clone();
-        if p.algorithm != algo {
-            p.reason = format!("forced by the caller (the plan said {}: {})", p.algorithm, p.reason);
-            p.algorithm = algo;
-            p.transport = if algo == Algorithm::Nccl { Transport::Nccl } else { self.transport() };
-            p.blocks = 0;
-        }
+        let p = if planned.algorithm == algo {
+            (*planned).clone()
+        } else {
+            planned.replaced(algo, self.transport(), format!("forced by the caller (the plan said {}: {})", planned.algorithm, planned.reason))
+        };
         let ar = self.route_of(&p, call.dtype, bytes)?;
         let route = match ar {
             Route::Kernel { algorithm, .. } if !unfused && self.ws.fused_unfit(algorithm, call).is_none() => {
