@@ -1,0 +1,111 @@
+//! Unit tests of the launch policy (`super`): blocks, threads, variants, residency.
+
+use super::*;
+
+#[test]
+fn policy_is_the_plans_rule_capped_by_transport() {
+    let a = Algorithm::OneshotPush;
+    assert_eq!(policy_blocks(a, Transport::P2p, 1, 8), 1);
+    assert_eq!(policy_blocks(a, Transport::P2p, 2048, 8), 1);
+    assert_eq!(policy_blocks(a, Transport::P2p, 2049, 8), 2);
+    assert_eq!(policy_blocks(a, Transport::P2p, 43008, 8), 21, "NVLink: one block per 2 KiB");
+    assert_eq!(policy_blocks(a, Transport::P2p, 4 << 20, 8), P2P_MAX_BLOCKS);
+    assert_eq!(policy_blocks(a, Transport::Host, 4 << 20, 8), HOST_MAX_BLOCKS);
+    assert_eq!(policy_blocks(a, Transport::Host, 43008, 8), 6, "PCIe: one block per 8 KiB");
+}
+
+#[test]
+fn threads_follow_the_blocks_one_vector_each() {
+    // NVLink rule: 128 threads while the blocks are under their cap, then up to 512.
+    assert_eq!(threads_for(1024, policy_blocks(Algorithm::OneshotPush, Transport::P2p, 1024, 8)), 128);
+    assert_eq!(threads_for(43008, 21), 128);
+    assert_eq!(threads_for(128 << 10, 32), 256);
+    assert_eq!(threads_for(4 << 20, 32), THREADS);
+    // PCIe rule (8 KiB per block): 448 threads for 2688 vectors on 6 blocks.
+    assert_eq!(threads_for(43008, 6), 448);
+    assert_eq!(threads_for(4 << 20, 8), THREADS);
+    // An explicit small block count: as many threads as the kernels take.
+    assert_eq!(threads_for(43008, 1), THREADS);
+    for bytes in [1usize, 16, 1000, 43008, 1 << 20, 64 << 20] {
+        for blocks in 1..=P2P_MAX_BLOCKS {
+            let t = threads_for(bytes, blocks);
+            assert!(t % 32 == 0 && (128..=THREADS).contains(&t), "{bytes} B on {blocks}: {t}");
+            // frame_end lets thread b of block 0 advance block b's epoch.
+            assert!(t >= MAX_BLOCKS as u32);
+        }
+    }
+}
+
+#[test]
+fn the_add_rmsnorm_kernel_spreads_a_row_over_whole_warps() {
+    assert_eq!(add_rmsnorm_threads(896), 448);
+    assert_eq!(add_rmsnorm_threads(2048), 512);
+    assert_eq!(add_rmsnorm_threads(512), 512);
+    assert_eq!(add_rmsnorm_threads(32), 32);
+    assert_eq!(add_rmsnorm_threads(1), 32);
+    assert_eq!(add_rmsnorm_threads(360), 384);
+}
+
+#[test]
+fn protocol_is_sentinel_over_p2p_and_by_world_or_forced_over_host() {
+    for w in [2, 3, 4, 8, 16] {
+        assert_eq!(push_protocol(Transport::P2p, w, Some(HostProtocol::Flags)), HostProtocol::Sentinel);
+        assert_eq!(push_protocol(Transport::Host, w, None), HostProtocol::auto(w));
+        assert_eq!(push_protocol(Transport::Host, w, Some(HostProtocol::Sentinel)), HostProtocol::Sentinel);
+        assert_eq!(push_protocol(Transport::Host, w, Some(HostProtocol::Flags)), HostProtocol::Flags);
+    }
+    assert_eq!(protocol_defines(HostProtocol::Flags), vec!["-DTPAR_PROTO_FLAGS".to_string()]);
+    assert!(protocol_defines(HostProtocol::Sentinel).is_empty());
+}
+
+#[test]
+fn size_class_is_lean_for_large_calls_the_default_cannot_hold() {
+    use crate::plan::floors::lean_min_bytes;
+    for a in [Algorithm::OneshotPull, Algorithm::TwoshotPush, Algorithm::TwoshotPull] {
+        let big = lean_min_bytes(a) as usize;
+        assert_eq!(size_class(a, big - 1, None, false), SizeClass::Default, "{a}: below its size");
+        assert_eq!(size_class(a, big, None, false), SizeClass::Lean, "{a}");
+        assert_eq!(size_class(a, big, None, true), SizeClass::Default, "{a}: the default holds its grid");
+        assert_eq!(size_class(a, 1, Some(true), true), SizeClass::Lean, "{a}: forced");
+        assert_eq!(size_class(a, 64 << 20, Some(false), false), SizeClass::Default, "{a}: forced off");
+        // 32-bit indices: never at 2^31 vectors or more.
+        assert_eq!(size_class(a, VEC_BYTES << 31, Some(true), false), SizeClass::Default, "{a}: 2^31 vectors");
+    }
+    // No lean variant: never lean, whatever is forced.
+    for a in [Algorithm::OneshotPush, Algorithm::StagedPush, Algorithm::Hierarchical] {
+        assert_eq!(size_class(a, 64 << 20, None, false), SizeClass::Default, "{a}");
+        assert_eq!(size_class(a, 64 << 20, Some(true), false), SizeClass::Default, "{a}");
+    }
+    assert_eq!(size_class_defines(SizeClass::Lean), vec!["-DTPAR_LEAN".to_string()]);
+    assert!(size_class_defines(SizeClass::Default).is_empty());
+    // One H200 (132 SMs), 8 ranks: 32 blocks of 512 threads need 512 resident slots.
+    assert!(!holds_twice(32, 8, 132), "default, one 512-thread block per SM");
+    assert!(!holds_twice(32, 8, 264), "lean: all resident, but not twice (no PDL)");
+    assert!(holds_twice(16, 8, 264));
+    assert!(holds_twice(32, 1, 132), "one rank per GPU: the default always holds");
+}
+
+#[test]
+fn ranks_sharing_a_gpu_get_grids_that_hold_twice_below_the_wide_sizes() {
+    use crate::plan::floors::{shared_gpu_blocks, NVLINK_WIDE_MIN_BYTES};
+    let sms = 132; // one H200
+    let wide = NVLINK_WIDE_MIN_BYTES;
+    // A rank alone on its GPU: the policy's grid at every size.
+    for bytes in [16 << 10, 256 << 10, wide - 1, wide, 64 << 20] {
+        let p = policy_blocks(Algorithm::OneshotPull, Transport::P2p, bytes as usize, 8);
+        assert_eq!(shared_gpu_blocks(p, bytes, 1, sms), p, "{bytes} B, one rank");
+    }
+    // 2 / 4 / 8 ranks on one GPU at 256 KiB (the policy: 32 blocks): 32, 16, 8, and each
+    // grid holds twice with one 512-thread block per SM (the default variant).
+    for (ranks, want) in [(2u32, 32u32), (4, 16), (8, 8)] {
+        let g = shared_gpu_blocks(32, 256 << 10, ranks, sms);
+        assert_eq!(g, want, "{ranks} ranks");
+        assert!(holds_twice(g, ranks, sms), "{ranks} ranks: {g} blocks");
+    }
+    // Smaller grids stay; from the wide sizes on, the policy's grid again.
+    assert_eq!(shared_gpu_blocks(6, 12 << 10, 8, sms), 6);
+    assert_eq!(shared_gpu_blocks(32, wide - 1, 4, sms), 16);
+    assert_eq!(shared_gpu_blocks(64, wide, 4, sms), 64);
+    // Never zero blocks, however many ranks share however few SMs.
+    assert_eq!(shared_gpu_blocks(32, 256 << 10, 16, 8), 1);
+}
