@@ -45,6 +45,27 @@
 // generation. The host fills the scratch with the epoch whenever it sets epochs, so a word
 // left from before never carries the next call's generation.
 
+// The cluster variant (-DTPAR_FUSED_CLUSTER, with -DTPAR_FUSED; the launcher's choice where
+// a row's blocks are one thread-block cluster, cuda/launch.rs `row_cluster`) of a kernel that
+// defines TPAR_CLUSTER_ROWS_READY (one vector a thread there, a block's vectors contiguous):
+// the row's sums meet in distributed shared memory (below), and the first vector's residual
+// and weight are copied into this block's shared memory before the all-reduce (cp.async, one
+// slot a thread: in flight beside the waits without holding registers across them; the L1
+// prefetch of the other variants measured no faster than none, and holding them in registers
+// slowed the reduction: bench/results/h200-1gpu-round12/). The plain fused variant compiles
+// as before.
+#if defined(TPAR_FUSED_CLUSTER)
+#if !TPAR_FUSED_ON || !defined(TPAR_CLUSTER_ROWS_READY)
+#error "-DTPAR_FUSED_CLUSTER needs -DTPAR_FUSED and a kernel with TPAR_CLUSTER_ROWS_READY"
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#error "-DTPAR_FUSED_CLUSTER needs sm_90 or later (thread-block clusters)"
+#endif
+#define TPAR_CLUSTER_ROWS 1
+#else
+#define TPAR_CLUSTER_ROWS 0
+#endif
+
 // Tiles per row the row sum takes: 4 per lane (bf16 rows of up to 32768 elements).
 #define TPAR_ROW_TILES_PER_LANE 4u
 #define TPAR_ROW_TILES_MAX (32u * TPAR_ROW_TILES_PER_LANE)
@@ -139,6 +160,88 @@ __device__ __forceinline__ V16 norm_vec(V16 r, V16 w, float inv) {
     return D::pack(x);
 }
 
+// The row's tiles inside a thread-block cluster (sm_90 and later; the launcher's choice,
+// cuda/launch.rs `row_cluster`): where every block holds whole tiles of exactly one row and
+// a row's blocks are one cluster (one vector a thread: block b of the grid covers vectors
+// [b t, (b + 1) t), row b / c), each warp sends its tile's sum straight into every block of
+// the cluster (st.async into distributed shared memory, completing bytes on that block's
+// mbarrier), and a block waits on its own mbarrier, in its own shared memory, until the
+// row's every tile has landed: one trip between SMs instead of a store to L2 and the polls
+// that read it back. The same tiles, summed in the same tree: the same bits as the global
+// path. Set-up: thread 0 initialises the mbarrier (one arrival, its own, with the row's
+// bytes expected) before the all-reduce; the cluster barrier's arrive follows, its wait
+// comes before the first send, when every block has long arrived. A block leaves only
+// after every tile sent to it has landed (its wait), and every thread sends its tile
+// whatever happened before (a failed wait included), so no send outlives its target.
+#if TPAR_CLUSTER_ROWS
+__shared__ V16 tpar_early[2][TPAR_THREADS];  // [0] residual, [1] weight: thread t's slot t
+__shared__ float tpar_row_tiles[TPAR_ROW_TILES_MAX];
+__shared__ __align__(8) u64 tpar_row_bar;
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u32 r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+__device__ __forceinline__ u32 cluster_ctas() {
+    u32 n;
+    asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+    return n;
+}
+__device__ __forceinline__ u32 cluster_cta() {
+    u32 n;
+    asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(n));
+    return n;
+}
+// Before the all-reduce, every thread: the mbarrier for `bytes` of tiles, then the cluster
+// barrier's arrive (thread 0's fence makes the initialisation visible to the cluster).
+__device__ __forceinline__ void cluster_rows_open(u32 bytes) {
+    if (threadIdx.x == 0) {
+        const u32 bar = smem_u32(&tpar_row_bar);
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+// Every thread once, before its first send: every block of the cluster has initialised.
+__device__ __forceinline__ void cluster_rows_join() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
+// Tile `ti`'s sum into block `cta` of the cluster (its tile array and its mbarrier).
+__device__ __forceinline__ void cluster_rows_send(u32 ti, u32 cta, float t) {
+    u32 ra, rb;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(smem_u32(&tpar_row_tiles[ti])), "r"(cta));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(rb) : "r"(smem_u32(&tpar_row_bar)), "r"(cta));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(ra), "r"(f32_as_u32(t)), "r"(rb) : "memory");
+}
+// Whether every tile has landed here (one bounded try).
+__device__ __forceinline__ bool cluster_rows_ready() {
+    u32 ok;
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+        : "=r"(ok) : "r"(smem_u32(&tpar_row_bar)) : "memory");
+    return ok != 0u;
+}
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+// The row's sum from all its tiles, each lane alone (no shuffles): tiles in shared memory,
+// at most 32, padded with +0.0 to 32; the same tree as row_sum's.
+__device__ __forceinline__ float row_sum_local(const float* tiles, u32 n) {
+    float x[32];
+#pragma unroll
+    for (u32 i = 0; i < 32u; ++i) x[i] = i < n ? tiles[i] : 0.0f;
+#pragma unroll
+    for (u32 s = 1u; s < 32u; s <<= 1) {
+#pragma unroll
+        for (u32 i = 0; i < 32u; i += 2u * s) x[i] = fadd_rn(x[i], x[i + s]);
+    }
+    return x[0];
+}
+#endif  // TPAR_CLUSTER_ROWS
+
 // The plain epilogue: the sum is the output.
 template <class D>
 struct PlainOut {
@@ -162,25 +265,50 @@ struct NormOut {
     V16 kept_r, kept_w;
     u32 row;        // the row norm last waited for, and its 1 / rms
     float inv;
+#if TPAR_CLUSTER_ROWS
+    u64 early_v;    // the vector prefetch staged in shared memory
+    u32 ncta;       // > 1: launched as clusters, a row's blocks one cluster
+    bool joined;    // this thread has passed the cluster barrier (before its first send)
+#endif
 
     __device__ __forceinline__ explicit NormOut(const TparNorm& n_)
         : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f) {
         kept_r = kept_w = V16{0u, 0u, 0u, 0u};
+#if TPAR_CLUSTER_ROWS
+        early_v = ~0ull;
+        joined = false;
+        ncta = cluster_ctas();
+        if (ncta > 1u) cluster_rows_open(vrow / TPAR_TILE_VECS * 4u);
+#endif
     }
 
     __device__ __forceinline__ const V16* weight_of(u64 v) const { return (const V16*)n.weight + (u32)v % vrow; }
 
-    // Brings v's residual and weight into L1 before the all-reduce waits (v past the message:
-    // nothing), so that transform's and put's loads after the wait hit it: no registers held
-    // across the all-reduce, whose default variant uses 116-128 of a thread's 128 (holding
-    // the two vectors in registers spilled the f32 push kernels and two-shot pull).
+    // Before the all-reduce waits, v's residual and weight (v past the message: nothing):
+    // the cluster variant copies them into this thread's shared-memory slot (see the top);
+    // the others bring them into L1 (no registers held across the all-reduce, whose default
+    // variant uses 116-128 of a thread's 128).
     __device__ __forceinline__ void prefetch(const TparArgs& a, u64 v) {
         if (v >= vecs_for<D>(a.count)) return;
+#if TPAR_CLUSTER_ROWS
+        early_v = v;
+        cp_async_16(&tpar_early[0][threadIdx.x], (const V16*)n.residual + v);
+        cp_async_16(&tpar_early[1][threadIdx.x], weight_of(v));
+        cp_async_commit();
+#else
         asm volatile("prefetch.global.L1 [%0];" ::"l"((const V16*)n.residual + v));
         asm volatile("prefetch.global.L1 [%0];" ::"l"(weight_of(v)));
+#endif
     }
 
     __device__ __forceinline__ void transform(const TparArgs&, u64 v, V16& s) const {
+#if TPAR_CLUSTER_ROWS
+        if (v == early_v) {
+            cp_async_wait_all();  // this thread's own copies: no barrier needed
+            s = add_residual<D>(s, tpar_early[0][threadIdx.x]);
+            return;
+        }
+#endif
         s = add_residual<D>(s, ld_v16((const V16*)n.residual + v));
     }
 
@@ -191,9 +319,24 @@ struct NormOut {
         if (kept_v == ~0ull) {
             kept_v = v;
             kept_r = r;
+#if TPAR_CLUSTER_ROWS
+            kept_w = v == early_v ? tpar_early[1][threadIdx.x] : ld_v16(weight_of(v));  // staged (after transform's wait)
+#else
             kept_w = ld_v16(weight_of(v));  // in flight while the tiles come
+#endif
         }
         const float t = warp_tree(vec_sumsq<D>(r));
+#if TPAR_CLUSTER_ROWS
+        if (ncta > 1u) {  // one vector a thread (the launcher's condition): one put a thread
+            if (!joined) {
+                cluster_rows_join();
+                joined = true;
+            }
+            const u32 lane = threadIdx.x & 31u;
+            if (lane < ncta) cluster_rows_send(cluster_cta() * (blockDim.x >> 5) + (threadIdx.x >> 5), lane, t);
+            return;
+        }
+#endif
         if ((threadIdx.x & 31u) == 0u) {
             const u64 word = ((u64)(f.epoch + 1u) << 32) | f32_as_u32(t);
             asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(norm_scratch(a) + v / TPAR_TILE_VECS), "l"(word));
@@ -235,12 +378,51 @@ struct NormOut {
         return inv_rms(row_sum(e, k), n.hidden, eps);
     }
 
+    // The cluster path's 1 / rms: waits on this block's mbarrier (whatever `f.ok` says:
+    // every tile sent here lands, and the block must not leave before), bounded by the
+    // call's timeout; then every lane sums the row's tiles from shared memory.
+#if TPAR_CLUSTER_ROWS
+    __device__ __forceinline__ float row_inv_cluster(const TparArgs& a, Frame& f) const {
+        u64 start = 0ull;
+        u32 polls = 0u;
+        while (!cluster_rows_ready()) {
+            if (++polls % TPAR_POLLS_PER_CLOCK != 0u) continue;
+            const u64 now = globaltimer_ns();
+            if (start == 0ull) {
+                start = now;
+            } else if (now - start > a.timeout_ns) {
+                if (f.ok) record_timeout(a.err, a.state, a.rank, f.epoch, now - start, a.rank, TPAR_PHASE_NORM_POLL);
+                f.ok = false;
+                break;
+            }
+        }
+        const u32 tiles = vrow / TPAR_TILE_VECS;
+        if (tiles <= 32u) return inv_rms(row_sum_local(tpar_row_tiles, tiles), n.hidden, eps);
+        const u32 k = tiles_per_lane(tiles);
+        const u32 first = k * (threadIdx.x & 31u);
+        float e[TPAR_ROW_TILES_PER_LANE];
+#pragma unroll
+        for (u32 u = 0; u < TPAR_ROW_TILES_PER_LANE; ++u) e[u] = u < k && first + u < tiles ? tpar_row_tiles[first + u] : 0.0f;
+        return inv_rms(row_sum(e, k), n.hidden, eps);
+    }
+#endif
+
     // Normalises vector v (after every put of this thread) into the output.
     __device__ __forceinline__ void norm(const TparArgs& a, Frame& f, u64 v) {
-        const u32 rw = (u32)v / vrow;
-        if (rw != row) {  // the same for the whole warp: a tile lies in one row
-            row = rw;
-            inv = row_inv(a, f, rw);
+#if TPAR_CLUSTER_ROWS
+        if (ncta > 1u) {  // one row, one vector a thread
+            if (row == ~0u) {
+                row = 0u;
+                inv = row_inv_cluster(a, f);
+            }
+        } else
+#endif
+        {
+            const u32 rw = (u32)v / vrow;
+            if (rw != row) {  // the same for the whole warp: a tile lies in one row
+                row = rw;
+                inv = row_inv(a, f, rw);
+            }
         }
         const bool kept = v == kept_v;
         const V16 r = kept ? kept_r : ld_v16((const V16*)n.residual_out + v);  // this thread's own store

@@ -18,6 +18,7 @@
 #define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
 #define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
 #define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
+#define TPAR_CLUSTER_ROWS_READY 1  // has a cluster variant of the fused one (norm.cuh: -DTPAR_FUSED_CLUSTER)
 #include "common.cuh"
 
 template <class D, class O>

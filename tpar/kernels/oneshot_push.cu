@@ -11,6 +11,7 @@
 // cleared by my call k+1; src reaches call k+2 only after my call k+1 (clears included)
 // completed, so the clears land before the next write.
 #define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
+#define TPAR_CLUSTER_ROWS_READY 1  // has a cluster variant of the fused one (norm.cuh: -DTPAR_FUSED_CLUSTER)
 #include "common.cuh"
 
 #if TPAR_FLAGS

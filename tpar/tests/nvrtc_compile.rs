@@ -257,9 +257,32 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     // The entry takes the fused arguments (TparFusedArgs, 376 bytes).
                     assert!(u.ptx.contains("_param_0[376]"), "{what}: the entry does not take TparFusedArgs");
                     assert!(u.ptx.contains("shfl.sync.bfly.b32") && u.ptx.contains("sqrt.rn.f32"), "{what}: no norm epilogue");
+                    assert!(!u.ptx.contains("st.async") && !u.ptx.contains("cp.async"), "{what}: the plain fused variant has the cluster path");
                     dump_ptx(&format!("{}-{d}-fused-{p:?}-{arch}", src.file), &u.ptx);
                     no_local_memory(&what, &u.ptx);
                     no_spills(&what, &u.log);
+                    compiled += 1;
+                    // The cluster variant (norm.cuh: the row's sums through distributed
+                    // shared memory, residual and weight staged by cp.async): the one-shot
+                    // kernels from sm_90 on; refused elsewhere.
+                    let mut copts = nvrtc::options(arch, Some(d));
+                    copts.extend(protocol_defines(*p));
+                    copts.extend(size_class_defines(SizeClass::FusedCluster));
+                    copts.push("--ptxas-options=-v".into());
+                    let cwhat = format!("{} {d} (fused cluster, {p:?}) for {arch}", src.file);
+                    let cu = nvrtc::compile_unit(src.file, &src.translation_unit(), &copts);
+                    if !kernels::has_cluster_rows(src.algorithm) || arch == "sm_80" {
+                        assert!(cu.is_err(), "{cwhat}: compiled where the launcher never asks for it");
+                        continue;
+                    }
+                    let cu = cu.unwrap_or_else(|e| panic!("{cwhat}: {e}"));
+                    assert!(cu.ptx.contains(&entry) && cu.ptx.contains("_param_0[376]"), "{cwhat}: no fused entry");
+                    for needle in ["st.async.shared::cluster", "mbarrier.try_wait.parity", "barrier.cluster.wait", "cp.async.cg.shared.global"] {
+                        assert!(cu.ptx.contains(needle), "{cwhat}: no `{needle}`");
+                    }
+                    dump_ptx(&format!("{}-{d}-fused-cluster-{p:?}-{arch}", src.file), &cu.ptx);
+                    no_local_memory(&cwhat, &cu.ptx);
+                    no_spills(&cwhat, &cu.log);
                     compiled += 1;
                 }
             }

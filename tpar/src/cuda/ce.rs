@@ -236,7 +236,7 @@ fn grid_for(units: u64, threads: u32) -> u32 {
 /// output of the call) stays valid until the kernel completes.
 unsafe fn run(f: sys::CUfunction, grid: u32, threads: u32, stream: &Stream, args: &CeArgs) -> Result<()> {
     // SAFETY: the caller's contract.
-    unsafe { driver::launch_ex(f, grid, threads, false, stream, args) }
+    unsafe { driver::launch_ex(f, grid, threads, false, 1, stream, args) }
 }
 
 /// The steps of a call on one rank; each enqueues on the stream it is given. The caller

@@ -243,20 +243,63 @@ pub unsafe fn occupancy(f: sys::CUfunction, threads: u32) -> Result<u32> {
     Ok(p.max(0) as u32)
 }
 
+/// Thread-block clusters of `cluster` blocks of `f` (`threads` each) the GPU holds at once
+/// (`cuOccupancyMaxActiveClusters`; sm_90 and later).
+///
+/// # Safety
+/// `f` must be a function of a loaded, live module.
+pub unsafe fn occupancy_clusters(f: sys::CUfunction, threads: u32, cluster: u32) -> Result<u32> {
+    // SAFETY: an all-zero launch attribute is plain data, filled below.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = cluster;
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    let cfg = sys::CUlaunchConfig {
+        gridDimX: cluster,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: std::ptr::null_mut(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut n = 0i32;
+    // SAFETY: the caller vouches for f; cfg and n outlive the call.
+    let rc = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &cfg) };
+    cu_rc(|| format!("cuOccupancyMaxActiveClusters ({cluster} blocks of {threads} threads)"), rc)?;
+    Ok(n.max(0) as u32)
+}
+
 /// Launches `f` with one by-value argument `arg` on `grid` blocks of `threads`:
 /// `cuLaunchKernelEx`, with programmatic stream serialization when `pdl` (the kernel's
-/// `griddepcontrol.wait` then orders it after the previous one on the stream).
+/// `griddepcontrol.wait` then orders it after the previous one on the stream), and as
+/// thread-block clusters of `cluster` blocks when `cluster > 1` (`grid` a multiple of it).
 ///
 /// # Safety
 /// `f` must take exactly one `T` by value, and every pointer inside `arg` must be valid for
 /// the kernel's accesses until it completes.
-pub unsafe fn launch_ex<T: Copy>(f: sys::CUfunction, grid: u32, threads: u32, pdl: bool, stream: &Stream, arg: &T) -> Result<()> {
+pub unsafe fn launch_ex<T: Copy>(f: sys::CUfunction, grid: u32, threads: u32, pdl: bool, cluster: u32, stream: &Stream, arg: &T) -> Result<()> {
     let mut a = *arg;
     let mut params = [&mut a as *mut T as *mut c_void];
-    // SAFETY: an all-zero launch attribute is a valid "no attribute" value (plain data).
-    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+    // SAFETY: all-zero launch attributes are plain data, filled below for those used.
+    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+    let mut n = 0usize;
+    if pdl {
+        attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attrs[n].value.programmaticStreamSerializationAllowed = 1;
+        n += 1;
+    }
+    if cluster > 1 {
+        attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+        attrs[n].value.clusterDim.x = cluster;
+        attrs[n].value.clusterDim.y = 1;
+        attrs[n].value.clusterDim.z = 1;
+        n += 1;
+    }
     let cfg = sys::CUlaunchConfig {
         gridDimX: grid,
         gridDimY: 1,
@@ -266,11 +309,11 @@ pub unsafe fn launch_ex<T: Copy>(f: sys::CUfunction, grid: u32, threads: u32, pd
         blockDimZ: 1,
         sharedMemBytes: 0,
         hStream: stream.raw,
-        attrs: &mut attr,
-        numAttrs: u32::from(pdl),
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: n as u32,
     };
-    // SAFETY: cfg and params outlive the call (the driver copies the parameter); the caller
-    // vouches for the function and the pointers inside `arg`.
+    // SAFETY: cfg, attrs and params outlive the call (the driver copies the parameter); the
+    // caller vouches for the function and the pointers inside `arg`.
     let rc = unsafe { sys::cuLaunchKernelEx(&cfg, f, params.as_mut_ptr(), std::ptr::null_mut()) };
     cu_rc(|| "cuLaunchKernelEx".into(), rc)
 }

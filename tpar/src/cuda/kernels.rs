@@ -131,6 +131,13 @@ pub fn has_fused_variant(algorithm: Algorithm) -> bool {
     source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_FUSED_READY 1"))
 }
 
+/// Whether `algorithm`'s fused kernel exchanges a row's sums inside a thread-block cluster
+/// when launched as one (its source defines `TPAR_CLUSTER_ROWS_READY`: one vector a thread,
+/// a block's vectors contiguous; kernels/norm.cuh, `launch::row_cluster`).
+pub fn has_cluster_rows(algorithm: Algorithm) -> bool {
+    source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_CLUSTER_ROWS_READY 1"))
+}
+
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
 pub fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {

@@ -76,6 +76,9 @@ pub enum SizeClass {
     Default,
     Lean,
     Fused,
+    /// The fused variant launched as thread-block clusters of a row's blocks
+    /// ([`row_cluster`]; kernels/norm.cuh).
+    FusedCluster,
 }
 
 /// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
@@ -113,12 +116,33 @@ pub fn holds_twice(grid: u32, ranks: u32, resident: u32) -> bool {
     2 * grid * ranks <= resident
 }
 
+/// Most blocks in a thread-block cluster tpar launches (the portable limit).
+pub const MAX_CLUSTER: u32 = 8;
+
+/// The blocks of one row, where a fused call's grid holds whole rows: `grid` blocks of
+/// `threads` threads, one 16-byte vector a thread, cover the `bytes` of the call exactly and
+/// a row's `row_bytes` are a whole number of 2 to [`MAX_CLUSTER`] blocks (so block b holds
+/// vectors [b threads, (b + 1) threads), all of row b / c). Those blocks are launched as one
+/// thread-block cluster and exchange the row's sums in distributed shared memory
+/// (kernels/norm.cuh). 1 otherwise (the sums meet in global memory).
+pub fn row_cluster(grid: u32, threads: u32, bytes: usize, row_bytes: usize) -> u32 {
+    let block = threads as usize * VEC_BYTES;
+    if block == 0 || row_bytes == 0 || grid as usize * block != bytes || row_bytes % block != 0 {
+        return 1;
+    }
+    match u32::try_from(row_bytes / block) {
+        Ok(c) if (2..=MAX_CLUSTER).contains(&c) => c,
+        _ => 1,
+    }
+}
+
 /// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant, `-DTPAR_FUSED`
 /// for the fused one.
 pub fn size_class_defines(c: SizeClass) -> Vec<String> {
     match c {
         SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
         SizeClass::Fused => vec!["-DTPAR_FUSED".into()],
+        SizeClass::FusedCluster => vec!["-DTPAR_FUSED".into(), "-DTPAR_FUSED_CLUSTER".into()],
         SizeClass::Default => Vec::new(),
     }
 }
@@ -143,6 +167,8 @@ struct Variant {
     f: sys::CUfunction,
     /// Blocks of this function one SM holds at once, by threads per block (filled on use).
     per_sm: HashMap<u32, u32>,
+    /// Clusters of it the GPU holds at once, by (threads per block, blocks per cluster).
+    per_gpu_clusters: HashMap<(u32, u32), u32>,
 }
 
 /// A validated call, ready to launch on every rank.
@@ -153,6 +179,9 @@ pub struct Launch {
     /// Threads per block (`launch::threads_for`).
     pub threads: u32,
     pub pdl: bool,
+    /// Blocks per thread-block cluster (1: none). Fused calls only, where the blocks hold
+    /// whole rows ([`row_cluster`]): the row's sums meet in distributed shared memory.
+    pub cluster: u32,
 }
 
 // SAFETY: a `CUfunction` is an opaque handle the driver lets any thread use while its
@@ -166,7 +195,7 @@ impl Launch {
     /// The launch of a call that moves nothing (zero elements): never launched (callers
     /// return before launching an empty call); it keeps a resolved empty call in the memo.
     pub fn none() -> Self {
-        Self { f: std::ptr::null_mut(), grid: 0, threads: 0, pdl: false }
+        Self { f: std::ptr::null_mut(), grid: 0, threads: 0, pdl: false, cluster: 1 }
     }
 }
 
@@ -211,6 +240,8 @@ pub struct Launcher {
     world: usize,
     max_bytes: usize,
     can_pdl: bool,
+    /// sm_90 and later: thread-block clusters (fused calls' rows, [`row_cluster`]).
+    can_cluster: bool,
 }
 
 impl Launcher {
@@ -227,6 +258,7 @@ impl Launcher {
         let sms = dev.sm_count()?;
         let mut l = Self {
             can_pdl: dev.major >= 9,
+            can_cluster: dev.major >= 9,
             arch,
             driver,
             probe,
@@ -274,11 +306,15 @@ impl Launcher {
             let lean = match class {
                 SizeClass::Lean => "-lean",
                 SizeClass::Fused => "-fused",
+                SizeClass::FusedCluster => "-fused-cluster",
                 SizeClass::Default => "",
             };
             let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
-            if class == SizeClass::Fused && !kernels::has_fused_variant(algo) {
+            if matches!(class, SizeClass::Fused | SizeClass::FusedCluster) && !kernels::has_fused_variant(algo) {
                 return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm"), reason: "its kernel has no fused variant (the unfused path runs it)".into() });
+            }
+            if class == SizeClass::FusedCluster && (!kernels::has_cluster_rows(algo) || !self.can_cluster) {
+                return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm in clusters"), reason: "its kernel or this GPU (before sm_90) has no cluster variant".into() });
             }
             if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
@@ -302,7 +338,7 @@ impl Launcher {
             }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
-            self.variants.insert((algo, dtype, class), Variant { _module: module, f, per_sm: HashMap::new() });
+            self.variants.insert((algo, dtype, class), Variant { _module: module, f, per_sm: HashMap::new(), per_gpu_clusters: HashMap::new() });
         }
         self.variants.get(&(algo, dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))
     }
@@ -371,12 +407,12 @@ impl Launcher {
     }
 
     /// As [`prepare`](Self::prepare), for the fused variant ([`resolve_fused`](Self::resolve_fused)).
-    pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, ptrs: &[u64]) -> Result<Launch> {
+    pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, row_bytes: usize, ptrs: &[u64]) -> Result<Launch> {
         let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
         if call.count == 0 {
             return Err(Error::invalid("count", "must be positive"));
         }
-        let l = self.resolve_fused(dev, call.algo, call.dtype, bytes, call.blocks)?;
+        let l = self.resolve_fused(dev, call.algo, call.dtype, bytes, row_bytes, call.blocks)?;
         check_pointers(ptrs)?;
         Ok(l)
     }
@@ -396,9 +432,45 @@ impl Launcher {
 
     /// As [`resolve`](Self::resolve), for the fused variant of `algo` (the caller has checked
     /// the shape: `fused::fused_unfit`): the same grid as the plain call's, the default size
-    /// class's code with the fused epilogue.
-    pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
-        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false }, bytes, Some(SizeClass::Fused))
+    /// class's code with the fused epilogue. Where a row's blocks can be one thread-block
+    /// cluster ([`cluster_for`](Self::cluster_for)), the cluster variant runs instead.
+    pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, row_bytes: usize, blocks: u32) -> Result<Launch> {
+        let l = self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false }, bytes, Some(SizeClass::Fused))?;
+        Ok(self.cluster_for(dev, algo, dtype, l, bytes, row_bytes)?.unwrap_or(l))
+    }
+
+    /// The cluster variant's launch of the fused call `l`, where it applies: the grid holds
+    /// whole rows of `row_bytes` in 2 to 8 blocks each ([`row_cluster`]); the kernel has the
+    /// variant and the GPU clusters (sm_90+); `TPAR_FUSED_CLUSTER` allows it; every block of
+    /// every rank sharing this GPU has an SM of its own (as for a rank alone on its GPU: where
+    /// emulated ranks packed two blocks an SM, clusters measured slower, 8 ranks 7168 x 8
+    /// 8.0 -> 8.4 us); and every rank's clusters are resident at once, with PDL wherever the
+    /// plain fused launch has it. The row's sums then meet in distributed shared memory
+    /// (kernels/norm.cuh): 8 emulated ranks, 7168 x 1 bf16, 5.25 -> 4.9 us
+    /// (bench/results/h200-1gpu-round12/).
+    fn cluster_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, l: Launch, bytes: usize, row_bytes: usize) -> Result<Option<Launch>> {
+        let c = row_cluster(l.grid, l.threads, bytes, row_bytes);
+        if c < 2 || !self.can_cluster || !self.settings.fused_cluster || !kernels::has_cluster_rows(algo) || l.grid * self.ranks_on_device > self.sms {
+            return Ok(None);
+        }
+        self.variant(dev, algo, dtype, SizeClass::FusedCluster)?;
+        let v = self.variants.get_mut(&(algo, dtype, SizeClass::FusedCluster)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
+        let clusters = match v.per_gpu_clusters.get(&(l.threads, c)) {
+            Some(n) => *n,
+            None => {
+                // SAFETY: v.f is a live function of a loaded module (kept in self.variants).
+                let n = unsafe { super::driver::occupancy_clusters(v.f, l.threads, c) }
+                    .map_err(|e| Error::Cuda { context: format!("cluster occupancy of fused {algo} {dtype} at {} threads x {c}", l.threads), code: e.to_string() })?;
+                v.per_gpu_clusters.insert((l.threads, c), n);
+                n
+            }
+        };
+        let resident = clusters * c;
+        let pdl = l.pdl && holds_twice(l.grid, self.ranks_on_device, resident);
+        if l.grid * self.ranks_on_device > resident || pdl != l.pdl {
+            return Ok(None);
+        }
+        Ok(Some(Launch { f: v.f, cluster: c, pdl, ..l }))
     }
 
     /// tpar's add-RMSNorm kernel (no communication) for `rows` rows of `row_vecs` vectors of
@@ -412,10 +484,10 @@ impl Launcher {
             let label = format!("add_rmsnorm-{}", kernels::dtype_suffix(dtype));
             let mut module = load_unit(dev, &label, &kernels::add_rmsnorm_unit(), &nvrtc::options(&self.arch, Some(dtype)), &self.arch, self.driver)?;
             let f = module.function(&kernels::add_rmsnorm_entry(dtype))?;
-            self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new() });
+            self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new(), per_gpu_clusters: HashMap::new() });
         }
         let f = self.norm.get(&dtype).ok_or_else(|| Error::invalid("kernel", "add-RMSNorm not loaded"))?.f;
-        Ok(Launch { f, grid: rows as u32, threads: add_rmsnorm_threads(row_vecs), pdl: false })
+        Ok(Launch { f, grid: rows as u32, threads: add_rmsnorm_threads(row_vecs), pdl: false, cluster: 1 })
     }
 
     /// `fixed`: the variant, else [`class_for`](Self::class_for)'s (a registered call: the
@@ -462,7 +534,7 @@ impl Launcher {
         };
         // With PDL a rank's next grid may become resident while this one runs: both must fit.
         let pdl = pdl_on && holds_twice(grid, ranks, resident);
-        Ok(Launch { f, grid, threads, pdl })
+        Ok(Launch { f, grid, threads, pdl, cluster: 1 })
     }
 
     /// The grid of a call the plan did not size: the block policy ([`policy_blocks`]), for
@@ -479,7 +551,7 @@ impl Launcher {
     /// The empty kernel, launched like a collective (the launch floor).
     pub fn floor(&mut self, blocks: u32) -> Result<Launch> {
         let f = self.probe.function("tpar_noop")?;
-        Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), threads: THREADS, pdl: self.pdl() })
+        Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), threads: THREADS, pdl: self.pdl(), cluster: 1 })
     }
 }
 
@@ -491,7 +563,7 @@ impl Launcher {
 /// the kernel's accesses (the layout of common.cuh) until it completes.
 pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()> {
     // SAFETY: the caller's contract is launch_ex's.
-    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
+    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, 1, stream, args) }
 }
 
 /// As [`launch`], for a fused kernel or tpar's add-RMSNorm kernel (one `TparFusedArgs`).
@@ -500,8 +572,9 @@ pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()>
 /// `l.f` must take one `TparFusedArgs` by value, and every pointer in `args` must be valid
 /// for the kernel's accesses (common.cuh, norm.cuh) until it completes.
 pub unsafe fn launch_fused(l: &Launch, stream: &Stream, args: &abi::TparFusedArgs) -> Result<()> {
-    // SAFETY: the caller's contract is launch_ex's.
-    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, stream, args) }
+    // SAFETY: the caller's contract is launch_ex's; `l.cluster` > 1 only where the grid is a
+    // multiple of it (row_cluster).
+    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, l.cluster, stream, args) }
 }
 
 /// Compiles (or reads from the cache) one translation unit and loads it; an entry the

@@ -109,3 +109,34 @@ fn ranks_sharing_a_gpu_get_grids_that_hold_twice_below_the_wide_sizes() {
     // Never zero blocks, however many ranks share however few SMs.
     assert_eq!(shared_gpu_blocks(32, 256 << 10, 16, 8), 1);
 }
+
+#[test]
+fn a_fused_calls_row_is_one_cluster_where_its_blocks_hold_whole_rows() {
+    // The policy's grid on p2p, 8 ranks (bf16 rows of 7168: 896 vectors a row).
+    let shape = |rows: usize, hidden: usize, size: usize| {
+        let bytes = rows * hidden * size;
+        let grid = policy_blocks(Algorithm::OneshotPull, Transport::P2p, bytes, 8);
+        let threads = threads_for(bytes, grid);
+        (grid, threads, row_cluster(grid, threads, bytes, hidden * size))
+    };
+    assert_eq!(shape(1, 7168, 2), (7, 128, 7), "14 KiB: 7 blocks of 128, one row");
+    assert_eq!(shape(3, 7168, 2), (21, 128, 7), "three clusters of 7");
+    assert_eq!(shape(8, 7168, 2), (32, 224, 4), "at the 32-block cap a row is 4 blocks of 224");
+    assert_eq!(shape(1, 4096, 2), (4, 128, 4));
+    assert_eq!(shape(1, 8192, 2), (8, 128, 8));
+    assert_eq!(shape(8, 8192, 2), (32, 256, 4));
+    // Not whole rows, or not one vector a thread: no cluster.
+    assert_eq!(shape(64, 7168, 2).2, 1, "64 rows: more than one vector a thread");
+    assert_eq!(shape(1, 16384, 2).2, 1, "16 blocks a row: over the portable 8");
+    assert_eq!(row_cluster(7, 128, 14336 + 16, 14336), 1, "the grid does not cover the call exactly");
+    assert_eq!(row_cluster(7, 128, 14336, 14336 + 16), 1, "a row is not whole blocks");
+    assert_eq!(row_cluster(1, 128, 2048, 2048), 1, "one block a row needs no cluster");
+    assert_eq!(row_cluster(0, 0, 0, 0), 1);
+    // Every cluster's blocks are one row: grid = rows x c.
+    for rows in 1..=8usize {
+        let (grid, _, c) = shape(rows, 7168, 2);
+        if c > 1 {
+            assert_eq!(grid as usize, rows * c as usize);
+        }
+    }
+}
