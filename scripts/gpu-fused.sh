@@ -45,7 +45,7 @@ step() {
 
 SF=("$B" selftest fused)
 # -- 1. correctness, emulated ranks ---------------------------------------------------------
-step "emulated 8 ranks p2p, every dtype, hidden 1K-16K x rows 1-64, eager+graph; a plain call among fused ones" 150 -- \
+step "emulated 8 ranks p2p, every dtype, hidden 1K-16K x rows 1-64, eager+graph; a plain call among fused ones" 240 -- \
     "${SF[@]}" --emulate-ranks 8 -d all --hidden 1024,2880,4096,7168,8192,16384 --rows 1,2,3,5,8,13,32,33,63,64 --seq-calls 24
 step "emulated 2 and 4 ranks p2p" 90 -- \
     "${SF[@]}" --emulate-ranks 2,4 -d bfloat16,half --hidden 1024,4096,7168,8192 --rows 1,3,4,8,9,64 --seq-calls 12

@@ -168,9 +168,10 @@ __device__ __forceinline__ V16 norm_vec(V16 r, V16 w, float inv) {
 // mbarrier), and a block waits on its own mbarrier, in its own shared memory, until the
 // row's every tile has landed: one trip between SMs instead of a store to L2 and the polls
 // that read it back. The same tiles, summed in the same tree: the same bits as the global
-// path. Set-up: thread 0 initialises the mbarrier (one arrival, its own, with the row's
-// bytes expected) before the all-reduce; the cluster barrier's arrive follows, its wait
-// comes before the first send, when every block has long arrived. A block leaves only
+// path. Set-up, at the kernel's entry (before griddepcontrol.wait: with PDL it runs while the
+// previous kernel finishes): thread 0 initialises the mbarrier (one arrival, its own, with
+// the row's bytes expected), then the cluster barrier (whose acquire also invalidates L1,
+// which nothing has used yet there; before the first send it was on the sum's path). A block leaves only
 // after every tile sent to it has landed (its wait), and every thread sends its tile
 // whatever happened before (a failed wait included), so no send outlives its target.
 #if TPAR_CLUSTER_ROWS
@@ -204,7 +205,7 @@ __device__ __forceinline__ void cluster_rows_open(u32 bytes) {
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
 }
-// Every thread once, before its first send: every block of the cluster has initialised.
+// Every thread once, after cluster_rows_open: every block of the cluster has initialised.
 __device__ __forceinline__ void cluster_rows_join() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 // Tile `ti`'s sum into block `cta` of the cluster (its tile array and its mbarrier).
 __device__ __forceinline__ void cluster_rows_send(u32 ti, u32 cta, float t) {
@@ -247,6 +248,7 @@ template <class D>
 struct PlainOut {
     __device__ static constexpr bool fused() { return false; }
     __device__ __forceinline__ void prefetch(const TparArgs&, u64) {}
+    __device__ __forceinline__ void stage(const TparArgs&, u64) {}
     __device__ __forceinline__ void transform(const TparArgs&, u64, V16&) const {}
     __device__ __forceinline__ void put(const TparArgs& a, const Frame&, u64 v, V16 r) { store_output<D>(a, v, r); }
     __device__ __forceinline__ void norm(const TparArgs&, Frame&, u64) {}
@@ -268,7 +270,6 @@ struct NormOut {
 #if TPAR_CLUSTER_ROWS
     u64 early_v;    // the vector prefetch staged in shared memory
     u32 ncta;       // > 1: launched as clusters, a row's blocks one cluster
-    bool joined;    // this thread has passed the cluster barrier (before its first send)
 #endif
 
     __device__ __forceinline__ explicit NormOut(const TparNorm& n_)
@@ -276,9 +277,11 @@ struct NormOut {
         kept_r = kept_w = V16{0u, 0u, 0u, 0u};
 #if TPAR_CLUSTER_ROWS
         early_v = ~0ull;
-        joined = false;
         ncta = cluster_ctas();
-        if (ncta > 1u) cluster_rows_open(vrow / TPAR_TILE_VECS * 4u);
+        if (ncta > 1u) {  // at the kernel's entry: under the previous kernel with PDL
+            cluster_rows_open(vrow / TPAR_TILE_VECS * 4u);
+            cluster_rows_join();
+        }
 #endif
     }
 
@@ -289,15 +292,21 @@ struct NormOut {
     // the others bring them into L1 (no registers held across the all-reduce, whose default
     // variant uses 116-128 of a thread's 128).
     __device__ __forceinline__ void prefetch(const TparArgs& a, u64 v) {
+#if !TPAR_CLUSTER_ROWS
         if (v >= vecs_for<D>(a.count)) return;
+        asm volatile("prefetch.global.L1 [%0];" ::"l"((const V16*)n.residual + v));
+        asm volatile("prefetch.global.L1 [%0];" ::"l"(weight_of(v)));
+#endif
+    }
+    // The cluster variant's copy, issued once this thread's own data are out (the copy into
+    // the exposed buffer or the sends), so that it rides beside the waits, not the copy.
+    __device__ __forceinline__ void stage(const TparArgs& a, u64 v) {
 #if TPAR_CLUSTER_ROWS
+        if (v >= vecs_for<D>(a.count)) return;
         early_v = v;
         cp_async_16(&tpar_early[0][threadIdx.x], (const V16*)n.residual + v);
         cp_async_16(&tpar_early[1][threadIdx.x], weight_of(v));
         cp_async_commit();
-#else
-        asm volatile("prefetch.global.L1 [%0];" ::"l"((const V16*)n.residual + v));
-        asm volatile("prefetch.global.L1 [%0];" ::"l"(weight_of(v)));
 #endif
     }
 
@@ -328,10 +337,6 @@ struct NormOut {
         const float t = warp_tree(vec_sumsq<D>(r));
 #if TPAR_CLUSTER_ROWS
         if (ncta > 1u) {  // one vector a thread (the launcher's condition): one put a thread
-            if (!joined) {
-                cluster_rows_join();
-                joined = true;
-            }
             const u32 lane = threadIdx.x & 31u;
             if (lane < ncta) cluster_rows_send(cluster_cta() * (blockDim.x >> 5) + (threadIdx.x >> 5), lane, t);
             return;

@@ -34,6 +34,7 @@ __device__ void oneshot_push(const TparArgs& a, O& out) {
         flag_data_st_v16(inbox_at(a, a.rank, f.buf, a.rank, v), s.input(a, v));  // once, into my own area
     flags_publish(a, 0, gen, peers);
     pdl_launch_dependents();
+    out.stage(a, s.first);
     test_pause(a);
     flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_PUSH_POLL);
     reduce_share<D, SLOT_OWN_INBOX>(a, f, peers, s, out);
@@ -64,6 +65,7 @@ __device__ void oneshot_push(const TparArgs& a, O& out) {
         }
     }
     pdl_launch_dependents();
+    out.stage(a, first);
     test_pause(a);
     clear_previous<D>(a, f);
     // Poll (every peer still missing, in one pass; the descriptors ride along) and reduce.
