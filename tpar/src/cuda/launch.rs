@@ -444,10 +444,10 @@ impl Launcher {
     /// variant and the GPU clusters (sm_90+); `TPAR_FUSED_CLUSTER` allows it; every block of
     /// every rank sharing this GPU has an SM of its own (as for a rank alone on its GPU: where
     /// emulated ranks packed two blocks an SM, clusters measured slower, 8 ranks 7168 x 8
-    /// 8.0 -> 8.4 us); and every rank's clusters are resident at once, with PDL wherever the
-    /// plain fused launch has it. The row's sums then meet in distributed shared memory
-    /// (kernels/norm.cuh): 8 emulated ranks, 7168 x 1 bf16, 5.25 -> 4.9 us
-    /// (bench/results/h200-1gpu-round12/).
+    /// 7.9-8.2 -> 8.4 us); and every rank's clusters are resident at once, with PDL wherever
+    /// the plain fused launch has it. The row's sums then meet in distributed shared memory
+    /// (kernels/norm.cuh): 8 emulated ranks, 7168 x 1 bf16, 5.36 -> 4.95 us
+    /// (bench/results/h200-1gpu-round12/, call 3).
     fn cluster_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, l: Launch, bytes: usize, row_bytes: usize) -> Result<Option<Launch>> {
         let c = row_cluster(l.grid, l.threads, bytes, row_bytes);
         if c < 2 || !self.can_cluster || !self.settings.fused_cluster || !kernels::has_cluster_rows(algo) || l.grid * self.ranks_on_device > self.sms {
