@@ -249,29 +249,41 @@ pub unsafe fn occupancy(f: sys::CUfunction, threads: u32) -> Result<u32> {
 /// # Safety
 /// `f` must be a function of a loaded, live module.
 pub unsafe fn occupancy_clusters(f: sys::CUfunction, threads: u32, cluster: u32) -> Result<u32> {
+    let mut attr = cluster_attr(cluster);
+    let cfg = launch_config(cluster, threads, std::ptr::null_mut(), &mut attr, 1);
+    let mut n = 0i32;
+    // SAFETY: the caller vouches for f; cfg, the attribute it points to and n outlive the call.
+    let rc = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &cfg) };
+    cu_rc(|| format!("cuOccupancyMaxActiveClusters ({cluster} blocks of {threads} threads)"), rc)?;
+    Ok(n.max(0) as u32)
+}
+
+/// The launch attribute for thread-block clusters of `cluster` blocks (in x).
+fn cluster_attr(cluster: u32) -> sys::CUlaunchAttribute {
     // SAFETY: an all-zero launch attribute is plain data, filled below.
     let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
     attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
     attr.value.clusterDim.x = cluster;
     attr.value.clusterDim.y = 1;
     attr.value.clusterDim.z = 1;
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: cluster,
+    attr
+}
+
+/// A one-dimensional launch of `grid` blocks of `threads` on `stream` with the `n`
+/// attributes at `attrs` (which must outlive every use of the configuration).
+fn launch_config(grid: u32, threads: u32, stream: sys::CUstream, attrs: *mut sys::CUlaunchAttribute, n: u32) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: grid,
         gridDimY: 1,
         gridDimZ: 1,
         blockDimX: threads,
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: 0,
-        hStream: std::ptr::null_mut(),
-        attrs: &mut attr,
-        numAttrs: 1,
-    };
-    let mut n = 0i32;
-    // SAFETY: the caller vouches for f; cfg and n outlive the call.
-    let rc = unsafe { sys::cuOccupancyMaxActiveClusters(&mut n, f, &cfg) };
-    cu_rc(|| format!("cuOccupancyMaxActiveClusters ({cluster} blocks of {threads} threads)"), rc)?;
-    Ok(n.max(0) as u32)
+        hStream: stream,
+        attrs,
+        numAttrs: n,
+    }
 }
 
 /// Launches `f` with one by-value argument `arg` on `grid` blocks of `threads`:
@@ -294,24 +306,10 @@ pub unsafe fn launch_ex<T: Copy>(f: sys::CUfunction, grid: u32, threads: u32, pd
         n += 1;
     }
     if cluster > 1 {
-        attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attrs[n].value.clusterDim.x = cluster;
-        attrs[n].value.clusterDim.y = 1;
-        attrs[n].value.clusterDim.z = 1;
+        attrs[n] = cluster_attr(cluster);
         n += 1;
     }
-    let cfg = sys::CUlaunchConfig {
-        gridDimX: grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: threads,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: 0,
-        hStream: stream.raw,
-        attrs: attrs.as_mut_ptr(),
-        numAttrs: n as u32,
-    };
+    let cfg = launch_config(grid, threads, stream.raw, attrs.as_mut_ptr(), n as u32);
     // SAFETY: cfg, attrs and params outlive the call (the driver copies the parameter); the
     // caller vouches for the function and the pointers inside `arg`.
     let rc = unsafe { sys::cuLaunchKernelEx(&cfg, f, params.as_mut_ptr(), std::ptr::null_mut()) };
