@@ -194,8 +194,9 @@ __device__ __forceinline__ u32 cluster_cta() {
     asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(n));
     return n;
 }
-// Before the all-reduce, every thread: the mbarrier for `bytes` of tiles, then the cluster
-// barrier's arrive (thread 0's fence makes the initialisation visible to the cluster).
+// At the kernel's entry, every thread once: thread 0 initialises the mbarrier for `bytes` of
+// tiles (its fence makes that visible to the cluster), then the cluster barrier, after which
+// every block of the cluster has its mbarrier ready for sends.
 __device__ __forceinline__ void cluster_rows_open(u32 bytes) {
     if (threadIdx.x == 0) {
         const u32 bar = smem_u32(&tpar_row_bar);
@@ -204,9 +205,8 @@ __device__ __forceinline__ void cluster_rows_open(u32 bytes) {
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
-// Every thread once, after cluster_rows_open: every block of the cluster has initialised.
-__device__ __forceinline__ void cluster_rows_join() { asm volatile("barrier.cluster.wait.aligned;" ::: "memory"); }
 // Tile `ti`'s sum into block `cta` of the cluster (its tile array and its mbarrier).
 __device__ __forceinline__ void cluster_rows_send(u32 ti, u32 cta, float t) {
     u32 ra, rb;
@@ -278,10 +278,7 @@ struct NormOut {
 #if TPAR_CLUSTER_ROWS
         early_v = ~0ull;
         ncta = cluster_ctas();
-        if (ncta > 1u) {  // at the kernel's entry: under the previous kernel with PDL
-            cluster_rows_open(vrow / TPAR_TILE_VECS * 4u);
-            cluster_rows_join();
-        }
+        if (ncta > 1u) cluster_rows_open(vrow / TPAR_TILE_VECS * 4u);  // under the previous kernel with PDL
 #endif
     }
 
