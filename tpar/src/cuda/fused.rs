@@ -46,6 +46,11 @@ impl FusedCall {
         self.count().saturating_mul(self.dtype.size())
     }
 
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.hidden.saturating_mul(self.dtype.size())
+    }
+
     /// 16-byte vectors per row.
     pub fn row_vecs(&self) -> usize {
         self.hidden * self.dtype.size() / VEC_BYTES

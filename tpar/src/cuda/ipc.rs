@@ -15,7 +15,7 @@
 //! segment's welcome bytes, the others' are empty, `connect` maps and registers it, and
 //! [`IpcWorkspace::all_attached`] (after a barrier) removes its name.
 
-use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparState, MAX_RANKS, VEC_BYTES};
+use super::abi::{self, TparArgs, TparError, TparFusedArgs, TparState, MAX_RANKS};
 use super::fused::{fused_unfit, FusedBufs, FusedCall};
 use super::driver::{Device, DeviceBuffer, HostMapped, IpcMapping, Stream};
 use super::host_ws::HostWorkspace;
@@ -307,7 +307,7 @@ impl IpcWorkspace {
         if let Some(why) = self.fused_unfit(algo, call) {
             return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm for {} x {} {}", call.rows, call.hidden, call.dtype), reason: why });
         }
-        self.launcher.resolve_fused(&self.dev, algo, call.dtype, call.bytes(), call.row_vecs() * VEC_BYTES, blocks)
+        self.launcher.resolve_fused(&self.dev, algo, call.dtype, call.bytes(), call.row_bytes(), blocks)
     }
 
     /// Launches a resolved fused call (docs/cuda.md "Fused"): `desc_code` is

@@ -22,7 +22,7 @@ impl EmulatedGroup {
             return Ok(FusedPath::Unfused(algo));
         }
         let ptrs: Vec<u64> = bufs.iter().flat_map(|b| [b.input, b.residual, b.weight, b.norm_out, b.residual_out]).collect();
-        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks, registered: false }, call.row_vecs() * abi::VEC_BYTES, &ptrs)?;
+        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks, registered: false }, call.row_bytes(), &ptrs)?;
         let code = if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 };
         let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
         let all = vec![true; self.world];
