@@ -136,43 +136,6 @@ pub fn row_cluster(grid: u32, threads: u32, bytes: usize, row_bytes: usize) -> u
     }
 }
 
-/// The cluster shapes a fused call may take, best first, as (grid, threads, blocks per
-/// cluster): the plan's own `grid` x `threads` where its blocks hold whole rows
-/// ([`row_cluster`]) and every block of the `ranks` sharing the GPU has an SM of its own
-/// (`sms`); where that grid has not (emulated ranks), the other cuts of a row of `row_bytes`
-/// into 2 to [`MAX_CLUSTER`] blocks of whole warps (one vector a thread, 128 to [`THREADS`]
-/// of them, the plan's range) whose grid has, most blocks first. Where emulated ranks packed
-/// two blocks an SM, clusters measured slower (8 ranks, 7168 x 8: 7.9-8.2 -> 8.4 us); a row
-/// cut into fewer, larger blocks gains there (8 ranks, 7168 x 3: 4 blocks of 224 threads a
-/// row on 96 SMs, +1.74 us over the all-reduce against +1.99 for 7 of 128 on two blocks an
-/// SM without clusters) and loses where the plan's cut fits (7168 x 1: 4 of 224 +1.52, 2 of
-/// 448 +2.33, 7 of 128 +1.37; bench/results/h200-1gpu-round13/, call 1), so it is not tried
-/// there. Empty: no cluster.
-pub fn cluster_shapes(grid: u32, threads: u32, bytes: usize, row_bytes: usize, ranks: u32, sms: u32) -> Vec<(u32, u32, u32)> {
-    const MIN_THREADS: usize = crate::plan::floors::NVLINK_MIN_THREADS as usize;
-    let fits = |g: u32| g.saturating_mul(ranks.max(1)) <= sms;
-    if fits(grid) {
-        let c = row_cluster(grid, threads, bytes, row_bytes);
-        return if c > 1 { vec![(grid, threads, c)] } else { Vec::new() };
-    }
-    if row_bytes == 0 || bytes % row_bytes != 0 || row_bytes % VEC_BYTES != 0 {
-        return Vec::new();
-    }
-    let (rows, vrow) = (bytes / row_bytes, row_bytes / VEC_BYTES);
-    let mut out = Vec::new();
-    for c in (2..=MAX_CLUSTER).rev() {
-        let cu = c as usize;
-        if vrow % cu != 0 || (vrow / cu) % 32 != 0 || !(MIN_THREADS..=THREADS as usize).contains(&(vrow / cu)) {
-            continue;
-        }
-        let (Ok(g), Ok(t)) = (u32::try_from(rows * cu), u32::try_from(vrow / cu)) else { continue };
-        if fits(g) {
-            out.push((g, t, c));
-        }
-    }
-    out
-}
-
 /// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant, `-DTPAR_FUSED`
 /// for the fused one.
 pub fn size_class_defines(c: SizeClass) -> Vec<String> {
@@ -476,41 +439,38 @@ impl Launcher {
         Ok(self.cluster_for(dev, algo, dtype, l, bytes, row_bytes)?.unwrap_or(l))
     }
 
-    /// The cluster variant's launch of the fused call `l`, where it applies: a shape of
-    /// [`cluster_shapes`] (the plan's grid where its blocks hold whole rows; where emulated
-    /// ranks would pack that grid two blocks an SM, a row cut into 2 to 8 larger blocks); the kernel has the variant and the GPU
-    /// clusters (sm_90+); `TPAR_FUSED_CLUSTER` allows it; and every rank's clusters are
-    /// resident at once, with PDL wherever the plain fused launch has it. The row's sums then
-    /// meet in distributed shared memory (kernels/norm.cuh): 8 emulated ranks, 7168 x 1 bf16,
-    /// 5.36 -> 4.95 us (bench/results/h200-1gpu-round12/, call 3).
+    /// The cluster variant's launch of the fused call `l`, where it applies: the grid holds
+    /// whole rows of `row_bytes` in 2 to 8 blocks each ([`row_cluster`]); the kernel has the
+    /// variant and the GPU clusters (sm_90+); `TPAR_FUSED_CLUSTER` allows it; every block of
+    /// every rank sharing this GPU has an SM of its own (as for a rank alone on its GPU: where
+    /// emulated ranks packed two blocks an SM, clusters measured slower, 8 ranks 7168 x 8
+    /// 7.9-8.2 -> 8.4 us); and every rank's clusters are resident at once, with PDL wherever
+    /// the plain fused launch has it. The row's sums then meet in distributed shared memory
+    /// (kernels/norm.cuh): 8 emulated ranks, 7168 x 1 bf16, 5.36 -> 4.95 us
+    /// (bench/results/h200-1gpu-round12/, call 3).
     fn cluster_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, l: Launch, bytes: usize, row_bytes: usize) -> Result<Option<Launch>> {
-        if !self.can_cluster || !self.settings.fused_cluster || !kernels::has_cluster_rows(algo) {
-            return Ok(None);
-        }
-        let shapes = cluster_shapes(l.grid, l.threads, bytes, row_bytes, self.ranks_on_device, self.sms);
-        if shapes.is_empty() {
+        let c = row_cluster(l.grid, l.threads, bytes, row_bytes);
+        if c < 2 || !self.can_cluster || !self.settings.fused_cluster || !kernels::has_cluster_rows(algo) || l.grid * self.ranks_on_device > self.sms {
             return Ok(None);
         }
         self.variant(dev, algo, dtype, SizeClass::FusedCluster)?;
         let v = self.variants.get_mut(&(algo, dtype, SizeClass::FusedCluster)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
-        for (grid, threads, c) in shapes {
-            let clusters = match v.per_gpu_clusters.get(&(threads, c)) {
-                Some(n) => *n,
-                None => {
-                    // SAFETY: v.f is a live function of a loaded module (kept in self.variants).
-                    let n = unsafe { super::driver::occupancy_clusters(v.f, threads, c) }
-                        .map_err(|e| Error::Cuda { context: format!("cluster occupancy of fused {algo} {dtype} at {threads} threads x {c}"), code: e.to_string() })?;
-                    v.per_gpu_clusters.insert((threads, c), n);
-                    n
-                }
-            };
-            let resident = clusters * c;
-            let pdl = l.pdl && holds_twice(grid, self.ranks_on_device, resident);
-            if grid * self.ranks_on_device <= resident && pdl == l.pdl {
-                return Ok(Some(Launch { f: v.f, grid, threads, cluster: c, pdl }));
+        let clusters = match v.per_gpu_clusters.get(&(l.threads, c)) {
+            Some(n) => *n,
+            None => {
+                // SAFETY: v.f is a live function of a loaded module (kept in self.variants).
+                let n = unsafe { super::driver::occupancy_clusters(v.f, l.threads, c) }
+                    .map_err(|e| Error::Cuda { context: format!("cluster occupancy of fused {algo} {dtype} at {} threads x {c}", l.threads), code: e.to_string() })?;
+                v.per_gpu_clusters.insert((l.threads, c), n);
+                n
             }
+        };
+        let resident = clusters * c;
+        let pdl = l.pdl && holds_twice(l.grid, self.ranks_on_device, resident);
+        if l.grid * self.ranks_on_device > resident || pdl != l.pdl {
+            return Ok(None);
         }
-        Ok(None)
+        Ok(Some(Launch { f: v.f, cluster: c, pdl, ..l }))
     }
 
     /// tpar's add-RMSNorm kernel (no communication) for `rows` rows of `row_vecs` vectors of
@@ -614,7 +574,7 @@ pub unsafe fn launch(l: &Launch, stream: &Stream, args: &TparArgs) -> Result<()>
 pub unsafe fn launch_fused(l: &Launch, stream: &Stream, args: &abi::TparFusedArgs) -> Result<()> {
     // SAFETY: the caller's contract is launch_ex's; `l.cluster` > 1 only where the grid is a
     // multiple of it (row_cluster).
-    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, 1, stream, args) }
+    unsafe { super::driver::launch_ex(l.f, l.grid, l.threads, l.pdl, l.cluster, stream, args) }
 }
 
 /// Compiles (or reads from the cache) one translation unit and loads it; an entry the

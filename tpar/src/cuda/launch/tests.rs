@@ -140,39 +140,3 @@ fn a_fused_calls_row_is_one_cluster_where_its_blocks_hold_whole_rows() {
         }
     }
 }
-
-#[test]
-fn cluster_shapes_keep_the_plans_cut_and_cut_rows_into_larger_blocks_where_ranks_share_a_gpu() {
-    let shapes = |rows: usize, hidden: usize, ranks: u32| {
-        let bytes = rows * hidden * 2;
-        let grid = policy_blocks(Algorithm::OneshotPull, Transport::P2p, bytes, 8);
-        cluster_shapes(grid, threads_for(bytes, grid), bytes, hidden * 2, ranks, 132)
-    };
-    // Where the plan's grid has an SM a block: its own cut, or none.
-    assert_eq!(shapes(1, 7168, 1), vec![(7, 128, 7)]);
-    assert_eq!(shapes(1, 7168, 8), vec![(7, 128, 7)]);
-    assert_eq!(shapes(3, 7168, 1), vec![(21, 128, 7)]);
-    assert_eq!(shapes(1, 8192, 8), vec![(8, 128, 8)]);
-    assert!(shapes(1, 16384, 1).is_empty(), "16 blocks a row: over the portable 8, and the grid fits");
-    assert!(shapes(64, 7168, 1).is_empty(), "more than one vector a thread");
-    // 8 ranks on one GPU: 3 rows of 7 blocks are 168 blocks on 132 SMs; 4 of 224 fit.
-    assert_eq!(shapes(3, 7168, 8), vec![(12, 224, 4), (6, 448, 2)]);
-    assert_eq!(shapes(8, 7168, 8), vec![(16, 448, 2)], "7168 x 8: only halves fit");
-    assert_eq!(shapes(3, 8192, 8), vec![(12, 256, 4), (6, 512, 2)]);
-    // 1024 bf16 (128 vectors a row): halves would be blocks of 64 threads, under the plan's 128.
-    assert!(cluster_shapes(64, 128, 64 * 2048, 2048, 8, 132).is_empty());
-    // Every shape covers the call exactly, one vector a thread, a row whole blocks.
-    for rows in 1..=64usize {
-        for hidden in [1024usize, 4096, 5120, 7168, 8192, 16384] {
-            for ranks in [1u32, 2, 4, 8] {
-                for (g, t, c) in shapes(rows, hidden, ranks) {
-                    assert_eq!(g as usize * t as usize * VEC_BYTES, rows * hidden * 2, "{rows} x {hidden}");
-                    assert_eq!(row_cluster(g, t, rows * hidden * 2, hidden * 2), c, "{rows} x {hidden}: {g} x {t}");
-                    assert!(g * ranks <= 132 && t % 32 == 0 && (128..=THREADS).contains(&t) && (2..=MAX_CLUSTER).contains(&c));
-                }
-            }
-        }
-    }
-    assert!(cluster_shapes(7, 128, 14336, 0, 1, 132).is_empty());
-    assert!(cluster_shapes(70, 128, 143360 + 16, 14336, 8, 132).is_empty(), "not whole rows");
-}
