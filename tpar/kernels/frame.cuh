@@ -522,6 +522,28 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
     block_sync();
 }
 
+// As barrier_block (release order), with `between()` run by every thread after this thread's
+// signal and before its wait: work that must not sit ahead of the signal's release fence,
+// which waits for this thread's memory operations in flight (a fused call's cp.async of its
+// residual and weight, norm.cuh `stage`, would otherwise delay every signal by a load's
+// latency), and that the wait then hides.
+template <class F>
+__device__ __forceinline__ void barrier_block_then(const TparArgs& a, Frame& f, u32 phase, u32 gen, F&& between) {
+    block_sync();
+    const u32 q = threadIdx.x;
+    const bool signals = q < a.world && q != a.rank;
+    if (signals) st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
+    between();
+    if (signals) {
+        const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
+        u32 polls = 0;
+        while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
+            if (!still_waiting(a, f, polls, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1)) break;
+        }
+    }
+    block_sync();
+}
+
 // One translation unit per (algorithm, dtype) when the host compiles only what a call needs
 // (-DTPAR_ONLY_F32 / _F16 / _BF16); all three otherwise (the CI compile test).
 #if TPAR_LEAN_ON

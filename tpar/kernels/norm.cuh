@@ -247,6 +247,7 @@ __device__ __forceinline__ float row_sum_local(const float* tiles, u32 n) {
 template <class D>
 struct PlainOut {
     __device__ static constexpr bool fused() { return false; }
+    __device__ static constexpr bool staged() { return false; }
     __device__ __forceinline__ void prefetch(const TparArgs&, u64) {}
     __device__ __forceinline__ void stage(const TparArgs&, u64) {}
     __device__ __forceinline__ void transform(const TparArgs&, u64, V16&) const {}
@@ -260,6 +261,7 @@ __device__ __forceinline__ u64* norm_scratch(const TparArgs& a) { return (u64*)(
 template <class D>
 struct NormOut {
     __device__ static constexpr bool fused() { return true; }
+    __device__ static constexpr bool staged() { return TPAR_CLUSTER_ROWS != 0; }  // stage() copies (cp.async)
     const TparNorm& n;
     u32 vrow;       // vectors per row
     float eps;
