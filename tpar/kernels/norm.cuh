@@ -298,7 +298,9 @@ struct NormOut {
 #endif
     }
     // The cluster variant's copy, issued once this thread's own data are out (the copy into
-    // the exposed buffer or the sends), so that it rides beside the waits, not the copy.
+    // the exposed buffer or the sends), so that it rides beside the waits, not the copy; in
+    // one-shot pull after the thread's start signal (staged(): frame.cuh barrier_block_then),
+    // whose release fence would otherwise wait for it.
     __device__ __forceinline__ void stage(const TparArgs& a, u64 v) {
 #if TPAR_CLUSTER_ROWS
         if (v >= vecs_for<D>(a.count)) return;
