@@ -505,14 +505,23 @@ __device__ __forceinline__ bool gen_reached(u32 have, u32 want) { return (int)(h
 #define TPAR_BAR_RELEASE 0
 #define TPAR_BAR_ARRIVE 1
 #define TPAR_BAR_READS_DONE 2
-template <int ORDER = TPAR_BAR_RELEASE>
-__device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 phase, u32 gen) {
+// barrier_block, with `between()` run by every thread after this thread's signal and before
+// its wait: work that must not sit ahead of a release signal's fence, which waits for this
+// thread's memory operations in flight (a fused call's cp.async of its residual and weight,
+// norm.cuh `stage`, would otherwise delay every signal by a load's latency), and that the
+// wait then hides.
+template <int ORDER, class F>
+__device__ __forceinline__ void barrier_block_then(const TparArgs& a, Frame& f, u32 phase, u32 gen, F&& between) {
     block_sync();
     const u32 q = threadIdx.x;
-    if (q < a.world && q != a.rank) {
+    const bool signals = q < a.world && q != a.rank;
+    if (signals) {
         u32* theirs = flag_at(a, q, phase, blockIdx.x, a.rank);
         if (ORDER == TPAR_BAR_RELEASE) st_release_sys_u32(theirs, gen);
         else st_volatile_u32(theirs, gen);
+    }
+    between();
+    if (signals) {
         const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
         u32 polls = 0;
         while (f.ok && !gen_reached(ORDER == TPAR_BAR_READS_DONE ? ld_volatile_u32(mine) : ld_acquire_sys_u32(mine), gen)) {
@@ -521,27 +530,9 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
     }
     block_sync();
 }
-
-// As barrier_block (release order), with `between()` run by every thread after this thread's
-// signal and before its wait: work that must not sit ahead of the signal's release fence,
-// which waits for this thread's memory operations in flight (a fused call's cp.async of its
-// residual and weight, norm.cuh `stage`, would otherwise delay every signal by a load's
-// latency), and that the wait then hides.
-template <class F>
-__device__ __forceinline__ void barrier_block_then(const TparArgs& a, Frame& f, u32 phase, u32 gen, F&& between) {
-    block_sync();
-    const u32 q = threadIdx.x;
-    const bool signals = q < a.world && q != a.rank;
-    if (signals) st_release_sys_u32(flag_at(a, q, phase, blockIdx.x, a.rank), gen);
-    between();
-    if (signals) {
-        const u32* mine = flag_at(a, a.rank, phase, blockIdx.x, q);
-        u32 polls = 0;
-        while (f.ok && !gen_reached(ld_acquire_sys_u32(mine), gen)) {
-            if (!still_waiting(a, f, polls, q, phase == 0 ? TPAR_PHASE_BARRIER0 : TPAR_PHASE_BARRIER1)) break;
-        }
-    }
-    block_sync();
+template <int ORDER = TPAR_BAR_RELEASE>
+__device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 phase, u32 gen) {
+    barrier_block_then<ORDER>(a, f, phase, gen, [] {});
 }
 
 // One translation unit per (algorithm, dtype) when the host compiles only what a call needs

@@ -44,7 +44,7 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
         st_v16(pull_at(a, a.rank, f.buf, 0, v), !TPAR_LEAN_ON && v == first ? pre : load_input<D>(a, v));
     }
     pdl_launch_dependents();
-    if (O::staged()) barrier_block_then(a, f, 0, gen, [&] { out.stage(a, first); });  // the copy behind the signal
+    if (O::staged()) barrier_block_then<TPAR_BAR_RELEASE>(a, f, 0, gen, [&] { out.stage(a, first); });  // the copy behind the signal
     else barrier_block(a, f, 0, gen);
     TPAR_STAMP(a, 2, false);
     const u32 dm = desc_mask(a);
