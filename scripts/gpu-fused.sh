@@ -64,9 +64,14 @@ if [ -n "$WHL" ]; then
     SITE=/tmp/tpar-fused-site; rm -rf "$SITE"
     if python3 -m pip install --quiet --no-index --no-deps --target "$SITE" "$WHL" >>"$LOG" 2>&1; then
         PY=(env PYTHONPATH="$SITE" TPAR_TOPOLOGY=h200-nvswitch-8 DEADLINE_S=100 python3 "$HERE/gpu_fused_check.py")
-        for a in oneshot-push oneshot-pull twoshot-push twoshot-pull; do
-            step "tpar.torch 2 processes, $a" 110 TPAR_ALGO=$a -- "${PY[@]}" 2 --out "$OUT"
+        for a in oneshot-push oneshot-pull twoshot-push; do
+            step "tpar.torch 2 processes, $a" 110 TPAR_ALGO=$a EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
         done
+        # Two-shot pull's fused kernel runs only when asked (TPAR_FUSED=1; auto declines it:
+        # cuda/fused.rs fused_declined); TPAR_FUSED=0 sends every call unfused.
+        step "tpar.torch 2 processes, twoshot-pull, TPAR_FUSED=1" 110 TPAR_ALGO=twoshot-pull TPAR_FUSED=1 EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
+        step "tpar.torch 2 processes, twoshot-pull, auto: unfused" 110 TPAR_ALGO=twoshot-pull EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
+        step "tpar.torch 2 processes, oneshot-pull, TPAR_FUSED=0: unfused" 110 TPAR_ALGO=oneshot-pull TPAR_FUSED=0 EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
         step "tpar.torch 4 processes, oneshot-push" 120 TPAR_ALGO=oneshot-push -- "${PY[@]}" 4 --out "$OUT"
         step "tpar.torch 4 processes over host (flags), oneshot-push" 120 TPAR_ALGO=oneshot-push TPAR_TRANSPORT=host -- "${PY[@]}" 4 --out "$OUT"
     else summary+=("FAIL  installing $WHL"); failed=1; fi

@@ -13,6 +13,8 @@ plain all-reduces), replayed with fresh inputs. Every output bit for bit against
 ``tpar.testing.reference_add_rmsnorm`` (or ``reference`` for the plain calls), outputs
 poisoned first, the ranks' digests compared. Ranks: processes with a gloo group; tpar's
 kernels forced with TPAR_ALGO and planned on a preset topology (TPAR_TOPOLOGY).
+EXPECT_PATH=fused: the 1 x 7168 call must take the algorithm's fused kernel; =unfused: every
+call the all-reduce followed by the add-RMSNorm kernel (TPAR_FUSED's rule, or =0).
 """
 
 import hashlib
@@ -151,7 +153,7 @@ def launch(world, outdir, deadline):
             continue
         path = os.path.join(tmp, f"r{r}.json")
         recs.append(json.load(open(path)) if os.path.exists(path) else {"rank": r, "returncode": p.returncode})
-    tag = f"{os.environ.get('TPAR_ALGO', 'auto')}-{os.environ.get('TPAR_TRANSPORT', 'p2p')}"
+    tag = f"{os.environ.get('TPAR_ALGO', 'auto')}-{os.environ.get('TPAR_TRANSPORT', 'p2p')}-fused{os.environ.get('TPAR_FUSED', 'auto')}"
     with open(os.path.join(outdir, f"fused-w{world}-{tag}.json"), "w") as f:
         json.dump(recs, f, indent=1)
     return recs
@@ -166,9 +168,17 @@ if __name__ == "__main__":
     ok = all(r.get("ok") for r in recs) and len({r.get("digest") for r in recs}) == 1
     ok = ok and all(r["eager_wrong"] == 0 and r["graph_wrong"] == 0 for r in recs)
     r0 = recs[0] if recs[0].get("ok") else {}
+    expect = os.environ.get("EXPECT_PATH")
+    paths = r0.get("paths") or {}
+    if expect == "fused":
+        ok = ok and paths.get("1x7168") == "fused"
+    elif expect == "unfused":
+        ok = ok and bool(paths) and all(p == "unfused" for p in paths.values())
+    elif expect is not None:
+        sys.exit(f"EXPECT_PATH={expect!r}: expected fused or unfused")
     fails = [f for r in recs for f in r.get("failures", [])]
     print(
-        f"RESULT fused world={world} algo={os.environ.get('TPAR_ALGO')} transport={os.environ.get('TPAR_TRANSPORT', 'p2p')} "
+        f"RESULT fused world={world} algo={os.environ.get('TPAR_ALGO')} TPAR_FUSED={os.environ.get('TPAR_FUSED', 'auto')} expect={expect} transport={os.environ.get('TPAR_TRANSPORT', 'p2p')} "
         f"eager_cases={r0.get('eager_cases')} eager_wrong={sum(r.get('eager_wrong', -1) for r in recs)} "
         f"graph_calls={r0.get('graph_calls')} graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} captured={r0.get('captured_calls')} "
         f"ranks_identical={len({r.get('digest') for r in recs}) == 1} paths={r0.get('paths')} -> {'PASS' if ok else 'FAIL'}"

@@ -5,7 +5,7 @@
 //! | group | variables | who reads the parsed value |
 //! |---|---|---|
 //! | job | `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV`, `TPAR_JOB_ID`, `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES` | [`crate::config::Config`] |
-//! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_WIRE`, `TPAR_EXACT` | [`Overrides`] (the plan's input), the communicators' init |
+//! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_WIRE`, `TPAR_EXACT`, `TPAR_FUSED` | [`Overrides`] (the plan's input), the communicators' init |
 //! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_FUSED_CLUSTER`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher) |
 //! | libraries | `TPAR_NVRTC_LIB`, `TPAR_NCCL_LIB`, `TPAR_CACHE_DIR` | [`nvrtc_lib`], [`nccl_lib`], [`cache_dir`] |
 //! | logging | `TPAR_DEBUG` | [`Overrides::debug`] |
@@ -103,6 +103,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_HOST_PROTOCOL", group: Group::Plan, values: "flags, sentinel or auto", default: "auto (flags from 3 ranks)", doc: "how the push kernels synchronise over the host transport (GPUs without P2P)", example: "flags" },
     Var { name: "TPAR_WIRE", group: Group::Plan, values: "exact, fp8 or int8", default: "exact", doc: "what ce-ring puts on the wire: fp8/int8 quantise per block of 128 values (lossy: docs/cuda.md states the bound); other algorithms are always exact", example: "fp8" },
     Var { name: "TPAR_EXACT", group: Group::Plan, values: BOOL, default: "0", doc: "insist on bitwise rank-order sums: a lossy TPAR_WIRE is then an error", example: "1" },
+    Var { name: "TPAR_FUSED", group: Group::Plan, values: "auto, 1 or 0", default: "auto", doc: "fused all-reduce + residual add + RMSNorm calls: the plan's algorithm's fused kernel where it takes the shape, except two-shot pull's, measured slower than its all-reduce followed by the add-RMSNorm kernel (auto); the fused kernel wherever it takes the shape (1); never, the all-reduce then the add-RMSNorm kernel (0). The same bits every way; ranks must agree", example: "0" },
     Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 64, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
     Var { name: "TPAR_PDL", group: Group::Launch, values: "1 or 0", default: "1", doc: "programmatic dependent launch on sm_90+ (ranks may differ)", example: "0" },
     Var { name: "TPAR_FUSED_CLUSTER", group: Group::Launch, values: "1 or 0", default: "1", doc: "fused all-reduce + RMSNorm calls whose blocks hold whole rows run each row's blocks as one thread-block cluster, its sums of squares meeting in distributed shared memory (sm_90+); 0: through global memory, for measuring", example: "0" },
@@ -237,6 +238,10 @@ pub struct Overrides {
     /// `TPAR_EXACT=1`: exact results asked for; a lossy wire is refused when parsing.
     #[serde(skip)]
     pub exact: bool,
+    /// `TPAR_FUSED` (`None`: auto, `cuda::fused::fused_declined`'s rule). Part of the plan
+    /// digest: ranks must agree (a fused kernel meets no unfused peer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fused: Option<bool>,
 }
 
 /// How tpar's kernels are launched (the CUDA launcher reads these).
@@ -412,6 +417,14 @@ impl Settings {
             "TPAR_HOST_PROTOCOL" => self.overrides.host_protocol = HostProtocol::parse(raw)?,
             "TPAR_WIRE" => self.overrides.wire = Some(v.parse::<Wire>().map_err(|_| bad(name, raw, "exact, fp8 or int8"))?),
             "TPAR_EXACT" => self.overrides.exact = parse_bool(name, v)?,
+            "TPAR_FUSED" => {
+                self.overrides.fused = match v {
+                    _ if is_auto(v) => None,
+                    "1" => Some(true),
+                    "0" => Some(false),
+                    _ => return Err(bad(name, raw, "auto, 1 or 0")),
+                }
+            }
             "TPAR_BLOCKS" => {
                 let b = if is_auto(v) {
                     None

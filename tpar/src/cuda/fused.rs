@@ -4,10 +4,11 @@
 //! all-reduce into the normalised output, then tpar's add-RMSNorm kernel in place: the same
 //! bits).
 //!
-//! Owns: [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`FusedPath`], [`FusedRoute`] (a
+//! Owns: [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`FusedPath`], [`FusedRoute`] (a
 //! resolved fused call shape), [`FUSED_MAX_ROWS`].
 //! Must never decide differently on two ranks of the same call (it is a pure function of the
-//! call, the algorithm, the world and the workspace's size, all equal across ranks), and
+//! call, the algorithm, the world, the workspace's size and `TPAR_FUSED`, all equal across
+//! ranks: the setting is in the plan digest), and
 //! never launch anything (`launch`, `emulated`, `ipc` and `comm` do).
 
 use super::abi::{TparNorm, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
@@ -219,6 +220,27 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
     None
 }
 
+/// Why the plan's `algo` should not run its fused kernel for a call it takes (`None`: it
+/// should), under `TPAR_FUSED` (`forced`: `Some(true)` wherever it takes the shape,
+/// `Some(false)` never). Auto declines two-shot pull's: against its all-reduce followed by
+/// the add-RMSNorm kernel (one H200, emulated ranks, bf16, 7168 x rows, graphs) the fused
+/// kernel measured slower wherever the plan picks two-shot pull: 8 ranks 10 / 16 / 24 / 32 / 48 rows 21.86 / 23.18 / 23.72 /
+/// 24.54 / 25.78 us against 14.62 / 15.03 / 15.74 / 16.75 / 25.52, 4 ranks 24 / 32 / 48 rows
+/// 14.67 / 14.79 / 14.87 against 11.16 / 11.25 / 14.45, 2 ranks 64 rows 14.00 against 11.05
+/// (the copy-path all-reduce `GpuCommunicator` runs); faster only at 64 rows of 4 and 8 ranks
+/// (15.07 vs 15.36, 27.60 vs 28.76; bench/results/h200-1gpu-round14/, calls 1-2). Callers
+/// that name the path (`all_reduce_add_rmsnorm_with`, the emulated group) are not asked.
+pub fn fused_declined(algo: Algorithm, forced: Option<bool>) -> Option<String> {
+    match forced {
+        Some(true) => None,
+        Some(false) => Some("TPAR_FUSED=0".to_string()),
+        None if algo == Algorithm::TwoshotPull => {
+            Some("two-shot pull's fused kernel measured slower than its all-reduce followed by the add-RMSNorm kernel (docs/cuda.md; TPAR_FUSED=1 runs it)".to_string())
+        }
+        None => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,6 +270,19 @@ mod tests {
         // is 896 vectors, chunks of 64 (56 rounded up): 1024 vectors.
         assert!(fused_unfit(Algorithm::TwoshotPush, &call(DType::BF16, 1, 7168), 16, 1000).unwrap().contains("chunks"));
         assert_eq!(fused_unfit(Algorithm::OneshotPush, &call(DType::BF16, 1, 7168), 16, 1000), None);
+    }
+
+    #[test]
+    fn auto_declines_only_two_shot_pulls_fused_kernel_and_the_setting_overrides_it() {
+        for a in [Algorithm::OneshotPush, Algorithm::OneshotPull, Algorithm::TwoshotPush] {
+            assert_eq!(fused_declined(a, None), None, "{a}");
+            assert_eq!(fused_declined(a, Some(true)), None, "{a}");
+            assert_eq!(fused_declined(a, Some(false)).as_deref(), Some("TPAR_FUSED=0"), "{a}");
+        }
+        let why = fused_declined(Algorithm::TwoshotPull, None).expect("auto declines two-shot pull's");
+        assert!(why.contains("slower") && why.contains("TPAR_FUSED=1"), "{why}");
+        assert_eq!(fused_declined(Algorithm::TwoshotPull, Some(true)), None);
+        assert!(fused_declined(Algorithm::TwoshotPull, Some(false)).is_some());
     }
 
     #[test]

@@ -24,6 +24,7 @@ fn one_error_style_for_every_malformed_value() {
         ("TPAR_PDL", "yes"),
         ("TPAR_LEAN", "maybe"),
         ("TPAR_ZERO_COPY", "yes"),
+        ("TPAR_FUSED", "always"),
         ("TPAR_TEST_UNSAFE_NO_END_BARRIER", "0"),
         ("TPAR_TEST_STAMPS", "yes"),
         ("TPAR_ALGO", "ring"),
@@ -58,6 +59,7 @@ fn values_parse_as_documented() {
         ("TPAR_PDL", "0"),
         ("TPAR_LEAN", "auto"),
         ("TPAR_ZERO_COPY", "0"),
+        ("TPAR_FUSED", "1"),
         ("TPAR_TEST_UNSAFE_NO_END_BARRIER", "1"),
         ("TPAR_TEST_STAMPS", "1"),
         ("TPAR_ALGO", "auto"),
@@ -78,6 +80,7 @@ fn values_parse_as_documented() {
     assert!(!s.launch.pdl);
     assert_eq!(s.launch.lean, None);
     assert_eq!(s.launch.zero_copy, Some(false));
+    assert_eq!(s.overrides.fused, Some(true));
     assert!(s.launch.test_no_end_barrier);
     assert!(s.launch.test_stamps);
     assert_eq!(s.overrides.algorithm, None);

@@ -3,13 +3,15 @@
 //! path (the all-reduce's own route, then tpar's add-RMSNorm kernel).
 
 use super::*;
+use super::super::fused::fused_declined;
 
 /// The fused all-reduce + residual add + RMSNorm on one rank per process.
 impl GpuCommunicator {
     /// The fused call shape of `call` in `mode` (docs/cuda.md "Fused"), resolved once and
     /// remembered: the plan for x's bytes decides the algorithm; its fused kernel where it
-    /// takes the shape (`fused::fused_unfit`, the same answer on every rank), else the
-    /// all-reduce's own route followed by tpar's add-RMSNorm kernel.
+    /// takes the shape (`fused::fused_unfit`) and is not declined (`fused::fused_declined`:
+    /// two-shot pull's, or any under `TPAR_FUSED=0`; the same answers on every rank), else
+    /// the all-reduce's own route followed by tpar's add-RMSNorm kernel (the same bits).
     pub fn resolve_fused(&mut self, call: &FusedCall, mode: CaptureMode) -> Result<Arc<FusedResolved>> {
         let key = (call.dtype, call.rows, call.hidden, mode);
         if let Some(r) = self.fused_resolved.get(&key) {
@@ -18,7 +20,7 @@ impl GpuCommunicator {
         call.validate()?;
         let ar = self.resolve(call.dtype, call.bytes(), mode)?;
         let route = match ar.route {
-            Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => {
+            Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() && fused_declined(algorithm, self.overrides.fused).is_none() => {
                 let launch = self.ws.resolve_fused(algorithm, call, ar.plan.blocks)?;
                 FusedRoute::Fused { algorithm, launch, desc_code: super::super::abi::fused_desc_code(algorithm, call.dtype) }
             }
