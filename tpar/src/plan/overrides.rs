@@ -87,4 +87,17 @@ mod tests {
         assert_eq!(HostProtocol::auto(4), HostProtocol::Flags);
         assert_eq!(HostProtocol::auto(8), HostProtocol::Flags);
     }
+
+    #[test]
+    fn fused_setting_is_in_the_digest_only_when_set() {
+        let unset = serde_json::to_string(&Overrides::default()).unwrap();
+        assert!(!unset.contains("fused"), "{unset}");
+        let on = Overrides::from_pairs([("TPAR_FUSED", "1")]).unwrap();
+        let off = Overrides::from_pairs([("TPAR_FUSED", "0")]).unwrap();
+        assert_eq!((on.fused, off.fused), (Some(true), Some(false)));
+        assert_eq!(Overrides::from_pairs([("TPAR_FUSED", "auto")]).unwrap().fused, None);
+        // Ranks that disagree get different plan digests (refused at init).
+        let (a, b) = (serde_json::to_string(&on).unwrap(), serde_json::to_string(&off).unwrap());
+        assert!(a.contains("\"fused\":true") && b.contains("\"fused\":false"), "{a} {b}");
+    }
 }
