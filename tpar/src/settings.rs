@@ -142,6 +142,23 @@ fn parse_bool(var: &'static str, raw: &str) -> Result<bool> {
     }
 }
 
+/// "1" or "0" (a switch that takes no other spelling, as NCCL's integer switches).
+fn parse_switch(var: &'static str, raw: &str) -> Result<bool> {
+    match raw.trim() {
+        "1" => Ok(true),
+        "0" => Ok(false),
+        _ => Err(bad(var, raw, "1 or 0")),
+    }
+}
+
+/// "auto" (`None`: tpar's own rule), "1" or "0".
+fn parse_auto_switch(var: &'static str, raw: &str) -> Result<Option<bool>> {
+    if is_auto(raw) {
+        return Ok(None);
+    }
+    parse_switch(var, raw).map(Some).map_err(|_| bad(var, raw, "auto, 1 or 0"))
+}
+
 fn parse_int<T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy>(var: &'static str, raw: &str, lo: T, hi: T) -> Result<T> {
     match raw.trim().parse::<T>() {
         Ok(v) if v >= lo && v <= hi => Ok(v),
@@ -417,14 +434,7 @@ impl Settings {
             "TPAR_HOST_PROTOCOL" => self.overrides.host_protocol = HostProtocol::parse(raw)?,
             "TPAR_WIRE" => self.overrides.wire = Some(v.parse::<Wire>().map_err(|_| bad(name, raw, "exact, fp8 or int8"))?),
             "TPAR_EXACT" => self.overrides.exact = parse_bool(name, v)?,
-            "TPAR_FUSED" => {
-                self.overrides.fused = match v {
-                    _ if is_auto(v) => None,
-                    "1" => Some(true),
-                    "0" => Some(false),
-                    _ => return Err(bad(name, raw, "auto, 1 or 0")),
-                }
-            }
+            "TPAR_FUSED" => self.overrides.fused = parse_auto_switch(name, raw)?,
             "TPAR_BLOCKS" => {
                 let b = if is_auto(v) {
                     None
@@ -434,36 +444,10 @@ impl Settings {
                 self.overrides.blocks = b;
                 self.launch.blocks = b;
             }
-            "TPAR_PDL" => {
-                self.launch.pdl = match v {
-                    "1" => true,
-                    "0" => false,
-                    _ => return Err(bad(name, raw, "1 or 0")),
-                }
-            }
-            "TPAR_FUSED_CLUSTER" => {
-                self.launch.fused_cluster = match v {
-                    "1" => true,
-                    "0" => false,
-                    _ => return Err(bad(name, raw, "1 or 0")),
-                }
-            }
-            "TPAR_LEAN" => {
-                self.launch.lean = match v {
-                    _ if is_auto(v) => None,
-                    "1" => Some(true),
-                    "0" => Some(false),
-                    _ => return Err(bad(name, raw, "auto, 1 or 0")),
-                }
-            }
-            "TPAR_ZERO_COPY" => {
-                self.launch.zero_copy = match v {
-                    _ if is_auto(v) => None,
-                    "1" => Some(true),
-                    "0" => Some(false),
-                    _ => return Err(bad(name, raw, "auto, 1 or 0")),
-                }
-            }
+            "TPAR_PDL" => self.launch.pdl = parse_switch(name, raw)?,
+            "TPAR_FUSED_CLUSTER" => self.launch.fused_cluster = parse_switch(name, raw)?,
+            "TPAR_LEAN" => self.launch.lean = parse_auto_switch(name, raw)?,
+            "TPAR_ZERO_COPY" => self.launch.zero_copy = parse_auto_switch(name, raw)?,
             "TPAR_TEST_UNSAFE_NO_END_BARRIER" => {
                 if v != "1" {
                     return Err(bad(name, raw, "1 (or unset)"));
