@@ -4,8 +4,8 @@
 //! all-reduce into the normalised output, then tpar's add-RMSNorm kernel in place: the same
 //! bits).
 //!
-//! Owns: [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`FusedPath`], [`FusedRoute`] (a
-//! resolved fused call shape), [`FUSED_MAX_ROWS`].
+//! Owns: [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`FusedPath`],
+//! [`FusedRoute`] (a resolved fused call shape), [`FUSED_MAX_ROWS`].
 //! Must never decide differently on two ranks of the same call (it is a pure function of the
 //! call, the algorithm, the world, the workspace's size and `TPAR_FUSED`, all equal across
 //! ranks: the setting is in the plan digest), and
@@ -224,12 +224,14 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
 /// should), under `TPAR_FUSED` (`forced`: `Some(true)` wherever it takes the shape,
 /// `Some(false)` never). Auto declines two-shot pull's: against its all-reduce followed by
 /// the add-RMSNorm kernel (one H200, emulated ranks, bf16, 7168 x rows, graphs) the fused
-/// kernel measured slower wherever the plan picks two-shot pull: 8 ranks 10 / 16 / 24 / 32 / 48 rows 21.86 / 23.18 / 23.72 /
-/// 24.54 / 25.78 us against 14.62 / 15.03 / 15.74 / 16.75 / 25.52, 4 ranks 24 / 32 / 48 rows
-/// 14.67 / 14.79 / 14.87 against 11.16 / 11.25 / 14.45, 2 ranks 64 rows 14.00 against 11.05
-/// (the copy-path all-reduce `GpuCommunicator` runs); faster only at 64 rows of 4 and 8 ranks
-/// (15.07 vs 15.36, 27.60 vs 28.76; bench/results/h200-1gpu-round14/, calls 1-2). Callers
-/// that name the path (`all_reduce_add_rmsnorm_with`, the emulated group) are not asked.
+/// kernel measured slower wherever the plan picks two-shot pull: 8 ranks 10 / 16 / 24 / 32
+/// / 48 rows 21.86 / 23.18 / 23.72 / 24.54 / 25.78 us against 14.62 / 15.03 / 15.74 / 16.75
+/// / 25.52, 4 ranks 24 / 32 / 48 rows 14.67 / 14.79 / 14.87 against 11.16 / 11.25 / 14.45,
+/// 2 ranks 64 rows 14.00 against 11.05 (the copy-path all-reduce `GpuCommunicator` runs);
+/// faster only at 64 rows of 4 and 8 ranks (15.07 vs 15.36, 27.60 vs 28.76;
+/// bench/results/h200-1gpu-round14/, calls 1-2). Callers that name the path
+/// (`all_reduce_add_rmsnorm_with`, the emulated group) are not asked. The reason is logged
+/// under `TPAR_DEBUG=INFO`.
 pub fn fused_declined(algo: Algorithm, forced: Option<bool>) -> Option<String> {
     match forced {
         Some(true) => None,

@@ -19,13 +19,25 @@ impl GpuCommunicator {
         }
         call.validate()?;
         let ar = self.resolve(call.dtype, call.bytes(), mode)?;
-        let route = match ar.route {
-            Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() && fused_declined(algorithm, self.overrides.fused).is_none() => {
+        // The plan's kernel, where its fused variant takes the shape; then whether it runs it.
+        let fits = match ar.route {
+            Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => Some(algorithm),
+            _ => None,
+        };
+        let declined = fits.and_then(|a| fused_declined(a, self.overrides.fused));
+        let route = match fits {
+            Some(algorithm) if declined.is_none() => {
                 let launch = self.ws.resolve_fused(algorithm, call, ar.plan.blocks)?;
                 FusedRoute::Fused { algorithm, launch, desc_code: super::super::abi::fused_desc_code(algorithm, call.dtype) }
             }
-            all_reduce => FusedRoute::Unfused { all_reduce, norm: self.ws.resolve_add_rmsnorm(call)? },
+            _ => FusedRoute::Unfused { all_reduce: ar.route, norm: self.ws.resolve_add_rmsnorm(call)? },
         };
+        if let (Some(why), true) = (&declined, self.overrides.debug) {
+            // Once per shape and mode (the resolution is remembered), as the plan's INFO lines.
+            let line = format!("tpar INFO fused: {} x {} {} {mode:?}: the all-reduce, then the add-RMSNorm kernel: {why}", call.rows, call.hidden, call.dtype);
+            tracing::info!(target: "tpar::plan", "{line}");
+            eprintln!("{line}");
+        }
         if self.fused_resolved.len() >= RESOLVED_MAX {
             self.fused_resolved.clear();
         }
