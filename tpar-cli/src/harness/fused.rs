@@ -90,6 +90,8 @@ pub struct FusedRanks {
     pub g: EmulatedGroup,
     pub bufs: Vec<RankFused>,
     max_count: usize,
+    /// What the last timed call launched (`Launch::describe`, kernels joined by ` + `).
+    pub last_launch: String,
 }
 
 impl FusedRanks {
@@ -119,7 +121,7 @@ impl FusedRanks {
             let b = |n: usize| DeviceBuffer::new(dev, n).map_err(err);
             bufs.push(RankFused { input: b(bytes)?, residual: b(bytes)?, weight: b(wbytes)?, norm_out: b(bytes)?, residual_out: b(bytes)? });
         }
-        Ok(FusedRanks { g, bufs, max_count: max_bytes / 4 })
+        Ok(FusedRanks { g, bufs, max_count: max_bytes / 4, last_launch: String::new() })
     }
 
     /// Every rank's addresses for outputs placed as `io` says.
@@ -267,8 +269,10 @@ impl FusedRanks {
         let what = |e: tpar::Error| format!("{} {algo} {} {} x {}: {e}", op.label(), call.dtype, call.rows, call.hidden);
         let inner = t.inner.max(1);
         // Compile and load everything first (nothing compiles inside a capture or a timing).
+        self.g.take_launches();
         self.enqueue(op, algo, call, &bufs).map_err(what)?;
         self.g.synchronize().map_err(what)?;
+        let mut shapes = self.g.take_launches();
         let graph = match t.mode {
             CaptureMode::Graph => {
                 let mut r = Ok(());
@@ -294,10 +298,14 @@ impl FusedRanks {
                     })
                     .map_err(what)?;
                 r.map_err(what)?;
+                // The captured call's kernels (a registered call may launch differently).
+                let captured = self.g.take_launches();
+                shapes = captured[captured.len().saturating_sub(shapes.len())..].to_vec();
                 Some(g)
             }
             CaptureMode::Eager => None,
         };
+        self.last_launch = shapes.iter().map(|l| l.describe()).collect::<Vec<_>>().join(" + ");
         let start = Event::new(self.g.device()).map_err(err)?;
         let end = Event::new(self.g.device()).map_err(err)?;
         // One timed iteration: the graph, or `inner` calls back to back.

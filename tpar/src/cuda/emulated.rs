@@ -115,6 +115,9 @@ impl Mem {
     }
 }
 
+/// Launches [`EmulatedGroup::take_launches`] keeps.
+pub const RECENT_LAUNCHES: usize = 8;
+
 /// `world` emulated ranks on one device.
 pub struct EmulatedGroup {
     // Field order is drop order: graphs/modules/streams reference the context in `dev`,
@@ -149,6 +152,9 @@ pub struct EmulatedGroup {
     /// Test hook: (seed, most ns) of random per-rank, per-call delays; launches counted.
     skew: Option<(u64, u32)>,
     launches: u64,
+    /// The shapes of the kernel launches since [`take_launches`](Self::take_launches) last
+    /// ran (the most recent [`RECENT_LAUNCHES`]): what a call ran, for the bench's report.
+    recent: Vec<Launch>,
     /// The copy-engine path (`ce-ring`), where the registry runs it over this transport.
     ce: Option<super::ce_emulated::EmulatedCe>,
     dev: Device,
@@ -216,6 +222,7 @@ impl EmulatedGroup {
             io: IoTables::default(),
             skew: None,
             launches: 0,
+            recent: Vec::new(),
             streams,
             origin,
             fork,
@@ -325,6 +332,13 @@ impl EmulatedGroup {
     pub fn set_epoch_for_test(&mut self, epoch: u32) -> Result<()> {
         self.check_usable()?;
         self.reset_workspaces(epoch)
+    }
+
+    /// The launches (grid, block, cluster, PDL) since the last call of this, oldest first:
+    /// at most the last [`RECENT_LAUNCHES`]. A call's kernels (a fused call's one, an unfused
+    /// call's two); nothing for the copy-engine path.
+    pub fn take_launches(&mut self) -> Vec<Launch> {
+        std::mem::take(&mut self.recent)
     }
 
     /// Whether the kernels carry their phase stamps (`TPAR_TEST_STAMPS`: measuring only).
@@ -576,6 +590,10 @@ impl EmulatedGroup {
                 self.origin.wait(&self.joins[r])?;
             }
         }
+        if self.recent.len() == RECENT_LAUNCHES {
+            self.recent.remove(0);
+        }
+        self.recent.push(*l);
         self.launches += 1;
         Ok(())
     }

@@ -192,6 +192,18 @@ unsafe impl Send for Launch {}
 unsafe impl Sync for Launch {}
 
 impl Launch {
+    /// `grid x threads`, then `cluster C` and `pdl` where they apply: what a call ran.
+    pub fn describe(&self) -> String {
+        let mut s = format!("{}x{}", self.grid, self.threads);
+        if self.cluster > 1 {
+            s.push_str(&format!(" cluster {}", self.cluster));
+        }
+        if self.pdl {
+            s.push_str(" pdl");
+        }
+        s
+    }
+
     /// The launch of a call that moves nothing (zero elements): never launched (callers
     /// return before launching an empty call); it keeps a resolved empty call in the memo.
     pub fn none() -> Self {

@@ -140,3 +140,11 @@ fn a_fused_calls_row_is_one_cluster_where_its_blocks_hold_whole_rows() {
         }
     }
 }
+
+#[test]
+fn a_launch_describes_its_grid_block_cluster_and_pdl() {
+    let l = Launch { f: std::ptr::null_mut(), grid: 7, threads: 128, pdl: true, cluster: 7 };
+    assert_eq!(l.describe(), "7x128 cluster 7 pdl");
+    assert_eq!(Launch { cluster: 1, pdl: false, ..l }.describe(), "7x128", "no cluster, no PDL: neither named");
+    assert_eq!(Launch { grid: 32, threads: 224, cluster: 1, ..l }.describe(), "32x224 pdl");
+}
