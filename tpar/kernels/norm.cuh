@@ -8,7 +8,8 @@
 // A kernel with a fused variant (TPAR_FUSED_READY) hands every vector v of the message to
 // exactly one thread of this rank, in whatever mapping its algorithm has (grid-stride, block
 // ranges, two-shot chunks), and calls, for that thread's vectors:
-//   prefetch(a, v)       once, for its first vector, before the all-reduce's waits;
+//   stage(a, v)          once, for its first vector, when its own data are out (two-shot
+//                        push: prefetch(a, v) before its waits instead);
 //   transform(a, v, s)   on the rank-order sum s (rounded once, as the plain kernel's), in
 //                        place: the fused epilogue makes it the updated residual
 //                        r = round(s + residual), which two-shot then sends to its peers in
@@ -48,12 +49,13 @@
 // The cluster variant (-DTPAR_FUSED_CLUSTER, with -DTPAR_FUSED; the launcher's choice where
 // a row's blocks are one thread-block cluster, cuda/launch.rs `row_cluster`) of a kernel that
 // defines TPAR_CLUSTER_ROWS_READY (one vector a thread there, a block's vectors contiguous):
-// the row's sums meet in distributed shared memory (below), and the first vector's residual
-// and weight are copied into this block's shared memory before the all-reduce (cp.async, one
-// slot a thread: in flight beside the waits without holding registers across them; the L1
-// prefetch of the other variants measured no faster than none, and holding them in registers
-// slowed the reduction: bench/results/h200-1gpu-round12/). The plain fused variant compiles
-// as before.
+// the row's sums meet in distributed shared memory (below). Like the plain fused variant, it
+// copies the first vector's residual and weight into this block's shared memory before the
+// all-reduce's waits (stage: cp.async, one slot a thread, in flight beside the waits without
+// holding registers across them; holding them in registers slowed the reduction, round 12;
+// the plain fused variants staged from round 15 on, 0.15-0.35 us faster at 3 and 8 rows than
+// their L1 prefetch, which one-shot pull's barrier acquire invalidates:
+// bench/results/h200-1gpu-round15/).
 #if defined(TPAR_FUSED_CLUSTER)
 #if !TPAR_FUSED_ON || !defined(TPAR_CLUSTER_ROWS_READY)
 #error "-DTPAR_FUSED_CLUSTER needs -DTPAR_FUSED and a kernel with TPAR_CLUSTER_ROWS_READY"
@@ -174,16 +176,26 @@ __device__ __forceinline__ V16 norm_vec(V16 r, V16 w, float inv) {
 // which nothing has used yet there; before the first send it was on the sum's path). A block leaves only
 // after every tile sent to it has landed (its wait), and every thread sends its tile
 // whatever happened before (a failed wait included), so no send outlives its target.
-#if TPAR_CLUSTER_ROWS
+#if TPAR_FUSED_ON
+// Both fused variants stage a thread's first residual and weight here (NormOut::stage).
 __shared__ V16 tpar_early[2][TPAR_THREADS];  // [0] residual, [1] weight: thread t's slot t
-__shared__ float tpar_row_tiles[TPAR_ROW_TILES_MAX];
-__shared__ __align__(8) u64 tpar_row_bar;
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     u32 r;
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
     return r;
 }
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+#endif  // TPAR_FUSED_ON
+
+#if TPAR_CLUSTER_ROWS
+__shared__ float tpar_row_tiles[TPAR_ROW_TILES_MAX];
+__shared__ __align__(8) u64 tpar_row_bar;
+
 __device__ __forceinline__ u32 cluster_ctas() {
     u32 n;
     asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
@@ -222,12 +234,6 @@ __device__ __forceinline__ bool cluster_rows_ready() {
         : "=r"(ok) : "r"(smem_u32(&tpar_row_bar)) : "memory");
     return ok != 0u;
 }
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
-
 // The row's sum from all its tiles, each lane alone (no shuffles): tiles in shared memory,
 // at most 32, padded with +0.0 to 32; the same tree as row_sum's.
 __device__ __forceinline__ float row_sum_local(const float* tiles, u32 n) {
@@ -247,7 +253,6 @@ __device__ __forceinline__ float row_sum_local(const float* tiles, u32 n) {
 template <class D>
 struct PlainOut {
     __device__ static constexpr bool fused() { return false; }
-    __device__ static constexpr bool staged() { return false; }
     __device__ __forceinline__ void prefetch(const TparArgs&, u64) {}
     __device__ __forceinline__ void stage(const TparArgs&, u64) {}
     __device__ __forceinline__ void transform(const TparArgs&, u64, V16&) const {}
@@ -261,7 +266,6 @@ __device__ __forceinline__ u64* norm_scratch(const TparArgs& a) { return (u64*)(
 template <class D>
 struct NormOut {
     __device__ static constexpr bool fused() { return true; }
-    __device__ static constexpr bool staged() { return TPAR_CLUSTER_ROWS != 0; }  // stage() copies (cp.async)
     const TparNorm& n;
     u32 vrow;       // vectors per row
     float eps;
@@ -269,16 +273,16 @@ struct NormOut {
     V16 kept_r, kept_w;
     u32 row;        // the row norm last waited for, and its 1 / rms
     float inv;
+    u64 early_v;    // the vector stage() copied into shared memory (~0: none)
 #if TPAR_CLUSTER_ROWS
-    u64 early_v;    // the vector prefetch staged in shared memory
     u32 ncta;       // > 1: launched as clusters, a row's blocks one cluster
 #endif
 
     __device__ __forceinline__ explicit NormOut(const TparNorm& n_)
         : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f) {
         kept_r = kept_w = V16{0u, 0u, 0u, 0u};
-#if TPAR_CLUSTER_ROWS
         early_v = ~0ull;
+#if TPAR_CLUSTER_ROWS
         ncta = cluster_ctas();
         if (ncta > 1u) cluster_rows_open(vrow / TPAR_TILE_VECS * 4u);  // under the previous kernel with PDL
 #endif
@@ -286,39 +290,36 @@ struct NormOut {
 
     __device__ __forceinline__ const V16* weight_of(u64 v) const { return (const V16*)n.weight + (u32)v % vrow; }
 
-    // Before the all-reduce waits, v's residual and weight (v past the message: nothing):
-    // the cluster variant copies them into this thread's shared-memory slot (see the top);
-    // the others bring them into L1 (no registers held across the all-reduce, whose default
-    // variant uses 116-128 of a thread's 128).
+    // Two-shot push's (the one kernel that does not stage): before the all-reduce waits, v's
+    // residual and weight into L1 (v past the message: nothing; no registers held across
+    // the all-reduce, whose default variant uses 116-128 of a thread's 128).
     __device__ __forceinline__ void prefetch(const TparArgs& a, u64 v) {
-#if !TPAR_CLUSTER_ROWS
         if (v >= vecs_for<D>(a.count)) return;
         asm volatile("prefetch.global.L1 [%0];" ::"l"((const V16*)n.residual + v));
         asm volatile("prefetch.global.L1 [%0];" ::"l"(weight_of(v)));
-#endif
     }
-    // The cluster variant's copy, issued once this thread's own data are out (the copy into
-    // the exposed buffer or the sends), so that it rides beside the waits, not the copy; in
-    // one-shot pull after the thread's start signal (staged(): frame.cuh barrier_block_then),
-    // whose release fence would otherwise wait for it.
+    // The other kernels' copy of their first vector's residual and weight into this
+    // thread's shared-memory slot (cp.async: in flight beside the waits without holding
+    // registers across them; an L1 prefetch does not survive the pull kernels' barrier,
+    // whose acquire invalidates L1), issued once this thread's own data are out (the copy
+    // into the exposed buffer, or the sends), so that it rides beside the waits, not the
+    // copy; in the pull kernels after the thread's start signal (frame.cuh
+    // barrier_block_then), whose release fence would otherwise wait for it. v: a vector
+    // this thread transforms (its copy is waited for there), or past the message.
     __device__ __forceinline__ void stage(const TparArgs& a, u64 v) {
-#if TPAR_CLUSTER_ROWS
         if (v >= vecs_for<D>(a.count)) return;
         early_v = v;
         cp_async_16(&tpar_early[0][threadIdx.x], (const V16*)n.residual + v);
         cp_async_16(&tpar_early[1][threadIdx.x], weight_of(v));
         cp_async_commit();
-#endif
     }
 
     __device__ __forceinline__ void transform(const TparArgs&, u64 v, V16& s) const {
-#if TPAR_CLUSTER_ROWS
         if (v == early_v) {
             cp_async_wait_all();  // this thread's own copies: no barrier needed
             s = add_residual<D>(s, tpar_early[0][threadIdx.x]);
             return;
         }
-#endif
         s = add_residual<D>(s, ld_v16((const V16*)n.residual + v));
     }
 
@@ -329,11 +330,7 @@ struct NormOut {
         if (kept_v == ~0ull) {
             kept_v = v;
             kept_r = r;
-#if TPAR_CLUSTER_ROWS
-            kept_w = v == early_v ? tpar_early[1][threadIdx.x] : ld_v16(weight_of(v));  // staged (after transform's wait)
-#else
-            kept_w = ld_v16(weight_of(v));  // in flight while the tiles come
-#endif
+            kept_w = v == early_v ? tpar_early[1][threadIdx.x] : ld_v16(weight_of(v));  // staged (after transform's wait), or in flight while the tiles come
         }
         const float t = warp_tree(vec_sumsq<D>(r));
 #if TPAR_CLUSTER_ROWS

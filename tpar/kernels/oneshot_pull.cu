@@ -36,7 +36,6 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
     if (!TPAR_LEAN_ON && first < nvec) pre = load_input<D>(a, first);  // lean: reloaded (4 registers fewer)
-    out.prefetch(a, first);
     Frame f = frame_begin(a);
     TPAR_STAMP(a, 1, false);
     const u32 gen = f.epoch + 1u;
@@ -44,8 +43,7 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
         st_v16(pull_at(a, a.rank, f.buf, 0, v), !TPAR_LEAN_ON && v == first ? pre : load_input<D>(a, v));
     }
     pdl_launch_dependents();
-    if (O::staged()) barrier_block_then<TPAR_BAR_RELEASE>(a, f, 0, gen, [&] { out.stage(a, first); });  // the copy behind the signal
-    else barrier_block(a, f, 0, gen);
+    barrier_block_then<TPAR_BAR_RELEASE>(a, f, 0, gen, [&] { out.stage(a, first); });  // fused: the copy behind the signal
     TPAR_STAMP(a, 2, false);
     const u32 dm = desc_mask(a);
     V16 d = {0u, 0u, 0u, 0u};

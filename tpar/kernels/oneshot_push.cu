@@ -26,7 +26,6 @@
 template <class D, class O>
 __device__ void oneshot_push(const TparArgs& a, O& out) {
     const BlockShare<D> s = block_share<D>(a);
-    out.prefetch(a, s.first);
     Frame f = frame_begin(a);
     const u32 gen = f.epoch + 1u;
     const u32 peers = all_peers(a);
@@ -34,7 +33,7 @@ __device__ void oneshot_push(const TparArgs& a, O& out) {
         flag_data_st_v16(inbox_at(a, a.rank, f.buf, a.rank, v), s.input(a, v));  // once, into my own area
     flags_publish(a, 0, gen, peers);
     pdl_launch_dependents();
-    out.stage(a, s.first);
+    out.stage(a, s.first < s.hi ? s.first : ~0ull);  // only a vector this thread reduces: its copy is waited for
     test_pause(a);
     flags_wait(a, f, 0, gen, peers, desc_mask(a), TPAR_PHASE_PUSH_POLL);
     reduce_share<D, SLOT_OWN_INBOX>(a, f, peers, s, out);
@@ -55,7 +54,6 @@ __device__ void oneshot_push(const TparArgs& a, O& out) {
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
     if (first < nvec) pre = D::canon(load_input<D>(a, first));
-    out.prefetch(a, first);
     Frame f = frame_begin(a);
     for (u64 v = first; v < nvec; v += stride) {
         const V16 mine = v == first ? pre : D::canon(load_input<D>(a, v));

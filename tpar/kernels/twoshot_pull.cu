@@ -33,7 +33,6 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
     const I cvec = TPAR_TILE_ALIGN((nvec + a.world - 1) / a.world);
     const I stride = (I)grid_threads();
     const I first = (I)global_tid();
-    out.prefetch(a, (I)a.rank * cvec + first);
 
     // 1. expose my share of every chunk (block b covers sub-range b of each chunk).
     for (u32 q = 0; q < a.world; ++q) {
@@ -44,7 +43,11 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
         }
     }
     pdl_launch_dependents();
-    barrier_block(a, f, 0, gen);
+    // Fused: the residual and weight of my chunk's first vector, behind the signal.
+    barrier_block_then<TPAR_BAR_RELEASE>(a, f, 0, gen, [&] {
+        const I mine = (I)a.rank * cvec + first;
+        out.stage(a, first < cvec && mine < nvec ? (u64)mine : ~0ull);  // only a vector step 2 reduces: its copy is waited for
+    });
     const u32 dm = desc_mask(a);
     V16 d = {0u, 0u, 0u, 0u};
     if (dm && !TPAR_LEAN_ON) d = desc_prefetch(a, f, dm);  // lean: polled after the data (4 registers fewer)

@@ -8,7 +8,7 @@
 
 use tpar::cuda::kernels::{self, probe_unit, sources};
 use tpar::cuda::nvrtc;
-use tpar::DType;
+use tpar::{Algorithm, DType};
 
 const ARCHS: [&str; 3] = ["sm_80", "sm_90", "sm_120"];
 
@@ -257,7 +257,11 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     // The entry takes the fused arguments (TparFusedArgs, 376 bytes).
                     assert!(u.ptx.contains("_param_0[376]"), "{what}: the entry does not take TparFusedArgs");
                     assert!(u.ptx.contains("shfl.sync.bfly.b32") && u.ptx.contains("sqrt.rn.f32"), "{what}: no norm epilogue");
-                    assert!(!u.ptx.contains("st.async") && !u.ptx.contains("cp.async"), "{what}: the plain fused variant has the cluster path");
+                    assert!(!u.ptx.contains("st.async") && !u.ptx.contains("barrier.cluster"), "{what}: the plain fused variant has the cluster path");
+                    // Both fused variants stage a thread's first residual and weight in shared
+                    // memory (norm.cuh `stage`) in every kernel but two-shot push.
+                    let stages = src.algorithm != Algorithm::TwoshotPush;
+                    assert_eq!(u.ptx.contains("cp.async.cg.shared.global"), stages, "{what}: cp.async staging");
                     dump_ptx(&format!("{}-{d}-fused-{p:?}-{arch}", src.file), &u.ptx);
                     no_local_memory(&what, &u.ptx);
                     no_spills(&what, &u.log);
