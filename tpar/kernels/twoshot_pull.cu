@@ -27,7 +27,9 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
         return;
     }
     typedef TPAR_IDX I;  // vector indices (u64; u32 in the lean variant)
+    TPAR_STAMP(a, 0, false);
     Frame f = frame_begin(a);
+    TPAR_STAMP(a, 1, false);
     const u32 gen = f.epoch + 1u;
     const I nvec = (I)vecs_for<D>(a.count);
     const I cvec = TPAR_TILE_ALIGN((nvec + a.world - 1) / a.world);
@@ -48,6 +50,7 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
         const I mine = (I)a.rank * cvec + first;
         out.stage(a, first < cvec && mine < nvec ? (u64)mine : ~0ull);  // only a vector step 2 reduces: its copy is waited for
     });
+    TPAR_STAMP(a, 2, false);
     const u32 dm = desc_mask(a);
     V16 d = {0u, 0u, 0u, 0u};
     if (dm && !TPAR_LEAN_ON) d = desc_prefetch(a, f, dm);  // lean: polled after the data (4 registers fewer)
@@ -87,6 +90,7 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
         }
     }
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
+    TPAR_STAMP(a, 3, true);  // the all-reduce done (and, fused, every put)
     if (O::fused()) {  // the same vectors again, normalised: step 2's, then step 3's
         const I lo = (I)a.rank * cvec;
         const I hi = lo + cvec < nvec ? lo + cvec : nvec;
@@ -97,6 +101,7 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
                 if (m & (1u << q)) out.norm(a, f, (I)q * cvec + j);
         }
     }
+    TPAR_STAMP(a, 4, true);
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }
 

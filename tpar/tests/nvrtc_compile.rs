@@ -337,9 +337,7 @@ fn the_stamped_kernels_compile_with_nvrtc() {
         for algo in [Algorithm::OneshotPull, Algorithm::TwoshotPull] {
             let src = sources().find(|s| s.algorithm == algo).expect("a pull kernel source");
             let mut classes = vec![None];
-            if algo == Algorithm::OneshotPull {
-                classes.push(Some(SizeClass::Fused));
-            }
+            classes.push(Some(SizeClass::Fused));
             for class in classes {
                 let mut opts = nvrtc::options(arch, Some(d));
                 if let Some(c) = class {
