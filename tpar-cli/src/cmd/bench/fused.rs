@@ -99,7 +99,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                             let mut launched = Vec::new();
                             for op in [Op::AllReduce, Op::Fused, Op::Unfused, Op::NormOnly] {
                                 let mut s = fr.time(op, algo, &fc, t)?;
-                                launched.push(format!("{} {}", op.label(), fr.last_launch));
+                                if op != Op::NormOnly {
+                                    launched.push(format!("{} {}", op.label(), fr.last_launch));
+                                }
                                 let p = percentiles(&mut s);
                                 records.push(FusedRecord {
                                     world,
@@ -119,9 +121,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                                 });
                                 cells.push(p);
                             }
-                            // Grid x block, cluster, PDL of each op's kernels (emulated ranks
-                            // share the GPU's SMs: the launcher sizes grids for that).
-                            println!("# launches {h} x {r} {}: {}", algo.name(), launched[..3].join("; "));
+                            // Grid x block, cluster, PDL of the all-reduce's, the fused call's and
+                            // the unfused path's kernels (emulated ranks share the GPU's SMs: the
+                            // launcher sizes grids for that).
+                            println!("# launches {h} x {r} {}: {}", algo.name(), launched.join("; "));
                             let cell = |p: &tpar::units::Spread| format!("{:.2} [{:.2}-{:.2}]", p.median, p.p10, p.p90);
                             println!(
                                 "  {h:>6} {r:>5} {:>9} {:>13} {:>20} {:>20} {:>20} {:>20} {:>+8.2} {:>+10.2} {:>6}",
