@@ -68,49 +68,6 @@
 #define TPAR_CLUSTER_ROWS 0
 #endif
 
-// The row-block variant (-DTPAR_FUSED_ROWS, with -DTPAR_FUSED; the launcher's choice where
-// the grid is the call's rows, cuda/launch.rs `rows_for`) of a kernel that defines
-// TPAR_ROW_BLOCKS_READY and takes its vectors through thread_span (below): block b holds
-// row b, its vectors block-stride over the block's threads (every thread at least one:
-// threads <= the row's vectors, at most TPAR_ROW_BLOCK_VECS of them). Every residual and
-// weight the thread will need is staged in shared memory (cp.async, as the first vector's
-// in the other variants), the updated residual stays there after the add, a warp's tile sum
-// goes to a shared-memory slot, and the row's sum needs one block barrier: no trip between
-// SMs at all. Where emulated ranks share a GPU and the rows are at least the all-reduce's
-// grid (8 ranks, 7168 x 8), the plain fused variant's rows span many blocks (32 x 224: the
-// tiles meet in global memory, and the grid, resident once, loses PDL), which this replaces.
-#if defined(TPAR_FUSED_ROWS)
-#if !TPAR_FUSED_ON || !defined(TPAR_ROW_BLOCKS_READY)
-#error "-DTPAR_FUSED_ROWS needs -DTPAR_FUSED and a kernel with TPAR_ROW_BLOCKS_READY"
-#endif
-#if defined(TPAR_FUSED_CLUSTER)
-#error "-DTPAR_FUSED_ROWS and -DTPAR_FUSED_CLUSTER are variants of their own"
-#endif
-#define TPAR_ROW_BLOCKS 1
-#else
-#define TPAR_ROW_BLOCKS 0
-#endif
-// Most vectors a row-block row may have (launch.rs ROW_BLOCK_MAX_VECS): its residuals and
-// weights fill 32 KiB of shared memory; bf16 and fp16 rows of up to 8192 elements.
-#define TPAR_ROW_BLOCK_VECS 1024u
-
-// The vectors a thread takes, [first, end) in steps of stride: grid-stride over the message
-// in every variant but the row-block one, whose block b takes row b (the launcher's
-// condition: the grid is the rows), block-stride.
-template <class I>
-__device__ __forceinline__ void thread_span(I nvec, I& first, I& stride, I& end) {
-#if TPAR_ROW_BLOCKS
-    const I per = nvec / (I)gridDim.x;
-    end = (I)blockIdx.x * per + per;
-    first = end - per + (I)threadIdx.x;
-    stride = (I)blockDim.x;
-#else
-    stride = (I)grid_threads();
-    first = (I)global_tid();
-    end = nvec;
-#endif
-}
-
 // Tiles per row the row sum takes: 4 per lane (bf16 rows of up to 32768 elements).
 #define TPAR_ROW_TILES_PER_LANE 4u
 #define TPAR_ROW_TILES_MAX (32u * TPAR_ROW_TILES_PER_LANE)
@@ -220,14 +177,8 @@ __device__ __forceinline__ V16 norm_vec(V16 r, V16 w, float inv) {
 // after every tile sent to it has landed (its wait), and every thread sends its tile
 // whatever happened before (a failed wait included), so no send outlives its target.
 #if TPAR_FUSED_ON
-// Every fused variant stages a thread's first residual and weight here (NormOut::stage):
-// thread t's slot t; the row-block variant every vector of its row, vector i's slot i, and
-// [0] then holds the updated residual.
-#if TPAR_ROW_BLOCKS
-__shared__ V16 tpar_early[2][TPAR_ROW_BLOCK_VECS];  // [0] residual, [1] weight
-#else
-__shared__ V16 tpar_early[2][TPAR_THREADS];  // [0] residual, [1] weight
-#endif
+// Both fused variants stage a thread's first residual and weight here (NormOut::stage).
+__shared__ V16 tpar_early[2][TPAR_THREADS];  // [0] residual, [1] weight: thread t's slot t
 
 __device__ __forceinline__ u32 smem_u32(const void* p) {
     u32 r;
@@ -241,25 +192,8 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 #endif  // TPAR_FUSED_ON
 
-#if TPAR_CLUSTER_ROWS || TPAR_ROW_BLOCKS
-__shared__ float tpar_row_tiles[TPAR_ROW_TILES_MAX];
-
-// The row's sum from all its tiles, each lane alone (no shuffles): tiles in shared memory,
-// at most 32, padded with +0.0 to 32; the same tree as row_sum's.
-__device__ __forceinline__ float row_sum_local(const float* tiles, u32 n) {
-    float x[32];
-#pragma unroll
-    for (u32 i = 0; i < 32u; ++i) x[i] = i < n ? tiles[i] : 0.0f;
-#pragma unroll
-    for (u32 s = 1u; s < 32u; s <<= 1) {
-#pragma unroll
-        for (u32 i = 0; i < 32u; i += 2u * s) x[i] = fadd_rn(x[i], x[i + s]);
-    }
-    return x[0];
-}
-#endif
-
 #if TPAR_CLUSTER_ROWS
+__shared__ float tpar_row_tiles[TPAR_ROW_TILES_MAX];
 __shared__ __align__(8) u64 tpar_row_bar;
 
 __device__ __forceinline__ u32 cluster_ctas() {
@@ -299,6 +233,19 @@ __device__ __forceinline__ bool cluster_rows_ready() {
         "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
         : "=r"(ok) : "r"(smem_u32(&tpar_row_bar)) : "memory");
     return ok != 0u;
+}
+// The row's sum from all its tiles, each lane alone (no shuffles): tiles in shared memory,
+// at most 32, padded with +0.0 to 32; the same tree as row_sum's.
+__device__ __forceinline__ float row_sum_local(const float* tiles, u32 n) {
+    float x[32];
+#pragma unroll
+    for (u32 i = 0; i < 32u; ++i) x[i] = i < n ? tiles[i] : 0.0f;
+#pragma unroll
+    for (u32 s = 1u; s < 32u; s <<= 1) {
+#pragma unroll
+        for (u32 i = 0; i < 32u; i += 2u * s) x[i] = fadd_rn(x[i], x[i + s]);
+    }
+    return x[0];
 }
 #endif  // TPAR_CLUSTER_ROWS
 
@@ -342,8 +289,6 @@ struct NormOut {
     }
 
     __device__ __forceinline__ const V16* weight_of(u64 v) const { return (const V16*)n.weight + (u32)v % vrow; }
-    // The row-block variant's shared-memory slot of vector v of this block's row.
-    __device__ __forceinline__ u32 row_slot(u64 v) const { return (u32)(v - (u64)blockIdx.x * vrow); }
 
     // Two-shot push's (the one kernel that does not stage): before the all-reduce waits, v's
     // residual and weight into L1 (v past the message: nothing; no registers held across
@@ -364,26 +309,12 @@ struct NormOut {
     __device__ __forceinline__ void stage(const TparArgs& a, u64 v) {
         if (v >= vecs_for<D>(a.count)) return;
         early_v = v;
-#if TPAR_ROW_BLOCKS
-        // Every vector of this thread: v and its block strides to the end of the row.
-        for (u64 u = v; u < (u64)(blockIdx.x + 1u) * vrow; u += blockDim.x) {
-            cp_async_16(&tpar_early[0][row_slot(u)], (const V16*)n.residual + u);
-            cp_async_16(&tpar_early[1][row_slot(u)], weight_of(u));
-        }
-        cp_async_commit();
-        return;
-#endif
         cp_async_16(&tpar_early[0][threadIdx.x], (const V16*)n.residual + v);
         cp_async_16(&tpar_early[1][threadIdx.x], weight_of(v));
         cp_async_commit();
     }
 
     __device__ __forceinline__ void transform(const TparArgs&, u64 v, V16& s) const {
-#if TPAR_ROW_BLOCKS
-        cp_async_wait_all();  // this thread's own copies (every vector's, one group)
-        s = add_residual<D>(s, tpar_early[0][row_slot(v)]);
-        return;
-#endif
         if (v == early_v) {
             cp_async_wait_all();  // this thread's own copies: no barrier needed
             s = add_residual<D>(s, tpar_early[0][threadIdx.x]);
@@ -396,15 +327,6 @@ struct NormOut {
     // warp calls it for the same tile.
     __device__ __forceinline__ void put(const TparArgs& a, const Frame& f, u64 v, V16 r) {
         st_v16((V16*)n.residual_out + v, r);
-#if TPAR_ROW_BLOCKS
-        {  // r kept in this thread's own slot; the tile's sum into the block's tile slots
-            const u32 i = row_slot(v);
-            tpar_early[0][i] = r;
-            const float t = warp_tree(vec_sumsq<D>(r));
-            if ((threadIdx.x & 31u) == 0u) tpar_row_tiles[i / TPAR_TILE_VECS] = t;
-            return;
-        }
-#endif
         if (kept_v == ~0ull) {
             kept_v = v;
             kept_r = r;
@@ -490,18 +412,6 @@ struct NormOut {
 
     // Normalises vector v (after every put of this thread) into the output.
     __device__ __forceinline__ void norm(const TparArgs& a, Frame& f, u64 v) {
-#if TPAR_ROW_BLOCKS
-        // The first call of every thread (each has at least one vector: the launcher's
-        // threads <= the row's vectors) meets the block's others once every put is done.
-        if (row == ~0u) {
-            row = blockIdx.x;
-            block_sync();
-            inv = inv_rms(row_sum_local(tpar_row_tiles, vrow / TPAR_TILE_VECS), n.hidden, eps);
-        }
-        const u32 i = row_slot(v);
-        store_output<D>(a, v, norm_vec<D>(tpar_early[0][i], tpar_early[1][i], inv));
-        return;
-#endif
 #if TPAR_CLUSTER_ROWS
         if (ncta > 1u) {  // one row, one vector a thread
             if (row == ~0u) {

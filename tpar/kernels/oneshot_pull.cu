@@ -19,7 +19,6 @@
 #define TPAR_LEAN_PEER_GROUP 3  // 4 spills a register in one (arch, dtype)
 #define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
 #define TPAR_CLUSTER_ROWS_READY 1  // has a cluster variant of the fused one (norm.cuh: -DTPAR_FUSED_CLUSTER)
-#define TPAR_ROW_BLOCKS_READY 1  // and a row-block one (norm.cuh: -DTPAR_FUSED_ROWS; thread_span's mapping)
 #include "common.cuh"
 
 template <class D, class O>
@@ -32,15 +31,15 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
     TPAR_STAMP(a, 0, false);
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const I nvec = (I)vecs_for<D>(a.count);
-    I first, stride, end;  // grid-stride over the message (row-block variant: block b's row)
-    thread_span<I>(nvec, first, stride, end);
+    const I stride = (I)grid_threads();
+    const I first = (I)global_tid();
     // The first input vector is loaded before the state, both in flight together.
     V16 pre = {0u, 0u, 0u, 0u};
-    if (!TPAR_LEAN_ON && first < end) pre = load_input<D>(a, first);  // lean: reloaded (4 registers fewer)
+    if (!TPAR_LEAN_ON && first < nvec) pre = load_input<D>(a, first);  // lean: reloaded (4 registers fewer)
     Frame f = frame_begin(a);
     TPAR_STAMP(a, 1, false);
     const u32 gen = f.epoch + 1u;
-    for (I v = first; v < end; v += stride) {
+    for (I v = first; v < nvec; v += stride) {
         st_v16(pull_at(a, a.rank, f.buf, 0, v), !TPAR_LEAN_ON && v == first ? pre : load_input<D>(a, v));
     }
     pdl_launch_dependents();
@@ -50,7 +49,7 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
     V16 d = {0u, 0u, 0u, 0u};
     if (dm && !TPAR_LEAN_ON) d = desc_prefetch(a, f, dm);  // lean: polled after the data (4 registers fewer)
     const u32 peers = peers_mask<SLOT_PULL_EXPOSED>(a, 0, 0, nvec);
-    for (I v = first; v < end; v += stride) {
+    for (I v = first; v < nvec; v += stride) {
         const V16 own = !TPAR_LEAN_ON && v == first ? pre : load_input<D>(a, v);
         V16 r = load_reduce<D, SLOT_PULL_EXPOSED>(a, f, peers, v, 0, own);
         out.transform(a, v, r);
@@ -63,7 +62,7 @@ __device__ void oneshot_pull(const TparArgs& a, O& out) {
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
     TPAR_STAMP(a, 3, true);
     if (O::fused())
-        for (I v = first; v < end; v += stride) out.norm(a, f, v);
+        for (I v = first; v < nvec; v += stride) out.norm(a, f, v);
     TPAR_STAMP(a, 4, true);
     frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
 }

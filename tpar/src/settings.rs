@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | job | `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV`, `TPAR_JOB_ID`, `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES` | [`crate::config::Config`] |
 //! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_WIRE`, `TPAR_EXACT`, `TPAR_FUSED` | [`Overrides`] (the plan's input), the communicators' init |
-//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_FUSED_CLUSTER`, `TPAR_FUSED_ROWS`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher) |
+//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_FUSED_CLUSTER`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher) |
 //! | libraries | `TPAR_NVRTC_LIB`, `TPAR_NCCL_LIB`, `TPAR_CACHE_DIR` | [`nvrtc_lib`], [`nccl_lib`], [`cache_dir`] |
 //! | logging | `TPAR_DEBUG` | [`Overrides::debug`] |
 //! | engines | `TPAR_ENABLE` | the Python plug-ins (the one value Python reads itself) |
@@ -107,7 +107,6 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 64, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
     Var { name: "TPAR_PDL", group: Group::Launch, values: "1 or 0", default: "1", doc: "programmatic dependent launch on sm_90+ (ranks may differ)", example: "0" },
     Var { name: "TPAR_FUSED_CLUSTER", group: Group::Launch, values: "1 or 0", default: "1", doc: "fused all-reduce + RMSNorm calls whose blocks hold whole rows run each row's blocks as one thread-block cluster, its sums of squares meeting in distributed shared memory (sm_90+); 0: through global memory, for measuring", example: "0" },
-    Var { name: "TPAR_FUSED_ROWS", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "fused all-reduce + RMSNorm calls of one-shot pull run one row a block, the row's sums meeting in the block's shared memory: where ranks share a GPU and the rows are at least the all-reduce's grid (auto), wherever a row fits one block (1: rows of up to 1024 16-byte vectors, the grid the rows), never (0)", example: "1" },
     Var { name: "TPAR_LEAN", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "the kernels' lean variant (64 registers, two blocks per SM) for every size (1), never (0), or for large calls of ranks sharing a GPU (auto)", example: "1" },
     Var { name: "TPAR_ZERO_COPY", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "graph-captured pull calls read the ranks' inputs in place, the buffers registered when the capture ends: from each algorithm's measured size (auto), at every size (1), never (0: copy into the workspace)", example: "0" },
     Var { name: "TPAR_NVRTC_LIB", group: Group::Libraries, values: "a path to libnvrtc.so.13", default: "(found by name)", doc: "the NVRTC that compiles tpar's kernels", example: "/usr/local/cuda/lib64/libnvrtc.so.13" },
@@ -283,14 +282,11 @@ pub struct LaunchSettings {
     /// `TPAR_FUSED_CLUSTER`: fused calls exchange a row's sums inside a thread-block
     /// cluster where the grid allows (sm_90+); false: always through global memory.
     pub fused_cluster: bool,
-    /// `TPAR_FUSED_ROWS`, when set: fused calls run one row a block wherever a row fits
-    /// (true) or never (false); the launcher's rule otherwise (`launch::Launcher::rows_for`).
-    pub fused_rows: Option<bool>,
 }
 
 impl Default for LaunchSettings {
     fn default() -> Self {
-        Self { blocks: None, pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false, test_stamps: false, fused_cluster: true, fused_rows: None }
+        Self { blocks: None, pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false, test_stamps: false, fused_cluster: true }
     }
 }
 
@@ -450,7 +446,6 @@ impl Settings {
             }
             "TPAR_PDL" => self.launch.pdl = parse_switch(name, raw)?,
             "TPAR_FUSED_CLUSTER" => self.launch.fused_cluster = parse_switch(name, raw)?,
-            "TPAR_FUSED_ROWS" => self.launch.fused_rows = parse_auto_switch(name, raw)?,
             "TPAR_LEAN" => self.launch.lean = parse_auto_switch(name, raw)?,
             "TPAR_ZERO_COPY" => self.launch.zero_copy = parse_auto_switch(name, raw)?,
             "TPAR_TEST_UNSAFE_NO_END_BARRIER" => {

@@ -266,30 +266,6 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     no_local_memory(&what, &u.ptx);
                     no_spills(&what, &u.log);
                     compiled += 1;
-                    // The row-block variant (norm.cuh -DTPAR_FUSED_ROWS: block b holds row b,
-                    // the row's sums in the block's shared memory, every residual and weight
-                    // staged there): one-shot pull, every architecture; refused elsewhere.
-                    let mut ropts = nvrtc::options(arch, Some(d));
-                    ropts.extend(protocol_defines(*p));
-                    ropts.extend(size_class_defines(SizeClass::FusedRows));
-                    ropts.push("--ptxas-options=-v".into());
-                    let rwhat = format!("{} {d} (fused rows, {p:?}) for {arch}", src.file);
-                    let ru = nvrtc::compile_unit(src.file, &src.translation_unit(), &ropts);
-                    if kernels::has_row_blocks(src.algorithm) {
-                        let ru = ru.unwrap_or_else(|e| panic!("{rwhat}: {e}"));
-                        assert!(ru.ptx.contains(&entry) && ru.ptx.contains("_param_0[376]"), "{rwhat}: no fused entry");
-                        assert!(ru.ptx.contains("bar.sync") && ru.ptx.contains("cp.async.cg.shared.global"), "{rwhat}: no block barrier or staging");
-                        assert!(!ru.ptx.contains("st.async") && !ru.ptx.contains("barrier.cluster"), "{rwhat}: cluster code");
-                        // The staged rows' shared memory is the launcher's limit on a row.
-                        let staged = format!("tpar_early[{}]", 2 * 16 * tpar::cuda::launch::ROW_BLOCK_MAX_VECS);
-                        assert!(ru.ptx.contains(&staged), "{rwhat}: no `{staged}` (kernels/norm.cuh TPAR_ROW_BLOCK_VECS against launch::ROW_BLOCK_MAX_VECS)");
-                        dump_ptx(&format!("{}-{d}-fused-rows-{p:?}-{arch}", src.file), &ru.ptx);
-                        no_local_memory(&rwhat, &ru.ptx);
-                        no_spills(&rwhat, &ru.log);
-                        compiled += 1;
-                    } else {
-                        assert!(ru.is_err(), "{rwhat}: compiled where the launcher never asks for it");
-                    }
                     // The cluster variant (norm.cuh: the row's sums through distributed
                     // shared memory, residual and weight staged by cp.async): the one-shot
                     // kernels from sm_90 on; refused elsewhere.

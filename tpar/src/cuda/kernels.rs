@@ -138,13 +138,6 @@ pub fn has_cluster_rows(algorithm: Algorithm) -> bool {
     source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_CLUSTER_ROWS_READY 1"))
 }
 
-/// Whether `algorithm`'s fused kernel has the row-block variant (its source defines
-/// `TPAR_ROW_BLOCKS_READY`: block b takes row b, kernels/norm.cuh `thread_span`;
-/// `launch::Launcher::rows_for`).
-pub fn has_row_blocks(algorithm: Algorithm) -> bool {
-    source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_ROW_BLOCKS_READY 1"))
-}
-
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
 pub fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {

@@ -79,9 +79,6 @@ pub enum SizeClass {
     /// The fused variant launched as thread-block clusters of a row's blocks
     /// ([`row_cluster`]; kernels/norm.cuh).
     FusedCluster,
-    /// The fused variant with one row a block, the grid the rows (`Launcher::rows_for`;
-    /// kernels/norm.cuh `TPAR_FUSED_ROWS`).
-    FusedRows,
 }
 
 /// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
@@ -139,43 +136,6 @@ pub fn row_cluster(grid: u32, threads: u32, bytes: usize, row_bytes: usize) -> u
     }
 }
 
-/// Most 16-byte vectors a row of the fused row-block variant may have (its residuals and
-/// weights staged in 32 KiB of shared memory; kernels/norm.cuh `TPAR_ROW_BLOCK_VECS`, which
-/// the compile test holds to this): bf16 and fp16 rows of up to 8192 elements, f32 of 4096.
-pub const ROW_BLOCK_MAX_VECS: usize = 1024;
-
-/// The row-block variant's grid and threads for a fused call of `bytes` in rows of
-/// `row_bytes`: one block a row (the grid the rows), the row's vectors spread over the block
-/// as tpar's add-RMSNorm kernel spreads them ([`add_rmsnorm_threads`]: every thread at least
-/// one vector, which the variant's block barrier needs). `None` where the rows are not whole
-/// tiles of at most [`ROW_BLOCK_MAX_VECS`] vectors, or more than [`MAX_BLOCKS`].
-pub fn row_block_grid(bytes: usize, row_bytes: usize) -> Option<(u32, u32)> {
-    let tile = 32 * VEC_BYTES;
-    if row_bytes == 0 || row_bytes % tile != 0 || bytes % row_bytes != 0 || row_bytes / VEC_BYTES > ROW_BLOCK_MAX_VECS {
-        return None;
-    }
-    let rows = bytes / row_bytes;
-    if rows == 0 || rows > MAX_BLOCKS {
-        return None;
-    }
-    Some((rows as u32, add_rmsnorm_threads(row_bytes / VEC_BYTES)))
-}
-
-/// Whether a fused call of `rows` rows asks for the row-block variant: `forced`
-/// (`TPAR_FUSED_ROWS`) 0 never, 1 always; blocks named (the plan's or `TPAR_BLOCKS`) only if
-/// they are the rows; otherwise only where ranks share the GPU and the rows are at least
-/// `ar_grid`, the grid their plain all-reduce runs on (8 emulated ranks: 8 blocks), so that
-/// the row-block grid is no narrower than the all-reduce's (on fewer blocks than that, a
-/// rank's reads crowd onto fewer SMs).
-pub fn rows_wanted(forced: Option<bool>, explicit: Option<u32>, rows: u32, ranks_on_device: u32, ar_grid: u32) -> bool {
-    match (forced, explicit) {
-        (Some(false), _) => false,
-        (_, Some(b)) => b == rows,
-        (Some(true), None) => true,
-        (None, None) => ranks_on_device > 1 && rows >= ar_grid,
-    }
-}
-
 /// The compile defines of a size class: `-DTPAR_LEAN` for the lean variant, `-DTPAR_FUSED`
 /// for the fused one.
 pub fn size_class_defines(c: SizeClass) -> Vec<String> {
@@ -183,7 +143,6 @@ pub fn size_class_defines(c: SizeClass) -> Vec<String> {
         SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
         SizeClass::Fused => vec!["-DTPAR_FUSED".into()],
         SizeClass::FusedCluster => vec!["-DTPAR_FUSED".into(), "-DTPAR_FUSED_CLUSTER".into()],
-        SizeClass::FusedRows => vec!["-DTPAR_FUSED".into(), "-DTPAR_FUSED_ROWS".into()],
         SizeClass::Default => Vec::new(),
     }
 }
@@ -223,9 +182,6 @@ pub struct Launch {
     /// Blocks per thread-block cluster (1: none). Fused calls only, where the blocks hold
     /// whole rows ([`row_cluster`]): the row's sums meet in distributed shared memory.
     pub cluster: u32,
-    /// The fused row-block variant: block b holds row b, the grid is the rows
-    /// (`Launcher::rows_for`): the row's sums meet in the block's shared memory.
-    pub row_blocks: bool,
 }
 
 // SAFETY: a `CUfunction` is an opaque handle the driver lets any thread use while its
@@ -242,9 +198,6 @@ impl Launch {
         if self.cluster > 1 {
             s.push_str(&format!(" cluster {}", self.cluster));
         }
-        if self.row_blocks {
-            s.push_str(" row-blocks");
-        }
         if self.pdl {
             s.push_str(" pdl");
         }
@@ -254,7 +207,7 @@ impl Launch {
     /// The launch of a call that moves nothing (zero elements): never launched (callers
     /// return before launching an empty call); it keeps a resolved empty call in the memo.
     pub fn none() -> Self {
-        Self { f: std::ptr::null_mut(), grid: 0, threads: 0, pdl: false, cluster: 1, row_blocks: false }
+        Self { f: std::ptr::null_mut(), grid: 0, threads: 0, pdl: false, cluster: 1 }
     }
 }
 
@@ -366,18 +319,14 @@ impl Launcher {
                 SizeClass::Lean => "-lean",
                 SizeClass::Fused => "-fused",
                 SizeClass::FusedCluster => "-fused-cluster",
-                SizeClass::FusedRows => "-fused-rows",
                 SizeClass::Default => "",
             };
             let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
-            if matches!(class, SizeClass::Fused | SizeClass::FusedCluster | SizeClass::FusedRows) && !kernels::has_fused_variant(algo) {
+            if matches!(class, SizeClass::Fused | SizeClass::FusedCluster) && !kernels::has_fused_variant(algo) {
                 return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm"), reason: "its kernel has no fused variant (the unfused path runs it)".into() });
             }
             if class == SizeClass::FusedCluster && (!kernels::has_cluster_rows(algo) || !self.can_cluster) {
                 return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm in clusters"), reason: "its kernel or this GPU (before sm_90) has no cluster variant".into() });
-            }
-            if class == SizeClass::FusedRows && !kernels::has_row_blocks(algo) {
-                return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm one row a block"), reason: "its kernel has no row-block variant".into() });
             }
             if self.protocol == HostProtocol::Flags && !kernels::runs_with_flags(algo) {
                 return Err(Error::Unsupported {
@@ -499,47 +448,7 @@ impl Launcher {
     /// cluster ([`cluster_for`](Self::cluster_for)), the cluster variant runs instead.
     pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, row_bytes: usize, blocks: u32) -> Result<Launch> {
         let l = self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false }, bytes, Some(SizeClass::Fused))?;
-        if self.settings.fused_rows == Some(true) {
-            if let Some(r) = self.rows_for(dev, algo, dtype, l, bytes, row_bytes, blocks)? {
-                return Ok(r);
-            }
-        }
-        if let Some(c) = self.cluster_for(dev, algo, dtype, l, bytes, row_bytes)? {
-            return Ok(c);
-        }
-        Ok(self.rows_for(dev, algo, dtype, l, bytes, row_bytes, blocks)?.unwrap_or(l))
-    }
-
-    /// The row-block variant's launch of the fused call `l`, where it applies
-    /// ([`row_block_grid`], [`rows_wanted`]): the kernel has the variant, every rank's grid
-    /// is resident at once, and, unless `TPAR_FUSED_ROWS=1` or the blocks are named, PDL is
-    /// kept wherever the plain fused launch has it. The row's sums then meet in the block's
-    /// shared memory (kernels/norm.cuh). Where 8 emulated ranks run 7168 x 8 bf16, the plain
-    /// launch is 32 x 224 blocks (a row over 4 blocks, its tiles meeting in global memory;
-    /// resident once, so no PDL), this one 8 x 448 with PDL.
-    #[allow(clippy::too_many_arguments)]
-    fn rows_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, l: Launch, bytes: usize, row_bytes: usize, blocks: u32) -> Result<Option<Launch>> {
-        let Some((rows, threads)) = row_block_grid(bytes, row_bytes) else { return Ok(None) };
-        if !kernels::has_row_blocks(algo) {
-            return Ok(None);
-        }
-        let explicit = if blocks > 0 { Some(blocks) } else { self.settings.blocks };
-        let p = policy_blocks(algo, self.transport, bytes, self.world);
-        let ar_grid = crate::plan::floors::shared_gpu_blocks(p, bytes as u64, self.ranks_on_device, self.sms);
-        let forced = self.settings.fused_rows;
-        if !rows_wanted(forced, explicit, rows, self.ranks_on_device, ar_grid) {
-            return Ok(None);
-        }
-        let resident = self.per_sm(dev, algo, dtype, SizeClass::FusedRows, threads)? * self.sms;
-        if rows * self.ranks_on_device > resident {
-            return Ok(None);
-        }
-        let pdl = self.pdl() && holds_twice(rows, self.ranks_on_device, resident);
-        if l.pdl && !pdl && forced.is_none() && explicit.is_none() {
-            return Ok(None);
-        }
-        let f = self.variants.get(&(algo, dtype, SizeClass::FusedRows)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
-        Ok(Some(Launch { f, grid: rows, threads, pdl, cluster: 1, row_blocks: true }))
+        Ok(self.cluster_for(dev, algo, dtype, l, bytes, row_bytes)?.unwrap_or(l))
     }
 
     /// The cluster variant's launch of the fused call `l`, where it applies: the grid holds
@@ -590,7 +499,7 @@ impl Launcher {
             self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new(), per_gpu_clusters: HashMap::new() });
         }
         let f = self.norm.get(&dtype).ok_or_else(|| Error::invalid("kernel", "add-RMSNorm not loaded"))?.f;
-        Ok(Launch { f, grid: rows as u32, threads: add_rmsnorm_threads(row_vecs), pdl: false, cluster: 1, row_blocks: false })
+        Ok(Launch { f, grid: rows as u32, threads: add_rmsnorm_threads(row_vecs), pdl: false, cluster: 1 })
     }
 
     /// `fixed`: the variant, else [`class_for`](Self::class_for)'s (a registered call: the
@@ -637,7 +546,7 @@ impl Launcher {
         };
         // With PDL a rank's next grid may become resident while this one runs: both must fit.
         let pdl = pdl_on && holds_twice(grid, ranks, resident);
-        Ok(Launch { f, grid, threads, pdl, cluster: 1, row_blocks: false })
+        Ok(Launch { f, grid, threads, pdl, cluster: 1 })
     }
 
     /// The grid of a call the plan did not size: the block policy ([`policy_blocks`]), for
@@ -654,7 +563,7 @@ impl Launcher {
     /// The empty kernel, launched like a collective (the launch floor).
     pub fn floor(&mut self, blocks: u32) -> Result<Launch> {
         let f = self.probe.function("tpar_noop")?;
-        Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), threads: THREADS, pdl: self.pdl(), cluster: 1, row_blocks: false })
+        Ok(Launch { f, grid: blocks.clamp(1, MAX_BLOCKS as u32), threads: THREADS, pdl: self.pdl(), cluster: 1 })
     }
 }
 

@@ -143,42 +143,8 @@ fn a_fused_calls_row_is_one_cluster_where_its_blocks_hold_whole_rows() {
 
 #[test]
 fn a_launch_describes_its_grid_block_cluster_and_pdl() {
-    let l = Launch { f: std::ptr::null_mut(), grid: 7, threads: 128, pdl: true, cluster: 7, row_blocks: false };
+    let l = Launch { f: std::ptr::null_mut(), grid: 7, threads: 128, pdl: true, cluster: 7 };
     assert_eq!(l.describe(), "7x128 cluster 7 pdl");
     assert_eq!(Launch { cluster: 1, pdl: false, ..l }.describe(), "7x128", "no cluster, no PDL: neither named");
     assert_eq!(Launch { grid: 32, threads: 224, cluster: 1, ..l }.describe(), "32x224 pdl");
-    assert_eq!(Launch { grid: 8, threads: 448, cluster: 1, row_blocks: true, ..l }.describe(), "8x448 row-blocks pdl");
-}
-
-#[test]
-fn a_row_block_grid_is_the_rows_each_thread_with_a_vector() {
-    // bf16 rows of 7168: 896 vectors, two a thread over 448 threads; 8192: 1024 over 512.
-    assert_eq!(row_block_grid(8 * 14336, 14336), Some((8, 448)));
-    assert_eq!(row_block_grid(3 * 14336, 14336), Some((3, 448)));
-    assert_eq!(row_block_grid(16384, 16384), Some((1, 512)), "8192 bf16: 1024 vectors, the most");
-    assert_eq!(row_block_grid(8192, 8192), Some((1, 512)), "4096 bf16: one vector a thread");
-    assert_eq!(row_block_grid(64 * 2048, 2048), Some((64, 128)), "1024 bf16 x 64 rows: 4 tiles a row");
-    for (rows, vecs) in [(5usize, 544usize), (2, 96), (7, 992)] {
-        let (grid, threads) = row_block_grid(rows * vecs * 16, vecs * 16).unwrap_or((0, 0));
-        assert_eq!(grid as usize, rows);
-        assert!(threads as usize <= vecs && threads % 32 == 0 && threads <= THREADS, "{vecs} vectors: {threads} threads");
-        assert!(vecs.div_ceil(threads as usize) <= 2, "at most two vectors a thread");
-    }
-    assert_eq!(row_block_grid(32768, 32768), None, "16384 bf16: over the 1024 vectors staged");
-    assert_eq!(row_block_grid(3 * 14336 + 16, 14336), None, "not whole rows");
-    assert_eq!(row_block_grid(14336 + 16, 14336 + 16), None, "not whole tiles");
-    assert_eq!(row_block_grid(65 * 2048, 2048), None, "more rows than MAX_BLOCKS");
-    assert_eq!(row_block_grid(0, 2048), None);
-}
-
-#[test]
-fn row_blocks_are_asked_for_where_ranks_share_a_gpu_and_rows_fill_the_all_reduces_grid() {
-    assert!(rows_wanted(None, None, 8, 8, 8), "8 emulated ranks, 8 rows: the all-reduce's 8 blocks");
-    assert!(!rows_wanted(None, None, 3, 8, 8), "3 rows on 8 emulated ranks: narrower than the all-reduce");
-    assert!(!rows_wanted(None, None, 8, 1, 8), "a rank alone on its GPU keeps the policy's grid");
-    assert!(rows_wanted(None, None, 16, 4, 16));
-    assert!(rows_wanted(Some(true), None, 1, 1, 32), "TPAR_FUSED_ROWS=1: wherever a row fits");
-    assert!(!rows_wanted(Some(false), Some(8), 8, 8, 8), "TPAR_FUSED_ROWS=0: never");
-    assert!(rows_wanted(None, Some(3), 3, 8, 8), "blocks named: only the rows");
-    assert!(!rows_wanted(Some(true), Some(4), 3, 8, 8));
 }
