@@ -17,8 +17,11 @@
 //                        the compiler lay out the plain kernels' cold paths differently);
 //   put(a, f, v, r)      the plain epilogue stores r as the output; the fused one stores r
 //                        into residual_out and publishes the tile's partial sum of squares;
-// then, once every put of the thread is done, norm(a, f, v) for the same vectors (the fused
-// epilogue waits for its row's tiles and stores the normalised vector), in loops under
+//   flush(a, f)          (two-shot pull, after its last put: TPAR_NORM_SPREAD below; a no-op
+//                        in every other variant)
+// then, once every put of the thread is done, norm(a, f, v) for the same vectors (two-shot
+// pull's spread norm: any vector; the fused epilogue waits for its row's tiles and stores
+// the normalised vector), in loops under
 // `if (O::fused())`: the plain variants compile as before. The all-reduce itself is the
 // plain kernel's code.
 //
@@ -66,6 +69,26 @@
 #define TPAR_CLUSTER_ROWS 1
 #else
 #define TPAR_CLUSTER_ROWS 0
+#endif
+
+// The spread norm (a kernel that defines TPAR_NORM_SPREAD before including common.cuh:
+// two-shot pull): the kernel normalises every vector of the message grid-stride over the
+// whole grid, not the vectors each thread put, so a thread may normalise a vector another
+// thread (another block) gathered. Its puts therefore publish their tiles only after a
+// release: each warp keeps its tile sums in shared memory (at most TPAR_PENDING_TILES, then
+// it flushes early) and flush() fences the warp's stores (residual_out above all) before it
+// stores the words; row_inv's polls are acquire loads. Only where the kernel sets `spread`
+// before its first put (its choice: where its mapping leaves half the grid idle); otherwise
+// the tiles are published and polled as in every other variant, and each thread normalises
+// its own puts (the release and acquire cost 1-3 us where threads normalise several
+// vectors). Two-shot pull maps every step onto the grid's first cvec threads, which in the
+// fused variant then normalised world vectors each, one after the other (7168 x 1 at 8
+// ranks: block 0 alone; bench/results/h200-1gpu-round16/).
+#if TPAR_FUSED_ON && defined(TPAR_NORM_SPREAD)
+#define TPAR_SPREAD 1
+#define TPAR_PENDING_TILES 8u
+#else
+#define TPAR_SPREAD 0
 #endif
 
 // Tiles per row the row sum takes: 4 per lane (bf16 rows of up to 32768 elements).
@@ -192,6 +215,10 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 #endif  // TPAR_FUSED_ON
 
+#if TPAR_SPREAD
+__shared__ u64 tpar_pending[TPAR_THREADS / 32u][TPAR_PENDING_TILES];  // a warp's unpublished tile words
+#endif
+
 #if TPAR_CLUSTER_ROWS
 __shared__ float tpar_row_tiles[TPAR_ROW_TILES_MAX];
 __shared__ __align__(8) u64 tpar_row_bar;
@@ -258,6 +285,8 @@ struct PlainOut {
     __device__ __forceinline__ void transform(const TparArgs&, u64, V16&) const {}
     __device__ __forceinline__ void put(const TparArgs& a, const Frame&, u64 v, V16 r) { store_output<D>(a, v, r); }
     __device__ __forceinline__ void norm(const TparArgs&, Frame&, u64) {}
+    __device__ __forceinline__ void flush(const TparArgs&, const Frame&) {}
+    __device__ __forceinline__ void set_spread(bool) {}
 };
 
 __device__ __forceinline__ u64* norm_scratch(const TparArgs& a) { return (u64*)(a.state + TPAR_SCRATCH_OFFSET); }
@@ -274,6 +303,10 @@ struct NormOut {
     u32 row;        // the row norm last waited for, and its 1 / rms
     float inv;
     u64 early_v;    // the vector stage() copied into shared memory (~0: none)
+#if TPAR_SPREAD
+    u32 npend;      // tile words this warp keeps in tpar_pending (the same in every lane)
+    bool spread;    // the kernel's choice, before any put: the norm spread over the grid
+#endif
 #if TPAR_CLUSTER_ROWS
     u32 ncta;       // > 1: launched as clusters, a row's blocks one cluster
 #endif
@@ -282,6 +315,10 @@ struct NormOut {
         : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f) {
         kept_r = kept_w = V16{0u, 0u, 0u, 0u};
         early_v = ~0ull;
+#if TPAR_SPREAD
+        npend = 0u;
+        spread = false;
+#endif
 #if TPAR_CLUSTER_ROWS
         ncta = cluster_ctas();
         if (ncta > 1u) cluster_rows_open(vrow / TPAR_TILE_VECS * 4u);  // under the previous kernel with PDL
@@ -340,10 +377,49 @@ struct NormOut {
             return;
         }
 #endif
+#if TPAR_SPREAD
+        if (spread) {
+            if ((threadIdx.x & 31u) == 0u) tpar_pending[threadIdx.x >> 5][npend] = (v / TPAR_TILE_VECS) << 32 | f32_as_u32(t);
+            if (++npend == TPAR_PENDING_TILES) flush(a, f);
+            return;
+        }
+#endif
         if ((threadIdx.x & 31u) == 0u) {
             const u64 word = ((u64)(f.epoch + 1u) << 32) | f32_as_u32(t);
             asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(norm_scratch(a) + v / TPAR_TILE_VECS), "l"(word));
         }
+    }
+
+    // Two-shot pull's choice, before its first put: its norm spread over the whole grid.
+    __device__ __forceinline__ void set_spread(bool on) {
+#if TPAR_SPREAD
+        spread = on;
+#else
+        (void)on;
+#endif
+    }
+
+    // The spread norm's publication of this warp's kept tiles: every lane's stores so far
+    // (the updated residuals) ordered before the words by the warp barrier and lane 0's
+    // release fence. Every lane of the warp calls it (the kernel, after its last put).
+    __device__ __forceinline__ void flush(const TparArgs& a, const Frame& f) {
+#if TPAR_SPREAD
+        if (!spread) return;  // the same in every lane
+        __syncwarp();
+        if ((threadIdx.x & 31u) == 0u && npend > 0u) {
+            fence_acq_rel_gpu();
+            const u64 gen = (u64)(f.epoch + 1u) << 32;
+            for (u32 i = 0; i < npend; ++i) {
+                const u64 e = tpar_pending[threadIdx.x >> 5][i];
+                asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(norm_scratch(a) + (e >> 32)), "l"(gen | (e & 0xffffffffull)));
+            }
+        }
+        npend = 0u;
+        __syncwarp();
+#else
+        (void)a;
+        (void)f;
+#endif
     }
 
     // 1 / rms of `row`: waits for its tiles (this call's generation), sums them.
@@ -366,6 +442,10 @@ struct NormOut {
 #pragma unroll
             for (u32 u = 0; u < TPAR_ROW_TILES_PER_LANE; ++u) {
                 w[u] = 0ull;
+#if TPAR_SPREAD  // spread: acquire, the tile's writer released its residuals before the word (no fence after: it would wait for this thread's own stores)
+                if ((pending & (1u << u)) && spread) asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(w[u]) : "l"(base + first + u) : "memory");
+                else
+#endif
                 if (pending & (1u << u)) asm volatile("ld.volatile.global.u64 %0, [%1];" : "=l"(w[u]) : "l"(base + first + u));
             }
 #pragma unroll
@@ -378,6 +458,9 @@ struct NormOut {
             if (pending == 0u) break;
             if (!still_waiting(a, f, polls, a.rank, TPAR_PHASE_NORM_POLL)) break;
         }
+#if TPAR_SPREAD
+        if (spread) __syncwarp();  // every lane's acquired tiles ordered before every lane's loads of the row
+#endif
         return inv_rms(row_sum(e, k), n.hidden, eps);
     }
 

@@ -18,6 +18,7 @@
 // that every peer entered after finishing call k.
 #define TPAR_LEAN_READY 1  // has a lean variant (frame.cuh: peers in groups)
 #define TPAR_FUSED_READY 1  // has a fused variant (norm.cuh: residual add + RMSNorm)
+#define TPAR_NORM_SPREAD 1  // the fused variant normalises grid-stride over the whole grid (norm.cuh)
 #include "common.cuh"
 
 template <class D, class O>
@@ -36,6 +37,10 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
     const I stride = (I)grid_threads();
     const I first = (I)global_tid();
 
+    // Fused: the norm spread over the whole grid where the steps below leave at least half
+    // of it idle (norm.cuh TPAR_NORM_SPREAD; below, after the all-gather).
+    const bool spread = 2 * cvec <= stride;
+    out.set_spread(spread);
     // 1. expose my share of every chunk (block b covers sub-range b of each chunk).
     for (u32 q = 0; q < a.world; ++q) {
         const I lo = (I)q * cvec;
@@ -89,16 +94,29 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
             }
         }
     }
+    out.flush(a, f);  // fused: this warp's tiles, published after a release (norm.cuh)
     clear_previous<D>(a, f);  // only after a push call (mixed sequences)
     TPAR_STAMP(a, 3, true);  // the all-reduce done (and, fused, every put)
-    if (O::fused()) {  // the same vectors again, normalised: step 2's, then step 3's
-        const I lo = (I)a.rank * cvec;
-        const I hi = lo + cvec < nvec ? lo + cvec : nvec;
-        for (I v = lo + first; v < hi; v += stride) out.norm(a, f, v);
-        for (I j = first; j < cvec; j += stride) {
-            const u32 m = peers_mask<SLOT_PULL_RESULT_CHUNK>(a, j, cvec, nvec);
-            for (u32 q = 0; q < a.world; ++q)
-                if (m & (1u << q)) out.norm(a, f, (I)q * cvec + j);
+    // Fused: the same vectors again, normalised. The steps above use only the grid's first
+    // cvec threads, world vectors each in step 3; where that leaves at least half the grid
+    // idle, every vector of the message is normalised grid-stride over the whole grid
+    // instead (a vector's residual may be another thread's put, visible through its row's
+    // tiles: norm.cuh TPAR_NORM_SPREAD), else each thread normalises its own puts: step 2's,
+    // then step 3's (bench/results/h200-1gpu-round16/, calls 4-5: the spread up to 6.3 us
+    // faster where cvec is a fraction of the grid, its publication 1-3 us slower where cvec
+    // exceeds half of it).
+    if (O::fused()) {
+        if (spread) {
+            for (I v = first; v < nvec; v += stride) out.norm(a, f, v);
+        } else {
+            const I lo = (I)a.rank * cvec;
+            const I hi = lo + cvec < nvec ? lo + cvec : nvec;
+            for (I v = lo + first; v < hi; v += stride) out.norm(a, f, v);
+            for (I j = first; j < cvec; j += stride) {
+                const u32 m = peers_mask<SLOT_PULL_RESULT_CHUNK>(a, j, cvec, nvec);
+                for (u32 q = 0; q < a.world; ++q)
+                    if (m & (1u << q)) out.norm(a, f, (I)q * cvec + j);
+            }
         }
     }
     TPAR_STAMP(a, 4, true);
