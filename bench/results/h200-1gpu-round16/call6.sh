@@ -6,6 +6,8 @@
 # time left), TPAR_ZERO_COPY=0, 2 / 4 / 8 emulated ranks, 7168 x 1-64 bf16, graphs, two-shot
 # pull; selftest fused two-shot pull (8 ranks every dtype; 2 and 4 ranks; skewed graphs);
 # tpar.torch, 2 rank processes, two-shot pull under TPAR_FUSED=1 (new4's wheel).
+# Binaries (git-ignored, rebuild them): .gpu/r16b/tpar-old.gz = 5fb4b03's release tpar
+# gzipped, .gpu/r16b/tpar-new4.gz = 2199de0's, .gpu/r16w/ = 2199de0's wheel (maturin build).
 set -u
 T0=$SECONDS
 D=/tmp/k; mkdir -p $D; C=.gpu/r16b
