@@ -384,10 +384,14 @@ struct NormOut {
             return;
         }
 #endif
-        if ((threadIdx.x & 31u) == 0u) {
-            const u64 word = ((u64)(f.epoch + 1u) << 32) | f32_as_u32(t);
-            asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(norm_scratch(a) + v / TPAR_TILE_VECS), "l"(word));
-        }
+        if ((threadIdx.x & 31u) == 0u) publish_tile(a, f, v / TPAR_TILE_VECS, f32_as_u32(t));
+    }
+
+    // Tile `ti`'s sum (f32 bits) into this rank's scratch: one 8-byte store of the bits and
+    // the call's generation (epoch + 1), so a reader sees both or neither.
+    __device__ __forceinline__ static void publish_tile(const TparArgs& a, const Frame& f, u64 ti, u32 bits) {
+        const u64 word = ((u64)(f.epoch + 1u) << 32) | bits;
+        asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(norm_scratch(a) + ti), "l"(word));
     }
 
     // Two-shot pull's choice, before its first put: its norm spread over the whole grid.
@@ -408,10 +412,9 @@ struct NormOut {
         __syncwarp();
         if ((threadIdx.x & 31u) == 0u && npend > 0u) {
             fence_acq_rel_gpu();
-            const u64 gen = (u64)(f.epoch + 1u) << 32;
             for (u32 i = 0; i < npend; ++i) {
-                const u64 e = tpar_pending[threadIdx.x >> 5][i];
-                asm volatile("st.volatile.global.u64 [%0], %1;" ::"l"(norm_scratch(a) + (e >> 32)), "l"(gen | (e & 0xffffffffull)));
+                const u64 e = tpar_pending[threadIdx.x >> 5][i];  // tile << 32 | sum's bits
+                publish_tile(a, f, e >> 32, (u32)e);
             }
         }
         npend = 0u;
