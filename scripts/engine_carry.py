@@ -229,7 +229,7 @@ def _pip_download(w: Wheel, python: Optional[str], dest: str) -> str:
         req = os.path.join(tmp, "req.txt")
         with open(req, "w") as f:
             f.write(f"{w.name}=={w.version} " + " ".join(f"--hash=sha256:{h}" for h in w.hashes) + "\n")
-        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+        cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-cache-dir", "--no-deps",
                "--only-binary=:all:", "--require-hashes", "-r", req, "-d", tmp]
         if python:
             cmd += ["--python-version", python, "--implementation", "cp"]

@@ -13,7 +13,7 @@ pin="nvidia-cuda-nvrtc==13.0.88"
 lib="$dest/nvidia/cu13/lib/libnvrtc.so.13"
 if [ ! -e "$lib" ]; then
     echo "installing $pin into $dest" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dest" "$pin" >&2
+    python3 -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps --target "$dest" "$pin" >&2
 fi
 if [ ! -e "$lib" ]; then
     found="$(find "$dest" -name 'libnvrtc.so.13' -print -quit 2>/dev/null || true)"

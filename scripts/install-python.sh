@@ -15,7 +15,7 @@ VENV=.venv
 STAMP="$VENV/.tpar-complete-1"
 if [ -f "$STAMP" ]; then exit 0; fi
 python3 -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
+PIP=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir)
 "${PIP[@]}" "maturin>=1.9.3,<2" pytest numpy filelock "typing-extensions>=4.10" "sympy>=1.13.3" "networkx>=2.5.1" jinja2 "fsspec>=0.8.5" "setuptools<82"
 "${PIP[@]}" --no-deps torch==2.11.0
 # The versions torch 2.11.0 pins (its Requires-Dist), libraries only.
