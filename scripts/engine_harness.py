@@ -52,6 +52,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -433,6 +434,13 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
 # ------------------------------------------------------------------------------------------
 def launch(args):
     tmp = tempfile.mkdtemp(prefix=f"tpar-{args.engine}-")
+    try:
+        return launch_in(args, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the rendezvous file and the ranks' records (read by then)
+
+
+def launch_in(args, tmp):
     env = dict(os.environ)
     env.update({"TPAR_ENABLE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     if args.device == "cuda":
