@@ -7,7 +7,9 @@
 # pull; selftest fused two-shot pull (8 ranks every dtype; 2 and 4 ranks; skewed graphs);
 # tpar.torch, 2 rank processes, two-shot pull under TPAR_FUSED=1 (new4's wheel).
 # Binaries (git-ignored, rebuild them): .gpu/r16b/tpar-old.gz = 5fb4b03's release tpar
-# gzipped, .gpu/r16b/tpar-new4.gz = 2199de0's, .gpu/r16w/ = 2199de0's wheel (maturin build).
+# gzipped, .gpu/r16b/tpar-new4.gz = the head's (d1bf56b's kernels: 2199de0's with publish_tile
+# shared; rebuilt at 690a1e9, whose later commits touch no kernel or Rust source), .gpu/r16w/
+# = the same commit's wheel (maturin build --release).
 set -u
 T0=$SECONDS
 D=/tmp/k; mkdir -p $D; C=.gpu/r16b
