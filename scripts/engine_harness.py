@@ -52,7 +52,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -433,11 +432,9 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
 
 # ------------------------------------------------------------------------------------------
 def launch(args):
-    tmp = tempfile.mkdtemp(prefix=f"tpar-{args.engine}-")
-    try:
+    # The rendezvous file and the ranks' records, removed once read.
+    with tempfile.TemporaryDirectory(prefix=f"tpar-{args.engine}-", ignore_cleanup_errors=True) as tmp:
         return launch_in(args, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # the rendezvous file and the ranks' records (read by then)
 
 
 def launch_in(args, tmp):
