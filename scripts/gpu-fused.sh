@@ -15,9 +15,9 @@
 #   tpar       release binary                 cargo build --release -p tpar-cli
 #   tpar-*.whl the abi3 wheel (release)      .venv/bin/python -m pip wheel --no-deps --no-build-isolation -w DIR .
 # Everything else comes from the repository (scripts/gpu_fused_check.py,
-# bench/compare/fused_torch.py). Writes $OUT/fused.log (every step's output), JSON records
-# (fused-7168.json, fused-sweep.json, fused-host.json, torch.json, fused-w*.json),
-# summary.txt (PASS/FAIL/SKIP per step) and table.txt (the targets).
+# bench/compare/fused_torch.py). Writes $OUT/summary.txt (PASS/FAIL/SKIP per step),
+# table.txt (the targets) and records.tgz: fused.log.gz (every step's output) and the JSON
+# records (fused-7168.json, fused-sweep.json, fused-host.json, torch.json, fused-w*.json).
 set -uo pipefail
 D="${1:?usage: gpu-fused.sh DIR}"
 HERE="$(cd "$(dirname "$0")" && pwd)"; ROOT="$(dirname "$HERE")"
@@ -115,5 +115,8 @@ print(f"#wrong in the timed points' checks: {wrong}")
 PY
 { echo "gpu-fused.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%FT%TZ), $((SECONDS - T0)) s"
   printf '%s\n' "${summary[@]}"; echo; cat "$OUT/table.txt"; } | tee "$OUT/summary.txt"
+# One archive for the records (the device tool brings back at most 8 files): summary.txt and
+# table.txt stay beside it.
 gzip -f "$LOG"; rm -f "$OUT/.step"
+( cd "$OUT" && tar czf records.tgz fused.log.gz $(ls ./*.json 2>/dev/null) && rm -f fused.log.gz ./*.json )
 exit $failed
