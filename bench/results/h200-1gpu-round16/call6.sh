@@ -8,8 +8,9 @@
 # tpar.torch, 2 rank processes, two-shot pull under TPAR_FUSED=1 (new4's wheel).
 # Binaries (git-ignored, rebuild them): .gpu/r16b/tpar-old.gz = 5fb4b03's release tpar
 # gzipped, .gpu/r16b/tpar-new4.gz = the head's (d1bf56b's kernels: 2199de0's with publish_tile
-# shared; rebuilt at 690a1e9, whose later commits touch no kernel or Rust source), .gpu/r16w/
-# = the same commit's wheel (maturin build --release).
+# shared; the run of 2026-12-03 18:02 used a build at 4f9143a, sha256 32dc5cb5cf973906: no
+# kernel or Rust source changed after d1bf56b), .gpu/r16w/ = the same commit's wheel
+# (maturin build --release).
 set -u
 T0=$SECONDS
 D=/tmp/k; mkdir -p $D; C=.gpu/r16b
