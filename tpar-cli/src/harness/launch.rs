@@ -7,11 +7,20 @@
 //! SIGKILL after [`STOP_GRACE`]); each rank also asks the kernel for SIGKILL when its
 //! launcher dies (`PR_SET_PDEATHSIG`), so a SIGKILLed launcher leaves no orphans. A rank
 //! killed by SIGPIPE (`tpar bench | head`) ends the run quietly, as `yes | head` does.
+//!
+//! A reader leaving is an orderly stop, not a death. Only rank 0 writes to standard output;
+//! when its reader goes, rank 0 dies of SIGPIPE and the other ranks, blocked in a call with
+//! it, see a dead peer (or a closed socket) and would say so on standard error before the
+//! launcher stops them: a race on every `tpar bench | head`. So the other ranks' standard
+//! error comes through the launcher ([`Captured`]) and is written out once every rank has
+//! exited: in rank order, and not at all when the run ended because its reader left.
 
+use std::io::{Read, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStderr, Command, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long the other ranks may take to fail after one did (a dead peer is noticed within
@@ -20,6 +29,55 @@ pub const FAIL_GRACE: Duration = Duration::from_secs(60);
 
 /// How long ranks get between SIGTERM and SIGKILL when the run is stopped.
 const STOP_GRACE: Duration = Duration::from_millis(300);
+
+/// How long the launcher waits, once every rank has exited, for the last bytes of their
+/// standard error (a process a rank forked may hold the pipe open: never wait for it).
+const DRAIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Standard error of the ranks other than 0, held until every rank has exited.
+#[derive(Default)]
+struct Captured {
+    /// (rank, what it wrote so far), filled by one reader thread per rank.
+    ranks: Vec<(usize, Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>)>,
+}
+
+impl Captured {
+    /// Reads `pipe` to its end on a thread of its own (a rank must never block on a full pipe).
+    fn add(&mut self, rank: usize, mut pipe: ChildStderr) -> Result<(), String> {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&buf);
+        let reader = std::thread::Builder::new()
+            .name(format!("tpar-rank{rank}-stderr"))
+            .spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = pipe.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    // A reader that panicked poisons nothing we need: keep what it had.
+                    let mut b = sink.lock().unwrap_or_else(|p| p.into_inner());
+                    b.extend_from_slice(&chunk[..n]);
+                }
+            })
+            .map_err(|e| format!("starting the reader of rank {rank}'s standard error: {e}"))?;
+        self.ranks.push((rank, buf, reader));
+        Ok(())
+    }
+
+    /// Once every rank has exited: what each wrote, in rank order, to our standard error.
+    fn write_out(self) {
+        let t = Instant::now();
+        let mut err = std::io::stderr().lock();
+        for (_, buf, reader) in self.ranks {
+            while !reader.is_finished() && t.elapsed() < DRAIN_GRACE {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let b = buf.lock().unwrap_or_else(|p| p.into_inner());
+            let _ = err.write_all(&b);
+        }
+        let _ = err.flush();
+    }
+}
 
 /// Whether this process is a rank (launched by us or by an outside launcher): `TPAR_RANK`
 /// is set (a malformed one is reported when the rank joins).
@@ -136,6 +194,7 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
     let job = format!("{:016x}", rand::random::<u64>());
     catch_stop_signals();
     let mut ranks = Ranks { children: Vec::with_capacity(world), job: job.clone(), _dir: dir };
+    let mut captured = Captured::default();
     let launcher = std::process::id() as libc::pid_t;
     for r in 0..world {
         let mut cmd = Command::new(&exe);
@@ -146,7 +205,7 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
             .env("TPAR_JOB_ID", &job)
             .stdin(Stdio::null());
         if r != 0 {
-            cmd.stdout(Stdio::null());
+            cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         }
         // SAFETY: between fork and exec only async-signal-safe calls: prctl and getppid.
         unsafe {
@@ -161,8 +220,12 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
                 Ok(())
             });
         }
-        let child = cmd.spawn().map_err(|e| format!("starting rank {r}: {e}"))?;
+        let mut child = cmd.spawn().map_err(|e| format!("starting rank {r}: {e}"))?;
+        let stderr = child.stderr.take();
         ranks.children.push((r, child));
+        if let Some(pipe) = stderr {
+            captured.add(r, pipe)?;
+        }
     }
     let mut failed: Vec<String> = vec![];
     let mut first_failure: Option<Instant> = None;
@@ -175,6 +238,7 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
         if sig != 0 {
             ranks.stop();
             drop(ranks);
+            captured.write_out();
             die_of(sig);
         }
         for (r, c) in ranks.children.iter_mut() {
@@ -187,9 +251,11 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
             }
         }
         if broken_pipe {
-            // Whoever reads our output has gone: stop, quietly.
+            // Whoever reads our output has gone: stop, quietly. What the other ranks said
+            // about rank 0's end (a dead peer, a closed socket) is not an error: drop it.
             ranks.signal_all(nix::sys::signal::Signal::SIGKILL);
             drop(ranks);
+            drop(captured);
             die_of(libc::SIGPIPE);
         }
         if let Some(t) = first_failure {
@@ -208,6 +274,7 @@ pub fn launch(world: usize, grace: Duration) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(ranks);
+    captured.write_out();
     if failed.is_empty() {
         Ok(())
     } else {
