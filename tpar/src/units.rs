@@ -1,5 +1,6 @@
 //! Units shared by every layer: the one size grammar, the one byte formatter, the one
-//! stable hash, the one percentile helper.
+//! stable hash, the one percentile helper, the one conversion of a deadline to the kernels'
+//! nanoseconds.
 //!
 //! Owns: how a size is written by a user (`-b 42K`, `--bytes 1.5MiB`, `TPAR_MAX_BYTES=8M`)
 //! and by tpar (`42 KiB`). Must never depend on any other module of the crate but `error`.
@@ -59,6 +60,12 @@ pub fn human_bytes(b: u64) -> String {
         }
     }
     format!("{b} B")
+}
+
+/// A deadline as the kernels take it (`TparArgs::timeout_ns`): nanoseconds, saturated at
+/// `u64::MAX`, at least 1 (0 would expire every wait at once).
+pub fn timeout_ns(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX).max(1)
 }
 
 /// FNV-1a, 64-bit: small and stable across platforms and releases (unlike `DefaultHasher`).
@@ -126,6 +133,14 @@ mod tests {
         assert_eq!(human_bytes(43008), "42 KiB");
         assert_eq!(human_bytes(1536), "1.5 KiB");
         assert_eq!(human_bytes(100), "100 B");
+    }
+
+    #[test]
+    fn a_deadline_in_nanoseconds_saturates_and_is_never_zero() {
+        use std::time::Duration;
+        assert_eq!(timeout_ns(Duration::from_millis(30)), 30_000_000);
+        assert_eq!(timeout_ns(Duration::ZERO), 1);
+        assert_eq!(timeout_ns(Duration::MAX), u64::MAX);
     }
 
     #[test]
