@@ -36,6 +36,28 @@ pub struct KernelFile {
     /// File name, also the entry-name stem without `.cu`.
     pub file: &'static str,
     pub text: &'static str,
+    /// What the kernel can do besides its default variant (the source states the same in
+    /// its markers, which the headers read; a test compares the two).
+    pub variants: Variants,
+}
+
+/// A kernel's variants (docs/cuda.md "Variants"): what the launch path may ask of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Variants {
+    /// A flag-protocol variant for the host transport (`#if TPAR_FLAGS`, compiled with
+    /// `-DTPAR_PROTO_FLAGS`).
+    pub flags: bool,
+    /// A lean variant for large messages (`TPAR_LEAN_READY`; `-DTPAR_LEAN`: peers reduced in
+    /// groups, at most 64 registers a thread, two 512-thread blocks per SM).
+    pub lean: bool,
+    /// A fused all-reduce + residual add + RMSNorm variant (`TPAR_FUSED_READY`; `-DTPAR_FUSED`).
+    pub fused: bool,
+    /// Its fused variant exchanges a row's sums inside a thread-block cluster
+    /// (`TPAR_CLUSTER_ROWS_READY`; kernels/norm.cuh, `launch::row_cluster`).
+    pub cluster_rows: bool,
+    /// A registered (zero-copy) path for captured calls: peers read the registered inputs
+    /// (`io_all_reduce<`).
+    pub registered: bool,
 }
 
 /// One algorithm: what it is and where it runs.
@@ -62,10 +84,12 @@ pub struct Spec {
 }
 
 macro_rules! kernel {
-    ($file:literal) => {
-        Some(KernelFile { file: $file, text: include_str!(concat!("../../kernels/", $file)) })
+    ($file:literal, $($v:ident)*) => {
+        Some(KernelFile { file: $file, text: include_str!(concat!("../../kernels/", $file)), variants: Variants { $($v: true,)* ..NO_VARIANTS } })
     };
 }
+
+const NO_VARIANTS: Variants = Variants { flags: false, lean: false, fused: false, cluster_rows: false, registered: false };
 
 const P2P: &[Transport] = &[Transport::P2p];
 const P2P_HOST: &[Transport] = &[Transport::P2p, Transport::Host];
@@ -78,7 +102,7 @@ pub static REGISTRY: [Spec; 9] = [
         summary: "write my input into every peer's inbox, poll my own, reduce: one hop (sentinel in the data; over host with flags, written once into my own area and read there)",
         role: Role::Candidate,
         cpu: true,
-        kernel: kernel!("oneshot_push.cu"),
+        kernel: kernel!("oneshot_push.cu", flags fused cluster_rows),
         gpu_transports: P2P_HOST,
         emulated_transports: P2P_HOST,
         reads_remote: false,
@@ -90,7 +114,7 @@ pub static REGISTRY: [Spec; 9] = [
         summary: "barrier, read every peer's exposed input, reduce, barrier (reads: for fabrics whose peer writes are slow)",
         role: Role::Candidate,
         cpu: true,
-        kernel: kernel!("oneshot_pull.cu"),
+        kernel: kernel!("oneshot_pull.cu", lean fused cluster_rows registered),
         gpu_transports: P2P,
         emulated_transports: P2P,
         reads_remote: true,
@@ -102,7 +126,7 @@ pub static REGISTRY: [Spec; 9] = [
         summary: "reduce-scatter by writes, then all-gather by writes: 2(n-1)/n of the bytes per rank",
         role: Role::Candidate,
         cpu: true,
-        kernel: kernel!("twoshot_push.cu"),
+        kernel: kernel!("twoshot_push.cu", flags lean fused),
         gpu_transports: P2P_HOST,
         emulated_transports: P2P_HOST,
         reads_remote: false,
@@ -114,7 +138,7 @@ pub static REGISTRY: [Spec; 9] = [
         summary: "reduce-scatter by reads, then all-gather by reads (barrier protocol)",
         role: Role::Candidate,
         cpu: true,
-        kernel: kernel!("twoshot_pull.cu"),
+        kernel: kernel!("twoshot_pull.cu", lean fused registered),
         gpu_transports: P2P,
         emulated_transports: P2P,
         reads_remote: true,
@@ -126,7 +150,7 @@ pub static REGISTRY: [Spec; 9] = [
         summary: "one-shot push in n-1 steps, one outbound and one inbound flow per rank per step (PCIe)",
         role: Role::Candidate,
         cpu: false,
-        kernel: kernel!("staged_push.cu"),
+        kernel: kernel!("staged_push.cu", flags),
         gpu_transports: P2P,
         emulated_transports: P2P,
         reads_remote: false,
@@ -138,7 +162,7 @@ pub static REGISTRY: [Spec; 9] = [
         summary: "one-shot push inside each island, each island's sum sent once to every rank of the other islands, island sums added in island order (two sockets, switches)",
         role: Role::Candidate,
         cpu: false,
-        kernel: kernel!("hierarchical.cu"),
+        kernel: kernel!("hierarchical.cu", flags),
         gpu_transports: P2P,
         emulated_transports: P2P_HOST,
         reads_remote: false,

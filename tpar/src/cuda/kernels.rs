@@ -58,10 +58,10 @@ pub fn add_rmsnorm_entry(dtype: DType) -> String {
     format!("add_rmsnorm_{}", dtype_suffix(dtype))
 }
 
-/// Whether `algorithm`'s kernel has the zero-copy path for registered graph calls (io.cuh:
-/// its source calls `io_all_reduce`).
+/// Whether `algorithm`'s kernel has the zero-copy path for registered graph calls (io.cuh;
+/// the registry's [`Variants::registered`](registry::Variants::registered)).
 pub fn has_registered_path(algorithm: Algorithm) -> bool {
-    source_for(algorithm).is_some_and(|s| s.text.contains("io_all_reduce<"))
+    variants(algorithm).registered
 }
 
 /// One kernel source file.
@@ -105,10 +105,15 @@ pub fn source_for(algorithm: Algorithm) -> Option<KernelSource> {
     sources().find(|s| s.algorithm == algorithm)
 }
 
-/// Whether `algorithm`'s kernel has a flag-protocol variant (`#if TPAR_FLAGS` in its source,
-/// compiled with `-DTPAR_PROTO_FLAGS`).
+/// The variants the registry declares for `algorithm`'s kernel (none without a kernel).
+fn variants(algorithm: Algorithm) -> registry::Variants {
+    registry::spec(algorithm).kernel.map(|k| k.variants).unwrap_or_default()
+}
+
+/// Whether `algorithm`'s kernel has a flag-protocol variant (the registry's
+/// [`Variants::flags`](registry::Variants::flags)).
 pub fn has_flag_variant(algorithm: Algorithm) -> bool {
-    source_for(algorithm).is_some_and(|s| s.text.contains("#if TPAR_FLAGS"))
+    variants(algorithm).flags
 }
 
 /// Whether `algorithm`'s kernel may run in a workspace of the flag protocol: it has a flag
@@ -118,24 +123,22 @@ pub fn runs_with_flags(algorithm: Algorithm) -> bool {
     has_flag_variant(algorithm) || registry::spec(algorithm).reads_remote
 }
 
-/// Whether `algorithm`'s kernel has a lean variant for large messages (its source defines
-/// `TPAR_LEAN_READY`; compiled with `-DTPAR_LEAN`: peers reduced in groups, at most 64
-/// registers a thread, two 512-thread blocks per SM; docs/cuda.md "Variants").
+/// Whether `algorithm`'s kernel has a lean variant for large messages (the registry's
+/// [`Variants::lean`](registry::Variants::lean); docs/cuda.md "Variants").
 pub fn has_lean_variant(algorithm: Algorithm) -> bool {
-    source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_LEAN_READY 1"))
+    variants(algorithm).lean
 }
 
-/// Whether `algorithm`'s kernel has a fused variant (all-reduce + residual add + RMSNorm: its
-/// source defines `TPAR_FUSED_READY`; compiled with `-DTPAR_FUSED`; docs/cuda.md "Fused").
+/// Whether `algorithm`'s kernel has a fused variant (all-reduce + residual add + RMSNorm; the
+/// registry's [`Variants::fused`](registry::Variants::fused); docs/cuda.md "Fused").
 pub fn has_fused_variant(algorithm: Algorithm) -> bool {
-    source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_FUSED_READY 1"))
+    variants(algorithm).fused
 }
 
 /// Whether `algorithm`'s fused kernel exchanges a row's sums inside a thread-block cluster
-/// when launched as one (its source defines `TPAR_CLUSTER_ROWS_READY`: one vector a thread,
-/// a block's vectors contiguous; kernels/norm.cuh, `launch::row_cluster`).
+/// when launched as one (the registry's [`Variants::cluster_rows`](registry::Variants::cluster_rows)).
 pub fn has_cluster_rows(algorithm: Algorithm) -> bool {
-    source_for(algorithm).is_some_and(|s| s.text.contains("#define TPAR_CLUSTER_ROWS_READY 1"))
+    variants(algorithm).cluster_rows
 }
 
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
@@ -155,6 +158,24 @@ pub fn probe_unit() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The registry declares each kernel's variants; the source states them in the markers
+    /// its headers read. The two must agree (a declared variant the source lacks would compile
+    /// the default code under the variant's name; one the registry misses is never run).
+    #[test]
+    fn the_registry_declares_exactly_the_variants_the_sources_mark() {
+        for s in sources() {
+            let marked = registry::Variants {
+                flags: s.text.contains("#if TPAR_FLAGS"),
+                lean: s.text.contains("#define TPAR_LEAN_READY 1"),
+                fused: s.text.contains("#define TPAR_FUSED_READY 1"),
+                cluster_rows: s.text.contains("#define TPAR_CLUSTER_ROWS_READY 1"),
+                registered: s.text.contains("io_all_reduce<"),
+            };
+            assert_eq!(variants(s.algorithm), marked, "{}: registry vs source markers", s.algorithm);
+        }
+        assert!(sources().any(|s| variants(s.algorithm).lean) && sources().any(|s| !variants(s.algorithm).lean), "the check sees both answers");
+    }
 
     #[test]
     fn every_kernel_algorithm_has_one_source_and_three_entries() {
