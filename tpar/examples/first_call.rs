@@ -31,7 +31,7 @@ fn main() {
 fn run() -> tpar::Result<usize> {
     use std::time::Instant;
     use tpar::cuda::driver::{Device, DeviceBuffer};
-    use tpar::cuda::emulated::{EmulatedGroup, GroupOptions};
+    use tpar::cuda::rank_set::{RankSet, SetOptions};
     use tpar::{bf16, Algorithm, DType};
     let t0 = Instant::now();
     let algo = match std::env::args().nth(1) {
@@ -41,7 +41,7 @@ fn run() -> tpar::Result<usize> {
     let (world, count) = (8usize, 21504usize);
     let dev = Device::open(0)?;
     let t_cuda = t0.elapsed();
-    let mut g = EmulatedGroup::new(0, world, count * 2, GroupOptions::from_env(tpar::Transport::P2p)?)?;
+    let mut g = RankSet::emulated(0, world, count * 2, SetOptions::from_env(tpar::Transport::P2p)?)?;
     let t_group = t0.elapsed();
     let inputs = tpar::testing::all_inputs::<bf16>(1, 0, world, count);
     let mut ins = Vec::with_capacity(world);

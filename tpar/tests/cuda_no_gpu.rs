@@ -3,12 +3,12 @@
 #![cfg(feature = "cuda")]
 
 use tpar::cuda::kernels::sources;
-use tpar::cuda::{abi, nccl, nvrtc, EmulatedGroup, GroupOptions};
+use tpar::cuda::{abi, nccl, nvrtc, RankSet, SetOptions};
 use tpar::Error;
 
 #[test]
 fn emulated_group_without_a_driver_is_an_error_not_a_panic() {
-    match EmulatedGroup::new(0, 2, 1 << 16, GroupOptions::default()) {
+    match RankSet::emulated(0, 2, 1 << 16, SetOptions::default()) {
         // A machine with a GPU and NVRTC (the GPU machine) may build one.
         Ok(g) => assert_eq!(g.world(), 2),
         Err(e) => {
@@ -21,7 +21,7 @@ fn emulated_group_without_a_driver_is_an_error_not_a_panic() {
 #[test]
 fn bad_worlds_are_refused_before_touching_cuda() {
     for w in [0usize, 1, abi::MAX_RANKS + 1] {
-        let e = EmulatedGroup::new(0, w, 1 << 16, GroupOptions::default()).err();
+        let e = RankSet::emulated(0, w, 1 << 16, SetOptions::default()).err();
         assert!(matches!(e, Some(Error::InvalidArgument { field: "world", .. })), "world {w}: {e:?}");
     }
 }
@@ -82,19 +82,20 @@ fn cache_key_names_source_arch_and_nvrtc_version() {
 
 #[test]
 fn host_workspaces_across_processes_need_a_driver_and_refuse_other_transports() {
-    use tpar::cuda::ipc::IpcWorkspace;
-    use tpar::settings::LaunchSettings;
+    use tpar::cuda::{RankSet, SetOptions};
     use tpar::Transport;
     use std::time::Duration;
-    let t = Duration::from_secs(1);
-    // Not a kernel transport: refused before CUDA is touched.
+    let opts = |transport| SetOptions { transport, timeout: Duration::from_secs(1), ..SetOptions::default() };
+    // Not a kernel transport: refused before CUDA is touched, for either placement.
     for bad in [Transport::Shm, Transport::Nccl] {
-        let e = IpcWorkspace::with_transport(0, 0, 2, 1 << 16, t, bad, None, 1, LaunchSettings::default()).err();
+        let e = RankSet::process(0, 0, 2, 1 << 16, 1, opts(bad)).err();
+        assert!(matches!(e, Some(Error::Unsupported { .. })), "{bad}: {e:?}");
+        let e = RankSet::emulated(0, 2, 1 << 16, opts(bad)).err();
         assert!(matches!(e, Some(Error::Unsupported { .. })), "{bad}: {e:?}");
     }
     // Without a GPU: an error naming the library, never a panic, and no segment left behind.
     let job = 0x7e57_0000_0000_0000 | u64::from(std::process::id());
-    match IpcWorkspace::with_transport(0, 0, 2, 1 << 16, t, Transport::Host, None, job, LaunchSettings::default()) {
+    match RankSet::process(0, 0, 2, 1 << 16, job, opts(Transport::Host)) {
         Ok(ws) => assert_eq!(ws.transport(), Transport::Host),
         Err(e) => assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "{e}"),
     }

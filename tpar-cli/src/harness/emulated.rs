@@ -1,4 +1,4 @@
-//! Emulated ranks: N ranks as streams of one GPU ([`tpar::cuda::EmulatedGroup`]), all in
+//! Emulated ranks: N ranks as streams of one GPU ([`tpar::cuda::RankSet`]), all in
 //! this process. They prove correctness and kernel cost, not interconnect behaviour.
 
 use super::verify::{Judge, Outcome, Verdict};
@@ -6,7 +6,7 @@ use super::{Group, Io, Timing};
 use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
-use tpar::cuda::{EmulatedGroup, GroupOptions};
+use tpar::cuda::{RankSet, SetOptions};
 use tpar::plan::CaptureMode;
 use tpar::testing::all_inputs;
 use tpar::units::{percentiles, Spread};
@@ -20,10 +20,10 @@ pub struct RankBufs {
     pub output: DeviceBuffer,
 }
 
-/// Group options from the environment (`GroupOptions::from_env`: `TPAR_TIMEOUT_MS`,
+/// Group options from the environment (`SetOptions::from_env`: `TPAR_TIMEOUT_MS`,
 /// `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`).
-pub fn options(transport: Transport) -> Result<GroupOptions, String> {
-    GroupOptions::from_env(transport).map_err(err)
+pub fn options(transport: Transport) -> Result<SetOptions, String> {
+    SetOptions::from_env(transport).map_err(err)
 }
 
 /// The islands of `--islands SPEC` for `world` ranks: `halves` (default), `one`, sizes in
@@ -62,7 +62,7 @@ pub fn islands_for(spec: Option<&str>, world: usize) -> Result<Vec<Vec<u32>>, St
 }
 
 /// `world` pairs of buffers of `bytes` (rounded up to whole vectors) on the group's GPU.
-pub fn alloc_bufs(g: &EmulatedGroup, bytes: usize) -> Result<Vec<RankBufs>, String> {
+pub fn alloc_bufs(g: &RankSet, bytes: usize) -> Result<Vec<RankBufs>, String> {
     let b = bytes.max(VEC_BYTES).div_ceil(VEC_BYTES) * VEC_BYTES;
     (0..g.world())
         .map(|_| Ok(RankBufs { input: DeviceBuffer::new(g.device(), b).map_err(err)?, output: DeviceBuffer::new(g.device(), b).map_err(err)? }))
@@ -74,7 +74,7 @@ pub fn ptrs(bufs: &[RankBufs]) -> (Vec<u64>, Vec<u64>) {
 }
 
 pub struct EmulatedRanks {
-    pub g: EmulatedGroup,
+    pub g: RankSet,
     pub bufs: Vec<RankBufs>,
     /// The islands `hierarchical` reduces over, normalised (for the verifier).
     pub islands: Vec<Vec<usize>>,
@@ -105,7 +105,7 @@ impl EmulatedRanks {
         let max_bytes = max_bytes.max(16);
         let isl = islands_for(islands, world)?;
         let norm = tpar::algorithms::hierarchical::normalize(&isl, world).map_err(err)?;
-        let mut g = EmulatedGroup::new(device, world, max_bytes, GroupOptions { islands: isl, ..options(transport)? }).map_err(err)?;
+        let mut g = RankSet::emulated(device, world, max_bytes, SetOptions { islands: isl, ..options(transport)? }).map_err(err)?;
         let sizes: Vec<String> = norm.iter().map(|i| i.len().to_string()).collect();
         let protocol = format!("{:?}", g.launcher().protocol()).to_ascii_lowercase();
         eprintln!(
@@ -182,7 +182,7 @@ impl EmulatedRanks {
             b.input.fill_u32(TIMING_WORD).map_err(err)?;
         }
         let blocks = if algo.is_some() { self.blocks(count * d.size()) } else { 1 };
-        let enqueue = |g: &mut EmulatedGroup| match algo {
+        let enqueue = |g: &mut RankSet| match algo {
             Some(a) => g.enqueue(a, d, count, &i, &o, blocks),
             None => g.enqueue_floor(blocks, &i, &o),
         };
@@ -203,7 +203,7 @@ impl EmulatedRanks {
             CaptureMode::Eager => None,
         };
         // One timed iteration: the graph, or `inner` calls back to back.
-        let run = |g: &mut EmulatedGroup| -> Result<(), String> {
+        let run = |g: &mut RankSet| -> Result<(), String> {
             match &graph {
                 Some(gr) => g.launch(gr).map_err(err),
                 None => (0..inner).try_for_each(|_| enqueue(g).map_err(err)),

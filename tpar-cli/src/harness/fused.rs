@@ -11,7 +11,7 @@ use super::gpu::{err, POISON_WORD, TIMING_WORD};
 use super::Timing;
 use std::time::Instant;
 use tpar::cuda::driver::{DeviceBuffer, Event};
-use tpar::cuda::{EmulatedGroup, FusedBufs, FusedCall, FusedPath, GroupOptions};
+use tpar::cuda::{RankSet, FusedBufs, FusedCall, FusedPath, SetOptions};
 use tpar::plan::CaptureMode;
 use tpar::testing::{bit_diffs, count_wrong_add_rmsnorm, expected_add_rmsnorm, fused_inputs};
 use tpar::{Algorithm, DType, Element, Transport};
@@ -87,7 +87,7 @@ impl FusedVerdict {
 
 /// `world` emulated ranks with buffers for fused calls of up to `max_count` elements.
 pub struct FusedRanks {
-    pub g: EmulatedGroup,
+    pub g: RankSet,
     pub bufs: Vec<RankFused>,
     max_count: usize,
     /// What the last timed call launched (`Launch::describe`, kernels joined by ` + `).
@@ -100,8 +100,8 @@ impl FusedRanks {
     /// elements a row; `skew_ns`: the skewed-rank test hook.
     pub fn new(device: usize, world: usize, max_bytes: usize, max_hidden: usize, transport: Transport, skew_ns: Option<u32>) -> Result<FusedRanks, String> {
         let t0 = Instant::now();
-        let opts = GroupOptions::from_env(transport).map_err(err)?;
-        let mut g = EmulatedGroup::new(device, world, max_bytes, opts).map_err(err)?;
+        let opts = SetOptions::from_env(transport).map_err(err)?;
+        let mut g = RankSet::emulated(device, world, max_bytes, opts).map_err(err)?;
         let protocol = format!("{:?}", g.launcher().protocol()).to_ascii_lowercase();
         eprintln!(
             "# group: {world} emulated ranks on {} ({}), transport {transport} (push protocol {protocol}), max {max_bytes} B, ready in {:.0} ms",

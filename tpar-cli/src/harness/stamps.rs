@@ -50,7 +50,7 @@ pub fn summary(label: &str, ranks: &[Vec<[u64; 8]>]) -> Vec<String> {
 /// Reads every rank's stamps of `g` (after the caller cleared them and ran the call once
 /// more) and prints [`summary`]'s lines.
 #[cfg(feature = "cuda")]
-pub fn report(g: &tpar::cuda::EmulatedGroup, label: &str) -> Result<(), String> {
+pub fn report(g: &tpar::cuda::RankSet, label: &str) -> Result<(), String> {
     let stamps = (0..g.world()).map(|r| g.stamps(r)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
     for line in summary(label, &stamps) {
         println!("{line}");

@@ -378,7 +378,7 @@ pub fn stage_bytes(max_bytes: usize, world: usize) -> usize {
     DType::ALL.iter().map(|d| Geometry::new(max_bytes / d.size(), *d, world).region_bytes()).max().unwrap_or(0)
 }
 
-/// One process's rank of the path (`IpcWorkspace` holds it): its copy and flag streams,
+/// One process's rank of the path (a rank process's `RankSet` holds it): its copy and flag streams,
 /// events, generation words, stage and kernels.
 pub struct CeRank {
     kernels: HashMap<DType, CeKernels>,

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 
 /// What a call needs of the group: its streams and fork/join events, and each rank's view.
 pub struct Group<'a> {
-    pub streams: &'a [Stream],
+    pub streams: &'a [&'a Stream],
     pub origin: &'a Stream,
     pub fork: &'a Event,
     pub joins: &'a [Event],

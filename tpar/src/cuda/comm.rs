@@ -21,7 +21,7 @@
 //! [`route`](GpuCommunicator::route) first).
 
 use super::driver::{Event, Stream};
-use super::ipc::IpcWorkspace;
+use super::rank_set::{RankSet, SetOptions};
 
 use super::fused::{FusedBufs, FusedCall, FusedPath, FusedResolved, FusedRoute};
 use super::launch::Launch;
@@ -89,7 +89,7 @@ pub struct GpuCommunicator {
     // Dropped first: the watchdog thread writes into the workspace until it is joined.
     watchdog: Watchdog,
     pub(super) control: ControlPlane,
-    pub(super) ws: IpcWorkspace,
+    pub(super) ws: RankSet,
     nccl: std::result::Result<NcclComm, String>,
     nccl_use: NcclUse,
     pub(super) topology: Topology,
@@ -167,18 +167,19 @@ impl GpuCommunicator {
         }
         overrides.validate(&topology, cfg.world, Backend::Cuda)?;
         let transport = crate::plan::feasibility::kernel_transport(&topology, cfg.world, &overrides);
-        let mut ws = IpcWorkspace::with_transport(device, cfg.rank, cfg.world, opts.max_bytes, cfg.timeout, transport, overrides.host_protocol, cfg.job_id, cfg.launch)?;
+        // The check setting is in the plan digest, so every rank that got this far has the
+        // same. Every rank derived the same ranks' topology (the addresses were exchanged), so
+        // every rank labels the same islands; islands that do not cover the ranks run as one.
+        let check_calls = overrides.check_calls != Some(false);
+        let islands = as_u32(&islands_for(&topology, cfg.world));
+        let islands = if crate::algorithms::hierarchical::island_word(&islands, cfg.world).is_ok() { islands } else { Vec::new() };
+        let set_opts = SetOptions { transport, timeout: cfg.timeout, check_calls, islands, host_protocol: overrides.host_protocol, launch: cfg.launch, wire: overrides.wire.unwrap_or_default() };
+        let mut ws = RankSet::process(device, cfg.rank, cfg.world, opts.max_bytes, cfg.job_id, set_opts)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;
         // Every rank has mapped the workspaces: the host segment's name can go.
         control.barrier()?;
         ws.all_attached()?;
-        // The setting is in the plan digest, so every rank that got this far has the same.
-        let check_calls = overrides.check_calls != Some(false);
-        ws.set_check_calls(check_calls);
-        // Every rank derived the same ranks' topology (the addresses were exchanged), so
-        // every rank labels the same islands. Islands that do not cover the ranks run as one.
-        ws.set_islands(crate::algorithms::hierarchical::island_word(&as_u32(&islands_for(&topology, cfg.world)), cfg.world).unwrap_or(0));
         if registry::spec(Algorithm::CeRing).gpu_transports.contains(&ws.transport()) {
             ws.enable_ce(overrides.wire.unwrap_or_default())?;
         }
@@ -533,8 +534,8 @@ impl GpuCommunicator {
                     unsafe { self.ws.swap_stream(s as super::driver::sys::CUstream) }
                 });
                 let res = match r.route {
-                    Route::Kernel { launch, .. } => self.ws.launch_resolved(&launch, desc, count, input, output),
-                    _ => self.ws.ce_launch(dtype, count, input, output, desc),
+                    Route::Kernel { launch, .. } => self.ws.launch_resolved(&launch, desc, count, &[input], &[output]),
+                    _ => self.ws.ce_launch(dtype, count, &[input], &[output], &[true], desc),
                 };
                 if let Some(own) = own {
                     // SAFETY: `own` is this workspace's own live stream, swapped out above.

@@ -1,6 +1,5 @@
-//! The one launch path of tpar's kernels, shared by emulated ranks
-//! ([`EmulatedGroup`](super::EmulatedGroup)) and IPC workspaces
-//! ([`IpcWorkspace`](super::ipc::IpcWorkspace)): the block policy, the size class, the
+//! The one launch path of tpar's kernels, that of every [`RankSet`](super::RankSet)
+//! (emulated ranks and rank processes alike): the block policy, the size class, the
 //! resolution of a call shape into a [`Launch`] (variant, grid, threads, PDL; under the
 //! [`LaunchSettings`] it was built with), loading each variant when a call first needs it, and
 //! the launch itself (programmatic dependent launch where the device has it).

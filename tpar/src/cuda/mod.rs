@@ -10,11 +10,10 @@
 //! | [`ce_emulated`] | the copy-engine path on emulated ranks (events between the ranks' streams) |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`exec`] | streams, events, graphs, modules, kernel launches (re-exported by `driver`) |
-//! | [`emulated`] | `EmulatedGroup`: N ranks on one GPU, p2p or host transport, capture |
 //! | [`fused`] | the fused all-reduce + residual add + RMSNorm: its shape, buffers, and when a fused kernel takes it |
 //! | [`host_ws`] | the host transport across processes: the job's shared-memory segment, registered with CUDA in every rank |
 //! | [`io_tables`] | the registered-buffer tables of graph-captured calls (the pull kernels' zero-copy path) |
-//! | [`ipc`] | `IpcWorkspace`: one rank of a multi-process group, handles exported/opened through CUDA IPC (or host workspaces) |
+//! | [`rank_set`] | `RankSet`: the ranks a process drives, placed as emulated ranks (N streams of one GPU) or as this process's rank of a group (peers through CUDA IPC or the host segment): one launch path, one completion, one fused call, capture |
 //! | [`kernels`] | the embedded `.cu` sources and their entry names |
 //! | [`launch`] | the one launch path: block policy, size class (default, lean or fused variant), validation, lazy variants, PDL |
 //! | [`probe`] / [`probe_ipc`] | the link probe: in one process over GPUs 0..n (`tpar topo --probe`), and across rank processes through CUDA IPC (the first-use tune) |
@@ -35,22 +34,21 @@ pub mod ce_emulated;
 mod capture;
 pub mod comm;
 pub mod driver;
-pub mod emulated;
 pub mod exec;
 pub mod fused;
 pub mod host_ws;
 pub mod io_tables;
-pub mod ipc;
 pub mod kernels;
 pub mod launch;
 pub mod nccl;
 pub mod nvrtc;
 pub mod probe;
 pub mod probe_ipc;
+pub mod rank_set;
 pub mod route;
 pub mod tune;
 pub mod tune_emulated;
 
 pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route, Served};
-pub use emulated::{EmulatedGroup, GroupOptions};
+pub use rank_set::{RankPlacement, RankSet, SetOptions};
 pub use fused::{FusedBufs, FusedCall, FusedPath};

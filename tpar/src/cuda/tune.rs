@@ -13,7 +13,7 @@
 
 use super::abi;
 use super::driver::{Device, DeviceBuffer, Event, Graph};
-use super::ipc::IpcWorkspace;
+use super::rank_set::{RankSet, SetOptions};
 use super::probe_ipc;
 use super::nccl::{self, NcclComm};
 use crate::algorithms::registry::{Role, REGISTRY};
@@ -62,7 +62,7 @@ pub struct Setup {
 
 /// What the tune allocates, once it runs ([`Ranks::prepare`]).
 struct State {
-    ws: IpcWorkspace,
+    ws: RankSet,
     input: DeviceBuffer,
     output: DeviceBuffer,
     start: Event,
@@ -129,7 +129,7 @@ impl<'a> ProcessRanks<'a> {
         let st = self.state()?;
         let (i, o) = (st.input.ptr, st.output.ptr);
         match launch {
-            Some(l) => st.ws.launch_resolved(l, desc, count, i, o),
+            Some(l) => st.ws.launch_resolved(l, desc, count, &[i], &[o]),
             None => match &st.nccl {
                 // SAFETY: both buffers hold max_bytes >= count * dtype.size() bytes (the tune's
                 // sizes are within max_bytes) and live until the stream is waited for.
@@ -257,13 +257,13 @@ impl Ranks for ProcessRanks<'_> {
     }
     fn prepare(&mut self) -> Result<()> {
         let s = &self.setup;
-        let made = IpcWorkspace::with_transport(s.device.ordinal, s.rank, s.world, s.max_bytes, self.device_timeout(), s.transport, s.host_protocol, s.job_id ^ TUNE_JOB_SALT, s.launch);
+        let opts = SetOptions { transport: s.transport, timeout: self.device_timeout(), check_calls: s.check_calls, islands: Vec::new(), host_protocol: s.host_protocol, launch: s.launch, wire: crate::kinds::Wire::Exact };
+        let made = RankSet::process(s.device.ordinal, s.rank, s.world, s.max_bytes, s.job_id ^ TUNE_JOB_SALT, opts);
         let blob = made.as_ref().map_err(|e| Error::invalid("tune workspace", e.to_string())).and_then(|w| w.handle_blob());
         let blobs = step(self, blob)?;
         let mut ws = made?;
         let connected = ws.connect(&blobs);
         step(self, connected.map(|()| Vec::new()))?;
-        ws.set_check_calls(self.setup.check_calls);
         ws.set_islands(self.setup.island_word);
         let extra = (|| -> Result<(DeviceBuffer, DeviceBuffer, Event, Event)> {
             ws.all_attached()?;

@@ -8,7 +8,7 @@
 //! ranks on one GPU) or present these figures as a fabric's.
 
 use super::driver::{DeviceBuffer, Event, Graph};
-use super::emulated::EmulatedGroup;
+use super::rank_set::RankSet;
 use super::tune::{POISON_WORD, TIMING_WORD};
 use crate::algorithms::registry::{algorithms_emulated, spec, Role};
 use crate::algorithms::Algorithm;
@@ -24,7 +24,7 @@ use crate::tune::{self, Judged, Outcome, Ranks, Rounds, StartOptions, StartSpec,
 
 /// Every rank of an emulated group, in this one process.
 pub struct EmulatedRanks<'a> {
-    g: &'a mut EmulatedGroup,
+    g: &'a mut RankSet,
     inputs: Vec<DeviceBuffer>,
     outputs: Vec<DeviceBuffer>,
     islands: Vec<Vec<usize>>,
@@ -50,7 +50,7 @@ fn islands_of_word(word: u64, world: usize) -> Vec<Vec<usize>> {
 
 impl<'a> EmulatedRanks<'a> {
     /// The ranks of `g`, with buffers for calls of up to `max_bytes`.
-    pub fn new(g: &'a mut EmulatedGroup, max_bytes: usize) -> Result<EmulatedRanks<'a>> {
+    pub fn new(g: &'a mut RankSet, max_bytes: usize) -> Result<EmulatedRanks<'a>> {
         let bytes = max_bytes.max(16).div_ceil(16) * 16;
         let inputs = (0..g.world()).map(|_| DeviceBuffer::new(g.device(), bytes)).collect::<Result<Vec<_>>>()?;
         let outputs = (0..g.world()).map(|_| DeviceBuffer::new(g.device(), bytes)).collect::<Result<Vec<_>>>()?;
@@ -150,7 +150,7 @@ impl Ranks for EmulatedRanks<'_> {
 }
 
 /// The key of emulated ranks of `g` on this machine.
-pub fn emulated_key(g: &EmulatedGroup, topology: &Topology, settings: &Settings) -> Result<TuneKey> {
+pub fn emulated_key(g: &RankSet, topology: &Topology, settings: &Settings) -> Result<TuneKey> {
     let uuid = g.device().uuid()?;
     Ok(TuneKey {
         tpar_version: TuneKey::this_version(),
@@ -169,7 +169,7 @@ pub fn emulated_key(g: &EmulatedGroup, topology: &Topology, settings: &Settings)
 /// A start of emulated ranks, as a communicator's start runs it (`opts`: `TPAR_TUNE`, the
 /// cache, the budget: by default the first-use one). `settings` gives the timeout and the
 /// settings that change timings.
-pub fn start_emulated(g: &mut EmulatedGroup, max_bytes: usize, settings: &Settings, opts: StartOptions) -> Result<Outcome> {
+pub fn start_emulated(g: &mut RankSet, max_bytes: usize, settings: &Settings, opts: StartOptions) -> Result<Outcome> {
     let topology = Topology::discover();
     let key = emulated_key(g, &topology, settings)?;
     let world = g.world();

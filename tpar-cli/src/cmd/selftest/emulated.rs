@@ -8,7 +8,7 @@ use crate::harness::{self, table};
 use std::time::{Duration, Instant};
 use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::kernels::kernel_algorithms;
-use tpar::cuda::{EmulatedGroup, GroupOptions};
+use tpar::cuda::{RankSet, SetOptions};
 use tpar::report::Record;
 use tpar::testing::all_inputs;
 use tpar::units::percentiles;
@@ -26,9 +26,9 @@ const COUNT_42K: usize = 21504;
 pub fn timeout((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Result<(), String> {
     for &world in worlds {
         // hierarchical runs over the islands of --islands (default: two halves).
-        let opts = GroupOptions { islands: islands_for(c.ranks.islands.as_deref(), world)?, ..options(*transport)? };
+        let opts = SetOptions { islands: islands_for(c.ranks.islands.as_deref(), world)?, ..options(*transport)? };
         for algo in kernel_algorithms() {
-            let mut g = EmulatedGroup::new(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
+            let mut g = RankSet::emulated(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
             let bufs = alloc_bufs(&g, 64 << 10)?;
             let (i, o) = ptrs(&bufs);
             let mut present = vec![true; world];
@@ -67,12 +67,12 @@ pub fn timeout((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Res
 pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Result<(), String> {
     use tpar::cuda::abi::desc_code;
     for &world in worlds {
-        let opts = GroupOptions { islands: islands_for(c.ranks.islands.as_deref(), world)?, ..options(*transport)? };
+        let opts = SetOptions { islands: islands_for(c.ranks.islands.as_deref(), world)?, ..options(*transport)? };
         for algo in kernel_algorithms() {
             let other = if algo == Algorithm::OneshotPush { Algorithm::TwoshotPush } else { Algorithm::OneshotPush };
             let lies = [("dtype", desc_code(algo, DType::F16)), ("algorithm", desc_code(other, DType::BF16))];
             for (field, code) in lies {
-                let mut g = EmulatedGroup::new(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
+                let mut g = RankSet::emulated(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
                 let bufs = alloc_bufs(&g, 64 << 10)?;
                 let (i, o) = ptrs(&bufs);
                 g.all_reduce(algo, DType::BF16, COUNT_42K, &i, &o, 2).map_err(|e| format!("mismatch test {algo}: the honest control call failed: {e}"))?;
@@ -95,7 +95,7 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
                 }
                 // The same lie inside a capture: the captured sequence is checked once, when
                 // the capture ends, on every rank.
-                let mut g = EmulatedGroup::new(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
+                let mut g = RankSet::emulated(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
                 let cap = g.capture(|g| {
                     g.enqueue(algo, DType::BF16, COUNT_42K, &i, &o, 2)?;
                     g.set_desc_override_for_test(Some((world - 1, code)));

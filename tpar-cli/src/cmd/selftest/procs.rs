@@ -228,20 +228,19 @@ pub fn nccl_rdzv(c: &Common) -> Result<(), String> {
 }
 
 /// Two processes on one GPU, one rank each, workspaces shared through CUDA IPC
-/// (`tpar::cuda::ipc::IpcWorkspace`); the ranks meet through tpar's rendezvous, whose
+/// (`tpar::cuda::RankSet`, placed as one rank per process); the ranks meet through tpar's rendezvous, whose
 /// control plane carries the IPC handles and the results.
 pub fn ipc(c: &Common) -> Result<(), String> {
-    use tpar::cuda::ipc::IpcWorkspace;
     let Some(mut comm) = two_rank_control("ipc")? else {
         return Ok(());
     };
     let (rank, world) = (comm.rank(), comm.world());
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     let first = *dtypes.first().ok_or("no dtype")?;
-    let timeout = crate::harness::emulated::options(tpar::Transport::P2p)?.timeout;
+    let opts = crate::harness::emulated::options(tpar::Transport::P2p)?;
     let max_bytes = c.max_bytes.max(43008);
     let t0 = Instant::now();
-    let mut ws = IpcWorkspace::new(c.ranks.device, rank, world, max_bytes, timeout).map_err(err)?;
+    let mut ws = tpar::cuda::RankSet::process(c.ranks.device, rank, world, max_bytes, 0, tpar::cuda::SetOptions { islands: Vec::new(), ..opts }).map_err(err)?;
     let blobs = comm.all_gather_bytes(&ws.handle_blob().map_err(err)?).map_err(err)?;
     ws.connect(&blobs).map_err(err)?;
     let say = |m: String| if rank == 0 { println!("{m}") } else { say_err(format!("[rank 1] {m}")) };
@@ -290,7 +289,7 @@ pub fn ipc(c: &Common) -> Result<(), String> {
         let mut eager = Vec::new();
         for k in 0..(c.warmup + c.iters) {
             ws.stream().record(&start).map_err(err)?;
-            ws.enqueue(algo, d, count, input.ptr, output.ptr, blocks).map_err(err)?;
+            ws.enqueue(algo, d, count, &[input.ptr], &[output.ptr], blocks).map_err(err)?;
             ws.stream().record(&end).map_err(err)?;
             ws.synchronize().map_err(err)?;
             if k >= c.warmup {
@@ -300,7 +299,7 @@ pub fn ipc(c: &Common) -> Result<(), String> {
         ws.stream().begin_capture().map_err(err)?;
         let mut cap = Ok(());
         for _ in 0..inner {
-            cap = cap.and_then(|()| ws.enqueue(algo, d, count, input.ptr, output.ptr, blocks));
+            cap = cap.and_then(|()| ws.enqueue(algo, d, count, &[input.ptr], &[output.ptr], blocks));
         }
         let graph = ws.stream().end_capture().map_err(err)?;
         cap.map_err(err)?;
@@ -327,7 +326,7 @@ pub fn ipc(c: &Common) -> Result<(), String> {
 
 /// One checked call through the IPC workspace, judged by the one verifier.
 fn ipc_call<T: Element>(
-    ws: &mut tpar::cuda::ipc::IpcWorkspace,
+    ws: &mut tpar::cuda::RankSet,
     (input, output): (&DeviceBuffer, &DeviceBuffer),
     algo: Algorithm,
     (seed, call): (u64, u64),
@@ -338,7 +337,7 @@ fn ipc_call<T: Element>(
     let inputs = all_inputs::<T>(seed, call, world, count);
     input.upload(&inputs[rank]).map_err(err)?;
     output.fill_u32(crate::harness::gpu::POISON_WORD).map_err(err)?;
-    ws.enqueue(algo, T::DTYPE, count, input.ptr, output.ptr, 0).map_err(err)?;
+    ws.enqueue(algo, T::DTYPE, count, &[input.ptr], &[output.ptr], 0).map_err(err)?;
     ws.synchronize().map_err(err)?;
     let mut out = vec![T::from_f32(0.0); count];
     output.download(&mut out).map_err(err)?;

@@ -7,7 +7,7 @@
 //! Owns: loading a peer library, driving it on emulated ranks (streams of one GPU, the peers'
 //! pointers plain device pointers) or as one rank per GPU process (IPC handles exchanged over
 //! tpar's control plane), its correctness check and its timings, and the table of tpar / peer.
-//! Timed exactly as [`super::emulated::EmulatedRanks::time_op`] and `GpuGroup::time_local`
+//! Timed exactly as [`super::rank_set::EmulatedRanks::time_op`] and `GpuGroup::time_local`
 //! time tpar: the same K calls per iteration (back to back, or captured once in one graph and
 //! replayed), the same events on the same kind of origin stream, the same fork/join of rank
 //! streams, the same warm-up, medians and p10/p90, per iteration the slowest rank.

@@ -138,7 +138,7 @@ pub(super) struct VllmRanks<'a> {
     world: usize,
     locals: Vec<Local>,
     /// Emulated: the stream that forks to and joins the rank streams, and carries the timing
-    /// events (as `EmulatedGroup::origin`); rank processes time on their one rank stream.
+    /// events (as `RankSet::origin`); rank processes time on their one rank stream.
     origin: Option<Stream>,
     fork: Event,
     start: Event,
@@ -255,7 +255,7 @@ impl<'a> VllmRanks<'a> {
     }
 
     /// One call of every local rank on its own stream. Eager and emulated: forked from and
-    /// joined into the origin stream, as `EmulatedGroup` launches tpar's ranks.
+    /// joined into the origin stream, as `RankSet` launches tpar's ranks.
     fn enqueue(&self, d: DType, count: usize, capturing: bool) -> Result<(), String> {
         let fork_join = self.capturing_many() && !capturing;
         if fork_join {
@@ -298,7 +298,7 @@ impl<'a> VllmRanks<'a> {
         origin.begin_capture().map_err(err)?;
         let mut body = Ok(());
         if self.capturing_many() {
-            // Fork once around the whole body, as EmulatedGroup::capture does.
+            // Fork once around the whole body, as RankSet::capture does.
             body = origin.record(&self.fork).map_err(err);
             for l in &self.locals {
                 body = body.and_then(|()| l.stream.wait(&self.fork).map_err(err));

@@ -116,7 +116,7 @@ impl GpuCommunicator {
         // SAFETY: the caller vouches for `stream`; swapped back below, and the launch neither
         // panics nor drops the workspace.
         let own = unsafe { self.ws.swap_stream(stream as super::super::driver::sys::CUstream) };
-        let res = self.ws.launch_add_rmsnorm(&l, call, bufs);
+        let res = self.ws.launch_add_rmsnorm(&l, call, std::slice::from_ref(bufs));
         // SAFETY: `own` is this workspace's own live stream, swapped out above.
         unsafe { self.ws.swap_stream(own) };
         res
@@ -150,7 +150,7 @@ impl GpuCommunicator {
                     // launch_fused_resolved neither panics nor drops the workspace.
                     unsafe { self.ws.swap_stream(s as super::super::driver::sys::CUstream) }
                 });
-                let res = self.ws.launch_fused_resolved(&launch, desc, call, bufs);
+                let res = self.ws.launch_fused_resolved(&launch, desc, call, std::slice::from_ref(bufs));
                 if let Some(own) = own {
                     // SAFETY: `own` is this workspace's own live stream, swapped out above.
                     unsafe { self.ws.swap_stream(own) };
@@ -166,7 +166,7 @@ impl GpuCommunicator {
                     // SAFETY: as above.
                     unsafe { self.ws.swap_stream(s as super::super::driver::sys::CUstream) }
                 });
-                let res = self.ws.launch_add_rmsnorm(&norm, call, &normed);
+                let res = self.ws.launch_add_rmsnorm(&norm, call, std::slice::from_ref(&normed));
                 if let Some(own) = own {
                     // SAFETY: `own` is this workspace's own live stream, swapped out above.
                     unsafe { self.ws.swap_stream(own) };
