@@ -13,11 +13,14 @@
 //! | [`plan`] | the pure, total dispatch decision; `TPAR_*` overrides; the plan-input digest ranks compare |
 //! | [`profile`] | tuned profiles (TOML): measured crossovers and their fingerprint |
 //! | [`transport`] | where bytes travel: POSIX shared memory for CPU ranks, liveness locks |
-//! | [`rendezvous`] | validated Unix-socket rendezvous and the control plane |
+//! | [`control`] | the control plane: rendezvous, host-side gather / broadcast / barrier, peer liveness |
+//! | [`rendezvous`] | the validated Unix-socket handshake and the control plane's messages over its sockets |
 //! | [`workspace`] | the shared workspace layout, defined once |
 //! | [`protocol`] | sentinel and barrier protocols over 64-bit words; descriptors; bounded waits |
-//! | [`algorithms`] | one file per algorithm; [`Algorithm`] and [`Transport`] names |
+//! | [`algorithms`] | one file per algorithm (CPU body, schedule); the registry of what runs where |
+//! | [`kinds`] | the names every layer shares: [`Algorithm`], [`Transport`], [`Backend`], [`CaptureMode`] |
 //! | [`dtype`] | element types, packing into 64-bit words, the empty sentinel |
+//! | [`units`] | the size grammar (`42K`, `1.5MiB`), the byte formatter, the stable hash, percentiles |
 //! | [`report`] | benchmark records (`--json`) and bandwidth arithmetic |
 //! | [`sim`] | flow-level fabric simulator: links, switches, max-min sharing, per-algorithm schedules |
 //! | [`model`] | decode / speculative-decode throughput from all-reduce latency |
