@@ -16,12 +16,17 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
    ``init_model_parallel_group`` for the TP group), and the check that the TP group's
    ``ca_comm`` is tpar's class and enabled;
 2. ``eager``: the engine's all-reduce for every dtype and the engines' size classes
-   (1..512 tokens x hidden 7168, and odd sizes), fresh random inputs, compared bitwise with
-   ``tpar.testing.reference`` where tpar took the call (``should_custom_ar``), within rounding
-   where the engine's fallback (gloo) did;
-3. ``compile``: the engine's own op inside ``torch.compile(fullgraph=True)``;
-4. ``graph`` (GPU): calls captured inside the engine's ``graph_capture()``, replayed on fresh
-   inputs;
+   (1..512 tokens x hidden 7168, and odd sizes), fresh random inputs. Who served a call is
+   read from tpar's own counter (the drop-in's ``served_calls``, before and after the
+   call), not from ``should_custom_ar``: a call tpar served is compared bitwise with
+   ``tpar.testing.reference`` (rank-order float32 sum, rounded once); a call the engine's
+   fallback (gloo) took is judged within the fallback's rounding against the exact
+   (float64) sum (``fallback_wrong``), since its order is the engine's; a call that
+   ``should_custom_ar`` gave tpar and tpar did not serve (or the reverse) is wrong;
+3. ``compile``: the engine's own op inside ``torch.compile(fullgraph=True)``; every compiled
+   call must have reached tpar (its served counter grew by one per call);
+4. ``graph`` (GPU): calls captured inside the engine's ``graph_capture()`` (tpar's counter
+   must grow by the captured calls), replayed on fresh inputs;
 5. ``thread``: a call from a worker thread (vLLM's dual-batch overlap does this);
 6. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
    error within 1 s, without ``check()``;
@@ -103,6 +108,28 @@ def _finish_trace(opened, prefixes, path):
 
 
 
+def fallback_wrong(y, xs, world):
+    """How many elements of ``y``, the engine's fallback's sum of ``xs`` (every rank's input),
+    lie beyond its rounding. The fallback (gloo, NCCL) adds in its own order, ``world - 1``
+    additions in the dtype, each rounded; at three ranks and more that order differs from
+    tpar's, so its bits may too. Judged against the exact sum (float64): each rounding is
+    at most u * |partial sum| <= u * sum|x| (u: the dtype's unit roundoff, 2^-24 float32,
+    2^-11 float16, 2^-8 bfloat16) or half a subnormal step, so
+    |y - sum| <= world * (u * sum|x| + subnormal step) holds with a rounding to spare."""
+    import torch
+
+    fi = torch.finfo(y.dtype)
+    u = fi.eps / 2
+    exact = torch.zeros(y.numel(), dtype=torch.float64)
+    mag = torch.zeros(y.numel(), dtype=torch.float64)
+    for x in xs:
+        x = x.reshape(-1).double()
+        exact += x
+        mag += x.abs()
+    d = (y.detach().reshape(-1).cpu().double() - exact).abs()
+    return int((d > world * (u * mag + fi.tiny * fi.eps)).sum())
+
+
 def rank_main(args):
     rank, world = args.rank, args.world
     prefixes = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -143,30 +170,48 @@ def rank_main(args):
 
     world_group = eng.tp.cpu_group
     dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-    eps = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}  # unit roundoff
     digest = hashlib.sha256()
     seed = [1000]
     why = []  # the wrong calls, described
 
     def one(x_all, dt, call, what):
-        """One call: returns (took_tpar, ok). Output compared with the reference."""
+        """One call through the engine: returns the reductions tpar ran for it (the drop-in's
+        ``served_calls`` before and after; 0: the engine's fallback took it) and whether the
+        output is right: bitwise ``reference`` (tpar's rank-order float32 sum) where tpar
+        served it, within the fallback's rounding (``fallback_wrong``) where not. A call
+        that ``should_custom_ar`` promised to tpar and tpar did not serve (or the reverse)
+        is wrong, whatever its bits: at two ranks the fallback's sum has tpar's bits."""
         x = x_all[rank].to(dev)
-        took = bool(ca.should_custom_ar(x))
+        asked = bool(ca.should_custom_ar(x))
+        before = ca.served_calls
         y = call(x)
+        served = ca.served_calls - before
+        took = served > 0
         ref = reference(x_all, dt)
         if took:
             ok = bits(y) == bits(ref)
             digest.update(bits(y))
         else:  # the engine's fallback (gloo): its own order, a rounding per partial sum
-            # bound: (world - 1) roundings of partial sums and the reference's one, each <= u * sum |inputs|
-            mag = torch.stack([v.float().abs() for v in x_all]).sum(0)
-            ok = bool(((y.cpu().float() - ref.float()).abs() <= world * eps[dt] * mag + 1e-30).all())
+            ok = fallback_wrong(y, x_all, world) == 0
+            fallback_bits[0 if bits(y) == bits(ref) else 1] += 1
         if took and bits(x) != bits(x_all[rank]):
             ok = False  # tpar's call leaves its input alone (SGLang's fallback reduces in place, by design)
+        if took != asked:
+            ok = False
         if not ok:  # what went wrong, for the record (first few)
             d = (y.cpu().float() - ref.float()).abs()
-            why.append(f"{what} {dt} n={x.numel()} took={took} max|d|={d.max().item():.3g} at {int(d.argmax())}, {int((d > 0).sum())} differ")
-        return took, ok
+            said = "" if took == asked else f" should_custom_ar={asked} but tpar served {served}"
+            why.append(f"{what} {dt} n={x.numel()} took={took}{said} max|d|={d.max().item():.3g} at {int(d.argmax())}, {int((d > 0).sum())} differ"
+                       + ("" if took else f", {fallback_wrong(y, x_all, world)} beyond the fallback's rounding"))
+        return served, ok
+
+    fallback_bits = [0, 0]  # the fallback's calls with tpar's bits, and with others (its order is not tpar's)
+
+    def count(st, served, ok):
+        st["cases"] += 1
+        st["tpar" if served else "fallback"] += 1
+        st["served"] += served
+        st["wrong"] += not ok
 
     def cases():
         for dname, dt in dtypes.items():
@@ -176,7 +221,7 @@ def rank_main(args):
 
     stages = [s for s in args.stages.split(",") if s]
     for stage in stages:
-        st = {"cases": 0, "tpar": 0, "fallback": 0, "wrong": 0}
+        st = {"cases": 0, "tpar": 0, "fallback": 0, "served": 0, "wrong": 0}
         t1 = time.monotonic()
         try:
             if stage == "settings":
@@ -184,11 +229,9 @@ def rank_main(args):
             elif stage == "eager":
                 algos = set()
                 for dname, dt, n, xs in cases():
-                    took, ok = one(xs, dt, eng.ar, "eager")
-                    st["cases"] += 1
-                    st["tpar" if took else "fallback"] += 1
-                    st["wrong"] += not ok
-                    if took:
+                    served, ok = one(xs, dt, eng.ar, "eager")
+                    count(st, served, ok)
+                    if served:
                         algos.add(ca._comm.plan(xs[rank].to(dev)))
                 st["algos"] = sorted(algos)
             elif stage == "compile":
@@ -204,11 +247,12 @@ def rank_main(args):
                     for n in (8 * HIDDEN, 4099):
                         seed[0] += 1
                         xs = make_inputs(seed[0], world, n, dt)
-                        took, ok = one(xs, dt, cf, "compile")
-                        st["cases"] += 1
-                        st["tpar" if took else "fallback"] += 1
-                        st["wrong"] += not ok
+                        count(st, *one(xs, dt, cf, "compile"))
                 st["backend"] = backend
+                # Every compiled call is within max_size: the engine's op must reach tpar
+                # (its served counter grew by one per call), not only run correctly.
+                if st["tpar"] < st["cases"]:
+                    raise RuntimeError(f"{st['cases'] - st['tpar']} of {st['cases']} compiled calls did not reach tpar (its served counter grew by {st['served']})")
             elif stage == "graph":
                 if dev.type != "cuda":
                     st["skipped"] = "CUDA graphs need a GPU"
@@ -234,10 +278,7 @@ def rank_main(args):
                 if "error" in out:
                     raise RuntimeError(out["error"])
                 for dname in dtypes:
-                    took, ok = out[dname]
-                    st["cases"] += 1
-                    st["tpar" if took else "fallback"] += 1
-                    st["wrong"] += not ok
+                    count(st, *out[dname])
             elif stage == "batchinv":
                 # VLLM_BATCH_INVARIANT=1 (set by the caller): tpar must take every size, above
                 # max_size too, through kernels that sum in rank order: bitwise the reference.
@@ -247,10 +288,8 @@ def rank_main(args):
                     for tokens in (1, 8, 64, 512, 1024, 2048):
                         seed[0] += 1
                         xs = make_inputs(seed[0], world, tokens * HIDDEN, dt)
-                        took, ok = one(xs, dt, eng.ar, "batchinv")
-                        st["cases"] += 1
-                        st["tpar" if took else "fallback"] += 1
-                        st["wrong"] += not ok or not took  # every size must go through tpar
+                        served, ok = one(xs, dt, eng.ar, "batchinv")
+                        count(st, served, ok and served > 0)  # every size must go through tpar
                 st["chunked"] = sorted({f"{k[0]}:{k[1]}B->{v}" for k, v in ca._chunks.items() if v is not None and v * k[0].itemsize < k[1]})[:8]
             elif stage == "kill":
 
@@ -269,6 +308,9 @@ def rank_main(args):
         if why:
             st["wrong_calls"] = why[:6]
             why.clear()
+        if any(fallback_bits):
+            st["fallback_same_bits"], st["fallback_other_bits"] = fallback_bits
+            fallback_bits[:] = [0, 0]
         st["seconds"] = round(time.monotonic() - t1, 2)
         rec["stages"][stage] = st
         if stage != "kill":
@@ -286,7 +328,7 @@ def graph_stage(eng, ca, rank, world, dev, digest):
 
     from tpar.testing import bits, make_inputs, reference
 
-    st = {"cases": 0, "tpar": 0, "fallback": 0, "wrong": 0}
+    st = {"cases": 0, "tpar": 0, "fallback": 0, "served": 0, "wrong": 0}
     dt = torch.bfloat16
     graphs = []
     with eng.graph_capture() as ctx:
@@ -299,25 +341,31 @@ def graph_stage(eng, ca, rank, world, dev, digest):
             torch.cuda.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, stream=ctx.stream):
-                took = bool(ca.should_custom_ar(xs[0]))
+                asked = bool(ca.should_custom_ar(xs[0]))
+                before = ca.served_calls
                 ys = [eng.ar(x) for x in xs]  # four dependent-free calls per graph
-            graphs.append((g, xs, ys, took))
+                served = ca.served_calls - before  # captured: counted once, at capture
+            st["served"] += served
+            if served not in (0, len(xs)) or (served > 0) != asked:  # recorded, not raised: the peers are capturing too
+                st.setdefault("error", f"graph of {tokens} tokens: should_custom_ar={asked}, tpar served {served} of its {len(xs)} captured calls")
+            graphs.append((g, xs, ys, served > 0))
     st["captured"] = len(graphs)
     for rep in range(3):
         for gi, (g, xs, ys, took) in enumerate(graphs):
-            refs = []
+            refs, inputs = [], []
             for i, x in enumerate(xs):
                 a = make_inputs(70_000 + 100 * rep + 10 * gi + i, world, x.numel(), dt)
                 x.copy_(a[rank])
                 refs.append(reference(a, dt))
+                inputs.append(a)
             for y in ys:
                 y.fill_(float("nan"))
             g.replay()
             torch.cuda.synchronize()
-            for y, ref in zip(ys, refs):
+            for y, ref, a in zip(ys, refs, inputs):
                 st["cases"] += 1
                 st["tpar" if took else "fallback"] += 1
-                ok = bits(y) == bits(ref) if took else bool(torch.allclose(y.cpu().float(), ref.float(), rtol=2e-2, atol=2e-2))
+                ok = bits(y) == bits(ref) if took else fallback_wrong(y, a, world) == 0
                 st["wrong"] += not ok
                 if took:
                     digest.update(bits(y))
@@ -511,7 +559,8 @@ def judge(args, recs):
             continue
         extra = f" algos {','.join(s0.get('algos', []))}" if s0.get("algos") else ""
         extra += "".join(f"; r{r['rank']} wrong: " + " / ".join(s["wrong_calls"]) for r, s in zip(recs, sts) if s.get("wrong_calls"))[:900]
-        detail = "; ".join(errors) if errors else f"{s0.get('cases')} calls a rank, {s0.get('tpar')} through tpar, {s0.get('fallback')} fallback, {wrong} wrong{extra}"
+        served = "/".join(str(s.get("served", "?")) for s in sts)
+        detail = "; ".join(errors) if errors else f"{s0.get('cases')} calls a rank, {s0.get('tpar')} served by tpar (its counter, ranks {served}), {s0.get('fallback')} fallback, {wrong} wrong{extra}"
         lines.append(f"| {head} | {stage} | {'PASS' if fine else 'FAIL'} | {detail} |")
         ok &= fine
     digests = {r.get("digest") for r in (survivors if "kill" in args.stages else recs)}

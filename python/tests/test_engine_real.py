@@ -7,10 +7,18 @@ unpacks them without the engines' compiled extensions, with the same stubs as th
 the engine's own plug-in loader (which finds tpar through the entry points of the installed
 wheel), its own group set-up, and its own all-reduce dispatch, with tpar's CPU backend behind
 the drop-in. A test fails if the replacement does not take (the TP group's ``ca_comm`` is not
-tpar's, or is disabled), if a result is not bitwise the rank-order sum, if a plug-in setting
+tpar's, or is disabled), if tpar's own counter of the calls it reduced (``served_calls``)
+does not grow where ``should_custom_ar`` said yes (eager calls, and vLLM's compiled
+``torch.ops.vllm.all_reduce``), if a call tpar served is not bitwise the rank-order sum, if a
+call the engine's fallback took is beyond its rounding of the exact sum, if a plug-in setting
 did not reach the engine (FlashInfer's all-reduce still first, ``TPAR_`` not copied to Ray
 workers, SGLang's dispatcher not tpar's or not checking calls), or if a killed
 rank is not reported to the others within 1 s.
+
+Two ranks alone could not tell tpar from the engine's fallback by the results: a sum of two
+has one rounding, so gloo's bits are tpar's. Three ranks (vLLM, eager and compiled calls) are
+the world where the fallback's order differs from tpar's; there its calls are judged by
+their rounding and tpar's bitwise, and the run shows that the fallback's bits differ.
 
 On a CPU the engines allow less than on a GPU (the harness's docstring says what): CUDA graphs
 are not captured, and SGLang registers its all-reduce op for CUDA only. scripts/gpu-engines.sh
@@ -37,7 +45,10 @@ DEADLINE_S = 420
 
 def run_harness(engine, version, world, stages, out, **env):
     paths = engine_carry.prepare(engine, version)
-    e = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **env)
+    # The engine's tree first; then what this process was given (a tpar installed with
+    # ``pip --target`` outside the environment, say): the ranks import the same tpar.
+    inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + inherited), **env)
     e.pop("TPAR_ENABLE", None)  # the harness sets it for the ranks
     for k in ("VLLM_ALLREDUCE_USE_FLASHINFER", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"):
         e.pop(k, None)  # the plug-in must set them itself
@@ -62,6 +73,12 @@ def check_common(r, recs, logs, world, stages):
             assert "error" not in st, f"rank {rec['rank']} {stage}: {st['error']}\n{logs}"
             if "skipped" not in st and stage not in ("kill", "settings"):
                 assert st["cases"] > 0 and st["wrong"] == 0, f"rank {rec['rank']} {stage}: {st}"
+                # tpar's counter: every call it took grew it (chunked calls more than once)
+                assert st["served"] >= st["tpar"] > 0, f"rank {rec['rank']} {stage}: tpar's counter saw {st['served']} reductions: {st}"
+    if "compile" in stages and "skipped" not in recs[0]["stages"]["compile"]:
+        for rec in recs:  # the engine's compiled op reached tpar: one reduction per call
+            st = rec["stages"]["compile"]
+            assert st["tpar"] == st["served"] == st["cases"], f"rank {rec['rank']}: compiled calls not served by tpar: {st}"
     assert r.returncode == 0, r.stdout + r.stderr + logs
 
 
@@ -71,12 +88,27 @@ def test_vllm_real_modules(version, tmp_path):
     r, recs, logs = run_harness("vllm", version, 2, ",".join(stages), tmp_path)
     check_common(r, recs, logs, 2, stages)
     eager = recs[0]["stages"]["eager"]
-    assert eager["tpar"] >= eager["cases"] - 1, eager  # all but the 14.7 MB float32 call (above max_size)
+    assert eager["tpar"] == eager["served"] == eager["cases"] - 1, eager  # all but the 14.7 MB float32 call (above max_size), by tpar's counter
     s = recs[0]["stages"]["settings"]["checked"]
     assert s["flashinfer_env"] == "0" and not s["use_flashinfer_allreduce"], s
     assert "TPAR_ENABLE" in s["ray_copies_tpar"], s
     kill = recs[0]["stages"]["kill"]
     assert kill["raised"] == "PeerDiedError", kill
+
+
+@pytest.mark.parametrize("version", engine_carry.versions("vllm"))
+def test_vllm_three_ranks_served_by_tpar(version, tmp_path):
+    """Three ranks: the engine's fallback (gloo) adds in its own order, so its bits are not
+    tpar's; tpar's calls stay bitwise the rank-order sum, the fallback's are judged by their
+    rounding, and tpar's counter shows that it served the calls it was given, compiled ones
+    included. Eager and compile only: a third rank process costs import time."""
+    stages = ["eager", "compile"]
+    r, recs, logs = run_harness("vllm", version, 3, ",".join(stages), tmp_path)
+    check_common(r, recs, logs, 3, stages)
+    for rec in recs:
+        eager = rec["stages"]["eager"]
+        assert eager["tpar"] == eager["served"] == eager["cases"] - 1 and eager["fallback"] == 1, eager  # the 14.7 MB float32 call: gloo
+        assert eager["fallback_other_bits"] == 1, f"the fallback's sum of three has tpar's bits: no order told apart: {eager}"
 
 
 @pytest.mark.parametrize("version", engine_carry.versions("vllm"))
@@ -89,6 +121,7 @@ def test_vllm_batch_invariant_takes_every_size(version, tmp_path):
     for rec in recs:
         st = rec["stages"]["batchinv"]
         assert st["tpar"] == st["cases"] == 18 and st["fallback"] == 0, st
+        assert st["served"] > st["tpar"], f"no call above max_size was split into chunks tpar reduced: {st}"
 
 
 @pytest.mark.parametrize("version", engine_carry.versions("sglang"))
@@ -97,6 +130,6 @@ def test_sglang_real_modules(version, tmp_path):
     r, recs, logs = run_harness("sglang", version, 2, ",".join(stages), tmp_path)
     check_common(r, recs, logs, 2, stages)
     eager = recs[0]["stages"]["eager"]
-    assert eager["tpar"] >= eager["cases"] - 1, eager
+    assert eager["tpar"] == eager["served"] == eager["cases"] - 1, eager
     assert "skipped" in recs[0]["stages"]["compile"]  # SGLang's op is CUDA-only: said, not hidden
     assert recs[0]["stages"]["kill"]["raised"] == "PeerDiedError"

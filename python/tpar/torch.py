@@ -119,6 +119,11 @@ class Communicator:
         self.handle = next(_handles)
         #: How many calls the last ``capture()`` block captured on this rank.
         self.captured_calls = 0
+        #: How many calls tpar's own kernels or CPU backend reduced on this rank (all-reduces
+        #: and fused calls; a call captured in a CUDA graph counts once, when captured). Calls
+        #: handed to NCCL and a world of one's copies are not counted: the engines' tests read
+        #: it to prove that tpar served their calls, not a fallback with the same bits.
+        self.served_calls = 0
         if self.world > 1:
             path = _rendezvous_path(self.group, self.rank)
             try:
@@ -196,6 +201,7 @@ class Communicator:
         n = tensor.numel()
         if not self._cuda:
             self._native.all_reduce(name, n, tensor.data_ptr(), out.data_ptr())
+            self.served_calls += 1
             return out
         capturing = torch.cuda.is_current_stream_capturing()
         # An eager call raises what tpar already knows (a dead peer, a kernel's error record)
@@ -206,6 +212,8 @@ class Communicator:
             if out is not tensor:
                 out.copy_(tensor)
             dist.all_reduce(out, group=self.nccl_group)
+        else:
+            self.served_calls += 1
         return out
 
     def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -281,6 +289,8 @@ class Communicator:
                 out.copy_(x)
             dist.all_reduce(out, group=self.nccl_group)
             self._native.add_rmsnorm(stream, name, rows, hidden, float(eps), out.data_ptr(), residual.data_ptr(), weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
+        else:
+            self.served_calls += 1
         return out, residual_out
 
     def all_reduce_add_rmsnorm_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):

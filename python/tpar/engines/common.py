@@ -296,6 +296,14 @@ class TparCustomAllreduce:
             self._comm.all_reduce(flat_in[s : s + c], out=flat_out[s : s + c])
         return out
 
+    @property
+    def served_calls(self) -> int:
+        """How many reductions tpar ran for this group on this rank (its communicator's
+        ``served_calls``: a batch-invariant call split into chunks counts once per chunk).
+        A call the engine's own fallback took does not count, whatever ``should_custom_ar``
+        said; the engines' tests read it to tell tpar's calls from the fallback's."""
+        return self._comm.served_calls if self._comm is not None else 0
+
     def custom_all_gather(self, inp):
         """vLLM asks its custom all-reduce for all-gathers too; None hands them to NCCL."""
         return None
