@@ -36,7 +36,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from tpar._tpar import CpuComm, GpuComm, InvalidArgumentError, TparError
+from tpar._tpar import CpuComm, GpuComm, InvalidArgumentError, TparError, UnsupportedError
 
 __all__ = ["Communicator", "DTYPES", "DEFAULT_MAX_BYTES"]
 
@@ -208,11 +208,18 @@ class Communicator:
         # inside the native call, without waiting.
         stream = torch.cuda.current_stream(self.device).cuda_stream
         algo = self._native.all_reduce(stream, name, n, tensor.data_ptr(), out.data_ptr(), capturing, self.nccl_group is None)
-        if algo == "nccl":
+        if algo == "caller":
+            # The plan gave this size to NCCL and tpar ran nothing: the caller's group runs it.
+            if self.nccl_group is None:
+                raise UnsupportedError(
+                    f"{n} x {tensor.dtype}: the plan gives this size to NCCL, and tpar joined no NCCL of its own "
+                    "(join_nccl=False) and no nccl_group was given: pass nccl_group, or join_nccl=True"
+                )
             if out is not tensor:
                 out.copy_(tensor)
             dist.all_reduce(out, group=self.nccl_group)
-        else:
+        elif algo != "nccl":
+            # "nccl": tpar's own NCCL ran it (its result is in `out`); else tpar's kernels.
             self.served_calls += 1
         return out
 

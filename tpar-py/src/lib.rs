@@ -346,7 +346,8 @@ impl GpuComm {
     /// `CUstream`, e.g. `torch.cuda.current_stream().cuda_stream`), resolved once per
     /// (dtype, size, `graph`: being captured into a CUDA graph). Returns the algorithm's name.
     /// Where the plan says NCCL and `nccl` is false (or tpar joined no NCCL), nothing is
-    /// enqueued and `"nccl"` is returned: the caller runs its own NCCL (the engine's, torch's).
+    /// enqueued and `"caller"` is returned: the caller runs its own NCCL (the engine's,
+    /// torch's). `"nccl"` means tpar's own NCCL ran the call: nothing is left to do.
     /// An eager call first raises what is known without waiting: a dead peer, an error a
     /// kernel recorded.
     ///
@@ -365,7 +366,7 @@ impl GpuComm {
             // SAFETY: the caller's contract (see the doc comment) is submit_on's.
             match unsafe { c.submit_on(stream, d, count, input, output, m, !nccl) }? {
                 Served::Ran(a) => Ok(a.name()),
-                Served::ToCaller => Ok(Algorithm::Nccl.name()),
+                Served::ToCaller => Ok("caller"),
             }
         })
     }
