@@ -47,6 +47,7 @@ pub mod dtype;
 pub mod error;
 pub mod kinds;
 pub mod model;
+#[cfg(feature = "plot")]
 pub mod plot;
 pub mod plan;
 pub use plan::profile;
