@@ -59,7 +59,20 @@ fn child(case: &str, site: &Path, extra: &[(&str, &Path)]) -> String {
 fn child_case() {
     let case = std::env::var(CASE).expect("started by a discovery test, which sets the case");
     let site = PathBuf::from(std::env::var(SITE).unwrap());
-    assert!(std::env::var_os("TPAR_NVRTC_LIB").is_none() && std::env::var_os("LD_LIBRARY_PATH").is_none());
+    assert!(std::env::var_os("TPAR_NVRTC_LIB").is_none());
+    assert_eq!(std::env::var_os("LD_LIBRARY_PATH").is_some(), case == "shadowed");
+    if case == "shadowed" {
+        // A `libnvrtc.so` on the loader's path (as a CUDA toolkit's lib64 has): cudarc opens
+        // that name first, so it is the NVRTC in use, and found() must say so.
+        libpath::set_environment_dirs(vec![site.clone()]);
+        nvrtc::probe().unwrap_or_else(|e| panic!("{e}"));
+        let found = nvrtc::found().unwrap();
+        let other = std::fs::canonicalize(PathBuf::from(std::env::var_os("LD_LIBRARY_PATH").unwrap()).join("libnvrtc.so")).unwrap();
+        assert_eq!(found.origin, Origin::System, "{found:?}");
+        assert_eq!(std::fs::canonicalize(&found.path).unwrap(), other, "{found:?}");
+        eprintln!("case {case} ok: {} ({})", found.path, found.origin.describe());
+        return;
+    }
     match case.as_str() {
         // The Python package registers its environment's directories (tpar/__init__.py).
         "registered" => libpath::set_environment_dirs(vec![site.join("absent"), site.clone()]),
@@ -109,6 +122,21 @@ fn nvrtc_is_found_in_the_active_virtual_env() {
     let out = child("virtual_env", &site, &[("VIRTUAL_ENV", &venv)]);
     std::fs::remove_dir_all(&venv).unwrap();
     eprintln!("{}", out.lines().find(|l| l.contains("case virtual_env ok")).unwrap_or_default());
+}
+
+#[test]
+fn a_libnvrtc_so_on_the_loader_path_is_reported_as_the_one_in_use() {
+    let Some(site) = site() else { return skip_or_fail(".nvrtc/ holds no libnvrtc.so.13 (scripts/install-nvrtc.sh installs it)") };
+    // Another NVRTC file (the wheel's alternative build), named as a toolkit names its own.
+    let dir = std::env::temp_dir().join(format!("tpar-discovery-shadow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(site.join("nvidia/cu13/lib/libnvrtc.alt.so.13"), dir.join("libnvrtc.so.13.9")).unwrap();
+    let link = dir.join("libnvrtc.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("libnvrtc.so.13.9", &link).unwrap();
+    let out = child("shadowed", &site, &[("LD_LIBRARY_PATH", &dir)]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    eprintln!("{}", out.lines().find(|l| l.contains("case shadowed ok")).unwrap_or_default());
 }
 
 #[test]

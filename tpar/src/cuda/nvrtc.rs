@@ -131,10 +131,29 @@ pub fn probe() -> Result<NvrtcVersion> {
         return Err(Error::Library { library: "nvrtc", reason: format!("nvrtcVersion failed: {rc:?}") });
     }
     let _ = FOUND.get_or_init(|| match PRELOADED.get() {
-        Some(Ok(Preloaded { from: Some(f), .. })) => f.clone(),
+        Some(Ok(Preloaded { from: Some(f), .. })) => match other_nvrtc(&f.path) {
+            // cudarc opens `libnvrtc.so` by name before `libnvrtc.so.13`; where the loader's
+            // path has one (a CUDA toolkit's), that file is the NVRTC in use, not ours.
+            Some(other) => {
+                tracing::warn!("tpar: {} was preloaded ({}), but the loader also opened {other} by name (libnvrtc.so on its path), and that one compiles the kernels", f.path, f.origin.describe());
+                Found { path: other, origin: Origin::System }
+            }
+            None => f.clone(),
+        },
         _ => Found { path: libpath::mapped("libnvrtc.so").unwrap_or_else(|| "libnvrtc (by name)".into()), origin: Origin::System },
     });
     Ok(NvrtcVersion { major, minor })
+}
+
+/// A mapped `libnvrtc.so*` file other than `ours` (both canonicalised), if the loader has one.
+fn other_nvrtc(ours: &str) -> Option<String> {
+    let ours = std::fs::canonicalize(ours).ok()?;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| std::path::Path::new(p).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libnvrtc.so")))
+        .find(|p| std::fs::canonicalize(p).map_or(true, |c| c != ours))
+        .map(str::to_string)
 }
 
 /// The directories searched, for messages: `none registered` when there are none.
