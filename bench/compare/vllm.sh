@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # vLLM's custom all-reduce kernel beside tpar's, in the same run and the same harness
 # (`tpar bench --compare vllm`). Nothing of vLLM is in this repository: its source distribution
-# is downloaded (pinned by sha256) and two headers of it are compiled, with
+# is fetched by name with pip (pinned by sha256) and two headers of it are compiled, with
 # bench/compare/vllm_ar/peer.cu (tpar's small C API over vllm::CustomAllreduce), into a library
 # that `tpar bench` loads.
 #
-#   bash bench/compare/vllm.sh fetch [SRC]     here, with network: download vllm-0.33.0.tar.gz
-#                                              (47 MB, sha256 checked), extract the two headers
-#                                              into SRC (default .gpu/vllm-src, about 25 KB)
+#   bash bench/compare/vllm.sh fetch [SRC]     here, with a package index: pip fetches vllm's
+#                                              0.33.0 sdist by name (47 MB, sha256 pinned),
+#                                              the two headers go into SRC (default
+#                                              .gpu/vllm-src, about 25 KB)
 #   OUT=DIR bash bench/compare/vllm.sh run [--tpar BIN] [--src SRC] [--quick]
 #                                              on the GPU machine: build with nvcc, then the
 #                                              comparison runs below; logs and tables under OUT
@@ -36,41 +37,61 @@ set -uo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 
-# The pinned source distribution (PyPI, vllm 0.33.0). `pip download --no-binary :all:` would
-# fetch the same file but first builds its metadata, which installs vLLM's build dependencies
-# (torch among them): the file is fetched directly and checked against the index's sha256.
+# The pinned source distribution of vllm 0.33.0, fetched by name with pip (the index it is
+# configured with) and checked by pip against this sha256 (--require-hashes) before pip
+# unpacks it. pip then prepares its metadata, which runs vLLM's setup.py: that needs torch
+# and CUDA, so on a machine without them it fails after unpacking; --no-clean keeps the
+# unpacked tree (in a private TMPDIR), and the two headers are taken from it. Where the
+# metadata step succeeds, pip saves the archive too, and it is checked again here.
 VLLM_VERSION=0.33.0
-VLLM_SDIST_URL="${VLLM_SDIST_URL:-https://files.pythonhosted.org/packages/f7/25/aa5684e9c59d6fc75f78926b7f15e8d9adc7de2d9e6e7575b80776ad8169/vllm-0.33.0.tar.gz}"
 VLLM_SDIST_SHA256=f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112
 HEADERS=(csrc/custom_all_reduce.cuh csrc/custom_collective_common.cuh)
 
 MODE="${1:-run}"; [ $# -gt 0 ] && shift
 
 fetch() {
-    local src="${1:-$ROOT/.gpu/vllm-src}" cache="$ROOT/.gpu/vllm-sdist" tgz
-    tgz="$cache/vllm-$VLLM_VERSION.tar.gz"
-    mkdir -p "$src" "$cache"
-    if [ -n "${VLLM_SDIST:-}" ]; then tgz="$VLLM_SDIST"; fi
-    if [ ! -f "$tgz" ] || ! echo "$VLLM_SDIST_SHA256  $tgz" | sha256sum -c --status; then
-        echo "# downloading $VLLM_SDIST_URL"
-        curl -fsSL --retry 3 -o "$tgz.part" "$VLLM_SDIST_URL" || { echo "download failed" >&2; return 1; }
-        mv "$tgz.part" "$tgz"
+    local src="${1:-$ROOT/.gpu/vllm-src}" work tree="" tgz h py
+    mkdir -p "$src"
+    py="$(command -v python3 || command -v python)" || { echo "fetch: no python3 for pip" >&2; return 1; }
+    work="$(mktemp -d)"
+    echo "vllm==$VLLM_VERSION --hash=sha256:$VLLM_SDIST_SHA256" >"$work/req.txt"
+    mkdir -p "$work/tmp" "$work/out"
+    echo "# pip download vllm==$VLLM_VERSION (source distribution, sha256 pinned)"
+    TMPDIR="$work/tmp" "$py" -m pip download --disable-pip-version-check --no-cache-dir --no-deps \
+        --no-binary vllm --no-build-isolation --no-clean --require-hashes -r "$work/req.txt" -d "$work/out" \
+        >"$work/pip.log" 2>&1
+    if grep -q "DO NOT MATCH THE HASHES" "$work/pip.log"; then
+        grep -A3 "Expected sha256" "$work/pip.log" >&2
+        echo "pip refused vllm-$VLLM_VERSION.tar.gz: its sha256 is not $VLLM_SDIST_SHA256" >&2
+        rm -rf "$work"; return 1
     fi
-    if ! echo "$VLLM_SDIST_SHA256  $tgz" | sha256sum -c --status; then
-        echo "sha256 of $tgz is $(sha256sum "$tgz" | cut -c1-64), expected $VLLM_SDIST_SHA256: refusing it" >&2
-        return 1
+    tgz="$work/out/vllm-$VLLM_VERSION.tar.gz"
+    if [ -f "$tgz" ]; then
+        if ! echo "$VLLM_SDIST_SHA256  $tgz" | sha256sum -c --status; then
+            echo "sha256 of $tgz is $(sha256sum "$tgz" | cut -c1-64), expected $VLLM_SDIST_SHA256: refusing it" >&2
+            rm -rf "$work"; return 1
+        fi
+        mkdir -p "$work/x"
+        tar -xzf "$tgz" -C "$work/x" "${HEADERS[@]/#/vllm-$VLLM_VERSION/}" && tree="$work/x/vllm-$VLLM_VERSION"
+    else
+        # The tree pip unpacked after checking the hash (its metadata step failed: no CUDA here).
+        h="$(find "$work/tmp" -path "*/${HEADERS[0]}" -print -quit)"
+        [ -n "$h" ] && tree="${h%/"${HEADERS[0]}"}"
     fi
-    local tmp; tmp="$(mktemp -d)"
-    tar -xzf "$tgz" -C "$tmp" "${HEADERS[@]/#/vllm-$VLLM_VERSION/}" || { rm -rf "$tmp"; return 1; }
-    for h in "${HEADERS[@]}"; do cp "$tmp/vllm-$VLLM_VERSION/$h" "$src/"; done
-    rm -rf "$tmp"
+    if [ -z "$tree" ]; then
+        tail -20 "$work/pip.log" >&2
+        echo "fetch: pip did not fetch vllm==$VLLM_VERSION (log above)" >&2
+        rm -rf "$work"; return 1
+    fi
+    for h in "${HEADERS[@]}"; do cp "$tree/$h" "$src/" || { rm -rf "$work"; return 1; }; done
+    rm -rf "$work"
     {
         echo "vllm $VLLM_VERSION source distribution"
-        echo "url $VLLM_SDIST_URL"
-        echo "sha256 $VLLM_SDIST_SHA256 (checked $(date -u +%FT%TZ): OK)"
+        echo "fetched by name: pip download --no-binary vllm vllm==$VLLM_VERSION"
+        echo "sha256 $VLLM_SDIST_SHA256 (checked by pip --require-hashes $(date -u +%FT%TZ): OK)"
         (cd "$src" && sha256sum "${HEADERS[@]##*/}")
     } >"$src/SOURCE"
-    echo "# vLLM $VLLM_VERSION headers in $src ($(du -sh "$src" | cut -f1)); the sdist stays here: $tgz"
+    echo "# vLLM $VLLM_VERSION headers in $src ($(du -sh "$src" | cut -f1))"
     cat "$src/SOURCE"
 }
 

@@ -28,13 +28,24 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from contextlib import contextmanager
 import shutil
 import tempfile
 from typing import Dict, Optional, Tuple
 
-import torch
-import torch.distributed as dist
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as _e:  # torch missing (or broken): say which package, and how to get it
+    if _e.name is not None and _e.name != "torch" and not _e.name.startswith("torch."):
+        raise  # torch is there but something it needs is not: its own message says what
+    raise ImportError(
+        "tpar.torch needs PyTorch, which this Python cannot import "
+        f"({_e}): install it with `{sys.executable} -m pip install torch` "
+        "(the engine's own torch, in the engine's environment); `import tpar` works without it",
+        name="torch",
+    ) from _e
 
 from tpar._tpar import CpuComm, GpuComm, InvalidArgumentError, TparError, UnsupportedError
 

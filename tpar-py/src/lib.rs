@@ -568,6 +568,40 @@ fn fused_unfit(algorithm: &str, dtype: &str, rows: usize, hidden: usize, world: 
     Ok(tpar::cuda::fused::fused_unfit(algorithm_of(algorithm)?, &call, world, tpar::cuda::abi::slot_vecs(max_bytes)))
 }
 
+/// Registers the Python environment's directories where tpar looks for NVRTC and NCCL before
+/// the system's loader path (`tpar::cuda::libpath`): `site-packages` directories holding the
+/// `nvidia` namespace package (pip's `nvidia-cuda-nvrtc`, `nvidia-nccl-cu13`) or directories
+/// holding the libraries. `tpar/__init__.py` calls it once at import; the setting
+/// (`TPAR_NVRTC_LIB`, `TPAR_NCCL_LIB`) still comes first.
+#[pyfunction]
+fn set_library_dirs(dirs: Vec<PathBuf>) {
+    tpar::cuda::libpath::set_environment_dirs(dirs);
+}
+
+/// The directories registered by `set_library_dirs` (else the active venv's, for the CLI).
+#[pyfunction]
+fn library_dirs() -> Vec<PathBuf> {
+    tpar::cuda::libpath::environment_dirs()
+}
+
+/// Loads NVRTC the way tpar's kernels will and says where it came from:
+/// `(path, origin, "13.0")`, origin one of `TPAR_NVRTC_LIB`, `the Python environment`,
+/// `by name (...)`. Raises `LibraryError` (what was searched, what to install) without it.
+#[pyfunction]
+fn find_nvrtc() -> PyResult<(String, String, String)> {
+    let v = tpar::cuda::nvrtc::probe().map_err(py_err)?;
+    let f = tpar::cuda::nvrtc::found().ok_or_else(|| py_err(Error::Library { library: "nvrtc", reason: "loaded, but where from was not recorded".into() }))?;
+    Ok((f.path.clone(), f.origin.describe(), format!("{}.{}", v.major, v.minor)))
+}
+
+/// Loads NCCL the way tpar will and says where it came from: `(path, origin)`. Raises
+/// `LibraryError` without it.
+#[pyfunction]
+fn find_nccl() -> PyResult<(String, String)> {
+    let n = tpar::cuda::nccl::load().map_err(py_err)?;
+    Ok((n.path.clone(), n.origin.describe()))
+}
+
 /// The element size of a dtype name, in bytes.
 #[pyfunction]
 fn dtype_size(dtype: &str) -> PyResult<usize> {
@@ -586,6 +620,10 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(debug_logging, m)?)?;
     m.add_function(wrap_pyfunction!(settings_table, m)?)?;
     m.add_function(wrap_pyfunction!(doctor::doctor, m)?)?;
+    m.add_function(wrap_pyfunction!(set_library_dirs, m)?)?;
+    m.add_function(wrap_pyfunction!(library_dirs, m)?)?;
+    m.add_function(wrap_pyfunction!(find_nvrtc, m)?)?;
+    m.add_function(wrap_pyfunction!(find_nccl, m)?)?;
     m.add("TparError", py.get_type::<TparError>())?;
     m.add("TparTimeoutError", py.get_type::<TparTimeoutError>())?;
     m.add("PeerDiedError", py.get_type::<PeerDiedError>())?;

@@ -109,8 +109,8 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_FUSED_CLUSTER", group: Group::Launch, values: "1 or 0", default: "1", doc: "fused all-reduce + RMSNorm calls whose blocks hold whole rows run each row's blocks as one thread-block cluster, its sums of squares meeting in distributed shared memory (sm_90+); 0: through global memory, for measuring", example: "0" },
     Var { name: "TPAR_LEAN", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "the kernels' lean variant (64 registers, two blocks per SM) for every size (1), never (0), or for large calls of ranks sharing a GPU (auto)", example: "1" },
     Var { name: "TPAR_ZERO_COPY", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "graph-captured pull calls read the ranks' inputs in place, the buffers registered when the capture ends: from each algorithm's measured size (auto), at every size (1), never (0: copy into the workspace)", example: "0" },
-    Var { name: "TPAR_NVRTC_LIB", group: Group::Libraries, values: "a path to libnvrtc.so.13", default: "(found by name)", doc: "the NVRTC that compiles tpar's kernels", example: "/usr/local/cuda/lib64/libnvrtc.so.13" },
-    Var { name: "TPAR_NCCL_LIB", group: Group::Libraries, values: "a path to libnccl.so.2", default: "(found by name)", doc: "the NCCL tpar falls back to", example: "/usr/lib/libnccl.so.2" },
+    Var { name: "TPAR_NVRTC_LIB", group: Group::Libraries, values: "a path to libnvrtc.so.13", default: "(the Python environment's nvidia-cuda-nvrtc wheel, else by name)", doc: "the NVRTC that compiles tpar's kernels", example: "/usr/local/cuda/lib64/libnvrtc.so.13" },
+    Var { name: "TPAR_NCCL_LIB", group: Group::Libraries, values: "a path to libnccl.so.2", default: "(the Python environment's nvidia-nccl-cu13 wheel, else by name)", doc: "the NCCL tpar falls back to", example: "/usr/lib/libnccl.so.2" },
     Var { name: "TPAR_VLLM_LIB", group: Group::Libraries, values: "a path to libtpar_vllm_ar.so", default: ".gpu/vllm-build/libtpar_vllm_ar.so", doc: "vLLM's kernel built by bench/compare/vllm.sh, for `tpar bench --compare vllm`", example: "/tmp/libtpar_vllm_ar.so" },
     Var { name: "TPAR_CACHE_DIR", group: Group::Libraries, values: "a directory", default: "$XDG_CACHE_HOME/tpar, else ~/.cache/tpar", doc: "compiled kernels and tuned profiles (profiles/); a corrupt entry is rebuilt or re-tuned", example: "/tmp/tpar-cache" },
     Var { name: "TPAR_DEBUG", group: Group::Logging, values: "NONE, VERSION, WARN, INFO or TRACE", default: "WARN", doc: "INFO logs each distinct plan decision once, with its reason", example: "INFO" },
@@ -518,6 +518,13 @@ pub fn vllm_blocks() -> Option<u32> {
 /// `TPAR_NCCL_LIB`: the NCCL library file to try first.
 pub fn nccl_lib() -> Option<PathBuf> {
     path_var("TPAR_NCCL_LIB")
+}
+
+/// The active Python environments' prefixes, `VIRTUAL_ENV` then `CONDA_PREFIX` (set by a
+/// venv's or conda's activation): where the CLI looks for the pip wheels' NVRTC and NCCL when
+/// no Python process registered its own directories (`cuda::libpath`).
+pub fn python_env_prefixes() -> Vec<PathBuf> {
+    ["VIRTUAL_ENV", "CONDA_PREFIX"].into_iter().filter_map(path_var).collect()
 }
 
 /// Directory of the compile cache and the tuned profiles, if one can be named

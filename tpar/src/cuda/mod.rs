@@ -21,6 +21,7 @@
 //! | [`tune`] | the first-use tune of a `GpuCommunicator` (on a workspace and NCCL of its own) and its adoption |
 //! | [`tune_emulated`] | the same start on emulated ranks (the mechanism on one GPU) |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
+//! | [`libpath`] | where NVRTC and NCCL are looked for: the setting, the Python environment's wheels, the system |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
 //!
 //! Contract: nothing here panics because a CUDA library is missing — presence is checked
@@ -40,6 +41,7 @@ pub mod host_ws;
 pub mod io_tables;
 pub mod kernels;
 pub mod launch;
+pub mod libpath;
 pub mod nccl;
 pub mod nvrtc;
 pub mod probe;

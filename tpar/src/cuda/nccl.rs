@@ -2,13 +2,15 @@
 //! cudarc's NCCL types, because cudarc does not try `libnccl.so.2` — the only name pip
 //! wheels and many distributions ship — and panics where a library is missing.
 //!
-//! Owns: finding NCCL (`TPAR_NCCL_LIB`, then `libnccl.so.2`, then `libnccl.so`), the unique-id
+//! Owns: finding NCCL (`TPAR_NCCL_LIB`, else the Python environment's `nvidia-nccl-cu13`
+//! wheel, then `libnccl.so.2`, then `libnccl.so` by name: `cuda::libpath`), the unique-id
 //! bytes that the rendezvous carries between processes (hook: [`unique_id`] and
 //! [`NcclComm::init_rank`]), one-process multi-rank communicators for tools
 //! ([`NcclComm::init_all`]), and all-reduce. Must never panic: a missing NCCL is an
 //! `Error::Library` that says what to install.
 
 use super::driver::{Device, Stream};
+use super::libpath::{self, Found, Origin};
 use crate::error::{Error, Result};
 use crate::dtype::DType;
 use cudarc::nccl::sys::{ncclComm_t, ncclDataType_t, ncclRedOp_t, ncclUniqueId};
@@ -31,7 +33,10 @@ type Group = unsafe extern "C" fn() -> c_int;
 /// The loaded library and the entry points tpar uses.
 pub struct Nccl {
     _lib: libloading::Library,
+    /// The file loaded (for one found by name, the file the loader mapped, where readable).
     pub path: String,
+    /// Where it was found: the setting, the Python environment, the system.
+    pub origin: Origin,
     get_version: GetVersion,
     get_unique_id: GetUniqueId,
     comm_init_rank: CommInitRank,
@@ -46,33 +51,44 @@ pub struct Nccl {
 
 static NCCL: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
 
-fn candidates() -> Vec<String> {
-    let mut v = Vec::new();
+/// The files to try, in `cuda::libpath`'s order: the setting (tried first, as before), the
+/// Python environment's `nvidia-nccl-cu13` wheel, then the loader by name.
+fn candidates() -> Vec<(String, Origin)> {
+    let mut v: Vec<(String, Origin)> = Vec::new();
     if let Some(p) = crate::settings::nccl_lib() {
-        v.push(p.to_string_lossy().into_owned());
+        v.push((p.to_string_lossy().into_owned(), Origin::Setting(NCCL_LIB_ENV)));
     }
-    v.push("libnccl.so.2".into());
-    v.push("libnccl.so".into());
+    v.extend(libpath::files_in(libpath::NCCL, &libpath::environment_dirs()).into_iter().map(|p| (p.to_string_lossy().into_owned(), Origin::Environment)));
+    v.push(("libnccl.so.2".into(), Origin::System));
+    v.push(("libnccl.so".into(), Origin::System));
     v
 }
 
 fn open() -> std::result::Result<Nccl, String> {
     let mut tried = Vec::new();
-    for name in candidates() {
+    for (name, origin) in candidates() {
         // SAFETY: loading NCCL runs its initialisers, which have no preconditions.
         match unsafe { libloading::Library::new(&name) } {
-            Ok(lib) => return bind(lib, name),
+            Ok(lib) => {
+                let path = match origin {
+                    Origin::System => libpath::mapped("libnccl.so").unwrap_or(name),
+                    _ => name,
+                };
+                return bind(lib, Found { path, origin });
+            }
             Err(e) => tried.push(format!("{name}: {e}")),
         }
     }
     Err(format!(
-        "NCCL not found (tried {}). Install it (`pip install nvidia-nccl-cu13`, or the libnccl2 package) and put \
-         its directory on LD_LIBRARY_PATH, or set {NCCL_LIB_ENV} to the library file",
+        "NCCL not found (tried {}). Install it into the engine's environment (`pip install nvidia-nccl-cu13`; \
+         torch's CUDA 13 wheels pull it) or the system (the libnccl2 package, its directory on LD_LIBRARY_PATH), \
+         or set {NCCL_LIB_ENV} to the library file",
         tried.join("; ")
     ))
 }
 
-fn bind(lib: libloading::Library, path: String) -> std::result::Result<Nccl, String> {
+fn bind(lib: libloading::Library, found: Found) -> std::result::Result<Nccl, String> {
+    let path = found.path.clone();
     macro_rules! sym {
         ($name:literal, $t:ty) => {{
             // SAFETY: the symbol is NCCL's public C entry point with exactly this signature (nccl.h).
@@ -94,6 +110,7 @@ fn bind(lib: libloading::Library, path: String) -> std::result::Result<Nccl, Str
     Ok(Nccl {
         _lib: lib,
         path,
+        origin: found.origin,
         get_version,
         get_unique_id,
         comm_init_rank,

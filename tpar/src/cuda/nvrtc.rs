@@ -1,7 +1,8 @@
 //! Run-time compilation of the kernels with NVRTC (through cudarc), and the on-disk cache.
 //!
 //! Owns: finding libnvrtc without panicking (cudarc panics on a missing library, so presence
-//! is checked first; `TPAR_NVRTC_LIB` may name the file, e.g. from the pinned pip wheel), the
+//! is checked first) in `cuda::libpath`'s order — `TPAR_NVRTC_LIB`, the Python environment's
+//! `nvidia-cuda-nvrtc` wheel, the system — and recording where it came from ([`found`]), the
 //! compile options, and the cubin cache in `$XDG_CACHE_HOME/tpar` (or `~/.cache/tpar`).
 //!
 //! Kernels are compiled straight to the device's architecture (`-arch=sm_XX`, cubin), one
@@ -15,6 +16,7 @@
 //! include path.
 
 use super::kernels::KernelSource;
+use super::libpath::{self, Found, Origin};
 use crate::units::fnv1a64;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -33,43 +35,78 @@ pub struct NvrtcVersion {
     pub minor: i32,
 }
 
-static PRELOADED: OnceLock<std::result::Result<Vec<libloading::Library>, String>> = OnceLock::new();
+/// What `preload` settled on: the libraries it keeps loaded, and where NVRTC came from
+/// (None: nothing preloaded, cudarc finds it by name).
+struct Preloaded {
+    _libs: Vec<libloading::Library>,
+    from: Option<Found>,
+}
 
-/// Loads `$TPAR_NVRTC_LIB` (if set), and the `libnvrtc-builtins.so.*` beside it, and keeps
-/// them loaded: cudarc then opens `libnvrtc.so.13` by name and NVRTC opens its builtins by
-/// name, and the dynamic loader hands back the already-loaded objects (it matches by
-/// soname), so the wheel's library is used without touching LD_LIBRARY_PATH.
-fn preload() -> Result<()> {
-    let r = PRELOADED.get_or_init(|| {
-        let Some(path) = crate::settings::nvrtc_lib() else { return Ok(Vec::new()) };
-        let mut files = Vec::new();
-        if let Some(dir) = path.parent() {
-            if let Ok(rd) = std::fs::read_dir(dir) {
-                for e in rd.flatten() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    // Builtins first: libnvrtc resolves them lazily, by name.
-                    if name.starts_with("libnvrtc-builtins.so") {
-                        files.push(e.path());
-                    }
+static PRELOADED: OnceLock<std::result::Result<Preloaded, String>> = OnceLock::new();
+static FOUND: OnceLock<Found> = OnceLock::new();
+
+/// Loads `path` and the `libnvrtc-builtins.so.*` beside it (builtins first: libnvrtc resolves
+/// them lazily, by name).
+fn load_with_builtins(path: &std::path::Path) -> std::result::Result<Vec<libloading::Library>, String> {
+    let mut files = Vec::new();
+    if let Some(dir) = path.parent() {
+        if let Ok(rd) = std::fs::read_dir(dir) {
+            for e in rd.flatten() {
+                if e.file_name().to_string_lossy().starts_with("libnvrtc-builtins.so") {
+                    files.push(e.path());
                 }
             }
         }
-        files.push(path.clone());
-        let mut libs = Vec::new();
-        for f in files {
-            // SAFETY: loading NVRTC's libraries runs their initialisers, which have no preconditions.
-            match unsafe { libloading::Library::new(&f) } {
-                Ok(lib) => libs.push(lib),
-                Err(e) if f == path => return Err(format!("{NVRTC_LIB_ENV}={} could not be loaded: {e}", path.display())),
-                Err(e) => tracing::warn!("tpar: {} not preloaded: {e}", f.display()),
+    }
+    files.sort();
+    files.push(path.to_path_buf());
+    let mut libs = Vec::new();
+    for f in files {
+        // SAFETY: loading NVRTC's libraries runs their initialisers, which have no preconditions.
+        match unsafe { libloading::Library::new(&f) } {
+            Ok(lib) => libs.push(lib),
+            Err(e) if f == path => return Err(format!("could not be loaded: {e}")),
+            Err(e) => tracing::warn!("tpar: {} not preloaded: {e}", f.display()),
+        }
+    }
+    Ok(libs)
+}
+
+/// Finds libnvrtc in `cuda::libpath`'s order and keeps the file loaded: the setting
+/// (`$TPAR_NVRTC_LIB`: that file or an error), then the Python environment's wheel, then
+/// nothing (cudarc's search by name). cudarc then opens `libnvrtc.so.13` by name and NVRTC
+/// opens its builtins by name, and the dynamic loader hands back the already-loaded objects
+/// (it matches by soname), so the wheel's library is used without touching LD_LIBRARY_PATH.
+fn preload() -> Result<()> {
+    let r = PRELOADED.get_or_init(|| {
+        if let Some(path) = crate::settings::nvrtc_lib() {
+            let libs = load_with_builtins(&path).map_err(|e| format!("{NVRTC_LIB_ENV}={} {e}", path.display()))?;
+            let from = Found { path: path.display().to_string(), origin: Origin::Setting(NVRTC_LIB_ENV) };
+            return Ok(Preloaded { _libs: libs, from: Some(from) });
+        }
+        for path in libpath::files_in(libpath::NVRTC, &libpath::environment_dirs()) {
+            match load_with_builtins(&path) {
+                Ok(libs) => {
+                    let from = Found { path: path.display().to_string(), origin: Origin::Environment };
+                    return Ok(Preloaded { _libs: libs, from: Some(from) });
+                }
+                // A broken wheel is not the end: the next directory, then the system.
+                Err(e) => tracing::warn!("tpar: the Python environment's {} skipped: {e}", path.display()),
             }
         }
-        Ok(libs)
+        Ok(Preloaded { _libs: Vec::new(), from: None })
     });
     match r {
         Ok(_) => Ok(()),
         Err(e) => Err(Error::Library { library: "nvrtc", reason: e.clone() }),
     }
+}
+
+/// Where the NVRTC in use came from (the setting, the Python environment, or the system's
+/// loader, with the file it mapped), once [`probe`] has succeeded; None before, or without
+/// NVRTC. `tpar doctor` reports it.
+pub fn found() -> Option<&'static Found> {
+    FOUND.get()
 }
 
 /// Checks that libnvrtc can be loaded and returns its version. Never panics.
@@ -80,9 +117,10 @@ pub fn probe() -> Result<NvrtcVersion> {
         return Err(Error::Library {
             library: "nvrtc",
             reason: format!(
-                "libnvrtc (CUDA 13) not found: put its directory on LD_LIBRARY_PATH (e.g. /usr/local/cuda/lib64) \
-                 or set {NVRTC_LIB_ENV} to the file; `scripts/install-nvrtc.sh` installs the pinned wheel \
-                 nvidia-cuda-nvrtc==13.0.88 into .nvrtc/"
+                "libnvrtc (CUDA 13) not found: looked in {NVRTC_LIB_ENV} (unset), the Python environment ({}) and by name. \
+                 `pip install nvidia-cuda-nvrtc==13.0.88` into the engine's environment (torch's CUDA 13 wheels pull it), \
+                 or put its directory on LD_LIBRARY_PATH (e.g. /usr/local/cuda/lib64), or set {NVRTC_LIB_ENV} to the file",
+                describe_dirs(&libpath::environment_dirs())
             ),
         });
     }
@@ -92,7 +130,39 @@ pub fn probe() -> Result<NvrtcVersion> {
     if rc != nvrtc_sys::nvrtcResult::NVRTC_SUCCESS {
         return Err(Error::Library { library: "nvrtc", reason: format!("nvrtcVersion failed: {rc:?}") });
     }
+    let _ = FOUND.get_or_init(|| match PRELOADED.get() {
+        Some(Ok(Preloaded { from: Some(f), .. })) => match other_nvrtc(&f.path) {
+            // cudarc opens `libnvrtc.so` by name before `libnvrtc.so.13`; where the loader's
+            // path has one (a CUDA toolkit's), that file is the NVRTC in use, not ours.
+            Some(other) => {
+                tracing::warn!("tpar: {} was preloaded ({}), but the loader also opened {other} by name (libnvrtc.so on its path), and that one compiles the kernels", f.path, f.origin.describe());
+                Found { path: other, origin: Origin::System }
+            }
+            None => f.clone(),
+        },
+        _ => Found { path: libpath::mapped("libnvrtc.so").unwrap_or_else(|| "libnvrtc (by name)".into()), origin: Origin::System },
+    });
     Ok(NvrtcVersion { major, minor })
+}
+
+/// A mapped `libnvrtc.so*` file other than `ours` (both canonicalised), if the loader has one.
+fn other_nvrtc(ours: &str) -> Option<String> {
+    let ours = std::fs::canonicalize(ours).ok()?;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| std::path::Path::new(p).file_name().is_some_and(|n| n.to_string_lossy().starts_with("libnvrtc.so")))
+        .find(|p| std::fs::canonicalize(p).map_or(true, |c| c != ours))
+        .map(str::to_string)
+}
+
+/// The directories searched, for messages: `none registered` when there are none.
+fn describe_dirs(dirs: &[PathBuf]) -> String {
+    if dirs.is_empty() {
+        "no directory: no Python package registered one, no VIRTUAL_ENV or CONDA_PREFIX".into()
+    } else {
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    }
 }
 
 /// The options every kernel is compiled with. `arch` is e.g. `sm_90`; `variant` names the one
