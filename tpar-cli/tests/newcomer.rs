@@ -3,6 +3,7 @@
 //! closed pipe ending quietly, invalid values refused with the valid range, the one size
 //! grammar in every command, the cores warning, and no `\r` progress in logs.
 
+mod common;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -296,7 +297,7 @@ fn one_size_grammar_in_every_command() {
 fn more_ranks_than_cores_warns_and_progress_writes_no_carriage_returns() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     if cores + 1 > 16 {
-        eprintln!("skipped: {cores} cores here, more ranks than cores would exceed tpar's 16");
+        common::skip("newcomer::more_ranks_than_cores_warns_and_progress_writes_no_carriage_returns", &format!("{cores} cores here, more ranks than cores would exceed tpar's 16"));
         return;
     }
     let world = (cores + 1).to_string();
