@@ -394,3 +394,24 @@ fn a_bad_setting_is_refused_once_before_any_rank() {
     assert_eq!(err.matches("TPAR_ALGO=\"bogus\"").count(), 1, "said once, not once per rank: {err}");
     assert!(err.contains("oneshot-push") && !err.contains("rank 0") && !err.contains("exited with"), "no rank started: {err}");
 }
+
+/// A size no workspace holds (`-b 512G -e 1T` ended every rank on a 512 GiB allocation) is
+/// refused before any rank starts: exit 1, one line naming the flag and the largest size.
+#[test]
+fn a_size_beyond_the_workspace_is_refused_before_any_rank() {
+    let t = Instant::now();
+    let out = tpar().args(["bench", "--backend", "cpu", "--world", "2", "-b", "512G", "-e", "1T", "-n", "1", "-w", "0"]).output().unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "an error exit, not a crash: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(lines[0].starts_with("tpar: error: -e 1 TiB") && lines[0].contains("at most 64 GiB"), "{err}");
+    assert!(out.stdout.is_empty(), "no rank printed a table: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!err.contains("rank") && !err.contains("memory allocation"), "no rank started: {err}");
+    assert!(took < Duration::from_secs(10), "refused before any rank: {took:?}");
+    // The largest size it names is taken (refused only later, if at all, not by this check).
+    let ok = tpar().args(["bench", "--backend", "cpu", "--world", "2", "-b", "64G", "-e", "64G", "--algo", "nope"]).output().unwrap();
+    let err = String::from_utf8_lossy(&ok.stderr);
+    assert!(!err.contains("larger than tpar bench takes"), "64 GiB is within the bound: {err}");
+}
