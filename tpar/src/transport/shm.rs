@@ -283,6 +283,10 @@ mod tests {
         let mut observer = ShmSegment::create(&name, 4096, 0).unwrap();
         let rank_seg = ShmSegment::open(&name, 4096, 1).unwrap(); // the rank's own description
         observer.unlink().unwrap();
+        // Taking a lock records this process (holder::record), which reads the pid namespace
+        // once per process: done here, the forked rank never waits on that one-time read
+        // (another test thread might be in it at the moment of the fork).
+        observer.hold_liveness(0).unwrap();
         let mut fds: [libc::c_int; 2] = [0; 2];
         // SAFETY: pipe fills a two-int array we own.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
