@@ -4,6 +4,7 @@
 //! distributions, its lines to paste parse back through tpar's own settings, and
 //! docs/doctor.md shows what it prints.
 
+mod common;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -70,7 +71,9 @@ fn without_a_gpu_it_says_what_it_cannot_see_and_exits_0() {
     let (_, text) = doctor(&["--no-python"], &[]);
     let fabric = section(&text, "Fabric");
     if !fabric.contains("NO GPU") {
-        return; // a GPU machine: the other tests cover it
+        // A GPU machine: the other tests cover it.
+        common::skip("doctor_cli::without_a_gpu_it_says_what_it_cannot_see_and_exits_0", "this machine has a GPU");
+        return;
     }
     assert!(fabric.contains("no GPU topology") && fabric.contains("--topology PRESET"), "{fabric}");
     let classes = section(&text, "Size classes");
@@ -118,7 +121,9 @@ fn dist(site: &Path, name: &str, version: &str) {
 
 #[test]
 fn vllm_settings_that_pre_empt_tpar_on_hopper_are_named_with_their_fix() {
-    let Some(py) = python() else { return };
+    let Some(py) = python() else {
+        return common::skip("doctor_cli::vllm_settings_that_pre_empt_tpar_on_hopper_are_named_with_their_fix", "no python3 with importlib.metadata on PATH");
+    };
     let site = temp("site");
     dist(&site, "vllm", "0.33.0");
     dist(&site, "flashinfer-python", "0.6.1");
@@ -161,7 +166,9 @@ fn a_python_that_cannot_run_is_a_line_not_a_failure() {
 
 #[test]
 fn the_paste_lines_parse_back_through_tpars_settings() {
-    let Some(py) = python() else { return };
+    let Some(py) = python() else {
+        return common::skip("doctor_cli::the_paste_lines_parse_back_through_tpars_settings", "no python3 with importlib.metadata on PATH");
+    };
     let site = temp("paste");
     dist(&site, "sglang", "0.5.23");
     let pp = site.to_str().unwrap();
@@ -214,7 +221,9 @@ fn docs_doctor_md_shows_what_doctor_prints() {
         let args: Vec<&str> = cmd.split_whitespace().collect();
         let (_, stdout) = doctor(&args, &[]);
         if !args.contains(&"--topology") && !stdout.contains("NO GPU") {
-            continue; // the block shows a machine without a GPU; this one has GPUs
+            // The block shows a machine without a GPU; this one has GPUs.
+            common::skip("doctor_cli::docs_doctor_md_shows_what_doctor_prints", &format!("block `$ tpar doctor{cmd}` not checked: it shows a machine without a GPU, this one has GPUs"));
+            continue;
         }
         let mut have = stdout.lines().map(str::trim_end);
         for want in block[1..].iter().map(|l| l.trim_end()).filter(|l| *l != "...") {

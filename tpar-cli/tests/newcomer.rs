@@ -3,6 +3,7 @@
 //! closed pipe ending quietly, invalid values refused with the valid range, the one size
 //! grammar in every command, the cores warning, and no `\r` progress in logs.
 
+mod common;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -302,7 +303,7 @@ fn one_size_grammar_in_every_command() {
 fn more_ranks_than_cores_warns_and_progress_writes_no_carriage_returns() {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     if cores + 1 > 16 {
-        eprintln!("skipped: {cores} cores here, more ranks than cores would exceed tpar's 16");
+        common::skip("newcomer::more_ranks_than_cores_warns_and_progress_writes_no_carriage_returns", &format!("{cores} cores here, more ranks than cores would exceed tpar's 16"));
         return;
     }
     let world = (cores + 1).to_string();
@@ -398,4 +399,25 @@ fn a_bad_setting_is_refused_once_before_any_rank() {
     assert_eq!(out.status.code(), Some(2), "a usage error: {err}");
     assert_eq!(err.matches("TPAR_ALGO=\"bogus\"").count(), 1, "said once, not once per rank: {err}");
     assert!(err.contains("oneshot-push") && !err.contains("rank 0") && !err.contains("exited with"), "no rank started: {err}");
+}
+
+/// A size no workspace holds (`-b 512G -e 1T` ended every rank on a 512 GiB allocation) is
+/// refused before any rank starts: exit 1, one line naming the flag and the largest size.
+#[test]
+fn a_size_beyond_the_workspace_is_refused_before_any_rank() {
+    let t = Instant::now();
+    let out = tpar().args(["bench", "--backend", "cpu", "--world", "2", "-b", "512G", "-e", "1T", "-n", "1", "-w", "0"]).output().unwrap();
+    let took = t.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "an error exit, not a crash: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {err}");
+    assert!(lines[0].starts_with("tpar: error: -e 1 TiB") && lines[0].contains("at most 64 GiB"), "{err}");
+    assert!(out.stdout.is_empty(), "no rank printed a table: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(!err.contains("rank") && !err.contains("memory allocation"), "no rank started: {err}");
+    assert!(took < Duration::from_secs(10), "refused before any rank: {took:?}");
+    // The largest size it names is taken (refused only later, if at all, not by this check).
+    let ok = tpar().args(["bench", "--backend", "cpu", "--world", "2", "-b", "64G", "-e", "64G", "--algo", "nope"]).output().unwrap();
+    let err = String::from_utf8_lossy(&ok.stderr);
+    assert!(!err.contains("larger than tpar bench takes"), "64 GiB is within the bound: {err}");
 }

@@ -1,6 +1,7 @@
 //! `tpar sim` and `tpar model` end to end: the binary runs, writes what it promises, and
 //! fails with a message (not a panic) on bad input.
 
+mod common;
 use std::process::Command;
 
 fn tpar(args: &[&str]) -> std::process::Output {
@@ -108,7 +109,7 @@ fn docs_sim_md_table_matches_the_code() {
 fn model_measure_needs_gpus() {
     let gpus = tpar::Topology::discover().gpu_count();
     if gpus >= 2 {
-        eprintln!("skipped: this machine has {gpus} GPUs; the refusal is for machines without");
+        common::skip("sim_model_cli::model_measure_needs_gpus", &format!("this machine has {gpus} GPUs; the refusal is for machines without"));
         return;
     }
     let out = tpar(&["model", "--measure", "--tp", "2"]);

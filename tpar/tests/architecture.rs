@@ -74,6 +74,77 @@ fn rs_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every `crate::` path in `text` as (line, first segment, whether it is `$crate::`), with
+/// `//` comments left out. A group names each of its top-level members' first segment, as
+/// `use crate::{a::X, b::{Y, Z}}` names `a` and `b`, however rustfmt spreads it over lines.
+fn crate_paths(text: &str) -> Vec<(usize, String, bool)> {
+    // The code without comments, one line per line (so offsets map back to line numbers).
+    let code: String = text.lines().map(|l| l.split("//").next().unwrap_or("")).collect::<Vec<_>>().join("\n");
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let ident_end = |s: &str| s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(s.len());
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(i) = code[from..].find("crate::") {
+        let at = from + i;
+        let macro_path = code[..at].ends_with('$');
+        let tail = &code[at + 7..];
+        let tail_at = at + 7;
+        if let Some(group) = tail.strip_prefix('{') {
+            // The group up to its matching brace; members split at commas of depth 0.
+            let mut depth = 0usize;
+            let mut member_start = 0;
+            let mut end = group.len();
+            for (k, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 0 => {
+                        end = k;
+                        break;
+                    }
+                    '}' => depth -= 1,
+                    ',' if depth == 0 => {
+                        push_member(&mut out, &group[member_start..k], tail_at + 1 + member_start, &line_of, macro_path);
+                        member_start = k + 1;
+                    }
+                    _ => {}
+                }
+            }
+            if member_start < end {
+                push_member(&mut out, &group[member_start..end], tail_at + 1 + member_start, &line_of, macro_path);
+            }
+            from = tail_at + 1 + end;
+        } else {
+            let end = ident_end(tail);
+            out.push((line_of(at), tail[..end].to_string(), macro_path));
+            from = tail_at + end;
+        }
+    }
+    out
+}
+
+/// One member of a `crate::{..}` group at byte `at`: its first segment, if it names one.
+fn push_member(out: &mut Vec<(usize, String, bool)>, member: &str, at: usize, line_of: &dyn Fn(usize) -> usize, macro_path: bool) {
+    let lead = member.len() - member.trim_start().len();
+    let m = member.trim_start();
+    let end = m.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(m.len());
+    if end > 0 {
+        out.push((line_of(at + lead), m[..end].to_string(), macro_path));
+    }
+}
+
+#[test]
+fn the_import_scan_reads_groups_over_several_lines_and_nested() {
+    let names = |t: &str| crate_paths(t).into_iter().map(|(n, m, _)| (n, m)).collect::<Vec<_>>();
+    let one_line = "use crate::{cuda::X, plan::Y};";
+    assert_eq!(names(one_line), [(1, "cuda".to_string()), (1, "plan".to_string())]);
+    let rustfmt = "use std::io;\nuse crate::{\n    cuda::{ipc::A, launch::B},\n    // comm::Commented,\n    plan::{\n        self,\n        Y,\n    },\n    Error,\n};\nfn f() -> crate::units::U { crate::x::y() }\n";
+    assert_eq!(
+        names(rustfmt),
+        [(3, "cuda".to_string()), (5, "plan".to_string()), (9, "Error".to_string()), (11, "units".to_string()), (11, "x".to_string())]
+    );
+    assert!(crate_paths("$crate::{a::B}")[0].2, "a macro's path is marked");
+}
+
 #[test]
 fn every_module_imports_only_its_layer_or_below() {
     let layers = layers();
@@ -101,39 +172,20 @@ fn every_module_imports_only_its_layer_or_below() {
         }
         let Some(&mine) = layers.get(&module) else { panic!("{} belongs to no listed module", rel.display()) };
         let text = std::fs::read_to_string(&f).unwrap();
-        for (n, line) in text.lines().enumerate() {
-            let code = line.split("//").next().unwrap_or("");
-            let mut rest = code;
-            while let Some(i) = rest.find("crate::") {
-                let tail = &rest[i + 7..];
-                let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(tail.len());
-                let target = &tail[..end];
-                // `crate::{a::X, b::Y}` names two modules.
-                let deps: Vec<&str> = if target.is_empty() && tail.starts_with('{') {
-                    let group = &tail[1..tail.find('}').unwrap_or(tail.len())];
-                    group.split(',').map(|t| t.trim().split("::").next().unwrap_or("")).filter(|t| !t.is_empty()).collect()
+        for (n, target, macro_path) in crate_paths(&text) {
+            // The crate root's `pub use`s are the face for users: the library names an
+            // item by the module that defines it (a root path hides the edge it makes).
+            // `$crate::` in an exported macro must take the public face: it is exempt.
+            if !macro_path && !layers.contains_key(&target) {
+                root.push(format!("{}:{n}: crate::{target}", rel.display()));
+            }
+            let Some(&theirs) = layers.get(&target) else { continue };
+            if target != module && theirs < mine {
+                if allowed.contains(&(module.clone(), target.clone())) {
+                    seen_exceptions.insert((module.clone(), target));
                 } else {
-                    vec![target]
-                };
-                // The crate root's `pub use`s are the face for users: the library names an
-                // item by the module that defines it (a root path hides the edge it makes).
-                // `$crate::` in an exported macro must take the public face: it is exempt.
-                if !rest[..i].ends_with('$') {
-                    for t in deps.iter().filter(|t| !layers.contains_key(**t)) {
-                        root.push(format!("{}:{}: crate::{t}", rel.display(), n + 1));
-                    }
+                    up.push(format!("{}:{n}: {module} (line {mine}) -> {target} (line {theirs})", rel.display()));
                 }
-                for &target in &deps {
-                    let Some(&theirs) = layers.get(target) else { continue };
-                    if target != module && theirs < mine {
-                        if allowed.contains(&(module.clone(), target.to_string())) {
-                            seen_exceptions.insert((module.clone(), target.to_string()));
-                        } else {
-                            up.push(format!("{}:{}: {module} (line {mine}) -> {target} (line {theirs})", rel.display(), n + 1));
-                        }
-                    }
-                }
-                rest = &tail[end..];
             }
         }
     }

@@ -224,10 +224,12 @@ fn a_peer_that_never_arrives_is_a_timeout_and_poisons() {
 
 #[test]
 fn a_peer_that_leaves_is_reported_as_dead_long_before_the_timeout() {
-    // A survivor that waited for the timeout would take 120 s; liveness reports the death
-    // in milliseconds. A bound of a quarter of the timeout tells the two apart with tens of
-    // seconds of slack for a loaded machine (2 s raced there).
-    const TIMEOUT: Duration = Duration::from_secs(120);
+    // Only liveness can end this wait early: a survivor that waited for its timeout would
+    // get Timeout after 20 s. So the error's kind proves the check: some survivor sees
+    // PeerDied naming rank 2, and a survivor that reports Aborted was aborted by one that
+    // saw the death. The bound (5 s, a quarter of the timeout) keeps the report prompt
+    // with seconds of slack for a loaded machine (the check runs every few milliseconds).
+    const TIMEOUT: Duration = Duration::from_secs(20);
     let results = run_group(3, |c| c.timeout = TIMEOUT, |comm| {
         let mut out = [0f32; 64];
         comm.all_reduce(&[1.0; 64], &mut out).unwrap();
@@ -238,10 +240,19 @@ fn a_peer_that_leaves_is_reported_as_dead_long_before_the_timeout() {
         let e = comm.all_reduce(&[1.0; 64], &mut out).unwrap_err();
         Some((e, t.elapsed()))
     });
-    for r in results.into_iter().take(2) {
-        let (e, took) = r.unwrap().unwrap();
-        assert!(matches!(e, Error::PeerDied { peer: 2, .. } | Error::Aborted { by: 0 | 1, .. }), "{e}");
-        assert!(took < TIMEOUT / 4, "took {took:?}");
+    let survivors: Vec<(Error, Duration)> = results.into_iter().take(2).map(|r| r.unwrap().unwrap()).collect();
+    let saw_death: Vec<usize> = (0..2).filter(|&r| matches!(survivors[r].0, Error::PeerDied { peer: 2, .. })).collect();
+    assert!(!saw_death.is_empty(), "no survivor reported rank 2's death: {:?}", survivors.iter().map(|s| s.0.to_string()).collect::<Vec<_>>());
+    for (r, (e, took)) in survivors.iter().enumerate() {
+        match e {
+            Error::PeerDied { rank, peer: 2, .. } => assert_eq!(*rank, r, "{e}"),
+            Error::Aborted { rank, by, .. } => {
+                assert_eq!(*rank, r, "{e}");
+                assert!(saw_death.contains(by), "rank {r} was aborted by rank {by}, which did not see the death: {e}");
+            }
+            other => panic!("rank {r}: expected PeerDied naming rank 2 (or an abort by a rank that saw it), got {other}"),
+        }
+        assert!(*took < TIMEOUT / 4, "rank {r} took {took:?}: {e}");
     }
 }
 

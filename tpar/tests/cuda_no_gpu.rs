@@ -2,6 +2,7 @@
 //! error that says what to install, and the pure parts (layout, cache key) hold.
 #![cfg(feature = "cuda")]
 
+mod common;
 use tpar::cuda::kernels::sources;
 use tpar::cuda::{abi, nccl, nvrtc, RankSet, SetOptions};
 use tpar::Error;
@@ -9,8 +10,12 @@ use tpar::Error;
 #[test]
 fn emulated_group_without_a_driver_is_an_error_not_a_panic() {
     match RankSet::emulated(0, 2, 1 << 16, SetOptions::default()) {
-        // A machine with a GPU and NVRTC (the GPU machine) may build one.
-        Ok(g) => assert_eq!(g.world(), 2),
+        // A machine with a GPU and NVRTC (the GPU machine) may build one: then there is no
+        // missing driver to report, and the test says so.
+        Ok(g) => {
+            assert_eq!(g.world(), 2);
+            common::skip("cuda_no_gpu::emulated_group_without_a_driver_is_an_error_not_a_panic", "a CUDA driver and GPU are here: the error for their absence is not checked");
+        }
         Err(e) => {
             let s = e.to_string();
             assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "unexpected error kind: {s}");
@@ -29,7 +34,10 @@ fn bad_worlds_are_refused_before_touching_cuda() {
 #[test]
 fn missing_nccl_says_what_to_install() {
     match nccl::load() {
-        Ok(n) => assert!(!n.path.is_empty()),
+        Ok(n) => {
+            assert!(!n.path.is_empty());
+            common::skip("cuda_no_gpu::missing_nccl_says_what_to_install", &format!("NCCL is here ({}): the message for its absence is not checked", n.path));
+        }
         Err(e) => {
             let s = e.to_string();
             assert!(s.contains("nvidia-nccl-cu13") && s.contains("TPAR_NCCL_LIB"), "{s}");
@@ -96,7 +104,10 @@ fn host_workspaces_across_processes_need_a_driver_and_refuse_other_transports() 
     // Without a GPU: an error naming the library, never a panic, and no segment left behind.
     let job = 0x7e57_0000_0000_0000 | u64::from(std::process::id());
     match RankSet::process(0, 0, 2, 1 << 16, job, opts(Transport::Host)) {
-        Ok(ws) => assert_eq!(ws.transport(), Transport::Host),
+        Ok(ws) => {
+            assert_eq!(ws.transport(), Transport::Host);
+            common::skip("cuda_no_gpu::host_workspaces_across_processes_need_a_driver_and_refuse_other_transports", "a CUDA driver is here: the error for its absence is not checked (the refusals are)");
+        }
         Err(e) => assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "{e}"),
     }
     assert!(tpar::transport::shm::leftover_segments(&format!("{job:016x}")).is_empty());

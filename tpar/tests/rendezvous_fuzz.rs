@@ -304,6 +304,57 @@ fn a_joining_rank_survives_a_hostile_rank0() {
     assert_eq!(open_fds(), fds, "file descriptors leaked");
 }
 
+/// A rank 0 that answers with the genuine welcome one byte every 100 ms: each read succeeds,
+/// so a timeout renewed per read would never fire (the welcome would take ~10 s, and the Go
+/// after it as long). The joining rank's one deadline (0.5 s) must end the join, as a
+/// timeout, within the deadline and a margin far below the trickle's length.
+#[test]
+fn a_joining_rank_meets_its_deadline_against_a_trickling_rank0() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let fds = open_fds();
+    let path = rdzv_path("trickle");
+    let job_id = config(0, 2, &path).job_id;
+    let host = real_host(&path, job_id);
+    let welcome = encode_frame(Kind::Welcome, &host.welcome);
+    assert!(welcome.len() > 40, "a welcome long enough to trickle for seconds");
+    let listener = UnixListener::bind(&path).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let mut hello = [0u8; 44];
+        if s.read_exact(&mut hello).is_err() {
+            return 0;
+        }
+        let mut sent = 0;
+        for b in welcome.iter().chain(encode_frame(Kind::Go, &[]).iter()) {
+            if stop2.load(std::sync::atomic::Ordering::Relaxed) || s.write_all(&[*b]).is_err() {
+                break;
+            }
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        sent
+    });
+    const DEADLINE: Duration = Duration::from_millis(500);
+    let mut c = config(1, 2, &path);
+    c.timeout = DEADLINE;
+    let t = std::time::Instant::now();
+    let joined = Communicator::init(&c);
+    let took = t.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let sent = fake.join().unwrap();
+    let e = joined.err().expect("a welcome trickled over seconds cannot arrive within 0.5 s");
+    assert!(matches!(e, Error::Timeout { rank: 1, .. }), "a timeout, not {e}");
+    assert!(sent >= 2, "the stand-in trickled ({sent} bytes): else this test proves nothing");
+    // The deadline plus a margin for a loaded machine; the trickle lasts ~10 s.
+    assert!(took < DEADLINE + Duration::from_millis(1000), "the join outlived its deadline: {took:?} ({e})");
+    drop(host);
+    assert!(leftover_segments(&format!("{job_id:016x}")).is_empty());
+    assert_eq!(open_fds(), fds, "file descriptors leaked");
+}
+
 #[test]
 fn parsers_refuse_without_panicking() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

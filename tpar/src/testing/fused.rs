@@ -117,3 +117,45 @@ pub fn count_wrong_add_rmsnorm<T: Element>(norm_out: &[T], residual_out: &[T], f
     }
     (bad_res, bad_norm)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use half::bf16;
+
+    /// `x` scaled by 2^k (exact: a power of two, far from under- or overflow here).
+    fn scaled<T: Element>(v: &[T], k: i32) -> Vec<T> {
+        v.iter().map(|x| T::from_f32(x.to_f32() * 2f32.powi(k))).collect()
+    }
+
+    /// Inputs of a few units (the other tests' range) make the row's mean square ~10, where an
+    /// eps of 1e-6 moves no output: a reference that drops eps, or takes another, passes
+    /// there. Scaled by 2^-12 the mean square is ~7e-7 (4 ranks) to ~4e-6 (8), so eps decides a large part of
+    /// 1/rms: the reference with the right eps passes the f64 check, and one without eps or
+    /// with a tenfold eps fails it (and so would a check that ignored eps).
+    fn eps_decides<T: Element>(world: usize, rows: usize, hidden: usize) {
+        let eps = 1e-6f32;
+        let f: FusedInputs<T> = fused_inputs(11, 4, world, rows, hidden);
+        let f = FusedInputs { xs: f.xs.iter().map(|x| scaled(x, -12)).collect(), residual: scaled(&f.residual, -12), weight: f.weight };
+        let (n, r) = expected_add_rmsnorm(&f.xs, &f.residual, &f.weight, hidden, eps);
+        let ms = r.iter().map(|v| (v.to_f32() as f64).powi(2)).sum::<f64>() / r.len() as f64;
+        assert!(ms < 8.0 * eps as f64 && ms > eps as f64 / 8.0, "{}: mean square {ms:e} must be near eps {eps:e}", T::DTYPE);
+        assert_eq!(count_wrong_add_rmsnorm(&n, &r, &f, hidden, eps), (0, 0), "{}: the reference with the right eps", T::DTYPE);
+        for (wrong, what) in [(0.0f32, "without eps"), (eps * 10.0, "with a tenfold eps"), (eps / 10.0, "with a tenth of eps")] {
+            let (n2, r2) = expected_add_rmsnorm(&f.xs, &f.residual, &f.weight, hidden, wrong);
+            assert!(r2.iter().zip(&r).all(|(a, b)| a.to_f32().to_bits() == b.to_f32().to_bits()), "eps does not touch residual_out");
+            let bad = count_wrong_add_rmsnorm(&n2, &r2, &f, hidden, eps).1;
+            assert!(bad > n.len() / 2, "{}: a reference {what} passes the check ({bad} of {} wrong)", T::DTYPE, n.len());
+        }
+        // And inv_rms itself: with ss / hidden ~ eps, eps changes it by far more than rounding.
+        let ss = eps * hidden as f32;
+        assert!((inv_rms(ss, hidden, eps) * (2.0 * eps).sqrt() - 1.0).abs() < 1e-6, "1/sqrt(ss/hidden + eps)");
+    }
+
+    #[test]
+    fn eps_decides_the_norm_of_small_rows() {
+        eps_decides::<f32>(4, 3, 1024);
+        eps_decides::<bf16>(4, 3, 1024);
+        eps_decides::<bf16>(8, 2, 7168);
+    }
+}

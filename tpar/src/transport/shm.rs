@@ -272,4 +272,96 @@ mod tests {
         drop(b);
         assert!(!a.is_alive(1), "lock must drop with the handle");
     }
+
+    /// A rank that forked a child (a compile worker, an engine's helper) shares its open file
+    /// description with it, so the child keeps the rank's liveness lock after the rank dies;
+    /// the rank's death must show all the same (transport/holder.rs). Real processes: the
+    /// rank is a forked child that takes its lock and forks a holder, then is killed.
+    #[test]
+    fn a_forked_child_holding_a_dead_ranks_lock_does_not_hide_the_death() {
+        let name = format!("/tpar-test-fork-{}-{}", std::process::id(), rand::random::<u32>());
+        let mut observer = ShmSegment::create(&name, 4096, 0).unwrap();
+        let rank_seg = ShmSegment::open(&name, 4096, 1).unwrap(); // the rank's own description
+        observer.unlink().unwrap();
+        // Taking a lock records this process (holder::record), which reads the pid namespace
+        // once per process: done here, the forked rank never waits on that one-time read
+        // (another test thread might be in it at the moment of the fork).
+        observer.hold_liveness(0).unwrap();
+        let mut fds: [libc::c_int; 2] = [0; 2];
+        // SAFETY: pipe fills a two-int array we own.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: the child runs only fcntl/pwrite/read of /proc (hold_liveness), fork, write
+        // and pause, then ends by _exit or a signal, never returning into the test harness.
+        let rank = unsafe { libc::fork() };
+        assert!(rank >= 0, "fork failed");
+        if rank == 0 {
+            // SAFETY (whole block): plain syscalls on descriptors this process owns.
+            unsafe {
+                if rank_seg.hold_liveness(1).is_err() {
+                    libc::_exit(2);
+                }
+                let holder = libc::fork();
+                if holder == 0 {
+                    // The holder: inherits the rank's descriptor (and lock), outlives it.
+                    loop {
+                        libc::pause();
+                    }
+                }
+                let _ = libc::write(fds[1], (&holder as *const libc::pid_t).cast(), 4);
+                loop {
+                    libc::pause();
+                }
+            }
+        }
+        // The test process keeps no handle on the rank's description.
+        drop(rank_seg);
+        // SAFETY: closing the write end we own.
+        unsafe { libc::close(fds[1]) };
+        let mut holder: libc::pid_t = 0;
+        // SAFETY: read of 4 bytes into a live pid_t from the pipe's read end.
+        let n = unsafe { libc::read(fds[0], (&mut holder as *mut libc::pid_t).cast(), 4) };
+        // SAFETY: closing the read end we own.
+        unsafe { libc::close(fds[0]) };
+        let kill_holder = |holder: libc::pid_t| {
+            if holder > 0 {
+                // SAFETY: the holder is our grandchild; init reaps it.
+                unsafe { libc::kill(holder, libc::SIGKILL) };
+            }
+        };
+        let reap = |pid: libc::pid_t| {
+            let mut st = 0;
+            // SAFETY: waiting for our own child.
+            unsafe { libc::waitpid(pid, &mut st, 0) };
+        };
+        if n != 4 {
+            // SAFETY: our child.
+            unsafe { libc::kill(rank, libc::SIGKILL) };
+            reap(rank);
+            panic!("the rank process did not take its lock and fork its holder");
+        }
+        let alive_before = observer.is_alive(1);
+        // SAFETY: killing our own child, the rank.
+        unsafe { libc::kill(rank, libc::SIGKILL) };
+        // The rank is dead (a zombie until reaped); its holder still has the lock.
+        let t0 = std::time::Instant::now();
+        let locked = loop {
+            let fl = lock_op(observer.fd.as_fd(), libc::F_OFD_GETLK, 1, libc::F_WRLCK as libc::c_short).unwrap();
+            let zombie = std::fs::read_to_string(format!("/proc/{rank}/stat")).is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')));
+            if zombie || t0.elapsed() > std::time::Duration::from_secs(10) {
+                break fl.l_type != libc::F_UNLCK as libc::c_short;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        };
+        let dead_as_zombie = !observer.is_alive(1);
+        reap(rank);
+        let dead_when_gone = !observer.is_alive(1);
+        let ns_readable = std::fs::metadata("/proc/self/ns/pid").is_ok();
+        kill_holder(holder);
+        assert!(alive_before, "the live rank holds its lock");
+        assert!(locked, "the holder keeps the dead rank's lock (else this test proves nothing)");
+        assert!(dead_as_zombie, "the rank died, its forked child still holds the lock: the death must show");
+        // Reaped: gone from this pid namespace, so dead; where the namespace cannot be read,
+        // a gone pid cannot be told from another namespace's and the lock decides (alive).
+        assert_eq!(dead_when_gone, ns_readable, "reaped rank; pid namespace readable: {ns_readable}");
+    }
 }

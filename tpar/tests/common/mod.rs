@@ -3,6 +3,10 @@
 //! code path as separate processes; the process-level tests live in the CLI crate).
 #![allow(dead_code)]
 
+mod skip;
+#[allow(unused_imports)]
+pub use skip::skip;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;

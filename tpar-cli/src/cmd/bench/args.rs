@@ -84,3 +84,26 @@ pub struct BenchArgs {
     #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
     pub rows: Option<String>,
 }
+
+/// The largest message `tpar bench` takes: the largest workspace tpar creates
+/// (`tpar::workspace::MAX_WORKSPACE_BYTES`, 64 GiB). Every rank allocates buffers of the
+/// largest size (its input and output, and every rank's input to check against), so a
+/// larger -b or -e would end each rank on a failed allocation after the ranks started.
+pub const MAX_MESSAGE_BYTES: usize = tpar::workspace::MAX_WORKSPACE_BYTES;
+
+impl BenchArgs {
+    /// The sizes of the sweep (-b to -e by -f), refused before any rank starts where a size
+    /// exceeds [`MAX_MESSAGE_BYTES`]: one line naming the flag and the largest size taken.
+    pub fn sizes(&self) -> Result<Vec<usize>, String> {
+        for (flag, bytes) in [("-e", self.max_bytes), ("-b", self.min_bytes)] {
+            if bytes > MAX_MESSAGE_BYTES {
+                return Err(format!(
+                    "{flag} {} ({bytes} bytes): larger than tpar bench takes: at most {} ({MAX_MESSAGE_BYTES} bytes), tpar's largest workspace",
+                    tpar::units::human_bytes(bytes as u64),
+                    tpar::units::human_bytes(MAX_MESSAGE_BYTES as u64),
+                ));
+            }
+        }
+        harness::size_steps(self.min_bytes, self.max_bytes, self.step_factor)
+    }
+}

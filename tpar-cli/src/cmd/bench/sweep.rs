@@ -27,7 +27,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     }
     let mode = if args.graph { Some("graph") } else { args.mode.as_deref() };
     let p = Plan {
-        sizes: harness::size_steps(args.min_bytes, args.max_bytes, args.step_factor)?,
+        sizes: args.sizes()?,
         dtypes: harness::parse_dtypes(&args.dtype)?,
         algos: harness::parse_algos(&args.algo, &target)?,
         modes: harness::parse_modes(mode, &target)?,
