@@ -2,10 +2,11 @@
 //! and sm_120 — each file with all three dtype instantiations, and each (file, dtype) alone
 //! as the launch path compiles it — plus the header alone (the ABI probe). NVRTC comes from
 //! the pinned wheel `nvidia-cuda-nvrtc==13.0.88` (`scripts/install-nvrtc.sh`), found through
-//! `TPAR_NVRTC_LIB` or `LD_LIBRARY_PATH`. Without it the test prints `skipped: <why>`;
+//! `TPAR_NVRTC_LIB` or `LD_LIBRARY_PATH`. Without it the test prints `SKIPPED <test>: <why>` (and logs it for the summary);
 //! with `TPAR_REQUIRE_NVRTC=1` a missing NVRTC fails instead.
 #![cfg(feature = "cuda")]
 
+mod common;
 use tpar::cuda::kernels::{self, probe_unit, sources};
 use tpar::cuda::nvrtc;
 use tpar::{Algorithm, DType};
@@ -54,10 +55,8 @@ fn every_kernel_variant_compiles_with_nvrtc() {
             if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
                 panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing: {e}");
             }
-            // Written to the stderr handle directly: libtest captures print!/eprint! of passing
-            // tests, and a skip must be visible.
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "skipped: NVRTC kernel compile test: {e}");
+            // Printed to the stderr handle and logged for the summary (common::skip).
+            common::skip("nvrtc_compile::every_kernel_variant_compiles_with_nvrtc", &format!("NVRTC not found: {e}"));
             return;
         }
     };
@@ -153,8 +152,7 @@ fn the_copy_engine_kernels_compile_with_nvrtc() {
         if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
             panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing");
         }
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "skipped: NVRTC copy-engine kernel compile test: NVRTC not found");
+        common::skip("nvrtc_compile::the_copy_engine_kernels_compile_with_nvrtc", "NVRTC not found");
         return;
     }
     let tu = tpar::cuda::ce::translation_unit();
@@ -230,8 +228,7 @@ fn every_fused_variant_compiles_with_nvrtc() {
             if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
                 panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing: {e}");
             }
-            use std::io::Write;
-            let _ = writeln!(std::io::stderr(), "skipped: NVRTC fused-kernel compile test: {e}");
+            common::skip("nvrtc_compile::fused kernels", &format!("NVRTC not found: {e}"));
             return;
         }
     };
@@ -328,8 +325,7 @@ fn the_stamped_kernels_compile_with_nvrtc() {
         if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
             panic!("TPAR_REQUIRE_NVRTC=1 but NVRTC is missing: {e}");
         }
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "skipped: NVRTC stamped-kernel compile test: {e}");
+        common::skip("nvrtc_compile::stamped kernels", &format!("NVRTC not found: {e}"));
         return;
     }
     let d = DType::BF16;

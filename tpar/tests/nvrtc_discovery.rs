@@ -6,10 +6,11 @@
 //!
 //! Each case runs in a child process (this test binary again) whose environment has neither
 //! `TPAR_NVRTC_LIB` nor `LD_LIBRARY_PATH`, since the test command exports both for the kernel
-//! compile test. Without `.nvrtc/` the test prints `skipped: <why>`; with
+//! compile test. Without `.nvrtc/` the test prints `SKIPPED <test>: <why>` (logged for the summary); with
 //! `TPAR_REQUIRE_NVRTC=1` a missing `.nvrtc/` fails instead.
 #![cfg(feature = "cuda")]
 
+mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tpar::cuda::libpath::{self, Origin};
@@ -27,8 +28,7 @@ fn skip_or_fail(why: &str) {
     if std::env::var("TPAR_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
         panic!("TPAR_REQUIRE_NVRTC=1 but {why}");
     }
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "skipped: NVRTC discovery test: {why}");
+    common::skip("nvrtc_discovery", why);
 }
 
 /// Runs `case` in a child process with a clean library environment; returns its stderr.

@@ -7,7 +7,12 @@
 /// suite's summary of what was skipped.
 pub fn skip(test: &str, reason: &str) {
     let reason = reason.replace('\n', " ");
-    eprintln!("SKIPPED {test}: {reason}");
+    // To the stderr handle itself: libtest captures eprint! of passing tests, and a skip
+    // must show in the run's output as well as in the summary.
+    {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {reason}");
+    }
     if let Some(path) = std::env::var_os("TPAR_SKIP_LOG") {
         use std::io::Write;
         let line = format!("{test}: {reason}\n");
