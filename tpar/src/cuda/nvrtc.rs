@@ -33,6 +33,11 @@ pub struct NvrtcVersion {
     pub minor: i32,
 }
 
+/// The NVRTC wheel to install where the system has none: CUDA 13.0's, the version the GPU
+/// machine's driver takes (a newer NVRTC emits PTX that an older driver refuses); the pin of
+/// `scripts/install-nvrtc.sh`.
+pub const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
+
 static PRELOADED: OnceLock<std::result::Result<Vec<libloading::Library>, String>> = OnceLock::new();
 
 /// Loads `$TPAR_NVRTC_LIB` (if set), and the `libnvrtc-builtins.so.*` beside it, and keeps
@@ -81,8 +86,9 @@ pub fn probe() -> Result<NvrtcVersion> {
             library: "nvrtc",
             reason: format!(
                 "libnvrtc (CUDA 13) not found: put its directory on LD_LIBRARY_PATH (e.g. /usr/local/cuda/lib64) \
-                 or set {NVRTC_LIB_ENV} to the file; `scripts/install-nvrtc.sh` installs the pinned wheel \
-                 nvidia-cuda-nvrtc==13.0.88 into .nvrtc/"
+                 or set {NVRTC_LIB_ENV} to the file; `pip install {NVRTC_WHEEL}` installs it (`tpar doctor` then \
+                 prints the {NVRTC_LIB_ENV} line to paste); in a clone of tpar, `scripts/install-nvrtc.sh` installs \
+                 the same wheel into .nvrtc/"
             ),
         });
     }
