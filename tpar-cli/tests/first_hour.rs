@@ -56,8 +56,10 @@ fn exit_statuses_mean_one_thing_in_every_command() {
         assert!(out.stdout.is_empty(), "{args:?}: nothing runs: {}", text(&out.stdout));
     }
     // Bad usage and values out of range: clap's own errors and tpar's checks alike.
-    let refused: [&[&str]; 6] = [
+    let refused: [&[&str]; 8] = [
         &["bench", "--no-such-flag"],
+        &["plan", "-t", "pcie-2", "-b", "1K"],
+        &["sim", "-t", "pcie-2", "--algo", "bogus"],
         &["model", "--hidden", "0"],
         &["model", "--acceptance", "5"],
         &["bench", "--backend", "cpu", "--world", "2", "-b", "4M", "-e", "1K"],

@@ -127,9 +127,10 @@ fn above_zero(s: &str) -> Result<f64, String> {
 fn measure(args: &ModelArgs, input: &ModelInput) -> Result<Vec<Record>, String> {
     let gpus = if cfg!(feature = "cuda") { crate::harness::gpu_count() } else { 0 };
     if gpus < 2 {
-        return Err("--measure needs 2 or more GPUs (and a tpar built with the `cuda` feature): the model compares tpar with NCCL, \
-                    which CPU ranks do not have. Without GPUs, model from figures (--nccl-us, --plan-us), a bench file or the simulator"
-            .into());
+        return Err(crate::exit::refuse(
+            "--measure needs 2 or more GPUs (and a tpar built with the `cuda` feature): the model compares tpar with NCCL, \
+             which CPU ranks do not have. Without GPUs, model from figures (--nccl-us, --plan-us), a bench file or the simulator",
+        ));
     }
     let (one, verify) = (input.ar_bytes(1), input.ar_bytes(input.verify_width));
     let factor = (verify / one.max(1)).max(1);

@@ -159,8 +159,8 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             topo = with;
         }
     }
-    let sizes = parse_sizes(&args.bytes)?;
-    let algos = parse_algos(args.algo.as_deref())?;
+    let sizes = parse_sizes(&args.bytes).map_err(crate::exit::refuse)?;
+    let algos = parse_algos(args.algo.as_deref()).map_err(crate::exit::refuse)?;
     let params = Params {
         launch: if args.graph { Launch::Graph } else { Launch::Eager },
         nccl_p2p_across_sockets: args.nccl_p2p_sys,
@@ -177,7 +177,7 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     let runnable: Vec<Algorithm> = runnable.into_iter().filter(|a| !gated.iter().any(|(g, _)| g == a)).collect();
     if runnable.is_empty() {
         let why: Vec<String> = gated.iter().map(|(a, why)| format!("{a}: {why}")).collect();
-        return Err(format!("none of the requested algorithms can run on {}{}", topo.name, if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) }));
+        return Err(crate::exit::refuse(format!("none of the requested algorithms can run on {}{}", topo.name, if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) })));
     }
 
     println!(
