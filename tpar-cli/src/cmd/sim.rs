@@ -166,7 +166,8 @@ pub fn run(args: SimArgs) -> Result<(), String> {
         nccl_p2p_across_sockets: args.nccl_p2p_sys,
         ..Params::default()
     };
-    let sim = Simulator::new(&topo, world, &params).map_err(|e| e.to_string())?;
+    // Its errors are the flags' (a world the topology cannot hold): a refusal.
+    let sim = Simulator::new(&topo, world, &params).map_err(|e| crate::exit::refuse(e.to_string()))?;
 
     // Which algorithms run here at all (decided at the first size; it does not depend on size).
     let (_, refused) = sim.predict_all(&algos, sizes[0]);
