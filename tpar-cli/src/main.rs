@@ -4,6 +4,7 @@
 //! exit; the library never does.
 
 mod cmd;
+mod exit;
 mod harness;
 
 use clap::{Parser, Subcommand};
@@ -15,7 +16,8 @@ use std::process::ExitCode;
     name = "tpar",
     version,
     about = "Fabric-aware all-reduce for tensor-parallel inference: benchmark, check, plan and tune",
-    long_about = None
+    long_about = None,
+    after_help = exit::FOOTER
 )]
 struct Cli {
     #[command(subcommand)]
@@ -39,7 +41,7 @@ enum Command {
     /// Decode throughput with and without speculation, for NCCL and for tpar's pick.
     Model(model::ModelArgs),
     /// GPU self-tests by name: timeout, mismatch, graph, epoch-wrap, kill-rank, ipc, nccl-rdzv,
-    /// nccl-local
+    /// nccl-local, fused
     Selftest(selftest::SelftestArgs),
     /// Every environment variable tpar reads (TPAR_*), what it takes, and what is set now
     Settings(settings::SettingsArgs),
@@ -83,7 +85,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tpar: error: {e}");
-            ExitCode::FAILURE
+            exit::failure()
         }
     }
 }

@@ -8,11 +8,12 @@ fn tpar(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tpar")).args(args).output().unwrap()
 }
 
-/// A refusal, not a crash: exit status 1 (tpar's error exit; a panic exits 101, a signal
-/// has no code), one `tpar: error:` line holding every `expected` part, and no panic text.
-fn assert_refused(out: &std::process::Output, expected: &[&str]) {
+/// A refusal, not a crash: tpar's exit status `code` (2: refused before anything ran, 1: the
+/// run failed; a panic exits 101, a signal has no code), one `tpar: error:` line holding every
+/// `expected` part, and no panic text.
+fn assert_refused(out: &std::process::Output, code: i32, expected: &[&str]) {
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "exit status {:?}: {err}", out.status);
+    assert_eq!(out.status.code(), Some(code), "exit status {:?}: {err}", out.status);
     assert!(!err.contains("panicked") && !err.contains("RUST_BACKTRACE"), "a panic: {err}");
     let line = err.lines().find(|l| l.starts_with("tpar: error:")).unwrap_or_else(|| panic!("no `tpar: error:` line: {err}"));
     for e in expected {
@@ -60,9 +61,9 @@ fn sim_writes_json_records_and_an_svg() {
 #[test]
 fn sim_refuses_unknown_topology_and_too_many_ranks() {
     let out = tpar(&["sim", "--topology", "no-such-box"]);
-    assert_refused(&out, &["\"no-such-box\" is neither a preset", "pcie-2", "nor an existing file"]);
+    assert_refused(&out, 1, &["\"no-such-box\" is neither a preset", "pcie-2", "nor an existing file"]);
     let out = tpar(&["sim", "--topology", "pcie-2", "--world", "4"]);
-    assert_refused(&out, &["`world`", "4 ranks on pcie-2 (2 GPUs)"]);
+    assert_refused(&out, 2, &["`world`", "4 ranks on pcie-2 (2 GPUs)"]);
 }
 
 #[test]
@@ -88,7 +89,7 @@ fn model_reproduces_the_reference_case() {
     );
     // A baseline that its own all-reduces cannot fit is an error.
     let out = tpar(&["model", "--baseline-tok-s", "89.5", "--nccl-us", "225"]);
-    assert_refused(&out, &["`baseline_tok_s`", "the figures contradict each other"]);
+    assert_refused(&out, 1, &["`baseline_tok_s`", "the figures contradict each other"]);
 }
 
 /// docs/sim.md shows the calibration table; it must be the one the code computes.
@@ -113,7 +114,7 @@ fn model_measure_needs_gpus() {
         return;
     }
     let out = tpar(&["model", "--measure", "--tp", "2"]);
-    assert_refused(&out, &["--measure needs 2 or more GPUs", "--nccl-us"]);
+    assert_refused(&out, 2, &["--measure needs 2 or more GPUs", "--nccl-us"]);
 }
 
 /// Every fenced block in docs/model.md, docs/plan.md and docs/sim.md whose first line is

@@ -364,8 +364,11 @@ fn ce_ring_is_simulated_on_pcie_but_picked_only_when_measured() {
             named += 1;
             assert_eq!(p.algorithm, Algorithm::Nccl, "{}: {p}", t.name);
             let probed = t.probe.as_ref().is_some_and(|pr| (0..world).all(|i| (0..world).filter(|&j| j != i).all(|j| pr.pair(i, Some(j)).is_some_and(|q| q.ce_gbps.is_some()))));
-            let want = if probed { "measured by the link probe" } else { "copy-engine rates assumed" };
+            // A preset's probe is its published figures: never "measured" (the doctor printed
+            // "measured by the link probe" under a header saying "not measured by tpar").
+            let want = if probed { "copy-engine rates published for this box" } else { "copy-engine rates assumed" };
             assert!(p.reason.contains(want) && p.reason.contains("until `tpar tune` measures ce-ring"), "{}: {p}", t.name);
+            assert!(!p.reason.contains("measured by"), "a preset's figures are published, not measured: {}: {p}", t.name);
             assert!(!t.name.contains("nvswitch"), "NVLink plans do not consider copy engines: {p}");
             let profile = Profile {
                 reads_beat_writes: false,

@@ -233,7 +233,8 @@ fn absurd_sizes_in_the_welcome_are_refused_naming_rank_and_field() {
     // Before: cap = 2^62 panicked on a slice index, 2^64-1 divided by zero, 2^37 aborted on
     // a 1 TiB allocation (in a debug build the layout's arithmetic overflowed first).
     let real = Layout::new(2, 1024).unwrap().bytes() as u64;
-    let cases: [(u64, u64, &str); 6] = [
+    let cases: [(u64, u64, &str); 7] = [
+        (2048, 1024, "cap"),
         (real, 1 << 62, "cap"),
         (real, u64::MAX, "cap"),
         (real, 1 << 37, "cap"),
@@ -264,6 +265,12 @@ fn absurd_sizes_in_the_welcome_are_refused_naming_rank_and_field() {
         let e = t.join().expect("a joining rank must not panic on a welcome's sizes");
         fake.join().unwrap();
         assert!(matches!(&e, Error::Rendezvous { rank: 1, field: f, .. } if *f == field), "cap {cap}, bytes {bytes}: {e}");
+        // A segment too small for any chunk: the range is never printed backwards
+        // ("expected 1024 to 256 words").
+        let text = e.to_string();
+        if bytes == 2048 {
+            assert!(text.contains("at least 1024 words") && text.contains("2048 bytes (256 words)"), "{text}");
+        }
         drop((live, data));
         assert!(leftover_segments(&tag).is_empty());
     }

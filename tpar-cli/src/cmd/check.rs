@@ -10,7 +10,7 @@ use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tpar::testing::SplitMix;
-use tpar::{Algorithm, DType};
+use tpar::{Algorithm, CaptureMode, DType};
 
 /// Verify every algorithm on this machine's ranks (exits non-zero on any wrong element).
 #[derive(Args, Debug, Clone)]
@@ -131,12 +131,18 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
     };
     let t0 = Instant::now();
     let mut call = 0u64;
+    let mut skipped = 0u64;
     let total: usize = o.dtypes.iter().map(|d| sweep_counts(*d, o.max_bytes).len()).sum::<usize>() * variants.len();
     let mut bar = Progress::new(root, total);
     for &d in &o.dtypes {
         for &v in &variants {
             for n in sweep_counts(d, o.max_bytes) {
                 bar.set_message(format!("sweep {} {d} {n}", label(v)));
+                if v.is_none() && nccl_pick_without_nccl(g.planned(d, n * d.size(), CaptureMode::Eager), &runs) {
+                    skipped += 1;
+                    bar.inc();
+                    continue;
+                }
                 let io = match call % 8 {
                     3 | 7 => Io::InPlace,
                     5 => Io::CallerStream,
@@ -164,6 +170,10 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
             2 => Io::CallerStream,
             _ => Io::OutOfPlace,
         };
+        if v.is_none() && nccl_pick_without_nccl(g.planned(d, n * d.size(), CaptureMode::Eager), &runs) {
+            skipped += 1;
+            continue;
+        }
         let verdict = g.checked(d, v, o.seed, call, n, io)?;
         *used.entry(verdict.algo.name()).or_default() += 1;
         note(&verdict, format!("random call {i}: {} {d} count {n}{}", label(v), io.label()));
@@ -200,6 +210,9 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
         if let Some(p) = g.phase_report() {
             println!("#  {p}");
         }
+        if skipped > 0 {
+            println!("#  skipped: {skipped} calls whose plan pick is NCCL, which these ranks do not have (ranks sharing one GPU: NCCL refuses two ranks on one device); the forced variants cover those sizes");
+        }
         println!("#  each call: fresh random inputs, output poisoned, compared with the f64 sum (tpar's algorithms: one rounding, and bitwise with the rank-order f32 sum; hierarchical across islands: bitwise with its island arithmetic, a second rounding allowed; NCCL: a rounding per partial sum); all ranks' outputs compared bitwise");
     }
     for f in failures.iter().take(200) {
@@ -209,8 +222,9 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
         println!("  ... and {} more", failures.len() - 200);
     }
     let verdict = if failures.is_empty() { "PASS" } else { "FAIL" };
+    let skips = if skipped > 0 { format!(", {skipped} plan calls skipped (NCCL picks without NCCL)") } else { String::new() };
     println!(
-        "{verdict}: {} ranks, {call} calls per rank, {wrong} wrong elements, ranks bitwise identical: {}, {} failed calls",
+        "{verdict}: {} ranks, {call} calls per rank, {wrong} wrong elements, ranks bitwise identical: {}, {} failed calls{skips}",
         g.world(),
         if identical { "all" } else { "no" },
         failures.len()
@@ -220,6 +234,15 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
     } else {
         Err("check failed".into())
     }
+}
+
+/// Whether the plan's pick for a call (`planned`, from the group's communicator, which has
+/// already replaced NCCL by a kernel wherever one can take the call) is NCCL that this group
+/// has not joined (`runs`: what it runs). Ranks sharing one GPU (`--plan-topology`) never have
+/// NCCL, which refuses two ranks on one device: those calls are skipped and counted, not
+/// failed.
+fn nccl_pick_without_nccl(planned: Option<Algorithm>, runs: &[Algorithm]) -> bool {
+    planned == Some(Algorithm::Nccl) && !runs.contains(&Algorithm::Nccl)
 }
 
 /// Random calls between two reports of where a group's time went (emulated ranks).
@@ -241,6 +264,16 @@ mod tests {
         assert!(c.windows(2).all(|w| w[0] < w[1]));
         let f = sweep_counts(DType::F32, 1000);
         assert!(f.iter().all(|&n| n <= 250), "{f:?}");
+    }
+
+    #[test]
+    fn plan_calls_to_nccl_are_skipped_only_where_nccl_is_missing() {
+        let kernels = [Algorithm::OneshotPush, Algorithm::TwoshotPush];
+        let with_nccl = [Algorithm::OneshotPush, Algorithm::Nccl];
+        assert!(nccl_pick_without_nccl(Some(Algorithm::Nccl), &kernels), "ranks on one GPU: skip");
+        assert!(!nccl_pick_without_nccl(Some(Algorithm::Nccl), &with_nccl), "NCCL joined: run it");
+        assert!(!nccl_pick_without_nccl(Some(Algorithm::OneshotPush), &kernels), "a kernel pick runs");
+        assert!(!nccl_pick_without_nccl(None, &kernels), "no plan (emulated ranks): nothing to skip");
     }
 
     #[test]

@@ -22,37 +22,37 @@ The worked case is in docs/model.md."
 )]
 pub struct ModelArgs {
     /// Transformer layers.
-    #[arg(long, default_value_t = model::KIMI_LAYERS)]
+    #[arg(long, default_value_t = model::KIMI_LAYERS, value_parser = at_least_one)]
     layers: usize,
     /// Hidden size (elements per token in each all-reduce).
-    #[arg(long, default_value_t = model::KIMI_HIDDEN)]
+    #[arg(long, default_value_t = model::KIMI_HIDDEN, value_parser = at_least_one)]
     hidden: usize,
     /// Activation dtype: bfloat16, half or float.
     #[arg(long, default_value = "bfloat16")]
     dtype: String,
     /// All-reduces per layer.
-    #[arg(long, default_value_t = model::KIMI_AR_PER_LAYER)]
+    #[arg(long, default_value_t = model::KIMI_AR_PER_LAYER, value_parser = at_least_one)]
     ar_per_layer: usize,
     /// Tensor-parallel size (ranks in each all-reduce).
-    #[arg(long, default_value_t = model::KIMI_TP)]
+    #[arg(long, default_value_t = model::KIMI_TP, value_parser = tp_size)]
     tp: usize,
     /// Compute per one-token decode step, ms (everything but the all-reduces).
-    #[arg(long, conflicts_with = "baseline_tok_s")]
+    #[arg(long, conflicts_with = "baseline_tok_s", value_parser = zero_or_more)]
     compute_ms: Option<f64>,
     /// Measured plain-decode throughput with NCCL, tok/s; compute is backed out of it
     /// (default 89.5, the docs/references.md case, when --compute-ms is not given).
-    #[arg(long)]
+    #[arg(long, value_parser = above_zero)]
     baseline_tok_s: Option<f64>,
     /// Tokens per verify step (rows in each verify all-reduce).
-    #[arg(long, default_value_t = ModelInput::default().verify_width)]
+    #[arg(long, default_value_t = ModelInput::default().verify_width, value_parser = at_least_one)]
     verify_width: usize,
     /// Verify compute as a multiple of one-token decode compute (1: decode is bound by
     /// reading weights, an assumption).
-    #[arg(long, default_value_t = ModelInput::default().verify_compute_factor)]
+    #[arg(long, default_value_t = ModelInput::default().verify_compute_factor, value_parser = above_zero)]
     verify_compute_factor: f64,
     /// Drafting cost per verify step, ms (default: 3, derived for the founding run in
     /// docs/model.md; docs/references.md gives none).
-    #[arg(long, default_value_t = ModelInput::founding_case().draft_ms)]
+    #[arg(long, default_value_t = ModelInput::founding_case().draft_ms, value_parser = zero_or_more)]
     draft_ms: f64,
     /// Tokens yielded per verify step (accepted drafts + bonus token; default: 1.8, what the
     /// founding run achieved (docs/model.md); EAGLE-3's model cards give 2.3-3.2).
@@ -87,14 +87,50 @@ pub struct ModelArgs {
     measure: bool,
 }
 
+// Every figure of the model is checked as clap parses it, so that a value out of range is
+// refused naming its flag and range (exit status 2) before anything is printed; the
+// library's own checks name its fields (`records`, `world`), which a user never typed.
+
+/// A count (`--layers`, `--hidden`, `--ar-per-layer`, `--verify-width`): 1 or more.
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("expected a whole number, 1 or more".into()),
+    }
+}
+
+/// `--tp`: the ranks of one all-reduce, as every command takes them.
+fn tp_size(s: &str) -> Result<usize, String> {
+    let max = tpar::workspace::MAX_WORLD;
+    match s.trim().parse::<usize>() {
+        Ok(n) if (2..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected 2 to {max} ranks (tpar's world sizes on one host)")),
+    }
+}
+
+fn number(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok().filter(|v| v.is_finite())
+}
+
+/// A time in ms (`--compute-ms`, `--draft-ms`): 0 or more.
+fn zero_or_more(s: &str) -> Result<f64, String> {
+    number(s).filter(|v| *v >= 0.0).ok_or_else(|| "expected a number, 0 or more".into())
+}
+
+/// A rate or factor (`--baseline-tok-s`, `--verify-compute-factor`): more than 0.
+fn above_zero(s: &str) -> Result<f64, String> {
+    number(s).filter(|v| *v > 0.0).ok_or_else(|| "expected a number above 0".into())
+}
+
 /// `--measure`: `tpar bench` at the decode and verify sizes with `tp` ranks, its table shown,
 /// its records returned (the JSON goes through a temporary file).
 fn measure(args: &ModelArgs, input: &ModelInput) -> Result<Vec<Record>, String> {
     let gpus = if cfg!(feature = "cuda") { crate::harness::gpu_count() } else { 0 };
     if gpus < 2 {
-        return Err("--measure needs 2 or more GPUs (and a tpar built with the `cuda` feature): the model compares tpar with NCCL, \
-                    which CPU ranks do not have. Without GPUs, model from figures (--nccl-us, --plan-us), a bench file or the simulator"
-            .into());
+        return Err(crate::exit::refuse(
+            "--measure needs 2 or more GPUs (and a tpar built with the `cuda` feature): the model compares tpar with NCCL, \
+             which CPU ranks do not have. Without GPUs, model from figures (--nccl-us, --plan-us), a bench file or the simulator",
+        ));
     }
     let (one, verify) = (input.ar_bytes(1), input.ar_bytes(input.verify_width));
     let factor = (verify / one.max(1)).max(1);
@@ -176,14 +212,14 @@ fn parse_latency(s: &str, algorithm: Algorithm) -> Result<Box<dyn ArLatency>, St
 }
 
 pub fn run(args: ModelArgs) -> Result<(), String> {
-    let dtype: DType = args.dtype.parse().map_err(|e: tpar::Error| e.to_string())?;
+    let dtype: DType = args.dtype.parse().map_err(|e: tpar::Error| crate::exit::refuse(format!("--dtype: {e}")))?;
     // A verify step yields at least its bonus token and at most one per row it verifies.
     let most = args.verify_width as f64;
     if !(1.0..=most).contains(&args.acceptance) {
-        return Err(format!(
+        return Err(crate::exit::refuse(format!(
             "--acceptance {}: tokens per verify step lie in 1 to {} (--verify-width {}: the accepted drafts plus the bonus token)",
             args.acceptance, args.verify_width, args.verify_width
-        ));
+        )));
     }
     let compute = match (args.compute_ms, args.baseline_tok_s) {
         (Some(ms), _) => Compute::StepMs(ms),
@@ -209,6 +245,16 @@ pub fn run(args: ModelArgs) -> Result<(), String> {
         None => None,
     };
     let given = args.nccl_us.is_some() || args.plan_us.is_some() || args.profile.is_some() || records.is_some() || args.sim.is_some();
+    // Where a topology times either side, --tp must fit its GPUs: said here, with the flag,
+    // rather than as the library's `world` after the output began.
+    let times_on_topology = !given || (args.nccl_us.is_none() && records.is_none()) || (args.plan_us.is_none() && args.profile.is_none() && records.is_none());
+    if times_on_topology {
+        let name = args.sim.as_deref().unwrap_or(model::FOUNDING_TOPOLOGY);
+        let gpus = Topology::load(name).map_err(|e| crate::exit::refuse(format!("--sim {name}: {e}")))?.gpu_count();
+        if args.tp > gpus {
+            return Err(crate::exit::refuse(format!("--tp {}: {name} has {gpus} GPUs, so --tp takes 2 to {gpus} there", args.tp)));
+        }
+    }
 
     // No figures given: the default case. Without GPUs it is the founding case with NCCL as
     // measured there (docs/model.md); a tune of this machine will hand its records to the

@@ -108,11 +108,11 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
         }
         return Ok(());
     }
-    let world = args.world.ok_or("--world N is required (or use --table)")?;
+    let world = args.world.ok_or_else(|| crate::exit::refuse("--world N is required (or use --table)"))?;
     // Every world a communicator accepts (2 to 16), even beyond the topology's GPUs: the
     // plan's own rule answers those (NCCL, and the reason says why; docs/plan.md).
     crate::harness::check_world(world)?;
-    let bytes = args.bytes.ok_or("--bytes B is required (or use --table)")?;
+    let bytes = args.bytes.ok_or_else(|| crate::exit::refuse("--bytes B is required (or use --table)"))?;
     if let Err(e) = overrides.validate(&topology, world, backend) {
         eprintln!("tpar: warning: a communicator would refuse these settings at init: {e}");
     }

@@ -18,7 +18,7 @@ pub struct SettingsArgs {
 
 pub fn run(args: SettingsArgs) -> Result<(), String> {
     if args.check {
-        tpar::Settings::from_env().map_err(|e| e.to_string())?;
+        tpar::Settings::from_env().map_err(|e| crate::exit::refuse(e.to_string()))?;
         println!("tpar settings: every TPAR_* variable set here parses");
         return Ok(());
     }

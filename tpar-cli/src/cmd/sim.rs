@@ -108,6 +108,22 @@ pub fn planned_with(topo: &Topology, world: usize, bytes: usize, graph: bool, pr
     })
 }
 
+/// Why tpar's plan refuses `a` on `world` ranks of `topo` (a communicator forced to it with
+/// TPAR_ALGO would refuse at init), for the algorithms GPU ranks implement; `None` where it
+/// runs. Algorithms with no GPU implementation (gather-bcast) stay in the table as the
+/// baselines the simulator models.
+fn plan_refuses(topo: &Topology, world: usize, a: Algorithm) -> Option<String> {
+    if a == Algorithm::Nccl || tpar::algorithms::registry::spec(a).gpu_transports.is_empty() {
+        return None;
+    }
+    let forced = Overrides { algorithm: Some(a), ..Overrides::default() };
+    match forced.validate(topo, world, Backend::Cuda) {
+        Ok(()) => None,
+        Err(tpar::Error::Unsupported { reason, .. }) => Some(reason),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
 /// `42 KiB`-style size for tables (the one formatter, `tpar::units::human_bytes`).
 pub fn human(bytes: usize) -> String {
     tpar::units::human_bytes(bytes as u64)
@@ -143,20 +159,26 @@ pub fn run(args: SimArgs) -> Result<(), String> {
             topo = with;
         }
     }
-    let sizes = parse_sizes(&args.bytes)?;
-    let algos = parse_algos(args.algo.as_deref())?;
+    let sizes = parse_sizes(&args.bytes).map_err(crate::exit::refuse)?;
+    let algos = parse_algos(args.algo.as_deref()).map_err(crate::exit::refuse)?;
     let params = Params {
         launch: if args.graph { Launch::Graph } else { Launch::Eager },
         nccl_p2p_across_sockets: args.nccl_p2p_sys,
         ..Params::default()
     };
-    let sim = Simulator::new(&topo, world, &params).map_err(|e| e.to_string())?;
+    // Its errors are the flags' (a world the topology cannot hold): a refusal.
+    let sim = Simulator::new(&topo, world, &params).map_err(|e| crate::exit::refuse(e.to_string()))?;
 
     // Which algorithms run here at all (decided at the first size; it does not depend on size).
     let (_, refused) = sim.predict_all(&algos, sizes[0]);
     let runnable: Vec<Algorithm> = algos.iter().copied().filter(|a| !refused.iter().any(|(r, _)| r == a)).collect();
+    // What the plan refuses to run on this fabric (hierarchical on one island) is not shown
+    // as a time: a communicator forced to it would refuse at init, and `tpar plan` says why.
+    let gated: Vec<(Algorithm, String)> = runnable.iter().filter_map(|&a| plan_refuses(&topo, world, a).map(|why| (a, why))).collect();
+    let runnable: Vec<Algorithm> = runnable.into_iter().filter(|a| !gated.iter().any(|(g, _)| g == a)).collect();
     if runnable.is_empty() {
-        return Err(format!("none of the requested algorithms can run on {}", topo.name));
+        let why: Vec<String> = gated.iter().map(|(a, why)| format!("{a}: {why}")).collect();
+        return Err(crate::exit::refuse(format!("none of the requested algorithms can run on {}{}", topo.name, if why.is_empty() { String::new() } else { format!(" ({})", why.join("; ")) })));
     }
 
     println!(
@@ -226,6 +248,9 @@ pub fn run(args: SimArgs) -> Result<(), String> {
     }
     for (a, e) in &refused {
         println!("# {a}: not simulated: {e}");
+    }
+    for (a, why) in &gated {
+        println!("# {a}: not runnable here (tpar plan refuses it): {why}");
     }
     println!(
         "# sim pick: the fastest simulated algorithm; its from: the least trusted figure its time rests on (profile, probe, published, assumed); at bound: its time with every unmeasured figure at {} GB/s per GPU, the worst published; tpar plan: what tpar::plan runs {}",

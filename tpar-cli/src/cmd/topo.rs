@@ -22,7 +22,9 @@ pub struct TopoArgs {
     #[arg(long)]
     pub probe: bool,
     /// Print the published link figures the PCIe presets carry (with their sources) as
-    /// docs/topology.md shows them, and exit.
+    /// docs/topology.md shows them, then the published tests under load that the plan and
+    /// the simulator also count as published (each `published` label rests on a row of one
+    /// of the two tables), and exit.
     #[arg(long)]
     pub published: bool,
 }
@@ -30,6 +32,7 @@ pub struct TopoArgs {
 pub fn run(args: TopoArgs) -> Result<(), String> {
     if args.published {
         print!("{}", tpar::topology::presets::published_markdown());
+        print!("\n{}", evidence_markdown());
         return Ok(());
     }
     let mut t = Topology::load(&args.topology).map_err(|e| e.to_string())?;
@@ -42,6 +45,25 @@ pub fn run(args: TopoArgs) -> Result<(), String> {
         print!("{}", render(&t));
     }
     Ok(())
+}
+
+/// The published tests of an operation under load on a preset's exact box
+/// (`presets::EVIDENCE`): figures the plan and the simulator label `published` although no
+/// rate under all-to-all load is in the preset's probe (the table above).
+fn evidence_markdown() -> String {
+    use tpar::topology::presets::{Pairs, EVIDENCE};
+    let mut out = String::from("Published tests under load (what makes these operations `published` in `tpar plan`, `tpar sim` and `tpar doctor`):\n\n");
+    out.push_str("| preset | pairs | operation under load | what was measured | source |\n|---|---|---|---|---|\n");
+    for e in EVIDENCE {
+        let pairs = match e.pairs {
+            Pairs::All => "all",
+            Pairs::SameSwitch => "same switch",
+            Pairs::AcrossSwitches => "across switches or root ports, one socket",
+            Pairs::AcrossSockets => "across sockets",
+        };
+        out.push_str(&format!("| `{}` | {pairs} | {} | {} | {} |\n", e.preset, e.op.name(), e.what, e.source));
+    }
+    out
 }
 
 /// Runs the link probe on this machine's GPUs and stores it in `t`.

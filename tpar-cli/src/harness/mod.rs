@@ -72,13 +72,15 @@ pub fn zero_or_one(s: &str) -> Result<u8, String> {
 /// Refuses a size (`flag`'s value) that holds no element of some datatype in `dtypes`: its
 /// table would be empty.
 pub fn holds_an_element(flag: &str, bytes: usize, dtypes: &[DType]) -> Result<(), String> {
-    match dtypes.iter().filter(|d| d.size() > bytes).max_by_key(|d| d.size()) {
-        Some(d) => Err(format!(
-            "{flag} {bytes}: smaller than one {d} element ({} B); every size must hold at least one element of each datatype",
-            d.size()
-        )),
-        None => Ok(()),
-    }
+    crate::exit::refusing(|| {
+        match dtypes.iter().filter(|d| d.size() > bytes).max_by_key(|d| d.size()) {
+            Some(d) => Err(format!(
+                "{flag} {bytes}: smaller than one {d} element ({} B); every size must hold at least one element of each datatype",
+                d.size()
+            )),
+            None => Ok(()),
+        }
+    })
 }
 
 /// Where the ranks run and how many there are; the same flags in `bench`, `check`, `tune`.
@@ -197,70 +199,90 @@ pub fn cores() -> usize {
 
 /// 2 to 16 ranks, or why not.
 pub fn check_world(world: usize) -> Result<(), String> {
-    let max = tpar::workspace::MAX_WORLD;
-    if (2..=max).contains(&world) {
-        Ok(())
-    } else {
-        Err(format!("--world {world}: tpar runs 2 to {max} ranks on one host"))
-    }
+    crate::exit::refusing(|| {
+        let max = tpar::workspace::MAX_WORLD;
+        if (2..=max).contains(&world) {
+            Ok(())
+        } else {
+            Err(format!("--world {world}: tpar runs 2 to {max} ranks on one host"))
+        }
+    })
+}
+
+/// Refuses, before any rank starts, a well-formed `TPAR_*` setting that CPU ranks cannot
+/// honour (`TPAR_ALGO=nccl`, `TPAR_DISABLE=1`, ...): every rank's communicator would refuse
+/// it at init with the same message, once per rank, after the table's header. The check is
+/// the communicators' own (`Overrides::validate` on the CPU topology).
+fn cpu_ranks_honour_the_settings(world: usize) -> Result<(), String> {
+    let settings = tpar::Settings::from_env().map_err(|e| e.to_string())?;
+    settings
+        .overrides
+        .validate(&tpar::Topology::cpu(), world, tpar::plan::Backend::Cpu)
+        .map_err(|e| format!("{e} (CPU ranks would refuse it at init; `tpar settings` lists every variable)"))
 }
 
 impl RankArgs {
     /// Resolves `--backend` and `--emulate-ranks`. `emulate_ok`: whether the command runs
     /// emulated ranks at all (so messages never suggest a flag it refuses).
     pub fn target(&self, cmd: &str, emulate_ok: bool) -> Result<Target, String> {
-        let _ = EMULATE_OK.set(emulate_ok);
-        if let Some(list) = &self.emulate_ranks {
-            if !emulate_ok {
-                return Err(format!("tpar {cmd} does not run emulated ranks: they share one GPU, so they measure no fabric"));
+        crate::exit::refusing(|| {
+            let _ = EMULATE_OK.set(emulate_ok);
+            if let Some(list) = &self.emulate_ranks {
+                if !emulate_ok {
+                    return Err(format!("tpar {cmd} does not run emulated ranks: they share one GPU, so they measure no fabric"));
+                }
+                if self.backend == "cpu" {
+                    return Err("--emulate-ranks runs ranks on one GPU: use --backend cuda or auto".into());
+                }
+                if self.world.is_some() {
+                    return Err("--emulate-ranks N gives the world size of emulated ranks; drop --world".into());
+                }
+                let worlds = list
+                    .split(',')
+                    .map(|x| x.trim().parse::<usize>().map_err(|_| format!("--emulate-ranks {x:?}: expected a number or a list such as 2,4,8")))
+                    .collect::<Result<Vec<_>, _>>()?;
+                for &w in &worlds {
+                    check_world(w).map_err(|e| e.replace("--world", "--emulate-ranks"))?;
+                }
+                let transport: Transport = self.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
+                if !matches!(transport, Transport::P2p | Transport::Host) {
+                    return Err(format!("--transport {transport}: emulated ranks run over p2p or host"));
+                }
+                return Ok(Target::Emulated { worlds, transport });
             }
-            if self.backend == "cpu" {
-                return Err("--emulate-ranks runs ranks on one GPU: use --backend cuda or auto".into());
-            }
-            if self.world.is_some() {
-                return Err("--emulate-ranks N gives the world size of emulated ranks; drop --world".into());
-            }
-            let worlds = list
-                .split(',')
-                .map(|x| x.trim().parse::<usize>().map_err(|_| format!("--emulate-ranks {x:?}: expected a number or a list such as 2,4,8")))
-                .collect::<Result<Vec<_>, _>>()?;
-            for &w in &worlds {
-                check_world(w).map_err(|e| e.replace("--world", "--emulate-ranks"))?;
-            }
-            let transport: Transport = self.transport.parse().map_err(|e: tpar::Error| e.to_string())?;
-            if !matches!(transport, Transport::P2p | Transport::Host) {
-                return Err(format!("--transport {transport}: emulated ranks run over p2p or host"));
-            }
-            return Ok(Target::Emulated { worlds, transport });
-        }
-        if self.gpu_transport()? == Some(Transport::Host) {
-            if self.backend == "cpu" {
-                return Err("--transport host is for GPU ranks: CPU ranks exchange data through shared memory (shm) already".into());
+            if self.gpu_transport()? == Some(Transport::Host) {
+                if self.backend == "cpu" {
+                    return Err("--transport host is for GPU ranks: CPU ranks exchange data through shared memory (shm) already".into());
+                }
+                if let Some(w) = self.world {
+                    check_world(w)?;
+                }
+                return Ok(Target::Gpu);
             }
             if let Some(w) = self.world {
                 check_world(w)?;
             }
-            return Ok(Target::Gpu);
-        }
-        if let Some(w) = self.world {
-            check_world(w)?;
-        }
-        match self.backend.as_str() {
-            "cpu" => Ok(Target::Cpu),
-            "cuda" => Ok(Target::Gpu),
-            "auto" => {
-                if !cfg!(feature = "cuda") {
-                    return Ok(Target::Cpu);
+            let target = match self.backend.as_str() {
+                "cpu" => Ok(Target::Cpu),
+                "cuda" => Ok(Target::Gpu),
+                "auto" => {
+                    if !cfg!(feature = "cuda") {
+                        return Ok(Target::Cpu);
+                    }
+                    let gpus = gpu_count();
+                    if gpus == 1 && !launch::is_rank() {
+                        let how = if emulate_ok { "; --emulate-ranks N runs N ranks on this one" } else { "" };
+                        eprintln!("tpar: one GPU here: running CPU ranks (GPU rank processes need 2+ GPUs{how})");
+                    }
+                    Ok(if gpus >= 2 { Target::Gpu } else { Target::Cpu })
                 }
-                let gpus = gpu_count();
-                if gpus == 1 && !launch::is_rank() {
-                    let how = if emulate_ok { "; --emulate-ranks N runs N ranks on this one" } else { "" };
-                    eprintln!("tpar: one GPU here: running CPU ranks (GPU rank processes need 2+ GPUs{how})");
-                }
-                Ok(if gpus >= 2 { Target::Gpu } else { Target::Cpu })
+                other => Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
+            }?;
+            if matches!(target, Target::Cpu) && !launch::is_rank() {
+                cpu_ranks_honour_the_settings(self.world(&target)?)?;
             }
-            other => Err(format!("--backend {other:?}: expected auto, cpu or cuda")),
-        }
+            Ok(target)
+        })
     }
 
     /// `--transport` for GPU rank processes: `None` for p2p (the default: the plan and
@@ -304,95 +326,105 @@ impl RankArgs {
 /// `--algo`: `all`, `auto` (the plan's pick per call, as TPAR_ALGO=auto), or a comma list
 /// of what `target` runs. `None` in the result stands for `auto`.
 pub fn parse_algos(s: &str, target: &Target) -> Result<Vec<Option<Algorithm>>, String> {
-    let runs = target.algorithms();
-    let names = || runs.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
-    let items: Vec<&str> = s.split(',').map(str::trim).collect();
-    if items.len() > 1 && items.iter().any(|x| *x == "all" || *x == "auto") {
-        return Err(format!("--algo {s:?}: `all` and `auto` stand alone; or list algorithms from: {}", names()));
-    }
-    match items[..] {
-        ["all"] => return Ok(runs.iter().copied().map(Some).collect()),
-        ["auto"] => return Ok(vec![None]),
-        _ => {}
-    }
-    items
-        .iter()
-        .map(|x| {
-            let a: Algorithm = x.parse().map_err(|_| format!("--algo {x:?}: unknown; {} run: {}, or all, or auto", target.name(), names()))?;
-            if runs.contains(&a) {
-                Ok(Some(a))
-            } else {
-                Err(format!("--algo {a}: {} do not run it ({}); they run: {}", target.name(), spec(a).summary, names()))
-            }
-        })
-        .collect()
+    crate::exit::refusing(|| {
+        let runs = target.algorithms();
+        let names = || runs.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
+        let items: Vec<&str> = s.split(',').map(str::trim).collect();
+        if items.len() > 1 && items.iter().any(|x| *x == "all" || *x == "auto") {
+            return Err(format!("--algo {s:?}: `all` and `auto` stand alone; or list algorithms from: {}", names()));
+        }
+        match items[..] {
+            ["all"] => return Ok(runs.iter().copied().map(Some).collect()),
+            ["auto"] => return Ok(vec![None]),
+            _ => {}
+        }
+        items
+            .iter()
+            .map(|x| {
+                let a: Algorithm = x.parse().map_err(|_| format!("--algo {x:?}: unknown; {} run: {}, or all, or auto", target.name(), names()))?;
+                if runs.contains(&a) {
+                    Ok(Some(a))
+                } else {
+                    Err(format!("--algo {a}: {} do not run it ({}); they run: {}", target.name(), spec(a).summary, names()))
+                }
+            })
+            .collect()
+    })
 }
 
 /// `-d`: `all` or a comma list of float, half, bfloat16.
 pub fn parse_dtypes(s: &str) -> Result<Vec<DType>, String> {
-    let names = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
-    let expected = || format!("expected one of {names}, a comma list of them (float,bfloat16), or all");
-    if s.trim() == "all" {
-        return Ok(DType::ALL.to_vec());
-    }
-    let mut v: Vec<DType> = Vec::new();
-    for item in s.split(',').map(str::trim) {
-        if item == "all" {
-            return Err(format!("-d {s:?}: `all` stands alone; {}", expected()));
+    crate::exit::refusing(|| {
+        let names = DType::ALL.iter().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+        let expected = || format!("expected one of {names}, a comma list of them (float,bfloat16), or all");
+        if s.trim() == "all" {
+            return Ok(DType::ALL.to_vec());
         }
-        let d = item.parse::<DType>().map_err(|_| format!("-d {item:?}: unknown datatype; {}", expected()))?;
-        if !v.contains(&d) {
-            v.push(d);
+        let mut v: Vec<DType> = Vec::new();
+        for item in s.split(',').map(str::trim) {
+            if item == "all" {
+                return Err(format!("-d {s:?}: `all` stands alone; {}", expected()));
+            }
+            let d = item.parse::<DType>().map_err(|_| format!("-d {item:?}: unknown datatype; {}", expected()))?;
+            if !v.contains(&d) {
+                v.push(d);
+            }
         }
-    }
-    Ok(v)
+        Ok(v)
+    })
 }
 
 /// `--mode`: eager, graph or both; `None` is the target's default.
 pub fn parse_modes(s: Option<&str>, target: &Target) -> Result<Vec<CaptureMode>, String> {
-    let (can, default) = target.modes();
-    let want = match s {
-        None => return Ok(default.to_vec()),
-        Some("both") => vec![CaptureMode::Eager, CaptureMode::Graph],
-        Some("eager") => vec![CaptureMode::Eager],
-        Some("graph") => vec![CaptureMode::Graph],
-        Some(m) => return Err(format!("--mode {m:?}: expected eager, graph or both")),
-    };
-    if let Some(m) = want.iter().find(|m| !can.contains(m)) {
-        return Err(format!("--mode {m}: {} time eager calls only (CUDA graphs are a GPU thing)", target.name()));
-    }
-    Ok(want)
+    crate::exit::refusing(|| {
+        let (can, default) = target.modes();
+        let want = match s {
+            None => return Ok(default.to_vec()),
+            Some("both") => vec![CaptureMode::Eager, CaptureMode::Graph],
+            Some("eager") => vec![CaptureMode::Eager],
+            Some("graph") => vec![CaptureMode::Graph],
+            Some(m) => return Err(format!("--mode {m:?}: expected eager, graph or both")),
+        };
+        if let Some(m) = want.iter().find(|m| !can.contains(m)) {
+            return Err(format!("--mode {m}: {} time eager calls only (CUDA graphs are a GPU thing)", target.name()));
+        }
+        Ok(want)
+    })
 }
 
 /// Sizes from `min` to `max` multiplying by `factor`, as all_reduce_perf's -b/-e/-f.
 pub fn size_steps(min: usize, max: usize, factor: usize) -> Result<Vec<usize>, String> {
-    if min > max {
-        return Err(format!("-b {min} is larger than -e {max}"));
-    }
-    if factor < 2 && min != max {
-        return Err("-f must be at least 2".into());
-    }
-    let mut v = vec![];
-    let mut s = min.max(1);
-    while s <= max {
-        v.push(s);
-        match s.checked_mul(factor) {
-            Some(n) if factor >= 2 => s = n,
-            _ => break,
+    crate::exit::refusing(|| {
+        if min > max {
+            return Err(format!("-b {min} is larger than -e {max}"));
         }
-    }
-    Ok(v)
+        if factor < 2 && min != max {
+            return Err("-f must be at least 2".into());
+        }
+        let mut v = vec![];
+        let mut s = min.max(1);
+        while s <= max {
+            v.push(s);
+            match s.checked_mul(factor) {
+                Some(n) if factor >= 2 => s = n,
+                _ => break,
+            }
+        }
+        Ok(v)
+    })
 }
 
 /// `--sequence CALLSxBYTES` (e.g. 122x43008 or 122x42K).
 pub fn parse_sequence(s: &str) -> Result<(usize, usize), String> {
-    let (a, b) = s.split_once(['x', 'X']).ok_or_else(|| format!("--sequence {s:?}: expected CALLSxBYTES, e.g. 122x43008"))?;
-    let calls = a.trim().parse::<usize>().map_err(|e| format!("--sequence calls: {e}"))?;
-    let bytes = size(b)?;
-    if calls == 0 || bytes == 0 {
-        return Err("--sequence: calls and bytes must be positive".into());
-    }
-    Ok((calls, bytes))
+    crate::exit::refusing(|| {
+        let (a, b) = s.split_once(['x', 'X']).ok_or_else(|| format!("--sequence {s:?}: expected CALLSxBYTES, e.g. 122x43008"))?;
+        let calls = a.trim().parse::<usize>().map_err(|e| format!("--sequence calls: {e}"))?;
+        let bytes = size(b)?;
+        if calls == 0 || bytes == 0 {
+            return Err("--sequence: calls and bytes must be positive".into());
+        }
+        Ok((calls, bytes))
+    })
 }
 
 /// Where a checked call's input comes from and its output goes.

@@ -27,6 +27,18 @@ fn field(rank: usize, field: &'static str, expected: impl ToString, got: impl To
     Error::Rendezvous { rank, field, expected: expected.to_string(), got: got.to_string() }
 }
 
+/// What a welcome's chunk capacity must be for a segment of `bytes`: from the least chunk
+/// tpar makes to the words the segment holds. A segment smaller than the least chunk admits
+/// none, and the message says so rather than print the range backwards.
+fn cap_range(bytes: usize) -> String {
+    let most = bytes / 8;
+    if most < MIN_CAP_WORDS {
+        format!("at least {MIN_CAP_WORDS} words, a multiple of {LINE_WORDS}, which a segment of {bytes} bytes ({most} words) cannot hold")
+    } else {
+        format!("{MIN_CAP_WORDS} to {most} words, a multiple of {LINE_WORDS}")
+    }
+}
+
 impl DataPlane for ShmWorkspace {
     fn create(spec: &JoinSpec) -> Result<(Self, Vec<u8>)> {
         let layout = Layout::for_budget(spec.world, spec.shm_budget)?;
@@ -63,7 +75,7 @@ impl DataPlane for ShmWorkspace {
             .ok()
             .filter(|c| (MIN_CAP_WORDS..=bytes / 8).contains(c) && c % LINE_WORDS == 0);
         let Some(cap) = cap_ok else {
-            return Err(field(rank, "cap", format!("{MIN_CAP_WORDS} to {} words, a multiple of {LINE_WORDS}", bytes / 8), cap));
+            return Err(field(rank, "cap", cap_range(bytes), cap));
         };
         let layout = Layout::new(spec.world, cap).map_err(|e| field(rank, "cap", format!("a layout of {bytes} bytes"), format!("{cap} words ({e})")))?;
         if layout.bytes() != bytes {

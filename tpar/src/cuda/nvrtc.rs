@@ -35,6 +35,11 @@ pub struct NvrtcVersion {
     pub minor: i32,
 }
 
+/// The NVRTC wheel to install where the system has none: CUDA 13.0's, the version the GPU
+/// machine's driver takes (a newer NVRTC emits PTX that an older driver refuses); the pin of
+/// `scripts/install-nvrtc.sh`.
+pub const NVRTC_WHEEL: &str = "nvidia-cuda-nvrtc==13.0.88";
+
 /// What `preload` settled on: the libraries it keeps loaded, and where NVRTC came from
 /// (None: nothing preloaded, cudarc finds it by name).
 struct Preloaded {
@@ -118,8 +123,9 @@ pub fn probe() -> Result<NvrtcVersion> {
             library: "nvrtc",
             reason: format!(
                 "libnvrtc (CUDA 13) not found: looked in {NVRTC_LIB_ENV} (unset), the Python environment ({}) and by name. \
-                 `pip install nvidia-cuda-nvrtc==13.0.88` into the engine's environment (torch's CUDA 13 wheels pull it), \
-                 or put its directory on LD_LIBRARY_PATH (e.g. /usr/local/cuda/lib64), or set {NVRTC_LIB_ENV} to the file",
+                 `pip install {NVRTC_WHEEL}` into the engine's environment (torch's CUDA 13 wheels pull it), \
+                 or put its directory on LD_LIBRARY_PATH (e.g. /usr/local/cuda/lib64), or set {NVRTC_LIB_ENV} to the file; \
+                 in a clone of tpar, `scripts/install-nvrtc.sh` installs the same wheel into .nvrtc/",
                 describe_dirs(&libpath::environment_dirs())
             ),
         });

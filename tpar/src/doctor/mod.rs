@@ -27,7 +27,7 @@ use crate::error::{Error, Result};
 use crate::kinds::{Algorithm, Backend, CaptureMode, Transport};
 use crate::plan::profile::{Profile, ProfileFingerprint};
 use crate::plan::{plan, Overrides, Plan, PlanInput};
-use crate::settings::Settings;
+use crate::settings::{Settings, Tune};
 use crate::topology::{presets, Topology};
 use crate::units::human_bytes;
 use serde::{Deserialize, Serialize};
@@ -168,14 +168,14 @@ impl Report {
     /// files the engine's Python has: [`Report::finish`]). An error only for bad options.
     pub fn gather(opts: &Options) -> Result<Report> {
         opts.validate()?;
-        let (settings, overrides) = settings_status();
+        let (settings, overrides, tune) = settings_status();
         let mut topology = match &opts.topology {
             None => Topology::discover(),
             Some(name) => Topology::load(name)?,
         };
         let discovered = opts.topology.is_none();
         let profile_path = overrides.profile.clone();
-        let (profile, mut profile_lines) = load_profile(profile_path.as_deref());
+        let (profile, mut profile_lines) = load_profile(profile_path.as_deref(), tune, &overrides);
         let probe = attach_probe(&mut topology, discovered, opts.probe, profile.as_ref());
         let (archs, arch_source) = archs_of(&topology, discovered);
         let gpus = topology.gpu_count();
@@ -190,6 +190,9 @@ impl Report {
         let (size_classes, size_classes_note) = size_classes(&topology, tp, opts.hidden, &overrides, profile.as_ref());
         let estimate = estimate::estimate(&topology, discovered, opts.tp, opts.hidden, profile.as_ref());
         let source = match &opts.topology {
+            // Without GPUs the first note is NVML's error, which the report prints once, in its
+            // NO GPU line.
+            None if no_gpu.is_some() => "this machine, through NVML".into(),
             None => topology.notes.first().cloned().unwrap_or_else(|| "discovered".into()),
             Some(name) if presets::by_name(name).is_some() => format!("preset {name} (--topology): a machine tpar knows, not this one"),
             Some(name) => format!("{name} (--topology)"),
@@ -244,17 +247,52 @@ impl Report {
 
 /// The settings of this shell, and the plan's overrides from them (none where one is
 /// malformed: the report says which).
-fn settings_status() -> (SettingsStatus, Overrides) {
+fn settings_status() -> (SettingsStatus, Overrides, Tune) {
     let set = crate::settings::set_vars().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
     match Settings::from_env() {
-        Ok(s) => (SettingsStatus { set, error: None, enable: s.enable }, s.overrides),
-        Err(e) => (SettingsStatus { set, error: Some(e.to_string()), enable: false }, Overrides::default()),
+        Ok(s) => (SettingsStatus { set, error: None, enable: s.enable }, s.overrides, s.tune),
+        Err(e) => (SettingsStatus { set, error: Some(e.to_string()), enable: false }, Overrides::default(), Tune::default()),
     }
 }
 
-fn load_profile(path: Option<&std::path::Path>) -> (Option<Profile>, Vec<String>) {
+/// Where the first-use tune's time comes from (emulated 2, 4 and 8 ranks on one H200: the
+/// first start tuned in 7.5 / 8.1 / 8.0 s, the next read the cache in 0.3-0.6 ms).
+const TUNE_TIME_SOURCE: &str = "bench/results/h200-1gpu-round7/README.md";
+
+/// What a GPU communicator starting here does for its plan when `TPAR_PROFILE` is unset: the
+/// first-use tune (`tune::start`), or why it skips it (the skips of a GPU communicator's
+/// start, `cuda::comm::tune_start`, that the settings alone decide).
+fn without_profile(tune: Tune, o: &Overrides) -> String {
+    let skip = if tune == Tune::Off {
+        Some("TPAR_TUNE=off".to_string())
+    } else if o.disable {
+        Some("TPAR_DISABLE=1: every call goes to NCCL".to_string())
+    } else if let Some(a) = o.algorithm {
+        Some(format!("TPAR_ALGO={a} forces the algorithm"))
+    } else if o.transport == Some(Transport::Nccl) {
+        Some("TPAR_TRANSPORT=nccl: every call goes to NCCL".to_string())
+    } else {
+        None
+    };
+    if let Some(why) = skip {
+        return format!("no tuned profile (TPAR_PROFILE is unset) and no tune at start ({why}): the plan uses its defaults; `tpar tune -o FILE` measures this machine");
+    }
+    if crate::settings::cache_dir().is_none() {
+        return "no tuned profile (TPAR_PROFILE is unset) and no cache directory (set TPAR_CACHE_DIR or HOME), so no tune at start: the plan uses its defaults".into();
+    }
+    let when = match tune {
+        Tune::Force => "TPAR_TUNE=force: every GPU communicator's start tunes its machine again",
+        _ => "TPAR_TUNE=auto (the default): the first GPU communicator to start on a machine with no cached profile tunes it",
+    };
+    format!(
+        "no TPAR_PROFILE; {when} (about 8 s: 7.5-8.1 s measured with 2-8 ranks, {TUNE_TIME_SOURCE}) and caches the profile \
+         (profiles/ in the kernel cache's directory, below); later starts read it in under a millisecond. The plans below are the defaults that profile replaces"
+    )
+}
+
+fn load_profile(path: Option<&std::path::Path>, tune: Tune, overrides: &Overrides) -> (Option<Profile>, Vec<String>) {
     let Some(path) = path else {
-        return (None, vec!["no tuned profile (TPAR_PROFILE is unset): the plan uses its defaults; `tpar tune -o FILE` measures this machine".into()]);
+        return (None, vec![without_profile(tune, overrides)]);
     };
     match Profile::load(path) {
         Ok(p) => {
@@ -401,10 +439,9 @@ fn problems(r: &Report) -> Vec<String> {
     if let Some(e) = &r.settings.error {
         out.push(format!("a TPAR_* setting is malformed, and every communicator would refuse to start: {e}"));
     }
-    if let Some(why) = &r.machine.no_gpu {
-        if r.machine.discovered {
-            out.push(format!("no GPU visible: {why}"));
-        }
+    if r.machine.no_gpu.is_some() && r.machine.discovered {
+        // NVML's error is printed once, in the Fabric section's NO GPU line.
+        out.push("no GPU visible (why: the Fabric section's NO GPU line)".into());
     }
     if r.machine.discovered && r.tp > r.machine.topology.gpu_count() && r.machine.topology.gpu_count() > 0 {
         out.push(format!("TP {} is more than the {} GPUs here: the plan gives every call to NCCL", r.tp, r.machine.topology.gpu_count()));

@@ -64,7 +64,12 @@ fn fabric(out: &mut String, r: &Report) {
     }
     let _ = writeln!(out, "link probe: {}", m.probe);
     out.push('\n');
-    out.push_str(&crate::topology::render::text(&m.topology));
+    // NVML's error is in the NO GPU line above: the topology's copy of it is not repeated.
+    let mut shown = m.topology.clone();
+    if m.no_gpu.is_some() {
+        shown.notes.retain(|n| !n.starts_with("no GPU topology"));
+    }
+    out.push_str(&crate::topology::render::text(&shown));
 }
 
 fn us(v: Option<f64>) -> String {

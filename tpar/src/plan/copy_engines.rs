@@ -6,6 +6,7 @@
 use super::feasibility::{check, natural_transport, Fabric};
 use super::sim_cost;
 use crate::kinds::{Algorithm, CaptureMode};
+use crate::sim::Source;
 use crate::topology::Topology;
 
 /// What the simulator says of `ce-ring` (copy engines) for a large PCIe call the default
@@ -25,6 +26,12 @@ pub(super) fn ce_ring_note(s: u64, f: &Fabric, topo: &Topology, capture: Capture
     };
     let (ce, nc, source) = (ce.us, nc.us, ce.source);
     let probed = topo.probe.as_ref().is_some_and(|p| (0..n).all(|i| (0..n).filter(|&j| j != i).all(|j| p.pair(i, Some(j)).is_some_and(|q| q.ce_gbps.is_some()))));
-    let rates = if probed { format!("copy-engine rates measured by the link probe, figures {source}") } else { format!("copy-engine rates assumed (the links' rates), figures {source}") };
-    format!("; the simulator times ce-ring at {ce:.1} us against NCCL {nc:.1} us ({rates}, per-copy start assumed): unmeasured on this machine, so NCCL until `tpar tune` measures ce-ring")
+    // The rates come from the topology's probe: a preset's is published figures, a machine's
+    // own is tpar's link probe; the label names which (never "measured" for a preset).
+    let rates = match (probed, crate::sim::provenance::probe_source(topo)) {
+        (true, Source::Published) => "copy-engine rates published for this box (the preset's probe)",
+        (true, _) => "copy-engine rates measured by tpar's link probe",
+        (false, _) => "copy-engine rates assumed (the links' rates)",
+    };
+    format!("; the simulator times ce-ring at {ce:.1} us against NCCL {nc:.1} us ({rates}, per-copy start assumed; the time as a whole: {source}): unmeasured on this machine, so NCCL until `tpar tune` measures ce-ring")
 }

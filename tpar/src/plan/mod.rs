@@ -402,9 +402,14 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
             let base = if s <= CPU_ONESHOT_MAX_BYTES { Algorithm::OneshotPush } else { Algorithm::TwoshotPush };
             let (a, why) = pull(base);
             let cmp = if s <= CPU_ONESHOT_MAX_BYTES { "<=" } else { ">" };
-            let reason = format!("CPU ranks over shm: {size} {cmp} {} (CPU one-shot limit, measured on CPU ranks){why}", human_bytes(CPU_ONESHOT_MAX_BYTES));
-            // The threshold is tpar's own measurement on CPU ranks (bench/results/cpu-vs-mpi-2core.md).
-            make(a, Transport::Shm, s, f, reason).timed(None, Source::Published, None, None)
+            // The threshold is tpar's own measurement on CPU ranks, and the reason says where
+            // it lives. The plan predicts no time for CPU ranks, so it carries no source: a
+            // source names where a predicted time comes from, and there is none.
+            let reason = format!(
+                "CPU ranks over shm: {size} {cmp} {} (the CPU one-shot limit, measured by tpar on CPU ranks: bench/results/cpu-vs-mpi-2core.md){why}",
+                human_bytes(CPU_ONESHOT_MAX_BYTES)
+            );
+            make(a, Transport::Shm, s, f, reason)
         }
         Backend::Cuda => {
             if n == 1 {

@@ -123,7 +123,7 @@ pub const NVLINK_CITE: &str = "NVLink writes 371-377 GB/s (nccl #1264); tpar's k
 /// What the probe's origin makes of a figure it carries: a preset's published figures, or
 /// tpar's own probe (a profile's probe is upgraded to [`Source::Profile`] by the caller, who
 /// knows where the topology came from).
-fn probe_source(t: &Topology) -> Source {
+pub(crate) fn probe_source(t: &Topology) -> Source {
     match &t.probe {
         Some(p) if p.source.starts_with("published") => Source::Published,
         Some(_) => Source::Probe,
