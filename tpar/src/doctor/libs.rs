@@ -3,7 +3,8 @@
 //! kernel cache directory, as `tpar doctor` reports them.
 //!
 //! Each library is first loaded the way tpar loads it (`cuda::driver`, `cuda::nvrtc::probe`,
-//! `cuda::nccl::load`: the `TPAR_*_LIB` setting, then by name through the loader's path); only
+//! `cuda::nccl::load`: the `TPAR_*_LIB` setting, then the Python environment, then by name
+//! through the loader's path), and reported with where it came from; only
 //! where that fails are other places searched (files of the engine Python's installed
 //! distributions, e.g. the `nvidia-cuda-nvrtc` wheel, and the usual system directories). A
 //! library found only by searching gets the line that makes tpar find it.
@@ -272,8 +273,9 @@ fn nvrtc(candidates: &[Candidate]) -> Library {
     };
     match crate::cuda::nvrtc::probe() {
         Ok(v) => {
-            let (path, how) = match crate::settings::nvrtc_lib() {
-                Some(p) => (Some(p.display().to_string()), var.to_string()),
+            // Where the loader found it: the setting, the Python environment, or by name.
+            let (path, how) = match crate::cuda::nvrtc::found() {
+                Some(f) => (Some(f.path.clone()), f.origin.describe()),
                 None => (mapped("libnvrtc.so"), "by name".to_string()),
             };
             Library { path, version: Some(format!("{}.{}", v.major, v.minor)), detail: how, ..lib }
@@ -298,7 +300,7 @@ fn nccl(candidates: &[Candidate]) -> Library {
     match crate::cuda::nccl::load() {
         Ok(n) => {
             let path = if n.path.starts_with('/') { Some(n.path.clone()) } else { mapped("libnccl.so").or_else(|| Some(n.path.clone())) };
-            let how = if crate::settings::nccl_lib().is_some_and(|p| p.display().to_string() == n.path) { var.to_string() } else { "by name".to_string() };
+            let how = n.origin.describe();
             Library { path, version: n.version().ok().map(nccl_version), detail: how, ..lib }
         }
         Err(e) => found_or_searched(lib, e.to_string(), candidates, "nccl", nccl_version_at),
