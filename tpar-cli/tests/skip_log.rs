@@ -46,12 +46,3 @@ fn skips_print_and_append_to_the_log() {
     assert!(!log.exists());
     std::fs::remove_dir_all(&dir).ok();
 }
-
-/// One helper, one text: the library's test crate holds the same file.
-#[test]
-fn both_test_crates_share_the_helper() {
-    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cli = std::fs::read_to_string(here.join("tests/common/skip.rs")).unwrap();
-    let lib = std::fs::read_to_string(here.join("../tpar/tests/common/skip.rs")).unwrap();
-    assert_eq!(cli, lib, "tpar-cli/tests/common/skip.rs and tpar/tests/common/skip.rs differ");
-}
