@@ -69,17 +69,18 @@ hash -r
 no_rust() { ! command -v cargo && ! command -v rustc && echo "no cargo, no rustc on PATH=$PATH"; }
 step "no cargo or rustc on PATH" no_rust
 
-# torch, the engine's: the project's .venv (its site-packages after the venv's own).
+# 3. pip, from the wheel alone (before torch's site-packages become visible: pip would
+# otherwise find the project's own tpar there and install nothing).
 py="$venv/bin/python"
+step "pip install --no-index --find-links $(basename "$(dirname "$wheel")") $(basename "$wheel")" \
+    "$py" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-index --find-links "$(dirname "$wheel")" "$wheel"
+# torch, the engine's: the project's .venv (its site-packages after the venv's own).
 site="$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 torch_site="$(ls -d "$root"/.venv/lib/python3*/site-packages 2>/dev/null | head -1)"
 if [ -n "$torch_site" ] && [ -d "$torch_site/torch" ]; then
     echo "$torch_site" >"$site/zz-engine-torch.pth"
 fi
 
-# 3. pip, from the wheel alone.
-step "pip install --no-index --find-links $(basename "$(dirname "$wheel")") $(basename "$wheel")" \
-    "$py" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-index --find-links "$(dirname "$wheel")" "$wheel"
 step "import tpar (the wheel's, in the fresh venv)" "$py" -c "
 import os, sys, tpar
 where = os.path.realpath(tpar.__file__)
