@@ -73,19 +73,14 @@ pub(super) struct Workspaces {
 }
 
 impl Workspaces {
-    /// `world` emulated ranks' areas over `transport`, every pointer known at once.
-    pub(super) fn local(dev: &Device, transport: Transport, world: usize, slot_vecs: usize) -> Result<Self> {
-        let data_bytes = abi::data_bytes(world, slot_vecs);
-        let mut data = Vec::with_capacity(world);
-        let mut flags = Vec::with_capacity(world);
+    /// Emulated ranks' areas (`data[q]`, `flags[q]`: rank q's), every pointer known at once.
+    pub(super) fn local(data: Vec<Mem>, flags: Vec<Mem>) -> Self {
         let (mut data_ptrs, mut flag_ptrs) = ([0u64; MAX_RANKS], [0u64; MAX_RANKS]);
-        for q in 0..world {
-            data.push(Mem::new(dev, transport, data_bytes)?);
-            flags.push(Mem::new(dev, transport, abi::FLAG_BYTES)?);
-            data_ptrs[q] = data[q].ptr();
-            flag_ptrs[q] = flags[q].ptr();
+        for (q, (d, f)) in data.iter().zip(&flags).enumerate().take(MAX_RANKS) {
+            data_ptrs[q] = d.ptr();
+            flag_ptrs[q] = f.ptr();
         }
-        Ok(Self { areas: Areas::Local { data, flags }, data_ptrs, flag_ptrs, connected: true })
+        Self { areas: Areas::Local { data, flags }, data_ptrs, flag_ptrs, connected: true }
     }
 
     /// Rank `rank`'s areas of a multi-process group over `transport`, initialised (push
