@@ -5,6 +5,10 @@
 #   OUT=... bash scripts/gpu-kernels.sh DIR timings   issue 11's targets, before and after (~5 min)
 #   OUT=... bash scripts/gpu-kernels.sh DIR verify    every correctness step (~4-6 min)
 #   OUT=... bash scripts/gpu-kernels.sh DIR python    only verify's Python steps (~2 min)
+#   OUT=... bash scripts/gpu-kernels.sh DIR ab        the head against tpar-before, alternating
+#                                                     REPS times (default 3): 2/4/8 emulated ranks,
+#                                                     1 KiB-16 MiB and 122 x 42 KiB, graph and eager
+#                                                     (~1.5 min; raw tables in $OUT/ab.txt)
 #   ONLY='regex' ...                                   only the steps whose names match
 #
 # DIR (carried with `run`'s carry, e.g. ".gpu-k") holds what was built here:
@@ -19,8 +23,8 @@
 # figures issue 11 names, extracted by scripts/kernel-targets.awk) and the gzipped log.
 # Exit status nonzero if a step failed.
 set -uo pipefail
-D="${1:?usage: gpu-kernels.sh DIR timings|verify|python}"
-MODE="${2:?usage: gpu-kernels.sh DIR timings|verify|python}"
+D="${1:?usage: gpu-kernels.sh DIR timings|verify|python|ab}"
+MODE="${2:?usage: gpu-kernels.sh DIR timings|verify|python|ab}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
 B="$D/tpar"; OLD="$D/tpar-before"; LOG="$OUT/kernels-$MODE.log"; : >"$LOG"
@@ -139,7 +143,23 @@ verify)
     python_steps
     ;;
 python) python_steps ;;
-*) echo "unknown mode $MODE: timings, verify or python" >&2; exit 2 ;;
+ab)
+    # A restructuring's cost, if any: the same tables from both binaries, alternating, so that
+    # drift between repetitions shows as drift, not as a difference. Every step's table goes
+    # to ab.txt under its "=== NAME" header (medians per size: compare like with like).
+    [ -x "$OLD" ] || { echo "ab: no $OLD to compare against" >&2; exit 2; }
+    A=oneshot-push,oneshot-pull,twoshot-pull,staged-push
+    for rep in $(seq 1 "${REPS:-3}"); do
+        for who in after before; do
+            bin=$B; [ $who = before ] && bin=$OLD
+            step "sweep-$who-$rep" 100 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph -b 1K -e 16M -f 4 -n 40 -w 5 -d bfloat16 --algo "$A"
+            step "seq-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16 --algo "$A"
+            step "eager-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode eager --sequence 122x42K -b 42K -e 42K -n 30 -w 5 -d bfloat16 --algo "$A"
+        done
+    done
+    awk '/^=== (sweep|seq|eager)-/ {s=1} /^=== / && !/^=== (sweep|seq|eager)-/ {s=0} s' "$LOG" >"$OUT/ab.txt"
+    ;;
+*) echo "unknown mode $MODE: timings, verify, python or ab" >&2; exit 2 ;;
 esac
 
 { echo "# ---- $MODE summary ($((SECONDS - T0)) s) ----"; printf '%s\n' "${summary[@]}"; } | tee -a "$LOG" >"$OUT/summary.txt"
