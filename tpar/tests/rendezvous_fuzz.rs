@@ -345,7 +345,7 @@ fn a_joining_rank_meets_its_deadline_against_a_trickling_rank0() {
     let took = t.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = fake.join().unwrap();
-    let e = joined.err().expect("a welcome trickled over seconds cannot arrive within 0.5 s");
+    let Err(e) = joined else { panic!("a welcome trickled over seconds cannot arrive within 0.5 s") };
     assert!(matches!(e, Error::Timeout { rank: 1, .. }), "a timeout, not {e}");
     assert!(sent >= 2, "the stand-in trickled ({sent} bytes): else this test proves nothing");
     // The deadline plus a margin for a loaded machine; the trickle lasts ~10 s.

@@ -34,11 +34,17 @@ const STOP_GRACE: Duration = Duration::from_millis(300);
 /// standard error (a process a rank forked may hold the pipe open: never wait for it).
 const DRAIN_GRACE: Duration = Duration::from_millis(500);
 
+/// One rank's standard error so far, and the thread that reads it.
+struct RankStderr {
+    buf: Arc<Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
 /// Standard error of the ranks other than 0, held until every rank has exited.
 #[derive(Default)]
 struct Captured {
-    /// (rank, what it wrote so far), filled by one reader thread per rank.
-    ranks: Vec<(usize, Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>)>,
+    /// In rank order.
+    ranks: Vec<RankStderr>,
 }
 
 impl Captured {
@@ -60,7 +66,7 @@ impl Captured {
                 }
             })
             .map_err(|e| format!("starting the reader of rank {rank}'s standard error: {e}"))?;
-        self.ranks.push((rank, buf, reader));
+        self.ranks.push(RankStderr { buf, reader });
         Ok(())
     }
 
@@ -68,7 +74,7 @@ impl Captured {
     fn write_out(self) {
         let t = Instant::now();
         let mut err = std::io::stderr().lock();
-        for (_, buf, reader) in self.ranks {
+        for RankStderr { buf, reader } in self.ranks {
             while !reader.is_finished() && t.elapsed() < DRAIN_GRACE {
                 std::thread::sleep(Duration::from_millis(2));
             }

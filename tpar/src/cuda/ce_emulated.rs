@@ -94,7 +94,7 @@ impl EmulatedCe {
             }
         }
         for r in 0..world {
-            st(r).pause(&rs[r])?;
+            st(r).pause(rs[r])?;
             rs[r].record(&ev[r].input)?;
         }
         // Entry barrier: no copy into any rank before every rank's previous call has ended.
@@ -107,7 +107,7 @@ impl EmulatedCe {
         for p in 0..geom.pieces {
             for r in 0..world {
                 if lossy {
-                    st(r).quant(p, &rs[r])?;
+                    st(r).quant(p, rs[r])?;
                     rs[r].record(&ev[r].quant[p])?;
                     cp[r].wait(&ev[r].quant[p])?;
                 }
@@ -120,7 +120,7 @@ impl EmulatedCe {
                 for q in (0..world).filter(|&q| q != r) {
                     rs[r].wait(&ev[q].rs[p])?;
                 }
-                st(r).reduce(p, &rs[r])?;
+                st(r).reduce(p, rs[r])?;
                 rs[r].record(&ev[r].reduced[p])?;
                 cp[r].wait(&ev[r].reduced[p])?;
                 st(r).ag_copies(p, &cp[r])?;
@@ -132,7 +132,7 @@ impl EmulatedCe {
                 for q in (0..world).filter(|&q| q != r) {
                     rs[r].wait(&ev[q].ag[p])?;
                 }
-                st(r).finish(p, &rs[r])?;
+                st(r).finish(p, rs[r])?;
             }
         }
         for r in 0..world {

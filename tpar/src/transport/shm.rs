@@ -295,7 +295,7 @@ mod tests {
         let rank = unsafe { libc::fork() };
         assert!(rank >= 0, "fork failed");
         if rank == 0 {
-            // SAFETY (whole block): plain syscalls on descriptors this process owns.
+            // SAFETY: plain syscalls on descriptors this process owns.
             unsafe {
                 if rank_seg.hold_liveness(1).is_err() {
                     libc::_exit(2);
