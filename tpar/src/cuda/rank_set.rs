@@ -147,7 +147,6 @@ pub struct RankSet {
     world: usize,
     max_bytes: usize,
     slot_vecs: usize,
-    transport: Transport,
     timeout_ns: u64,
     check_calls: bool,
     /// `TparArgs::islands` of every call (0: one island).
@@ -272,7 +271,6 @@ impl RankSet {
             world,
             max_bytes,
             slot_vecs: abi::slot_vecs(max_bytes),
-            transport: opts.transport,
             timeout_ns: crate::units::timeout_ns(opts.timeout),
             check_calls: opts.check_calls,
             islands,
@@ -475,7 +473,7 @@ impl RankSet {
         let registered = may_register
             && self.capturing
             && self.fan.is_some()
-            && self.transport == Transport::P2p
+            && self.ws.transport() == Transport::P2p
             && launch::registers(algo, bytes, self.launcher.settings().zero_copy)
             && io_tables::may_register(algo, inputs, outputs, bytes);
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered }, &ptrs)?;

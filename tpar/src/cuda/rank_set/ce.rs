@@ -56,7 +56,7 @@ impl RankSet {
     }
 
     fn no_ce(&self) -> Error {
-        Error::Unsupported { what: format!("ce-ring over {}", self.transport), reason: "the copy-engine path is not set up on this rank set (the registry runs it over p2p and host; rank processes: enable_ce)".into() }
+        Error::Unsupported { what: format!("ce-ring over {}", self.ws.transport()), reason: "the copy-engine path is not set up on this rank set (the registry runs it over p2p and host; rank processes: enable_ce)".into() }
     }
 
     /// Loads the copy-engine kernels of `dtype` and checks that a call of `bytes` fits (a
