@@ -1,5 +1,5 @@
-//! The shared kinds every layer names: [`Algorithm`], [`Transport`], [`Backend`],
-//! [`CaptureMode`]. Identity only (names, wire codes, parsing): what an algorithm *is* and
+//! The shared kinds every layer names: [`Collective`], [`Algorithm`], [`Transport`],
+//! [`Backend`], [`CaptureMode`]. Identity only (names, wire codes, parsing): what an algorithm *is* and
 //! where it *runs* lives in the registry (`algorithms::registry`).
 //!
 //! Owns: the names on the command line, in JSON and on the wire. Must never depend on any
@@ -102,6 +102,103 @@ impl FromStr for Algorithm {
                 let names: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
                 Error::invalid("algorithm", format!("unknown algorithm {s:?}; expected one of {}", names.join(", ")))
             })
+    }
+}
+
+/// A collective: what a call computes. Names are kebab-case on the command line and in JSON,
+/// and match nccl-tests' binaries (`all_reduce_perf`, `all_gather_perf`,
+/// `reduce_scatter_perf`) and torch.distributed's functions.
+///
+/// Sizes, as nccl-tests and torch.distributed define them: an all-reduce of `n` elements
+/// takes `n` and gives `n` on every rank; an all-gather takes `n` per rank and gives
+/// `world * n` (rank q's at `q * n`); a reduce-scatter takes `world * n` and gives rank q
+/// the sum of elements `q * n .. (q + 1) * n` (`n` elements).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "kebab-case")]
+pub enum Collective {
+    /// The rank-order sum of every rank's input, on every rank.
+    #[default]
+    AllReduce,
+    /// Every rank's input, concatenated in rank order, on every rank (a bitwise copy).
+    AllGather,
+    /// Rank q's share of the rank-order sum: the same bits as slice q of the all-reduce.
+    ReduceScatter,
+}
+
+impl Collective {
+    pub const ALL: [Collective; 3] = [Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter];
+
+    /// kebab-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all-reduce",
+            Collective::AllGather => "all-gather",
+            Collective::ReduceScatter => "reduce-scatter",
+        }
+    }
+
+    /// Small integer for on-the-wire descriptors (all-reduce is 0, so an all-reduce's
+    /// descriptor is unchanged).
+    pub fn code(self) -> u64 {
+        match self {
+            Collective::AllReduce => 0,
+            Collective::AllGather => 1,
+            Collective::ReduceScatter => 2,
+        }
+    }
+
+    /// Inverse of [`Collective::code`].
+    pub fn from_code(c: u64) -> Option<Collective> {
+        Collective::ALL.into_iter().find(|k| k.code() == c)
+    }
+
+    /// Elements of the input and of the output of one rank, for a call of `n` elements per
+    /// rank as nccl-tests counts them (the all-gather's input, the reduce-scatter's output).
+    pub fn io_elems(self, n: usize, world: usize) -> (usize, usize) {
+        match self {
+            Collective::AllReduce => (n, n),
+            Collective::AllGather => (n, n.saturating_mul(world)),
+            Collective::ReduceScatter => (n.saturating_mul(world), n),
+        }
+    }
+
+    /// The per-rank element count (as [`io_elems`](Self::io_elems) takes it) of a call
+    /// with `input` and `output` elements on a rank, or why those lengths do not fit this
+    /// collective at `world` ranks.
+    pub fn per_rank(self, input: usize, output: usize, world: usize) -> std::result::Result<usize, String> {
+        let w = world.max(1);
+        let (n, fits) = match self {
+            Collective::AllReduce => (input, output == input),
+            Collective::AllGather => (input, Some(output) == input.checked_mul(w)),
+            Collective::ReduceScatter => (output, Some(input) == output.checked_mul(w)),
+        };
+        if fits {
+            Ok(n)
+        } else {
+            Err(match self {
+                Collective::AllReduce => format!("output holds {output} elements but input holds {input}"),
+                Collective::AllGather => format!("an all-gather of {input} elements per rank needs an output of {input} x {w} elements, not {output}"),
+                Collective::ReduceScatter => format!("a reduce-scatter over {w} ranks into {output} elements needs an input of {output} x {w} elements, not {input}"),
+            })
+        }
+    }
+}
+
+impl fmt::Display for Collective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Collective {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim().to_ascii_lowercase().replace('_', "-");
+        let s = s.strip_suffix("-perf").unwrap_or(&s);
+        Collective::ALL
+            .into_iter()
+            .find(|k| k.name() == s || k.name().replace('-', "") == s)
+            .ok_or_else(|| Error::invalid("collective", format!("unknown collective {s:?}; expected all-reduce, all-gather or reduce-scatter")))
     }
 }
 

@@ -64,6 +64,7 @@ pub mod units;
 pub mod workspace;
 
 pub use algorithms::{Algorithm, Transport};
+pub use kinds::Collective;
 pub use comm::Communicator;
 pub use config::Config;
 pub use settings::Settings;

@@ -92,6 +92,23 @@ pub fn expected<T: Element>(inputs: &[Vec<T>]) -> Vec<T> {
     out
 }
 
+/// The exact output of an all-gather of `inputs` (one per rank, equal lengths): every
+/// rank's input in rank order, bit for bit. (GPU ranks send a NaN whose bits are all ones —
+/// the push protocol's empty mark — as the canonical NaN; random inputs never hold it.)
+pub fn expected_all_gather<T: Element>(inputs: &[Vec<T>]) -> Vec<T> {
+    inputs.iter().flat_map(|v| v.iter().copied()).collect()
+}
+
+/// The exact output of rank `rank`'s reduce-scatter of `inputs` (one per rank, each `world
+/// x n` elements): elements `rank * n .. (rank + 1) * n` of [`expected`], the all-reduce's
+/// rank-order f32 sum rounded once.
+pub fn expected_reduce_scatter<T: Element>(inputs: &[Vec<T>], rank: usize) -> Vec<T> {
+    let world = inputs.len().max(1);
+    let n = inputs.first().map_or(0, |v| v.len()) / world;
+    let slices: Vec<Vec<T>> = inputs.iter().map(|v| v[rank * n..(rank + 1) * n].to_vec()).collect();
+    expected(&slices)
+}
+
 /// Rounds `x` to `T` as the kernels' writers do (with the NaN canonicalisation).
 fn round_to<T: Element>(x: f32) -> T {
     let mut one = [T::from_f32(0.0)];

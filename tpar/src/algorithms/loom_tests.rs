@@ -114,6 +114,7 @@ fn check(algos: &'static [Algorithm], n: usize, first_epoch: u32, bound: usize) 
                     epoch: first_epoch.wrapping_add(k as u32),
                     algorithm: *algo,
                     dtype: DType::F32,
+                    collective: crate::kinds::Collective::AllReduce,
                     count: n as u64,
                 };
                 let mut w = LoomWait;

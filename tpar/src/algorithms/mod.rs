@@ -27,7 +27,7 @@ pub(crate) mod twoshot_pull;
 pub(crate) mod twoshot_push;
 
 pub(crate) use call::Call;
-pub(crate) use cpu::run_chunk;
+pub(crate) use cpu::{run_chunk, run_gather_scatter};
 
 #[cfg(test)]
 mod tests {

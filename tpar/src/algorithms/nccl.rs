@@ -1,6 +1,6 @@
 //! NCCL: the fallback for sizes where tpar's kernels do not win, and the path across hosts.
 //! Run by `cuda::nccl` (loaded by tpar itself); the CPU backend has none. This file holds the
-//! schedule the simulator replays for it.
+//! schedules the simulator replays for it.
 
 use crate::error::Result;
 use super::schedule::{FabricView, Flow, Op, Step, Sync, gpu, step};
@@ -10,7 +10,20 @@ use crate::kinds::Transport;
 /// rank, LL protocol (wire bytes inflated by the protocol's flag words).
 pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
     let n = fabric.world();
-    let wire = s / n as f64 * fabric.nccl_wire_factor();
+    ring(s / n as f64, 2 * n.saturating_sub(1), fabric)
+}
+
+/// NCCL's ring all-gather or reduce-scatter of `s` bytes per rank (the all-gather's input,
+/// the reduce-scatter's output): n - 1 steps of `s` to the next rank.
+pub(crate) fn gather_scatter_schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -> Result<(Transport, Vec<Step>)> {
+    ring(s, fabric.world().saturating_sub(1), fabric)
+}
+
+/// `steps` ring steps of `chunk` bytes each to the next rank, LL protocol (wire bytes
+/// inflated by the protocol's flag words).
+fn ring(chunk: f64, steps: usize, fabric: &dyn FabricView) -> Result<(Transport, Vec<Step>)> {
+    let n = fabric.world();
+    let wire = chunk * fabric.nccl_wire_factor();
     let hops: Vec<Flow> = (0..n)
         .map(|i| {
             let j = (i + 1) % n;
@@ -23,6 +36,6 @@ pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -
             }
         })
         .collect();
-    let steps = (0..2 * n.saturating_sub(1)).map(|_| step("ring step", hops.clone(), Sync::NcclStep)).collect();
+    let steps = (0..steps).map(|_| step("ring step", hops.clone(), Sync::NcclStep)).collect();
     Ok((Transport::Nccl, steps))
 }

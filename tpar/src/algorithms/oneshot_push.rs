@@ -2,7 +2,9 @@
 //! there (the call descriptor, stored with release after the data); each rank waits for
 //! every peer's flag in its own inbox and reduces in rank order straight from the inbox
 //! (its own contribution from its input). Reads nothing remote; one hop of latency; each
-//! rank sends (N-1)·S bytes.
+//! rank sends (N-1)·S bytes. The all-gather and the reduce-scatter push the same way
+//! ([`all_gather`], [`reduce_scatter`]): every rank's input, or its piece for each owner,
+//! written once into the reader's inbox.
 //!
 //! Buffers: `push_desc` (flags, one line each; a call of at most 56 bytes travels in the
 //! rest of the flag's line) / `push_data`, parity `epoch & 1`. Data words
@@ -36,6 +38,56 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, inpu
         take_descriptor(ws.push_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
     }
     let v = views(world, |s| if s == me { Cow::Borrowed(input) } else { W::view(slot(me, s), n) });
+    reduce_into(&slices(&v[..world])[..world], out);
+    Ok(())
+}
+
+/// All-gather by the same pushes: my part of the call (`input`, one chunk of my input) goes
+/// into every peer's inbox, and rank s's part from my inbox (my own from `input`) to
+/// `out[s * stride + offset ..]`, `input.len()` elements each. A bitwise copy. The call
+/// descriptor (collective, count) is checked as for the all-reduce.
+pub(crate) fn all_gather<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], out: &mut [T], stride: usize, offset: usize) -> Result<()> {
+    let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
+    let d = c.desc.encode();
+    let n = input.len();
+    let inline = std::mem::size_of_val(input) <= INLINE_WORDS * 8;
+    let slot = |owner: usize, from: usize| if inline { ws.push_inline(owner, parity, from) } else { ws.push_data(owner, parity, from) };
+    for i in 1..world {
+        let p = (me + i) % world;
+        W::store_plain(slot(p, me), input);
+        ws.push_desc(p, parity, me).store_release(d);
+    }
+    let at = |s: usize| s * stride + offset;
+    out[at(me)..at(me) + n].copy_from_slice(input);
+    for i in 1..world {
+        let s = (me + i) % world;
+        take_descriptor(ws.push_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
+        out[at(s)..at(s) + n].copy_from_slice(&W::view(slot(me, s), n));
+    }
+    Ok(())
+}
+
+/// Reduce-scatter by the same pushes: owner j's piece of the call (`input[j * stride +
+/// offset ..]`, `out.len()` elements) goes into rank j's inbox, and I sum my piece in rank
+/// order from my inbox (my own part from `input`): the same f32 sum, rounded once, as every
+/// all-reduce's, so `out` is bitwise the same slice of the all-reduce.
+pub(crate) fn reduce_scatter<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, input: &[T], stride: usize, offset: usize, out: &mut [T]) -> Result<()> {
+    let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
+    let d = c.desc.encode();
+    let n = out.len();
+    let inline = n * std::mem::size_of::<T>() <= INLINE_WORDS * 8;
+    let slot = |owner: usize, from: usize| if inline { ws.push_inline(owner, parity, from) } else { ws.push_data(owner, parity, from) };
+    let piece = |j: usize| &input[j * stride + offset..j * stride + offset + n];
+    for i in 1..world {
+        let j = (me + i) % world;
+        W::store_plain(slot(j, me), piece(j));
+        ws.push_desc(j, parity, me).store_release(d);
+    }
+    for i in 1..world {
+        let s = (me + i) % world;
+        take_descriptor(ws.push_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
+    }
+    let v = views(world, |s| if s == me { Cow::Borrowed(piece(me)) } else { W::view(slot(me, s), n) });
     reduce_into(&slices(&v[..world])[..world], out);
     Ok(())
 }

@@ -13,7 +13,7 @@
 
 use super::schedule::ScheduleFn;
 use super::{ce_ring, gather_bcast, hierarchical, nccl, oneshot_pull, oneshot_push, staged_push, twoshot_pull, twoshot_push};
-use crate::kinds::{Algorithm, Backend, Transport};
+use crate::kinds::{Algorithm, Backend, Collective, Transport};
 
 /// What the plan may do with an algorithm.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +58,10 @@ pub struct Variants {
     /// A registered (zero-copy) path for captured calls: peers read the registered inputs
     /// (`io_all_reduce<`).
     pub registered: bool,
+    /// All-gather and reduce-scatter entries beside the all-reduce (`TPAR_GATHER_SCATTER_READY`;
+    /// entries `<stem>_all_gather_<dtype>`, `<stem>_reduce_scatter_<dtype>`), in the default
+    /// variant and, where the kernel has one, the flag variant.
+    pub gather_scatter: bool,
 }
 
 /// One algorithm: what it is and where it runs.
@@ -81,6 +85,9 @@ pub struct Spec {
     pub needs_islands: bool,
     /// Its communication schedule, replayed by the simulator.
     pub schedule: ScheduleFn,
+    /// The collectives it computes (on every backend and transport it runs on); the
+    /// all-reduce for all but a few.
+    pub collectives: &'static [Collective],
 }
 
 macro_rules! kernel {
@@ -89,7 +96,10 @@ macro_rules! kernel {
     };
 }
 
-const NO_VARIANTS: Variants = Variants { flags: false, lean: false, fused: false, cluster_rows: false, registered: false };
+const NO_VARIANTS: Variants = Variants { flags: false, lean: false, fused: false, cluster_rows: false, registered: false, gather_scatter: false };
+
+const ALL_REDUCE: &[Collective] = &[Collective::AllReduce];
+const EVERY_COLLECTIVE: &[Collective] = &[Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter];
 
 const P2P: &[Transport] = &[Transport::P2p];
 const P2P_HOST: &[Transport] = &[Transport::P2p, Transport::Host];
@@ -99,14 +109,15 @@ const NONE: &[Transport] = &[];
 pub static REGISTRY: [Spec; 9] = [
     Spec {
         algorithm: Algorithm::OneshotPush,
-        summary: "write my input into every peer's inbox, poll my own, reduce: one hop (sentinel in the data; over host with flags, written once into my own area and read there)",
+        summary: "write my input into every peer's inbox, poll my own, reduce: one hop (sentinel in the data; over host with flags, written once into my own area and read there); all-gather and reduce-scatter the same way (every rank's input, or its piece for each owner, pushed once)",
         role: Role::Candidate,
         cpu: true,
-        kernel: kernel!("oneshot_push.cu", flags fused cluster_rows),
+        kernel: kernel!("oneshot_push.cu", flags fused cluster_rows gather_scatter),
         gpu_transports: P2P_HOST,
         emulated_transports: P2P_HOST,
         reads_remote: false,
         needs_islands: false,
+        collectives: EVERY_COLLECTIVE,
         schedule: oneshot_push::schedule,
     },
     Spec {
@@ -119,6 +130,7 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: P2P,
         reads_remote: true,
         needs_islands: false,
+        collectives: ALL_REDUCE,
         schedule: oneshot_pull::schedule,
     },
     Spec {
@@ -131,6 +143,7 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: P2P_HOST,
         reads_remote: false,
         needs_islands: false,
+        collectives: ALL_REDUCE,
         schedule: twoshot_push::schedule,
     },
     Spec {
@@ -143,6 +156,7 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: P2P,
         reads_remote: true,
         needs_islands: false,
+        collectives: ALL_REDUCE,
         schedule: twoshot_pull::schedule,
     },
     Spec {
@@ -155,6 +169,7 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: P2P,
         reads_remote: false,
         needs_islands: false,
+        collectives: ALL_REDUCE,
         schedule: staged_push::schedule,
     },
     Spec {
@@ -167,6 +182,7 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: P2P_HOST,
         reads_remote: false,
         needs_islands: true,
+        collectives: ALL_REDUCE,
         schedule: hierarchical::schedule,
     },
     Spec {
@@ -179,11 +195,12 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: NONE,
         reads_remote: true,
         needs_islands: false,
+        collectives: ALL_REDUCE,
         schedule: gather_bcast::schedule,
     },
     Spec {
         algorithm: Algorithm::Nccl,
-        summary: "NCCL's all-reduce (loaded at run time): the fallback where tpar's kernels do not win",
+        summary: "NCCL's all-reduce, all-gather and reduce-scatter (loaded at run time): the fallback where tpar's kernels do not win",
         role: Role::Fallback,
         cpu: false,
         kernel: None,
@@ -191,6 +208,7 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: NONE,
         reads_remote: false,
         needs_islands: false,
+        collectives: EVERY_COLLECTIVE,
         schedule: nccl::schedule,
     },
     Spec {
@@ -203,6 +221,7 @@ pub static REGISTRY: [Spec; 9] = [
         emulated_transports: P2P_HOST,
         reads_remote: false,
         needs_islands: false,
+        collectives: ALL_REDUCE,
         schedule: ce_ring::schedule,
     },
 ];
@@ -247,6 +266,20 @@ pub fn runnable(a: Algorithm, backend: Backend, t: Transport) -> Result<(), Stri
     })
 }
 
+/// Whether `a` computes `collective` (`Err`: why not, naming the algorithms that do).
+pub fn computes(a: Algorithm, collective: Collective) -> Result<(), String> {
+    if spec(a).collectives.contains(&collective) {
+        return Ok(());
+    }
+    let those: Vec<&str> = REGISTRY.iter().filter(|s| s.collectives.contains(&collective)).map(|s| s.algorithm.name()).collect();
+    Err(format!("{a} computes the all-reduce only; the {collective} runs on {}", those.join(", ")))
+}
+
+/// Algorithms that compute `collective`, in [`Algorithm::ALL`]'s order.
+pub fn algorithms_for(collective: Collective) -> Vec<Algorithm> {
+    REGISTRY.iter().filter(|s| s.collectives.contains(&collective)).map(|s| s.algorithm).collect()
+}
+
 /// Algorithms that run on `backend` over some transport, in [`Algorithm::ALL`]'s order.
 pub fn algorithms_on(backend: Backend) -> Vec<Algorithm> {
     REGISTRY.iter().filter(|s| !s.transports(backend).is_empty()).map(|s| s.algorithm).collect()
@@ -266,7 +299,7 @@ pub fn kernels() -> impl Iterator<Item = (Algorithm, KernelFile)> {
 pub fn markdown_table() -> String {
     let ts = |v: &[Transport]| if v.is_empty() { "—".to_string() } else { v.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ") };
     let mut out = String::from(
-        "| algorithm | role | CPU ranks | kernel | one process per GPU | emulated ranks | reads peers | what it does |\n|---|---|---|---|---|---|---|---|\n",
+        "| algorithm | role | collectives | CPU ranks | kernel | one process per GPU | emulated ranks | reads peers | what it does |\n|---|---|---|---|---|---|---|---|---|\n",
     );
     for s in &REGISTRY {
         let role = match s.role {
@@ -276,9 +309,10 @@ pub fn markdown_table() -> String {
             Role::Measured => "measured only",
         };
         out.push_str(&format!(
-            "| `{}` | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             s.algorithm,
             role,
+            s.collectives.iter().map(|c| c.name()).collect::<Vec<_>>().join(", "),
             if s.cpu { "shm" } else { "—" },
             s.kernel.map_or("—".to_string(), |k| format!("`{}`", k.file)),
             ts(s.gpu_transports),
@@ -318,6 +352,18 @@ mod tests {
         assert!(runnable(Algorithm::StagedPush, Backend::Cuda, Transport::Host).is_err());
         assert!(runnable(Algorithm::Nccl, Backend::Cuda, Transport::Nccl).is_ok());
         assert_eq!(algorithms_on(Backend::Cpu).len(), REGISTRY.iter().filter(|s| s.cpu).count());
+        // Every algorithm computes the all-reduce; the kernels declare their all-gather and
+        // reduce-scatter entries exactly where the registry says the algorithm computes them.
+        for s in &REGISTRY {
+            assert!(s.collectives.contains(&Collective::AllReduce), "{}", s.algorithm);
+            if let Some(k) = s.kernel {
+                let gs = s.collectives.contains(&Collective::AllGather) && s.collectives.contains(&Collective::ReduceScatter);
+                assert_eq!(k.variants.gather_scatter, gs, "{}", s.algorithm);
+            }
+        }
+        assert!(computes(Algorithm::OneshotPush, Collective::AllGather).is_ok());
+        let why = computes(Algorithm::TwoshotPull, Collective::ReduceScatter).unwrap_err();
+        assert!(why.contains("oneshot-push, nccl"), "{why}");
         // Every kernel file is distinct and named after its algorithm.
         for (a, k) in kernels() {
             assert_eq!(k.file.trim_end_matches(".cu").replace('_', "-"), a.name());

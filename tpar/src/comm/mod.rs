@@ -6,7 +6,8 @@
 //! shared abort flag so peers fail fast, and refuses further calls with the original cause.
 //! Must never panic, hang past the timeout, or leave shared memory behind.
 
-use crate::algorithms::{run_chunk, Algorithm, Call};
+use crate::algorithms::{run_chunk, run_gather_scatter, Algorithm, Call};
+use crate::kinds::Collective;
 use crate::plan::{plan_fingerprint, Backend, CaptureMode, Overrides, PlanInput};
 use crate::plan::profile::{Profile, ProfileFingerprint};
 use crate::topology::Topology;
@@ -289,6 +290,60 @@ impl Communicator {
             .algorithm
     }
 
+    /// The algorithm the plan picks for `collective` of `bytes` per rank (as
+    /// [`Collective::io_elems`] counts them) of `dtype`.
+    pub fn planned_for(&mut self, collective: Collective, dtype: crate::dtype::DType, bytes: usize) -> Algorithm {
+        if collective == Collective::AllReduce {
+            return self.planned(dtype, bytes);
+        }
+        let d = &mut self.dispatch;
+        d.cache
+            .get_for(
+                collective,
+                &PlanInput {
+                    topology: &d.topology,
+                    world: self.world,
+                    bytes: bytes as u64,
+                    dtype,
+                    capture: CaptureMode::Eager,
+                    backend: Backend::Cpu,
+                    profile: d.profile.as_ref(),
+                    overrides: &d.overrides,
+                },
+            )
+            .algorithm
+    }
+
+    /// Every rank's `input`, concatenated in rank order, into `output` (`world x
+    /// input.len()` elements; rank q's at `q * input.len()`): torch.distributed's
+    /// `all_gather_into_tensor`. A bitwise copy; the algorithm the plan picks.
+    pub fn all_gather<T: Element>(&mut self, input: &[T], output: &mut [T]) -> Result<()> {
+        self.collective(Collective::AllGather, None, input, output)
+    }
+
+    /// Rank q's share of the rank-order sum: elements `q * n .. (q + 1) * n` of every rank's
+    /// `input` (`world x n` elements) summed into `output` (`n` elements):
+    /// torch.distributed's `reduce_scatter_tensor`. Bitwise the same as slice q of the
+    /// all-reduce of the inputs; the algorithm the plan picks.
+    pub fn reduce_scatter<T: Element>(&mut self, input: &[T], output: &mut [T]) -> Result<()> {
+        self.collective(Collective::ReduceScatter, None, input, output)
+    }
+
+    /// One call of `collective` with `algo` (`None`: the plan's pick for it). The sizes are
+    /// [`Collective::io_elems`]'s; a rank whose sizes or collective differ from a peer's gets
+    /// [`Error::Mismatch`], as for the all-reduce.
+    pub fn collective<T: Element>(&mut self, collective: Collective, algo: Option<Algorithm>, input: &[T], output: &mut [T]) -> Result<()> {
+        let n = collective.per_rank(input.len(), output.len(), self.world).map_err(|why| Error::invalid("output", why))?;
+        let algo = match algo {
+            Some(a) => a,
+            None => self.planned_for(collective, T::DTYPE, n * std::mem::size_of::<T>()),
+        };
+        match collective {
+            Collective::AllReduce => self.execute(algo, Some(input), output),
+            _ => self.execute_gather_scatter(collective, algo, input, output),
+        }
+    }
+
     /// Sums `input` over all ranks into `output`, with the algorithm the plan picks.
     pub fn all_reduce<T: Element>(&mut self, input: &[T], output: &mut [T]) -> Result<()> {
         let algo = self.planned(T::DTYPE, std::mem::size_of_val(input));
@@ -376,7 +431,6 @@ impl Communicator {
         }
         crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::kinds::Transport::Shm)
             .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
-        let ws = Workspace::new(self.layout, self.shm.words())?;
         let chunk = chunk_elems::<T>(algo, n, self.layout.cap);
         let chunks = n.div_ceil(chunk).max(1);
         for c in 0..chunks {
@@ -392,33 +446,10 @@ impl Communicator {
                     s
                 }
             };
-            let desc = Desc {
-                epoch: self.epoch,
-                algorithm: algo,
-                dtype: T::DTYPE,
-                count: n as u64,
-            };
-            let status = ws.status(self.rank);
-            status[st::EPOCH].store_relaxed(self.epoch as u64);
-            status[st::DESC].store_relaxed(desc.encode());
-            let mut spinner = Spinner {
-                rank: self.rank,
-                ws: &ws,
-                control: &self.control,
-                desc,
-                start: Instant::now(),
-                timeout: self.timeout,
-                next_liveness: None,
-                suspect: None,
-                oversubscribed: self.oversubscribed,
-            };
-            let mut call = Call {
-                ws: &ws,
-                rank: self.rank,
-                desc,
-                waiter: &mut spinner,
-            };
-            let r = run_chunk(algo, &mut call, src, out);
+            let (ws, control) = (Workspace::new(self.layout, self.shm.words())?, &self.control);
+            let r = Self::step(self.rank, self.timeout, self.oversubscribed, (&ws, control), Desc { epoch: self.epoch, algorithm: algo, dtype: T::DTYPE, collective: Collective::AllReduce, count: n as u64 }, |call| {
+                run_chunk(algo, call, src, out)
+            });
             self.epoch = self.epoch.wrapping_add(1);
             if let Err(e) = r {
                 self.fail(&e);
@@ -426,5 +457,63 @@ impl Communicator {
             }
         }
         Ok(())
+    }
+
+    /// An all-gather or a reduce-scatter with `algo`, in chunks of at most a step (as the
+    /// all-reduce): chunk [a, b) of the per-rank count `n` in each epoch.
+    fn execute_gather_scatter<T: Element>(&mut self, collective: Collective, algo: Algorithm, input: &[T], output: &mut [T]) -> Result<()> {
+        self.usable()?;
+        let n = collective.per_rank(input.len(), output.len(), self.world).map_err(|why| Error::invalid("output", why))?;
+        if n as u64 > MAX_COUNT {
+            return Err(Error::invalid("count", format!("{n} elements exceeds {MAX_COUNT}")));
+        }
+        crate::algorithms::registry::computes(algo, collective).map_err(|reason| Error::Unsupported { what: format!("{collective} with {algo}"), reason })?;
+        crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::kinds::Transport::Shm)
+            .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
+        let chunk = chunk_elems::<T>(algo, n, self.layout.cap);
+        let chunks = n.div_ceil(chunk).max(1);
+        for c in 0..chunks {
+            let (a, b) = (c * chunk, ((c + 1) * chunk).min(n));
+            let (ws, control) = (Workspace::new(self.layout, self.shm.words())?, &self.control);
+            let desc = Desc { epoch: self.epoch, algorithm: algo, dtype: T::DTYPE, collective, count: n as u64 };
+            let r = Self::step(self.rank, self.timeout, self.oversubscribed, (&ws, control), desc, |call| match collective {
+                Collective::ReduceScatter => run_gather_scatter(collective, algo, call, (input, &mut output[a..b]), (n, a)),
+                _ => run_gather_scatter(collective, algo, call, (&input[a..b], output), (n, a)),
+            });
+            self.epoch = self.epoch.wrapping_add(1);
+            if let Err(e) = r {
+                self.fail(&e);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// One epoch of a call: states `desc` in my status words, then runs `body` with the
+    /// bounded waiter every spin goes through.
+    fn step(
+        rank: usize,
+        timeout: Duration,
+        oversubscribed: bool,
+        (ws, control): (&Workspace<'_, AtomicU64>, &ControlPlane),
+        desc: Desc,
+        body: impl FnOnce(&mut Call<'_, '_, AtomicU64, Spinner<'_>>) -> Result<()>,
+    ) -> Result<()> {
+        let status = ws.status(rank);
+        status[st::EPOCH].store_relaxed(desc.epoch as u64);
+        status[st::DESC].store_relaxed(desc.encode());
+        let mut spinner = Spinner {
+            rank,
+            ws,
+            control,
+            desc,
+            start: Instant::now(),
+            timeout,
+            next_liveness: None,
+            suspect: None,
+            oversubscribed,
+        };
+        let mut call = Call { ws, rank, desc, waiter: &mut spinner };
+        body(&mut call)
     }
 }

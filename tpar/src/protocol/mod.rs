@@ -15,7 +15,7 @@
 //! spin goes through a [`Wait`], which enforces the deadline, the abort flag and peer
 //! liveness.
 
-use crate::kinds::Algorithm;
+use crate::kinds::{Algorithm, Collective};
 use crate::dtype::{DType, EMPTY};
 use crate::error::{Error, Result};
 use crate::workspace::Workspace;
@@ -85,21 +85,25 @@ pub struct Desc {
     pub epoch: u32,
     pub algorithm: Algorithm,
     pub dtype: DType,
-    /// Total element count of the user's call (not of the chunk).
+    /// What the call computes (all-reduce, all-gather, reduce-scatter).
+    pub collective: Collective,
+    /// Total element count of the user's call (not of the chunk), per rank as
+    /// [`Collective::io_elems`] counts it.
     pub count: u64,
 }
 
-/// Largest element count a descriptor can carry (40 bits).
-pub const MAX_COUNT: u64 = (1 << 40) - 1;
+/// Largest element count a descriptor can carry (38 bits).
+pub const MAX_COUNT: u64 = (1 << 38) - 1;
 
 impl Desc {
-    /// Encodes as a word: epoch low 16 bits | algorithm 4 bits | dtype 2 bits | count 40 bits.
-    /// Bit 63 stays clear, so a descriptor is never [`EMPTY`].
+    /// Encodes as a word: epoch low 16 bits | algorithm 4 bits | dtype 2 bits | collective 2
+    /// bits | count 38 bits. Bits 62 and 63 stay clear, so a descriptor is never [`EMPTY`].
     pub fn encode(&self) -> u64 {
         (self.epoch as u64 & 0xffff)
             | ((self.algorithm.code() & 0xf) << 16)
             | ((self.dtype.code() & 0x3) << 20)
-            | ((self.count & MAX_COUNT) << 22)
+            | ((self.collective.code() & 0x3) << 22)
+            | ((self.count & MAX_COUNT) << 24)
     }
 
     /// The 32-bit check carried beside barrier generations.
@@ -113,14 +117,18 @@ impl Desc {
         let ours = self.encode();
         let alg = |w: u64| Algorithm::from_code((w >> 16) & 0xf).map_or("?".to_string(), |a| a.name().to_string());
         let dt = |w: u64| DType::from_code((w >> 20) & 0x3).map_or("?".to_string(), |d| d.name().to_string());
+        let coll = |w: u64| Collective::from_code((w >> 22) & 0x3).map_or("?".to_string(), |k| k.name().to_string());
+        if (ours >> 22) & 0x3 != (theirs >> 22) & 0x3 {
+            return Some(("collective", coll(ours), coll(theirs)));
+        }
         if (ours >> 16) & 0xf != (theirs >> 16) & 0xf {
             return Some(("algorithm", alg(ours), alg(theirs)));
         }
         if (ours >> 20) & 0x3 != (theirs >> 20) & 0x3 {
             return Some(("dtype", dt(ours), dt(theirs)));
         }
-        if ours >> 22 != theirs >> 22 {
-            return Some(("count", (ours >> 22).to_string(), (theirs >> 22).to_string()));
+        if ours >> 24 != theirs >> 24 {
+            return Some(("count", (ours >> 24).to_string(), (theirs >> 24).to_string()));
         }
         if ours & 0xffff != theirs & 0xffff {
             return Some(("epoch (call sequence)", (ours & 0xffff).to_string(), (theirs & 0xffff).to_string()));
@@ -247,15 +255,21 @@ mod tests {
             epoch: u32::MAX,
             algorithm: Algorithm::Nccl,
             dtype: DType::BF16,
+            collective: Collective::ReduceScatter,
             count: MAX_COUNT,
         };
         assert_ne!(d.encode(), EMPTY);
+        assert_eq!(d.encode() >> 62, 0, "bits 62 and 63 stay clear");
         let other = Desc { count: 7, ..d };
         assert_eq!(d.diff(other.encode()).map(|x| x.0), Some("count"));
         let other = Desc { dtype: DType::F32, ..d };
         assert_eq!(d.diff(other.encode()).map(|x| x.0), Some("dtype"));
         let other = Desc { algorithm: Algorithm::OneshotPull, ..d };
         assert_eq!(d.diff(other.encode()).map(|x| x.0), Some("algorithm"));
+        for k in Collective::ALL.into_iter().filter(|&k| k != d.collective) {
+            let other = Desc { collective: k, ..d };
+            assert_eq!(d.diff(other.encode()), Some(("collective", "reduce-scatter".to_string(), k.name().to_string())));
+        }
         assert_eq!(d.diff(d.encode()), None);
     }
 }
