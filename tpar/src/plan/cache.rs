@@ -8,7 +8,7 @@
 
 use super::{plan_logged, Plan, PlanInput};
 use crate::dtype::DType;
-use crate::kinds::CaptureMode;
+use crate::kinds::{CaptureMode, Collective};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -20,6 +20,8 @@ pub const PLAN_CACHE_MAX: usize = 4096;
 #[derive(Debug, Default)]
 pub struct PlanCache {
     map: HashMap<(DType, u64, CaptureMode), Arc<Plan>>,
+    /// All-gather and reduce-scatter decisions ([`get_for`](Self::get_for)).
+    others: HashMap<(Collective, DType, u64, CaptureMode), Arc<Plan>>,
 }
 
 impl PlanCache {
@@ -38,14 +40,31 @@ impl PlanCache {
         p
     }
 
+    /// The decision for `collective` (`plan_collective`), memoised as [`get`](Self::get).
+    pub fn get_for(&mut self, collective: Collective, input: &PlanInput<'_>) -> Arc<Plan> {
+        if collective == Collective::AllReduce {
+            return self.get(input);
+        }
+        let key = (collective, input.dtype, input.bytes, input.capture);
+        if let Some(p) = self.others.get(&key) {
+            return Arc::clone(p);
+        }
+        if self.others.len() >= PLAN_CACHE_MAX {
+            self.others.clear();
+        }
+        let p = Arc::new(super::plan_collective(collective, input));
+        self.others.insert(key, Arc::clone(&p));
+        p
+    }
+
     /// Decisions held now.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.map.len() + self.others.len()
     }
 
     /// Whether no decision is held.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.is_empty() && self.others.is_empty()
     }
 }
 

@@ -23,6 +23,8 @@
 //! does not describe (other hosts, or GPUs shared by ranks): NCCL, with that reason.
 
 pub mod cache;
+mod collectives;
+pub use collectives::plan_collective;
 pub mod feasibility;
 pub mod floors;
 pub mod overrides;

@@ -27,7 +27,7 @@ pub mod provenance;
 
 use crate::error::{Error, Result};
 use crate::topology::Topology;
-use crate::kinds::Algorithm;
+use crate::kinds::{Algorithm, Collective};
 use crate::kinds::Transport;
 use fabric::Fabric;
 pub use params::{Launch, Params};
@@ -162,7 +162,7 @@ impl Simulator {
         if bytes == 0 {
             return Err(Error::invalid("bytes", "an all-reduce of 0 bytes"));
         }
-        self.predict_on(&self.bounded, algorithm, bytes)
+        self.predict_on(&self.bounded, algorithm, registry::spec(algorithm).schedule, bytes)
     }
 
     /// What `algorithm`'s prediction rests on: for each operation and kind of pair its
@@ -220,22 +220,36 @@ impl Simulator {
 
     /// Predicted time of one all-reduce of `bytes` by `algorithm`.
     pub fn predict(&self, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
+        self.predict_collective(Collective::AllReduce, algorithm, bytes)
+    }
+
+    /// Predicted time of one call of `collective` of `bytes` per rank (as
+    /// [`Collective::io_elems`] counts them) by `algorithm`. The all-gather and the
+    /// reduce-scatter by one-shot push move what its all-reduce of the same bytes moves (every
+    /// rank writes that many bytes to every peer, once); NCCL's ring runs n - 1 steps of the
+    /// per-rank bytes for them (`algorithms::nccl::gather_scatter_schedule`).
+    pub fn predict_collective(&self, collective: Collective, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
         if bytes == 0 {
-            return Err(Error::invalid("bytes", "an all-reduce of 0 bytes"));
+            return Err(Error::invalid("bytes", format!("an {collective} of 0 bytes")));
         }
-        let ll = self.predict_on(&self.fabric, algorithm, bytes)?;
+        registry::computes(algorithm, collective).map_err(|reason| Error::Unsupported { what: format!("{collective} with {algorithm}"), reason })?;
+        let schedule = match (collective, algorithm) {
+            (Collective::AllReduce, _) | (_, Algorithm::OneshotPush) => registry::spec(algorithm).schedule,
+            _ => crate::algorithms::nccl::gather_scatter_schedule,
+        };
+        let ll = self.predict_on(&self.fabric, algorithm, schedule, bytes)?;
         if algorithm != Algorithm::Nccl {
             return Ok(ll);
         }
         // NCCL picks its protocol per size: LL (flags in the data, twice the wire bytes,
         // cheap hand-off) for small messages, Simple for large.
-        let simple = self.predict_on(&self.nccl_simple, algorithm, bytes)?;
+        let simple = self.predict_on(&self.nccl_simple, algorithm, schedule, bytes)?;
         Ok(if simple.total_us < ll.total_us { simple } else { ll })
     }
 
-    fn predict_on(&self, fabric: &Fabric, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
+    fn predict_on(&self, fabric: &Fabric, algorithm: Algorithm, schedule: crate::algorithms::schedule::ScheduleFn, bytes: usize) -> Result<Prediction> {
         let bulk = algorithm != Algorithm::Nccl;
-        let (transport, steps) = (registry::spec(algorithm).schedule)(bytes as f64, fabric, &self.islands)?;
+        let (transport, steps) = schedule(bytes as f64, fabric, &self.islands)?;
         let sched = Schedule { algorithm, transport, steps };
         let p = fabric.params();
         let n = self.world();

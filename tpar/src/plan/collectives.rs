@@ -1,0 +1,158 @@
+//! The plan of the all-gather and the reduce-scatter: where tpar's one-shot push runs them
+//! and where NCCL does, with the reason. A pure function of the same inputs as the
+//! all-reduce's plan, plus the collective; the same on every rank.
+//!
+//! Sizes are per rank, as nccl-tests and [`Collective::io_elems`] count them (the
+//! all-gather's input, the reduce-scatter's output): the bytes each rank sends to each peer.
+//! Owns: [`plan_collective`]. Must never pick a kernel that cannot run on the fabric
+//! (`feasibility::check`), and never a tpar kernel for a size that is not whole 16-byte
+//! vectors per rank (the kernels place each rank's part at a vector boundary).
+
+use super::feasibility::{check, natural_transport, transport_usable, Fabric};
+use super::{human_bytes, make, nccl, plan, Plan, PlanInput};
+use crate::kinds::{Algorithm, Backend, CaptureMode, Collective, Transport};
+use crate::sim::{Launch, Params, Simulator, Source};
+
+/// The one algorithm of tpar's that computes the all-gather and the reduce-scatter.
+const PUSH: Algorithm = Algorithm::OneshotPush;
+
+/// The decision for one call of `collective` (the all-reduce: [`plan`]).
+pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
+    if collective == Collective::AllReduce {
+        return plan(input);
+    }
+    let world = input.world.max(1);
+    let f = Fabric::of(input.topology, world, input.backend);
+    let o = input.overrides;
+    let s = input.bytes;
+    let size = human_bytes(s);
+    let mut notes: Vec<String> = Vec::new();
+    let finish = |mut p: Plan, mut notes: Vec<String>| {
+        if let Some(b) = o.blocks {
+            if matches!(p.transport, Transport::P2p | Transport::Host) {
+                notes.push(format!("TPAR_BLOCKS={b} (default {})", p.blocks));
+                p.blocks = b;
+            }
+        }
+        if !notes.is_empty() {
+            p.reason = format!("{}; {}", p.reason, notes.join("; "));
+        }
+        p
+    };
+    // A forced algorithm that does not compute this collective is noted and left out.
+    let forced = match o.algorithm {
+        Some(a) if crate::algorithms::registry::computes(a, collective).is_err() => {
+            notes.push(format!("TPAR_ALGO={a} ignored for the {collective}: {a} computes the all-reduce only"));
+            None
+        }
+        other => other,
+    };
+    if input.backend == Backend::Cpu {
+        let p = make(PUSH, Transport::Shm, s, &f, format!("CPU ranks over shm: {size} per rank: one-shot push (the CPU backend's {collective})"));
+        return finish(p, notes);
+    }
+    if o.disable {
+        return finish(nccl("TPAR_DISABLE=1: always NCCL".into()), notes);
+    }
+    if let Some(m) = o.max_bytes {
+        if s > m {
+            return finish(nccl(format!("{size} per rank > TPAR_MAX_BYTES={}: NCCL", human_bytes(m))), notes);
+        }
+    }
+    if !f.fits() {
+        return finish(nccl(format!("world {world} exceeds the {} GPUs of this topology (ranks on other hosts or sharing GPUs): NCCL", f.gpus)), notes);
+    }
+    if forced == Some(Algorithm::Nccl) || o.transport == Some(Transport::Nccl) {
+        return finish(nccl("TPAR_ALGO / TPAR_TRANSPORT: NCCL".into()), notes);
+    }
+    let t = match o.transport {
+        Some(t) => match transport_usable(t, &f) {
+            Ok(()) => t,
+            Err(why) => {
+                notes.push(format!("TPAR_TRANSPORT={t} ignored: {why}"));
+                natural_transport(PUSH, &f)
+            }
+        },
+        None => natural_transport(PUSH, &f),
+    };
+    if world == 1 {
+        return finish(make(PUSH, t, s, &f, "world 1: copy".into()), notes);
+    }
+    if s % 16 != 0 {
+        return finish(nccl(format!("{size} per rank is not a whole number of 16-byte vectors (tpar's {collective} places each rank's part at a vector): NCCL")), notes);
+    }
+    if let Err(why) = check(PUSH, t, &f) {
+        return finish(nccl(format!("one-shot push cannot run here ({why}): NCCL")), notes);
+    }
+    if forced == Some(PUSH) {
+        return finish(make(PUSH, t, s, &f, format!("TPAR_ALGO={PUSH} forced")), notes);
+    }
+    // The simulator: tpar's pushes against NCCL's ring (n - 1 steps of the per-rank bytes).
+    let launch = if input.capture == CaptureMode::Graph { Launch::Graph } else { Launch::Eager };
+    let fabric = if f.nvlink { "NVLink" } else if t == Transport::Host { "PCIe through host memory" } else { "PCIe" };
+    let timed = Simulator::new(input.topology, world, &Params::with_launch(launch)).and_then(|sim| {
+        let b = usize::try_from(s).unwrap_or(usize::MAX);
+        let ours = sim.predict_collective(collective, PUSH, b)?.total_us;
+        let theirs = sim.predict_collective(collective, Algorithm::Nccl, b)?.total_us;
+        let source = sim.provenance(PUSH)?.source;
+        Ok((ours, theirs, source))
+    });
+    match timed {
+        Ok((ours, theirs, source)) if ours <= theirs => {
+            let why = format!("{fabric}, {world} ranks: {collective} of {size} per rank: one-shot push {ours:.1} us vs NCCL {theirs:.1} us (simulator; NCCL's ring assumed)");
+            finish(make(PUSH, t, s, &f, why).timed(Some(ours), source, Some(theirs), Some(Source::Assumed)), notes)
+        }
+        Ok((ours, theirs, _)) => {
+            let why = format!("{fabric}, {world} ranks: {collective} of {size} per rank: NCCL {theirs:.1} us vs one-shot push {ours:.1} us (simulator; NCCL's ring assumed): NCCL");
+            finish(nccl(why).timed(Some(theirs), Source::Assumed, Some(theirs), Some(Source::Assumed)), notes)
+        }
+        Err(e) => finish(nccl(format!("the simulator cannot time this fabric ({e}): NCCL")), notes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::plan::Overrides;
+    use crate::topology::{presets, Topology};
+
+    fn input<'a>(t: &'a Topology, o: &'a Overrides, world: usize, bytes: u64, backend: Backend) -> PlanInput<'a> {
+        PlanInput { topology: t, world, bytes, dtype: DType::BF16, capture: CaptureMode::Graph, backend, profile: None, overrides: o }
+    }
+
+    #[test]
+    fn small_calls_push_and_large_ones_go_to_nccl_on_pcie() {
+        let t = presets::rtxpro6000_pcie_switch_8();
+        let o = Overrides::default();
+        for k in [Collective::AllGather, Collective::ReduceScatter] {
+            let small = plan_collective(k, &input(&t, &o, 8, 4096, Backend::Cuda));
+            assert_eq!(small.algorithm, PUSH, "{k}: {}", small.reason);
+            assert!(small.predicted_us.is_some() && small.nccl_us.is_some() && small.predicted_us <= small.nccl_us, "{small:?}");
+            let large = plan_collective(k, &input(&t, &o, 8, 64 << 20, Backend::Cuda));
+            assert_eq!(large.algorithm, Algorithm::Nccl, "{k}: {}", large.reason);
+            assert!(large.reason.contains("NCCL") && large.reason.contains(k.name()), "{}", large.reason);
+        }
+    }
+
+    #[test]
+    fn odd_sizes_settings_and_cpu_ranks() {
+        let t = presets::rtxpro6000_pcie_switch_8();
+        let o = Overrides::default();
+        let odd = plan_collective(Collective::AllGather, &input(&t, &o, 4, 4098, Backend::Cuda));
+        assert_eq!(odd.algorithm, Algorithm::Nccl);
+        assert!(odd.reason.contains("16-byte"), "{}", odd.reason);
+        let off = Overrides { disable: true, ..Overrides::default() };
+        assert_eq!(plan_collective(Collective::ReduceScatter, &input(&t, &off, 4, 4096, Backend::Cuda)).algorithm, Algorithm::Nccl);
+        let two = Overrides { algorithm: Some(Algorithm::TwoshotPull), ..Overrides::default() };
+        let p = plan_collective(Collective::AllGather, &input(&t, &two, 4, 4096, Backend::Cuda));
+        assert_eq!(p.algorithm, PUSH);
+        assert!(p.reason.contains("TPAR_ALGO=twoshot-pull ignored"), "{}", p.reason);
+        let cpu = Topology::cpu();
+        let c = plan_collective(Collective::ReduceScatter, &input(&cpu, &o, 4, 6, Backend::Cpu));
+        assert_eq!((c.algorithm, c.transport), (PUSH, Transport::Shm));
+        // The all-reduce is the all-reduce's plan.
+        let ar = input(&t, &o, 4, 4096, Backend::Cuda);
+        assert_eq!(plan_collective(Collective::AllReduce, &ar), plan(&ar));
+    }
+}
