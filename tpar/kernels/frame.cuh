@@ -264,6 +264,7 @@ enum SlotKind {
     SLOT_PULL_EXPOSED = 2,   // rank q's exposed input, vector v
     SLOT_PULL_RESULT_CHUNK = 3,  // rank q's partial result, vector q*cvec + v
     SLOT_OWN_INBOX = 4,      // rank q's inbox, its own slot [q], vector v (flags: written once)
+    SLOT_PEER_FOR_ME = 5,    // rank q's inbox, slot [me], vector v (flags: a reduce-scatter's piece for me)
 };
 
 template <int K>
@@ -272,6 +273,7 @@ __device__ __forceinline__ const V16* slot_of(const TparArgs& a, u32 buf, u32 q,
     if (K == SLOT_GATHER_CHUNK) return gather_at(a, a.rank, buf, (u64)q * cvec + v);
     if (K == SLOT_PULL_EXPOSED) return pull_at(a, q, buf, 0, v);
     if (K == SLOT_OWN_INBOX) return inbox_at(a, q, buf, q, v);
+    if (K == SLOT_PEER_FOR_ME) return inbox_at(a, q, buf, a.rank, v);
     return pull_at(a, q, buf, 1, (u64)q * cvec + v);
 }
 
@@ -566,6 +568,17 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
 #endif
 #define TPAR_INSTANTIATE(NAME) TPAR_EACH_DTYPE(TPAR_ENTRY, NAME)
 #define TPAR_INSTANTIATE_FUSABLE(NAME) TPAR_EACH_DTYPE(TPAR_FENTRY, NAME)
+// Kernels with all-gather and reduce-scatter entries (TPAR_GATHER_SCATTER_READY): NAME_all_gather<D>
+// and NAME_reduce_scatter<D>, entries NAME_all_gather_<dtype> and NAME_reduce_scatter_<dtype>
+// (tpar::cuda::kernels::KernelSource::entry_for), in every variant but the fused one.
+#define TPAR_GS_ENTRY(NAME, SUFFIX, D) \
+    extern "C" __global__ void TPAR_BOUNDS NAME##_all_gather_##SUFFIX(const TparArgs a) { NAME##_all_gather<D>(a); } \
+    extern "C" __global__ void TPAR_BOUNDS NAME##_reduce_scatter_##SUFFIX(const TparArgs a) { NAME##_reduce_scatter<D>(a); }
+#if TPAR_FUSED_ON
+#define TPAR_INSTANTIATE_GATHER_SCATTER(NAME)
+#else
+#define TPAR_INSTANTIATE_GATHER_SCATTER(NAME) TPAR_EACH_DTYPE(TPAR_GS_ENTRY, NAME)
+#endif
 
 #include "flags.cuh"
 #include "norm.cuh"

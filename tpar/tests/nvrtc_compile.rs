@@ -81,6 +81,11 @@ fn every_kernel_variant_compiles_with_nvrtc() {
             for d in DType::ALL {
                 let entry = format!(".entry {}(", src.entry(d));
                 assert!(all.ptx.contains(&entry), "{} for {arch}: no `{entry}` in the PTX", src.file);
+                // The all-gather and reduce-scatter entries exactly where the registry declares them.
+                for k in [tpar::Collective::AllGather, tpar::Collective::ReduceScatter] {
+                    let e = format!(".entry {}(", src.entry_for(k, d));
+                    assert_eq!(all.ptx.contains(&e), kernels::has_gather_scatter(src.algorithm), "{} for {arch}: `{e}`", src.file);
+                }
                 let one = nvrtc::compile(src, arch, Some(d)).unwrap_or_else(|e| panic!("{e}"));
                 assert!(one.ptx.contains(&entry), "{} {d} alone for {arch}: no `{entry}`", src.file);
                 for other in DType::ALL.into_iter().filter(|o| *o != d) {
@@ -100,6 +105,10 @@ fn every_kernel_variant_compiles_with_nvrtc() {
                     opts.push("--ptxas-options=-v".into());
                     let h = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{e}"));
                     assert!(h.ptx.contains(&entry), "{} {d} (flags) for {arch}: no `{entry}`", src.file);
+                    for k in [tpar::Collective::AllGather, tpar::Collective::ReduceScatter] {
+                        let e = format!(".entry {}(", src.entry_for(k, d));
+                        assert_eq!(h.ptx.contains(&e), kernels::has_gather_scatter(src.algorithm), "{} {d} (flags) for {arch}: `{e}`", src.file);
+                    }
                     assert!(h.ptx.contains("st.release.sys") && h.ptx.contains("ld.acquire.sys"), "{} {d} (flags) for {arch}: no release/acquire flags", src.file);
                     dump_ptx(&format!("{}-{d}-flags-{arch}", src.file), &h.ptx);
                     no_local_memory(&format!("{} {d} (flags) for {arch}", src.file), &h.ptx);

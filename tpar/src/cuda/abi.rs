@@ -6,7 +6,7 @@
 //! workspace layout arithmetic. Must never change a field without changing the `.cuh` twin.
 
 use crate::dtype::DType;
-use crate::kinds::Algorithm;
+use crate::kinds::{Algorithm, Collective};
 use std::mem::{offset_of, size_of};
 
 /// Most ranks a kernel addresses (the length of the peer-pointer arrays).
@@ -128,37 +128,64 @@ pub fn desc_code(algo: Algorithm, dtype: DType) -> u32 {
     ((algo.code() as u32) << 4) | dtype.code() as u32
 }
 
-/// The descriptor bit of a fused call (all-reduce + residual add + RMSNorm; dtype codes use
-/// the low three bits), so that a rank calling the fused kernel while a peer calls the plain
-/// all-reduce (or the unfused path) gets a Mismatch, never ranks that silently diverge.
+/// The descriptor bits (2-3) that say what a call computes: 0 the all-reduce,
+/// [`DESC_ALL_GATHER`], [`DESC_FUSED`] (all-reduce + residual add + RMSNorm),
+/// [`DESC_REDUCE_SCATTER`]; dtype codes use the low two bits. A rank calling one while a
+/// peer calls another gets a Mismatch, never ranks that silently diverge.
+pub const DESC_KIND: u32 = 0xc;
+/// [`DESC_KIND`] of an all-gather.
+pub const DESC_ALL_GATHER: u32 = 0x4;
+/// [`DESC_KIND`] of a fused call.
 pub const DESC_FUSED: u32 = 0x8;
+/// [`DESC_KIND`] of a reduce-scatter.
+pub const DESC_REDUCE_SCATTER: u32 = 0xc;
 
 /// [`desc_code`] of a fused call.
 pub fn fused_desc_code(algo: Algorithm, dtype: DType) -> u32 {
     desc_code(algo, dtype) | DESC_FUSED
 }
 
+/// [`desc_code`] of a call of `collective` (the all-reduce's is [`desc_code`]'s).
+pub fn collective_desc_code(algo: Algorithm, dtype: DType, collective: Collective) -> u32 {
+    desc_code(algo, dtype)
+        | match collective {
+            Collective::AllReduce => 0,
+            Collective::AllGather => DESC_ALL_GATHER,
+            Collective::ReduceScatter => DESC_REDUCE_SCATTER,
+        }
+}
+
+/// What the [`DESC_KIND`] bits of a descriptor code say, in words.
+fn kind_name(code: u64) -> &'static str {
+    match code as u32 & DESC_KIND {
+        0 => "all-reduce",
+        DESC_ALL_GATHER => "all-gather",
+        DESC_FUSED => "all-reduce fused with add-RMSNorm",
+        _ => "reduce-scatter",
+    }
+}
+
 /// Which field two differing calls (`count << 8 | desc_code`, [`pack_call`]) differ in.
 fn differing_field(ours: u64, theirs: u64) -> &'static str {
-    if ours >> 8 != theirs >> 8 {
+    if (ours ^ theirs) & u64::from(DESC_KIND) != 0 {
+        "collective (all-reduce, all-gather, reduce-scatter, or the all-reduce fused with add-RMSNorm)"
+    } else if ours >> 8 != theirs >> 8 {
         "count"
-    } else if (ours ^ theirs) & u64::from(DESC_FUSED) != 0 {
-        "fused (all-reduce + residual add + RMSNorm, or the all-reduce alone)"
-    } else if (ours ^ theirs) & 0xf != 0 {
+    } else if (ours ^ theirs) & 0x3 != 0 {
         "dtype"
     } else {
         "algorithm"
     }
 }
 
-/// Decodes a mismatch record's `count << 8 | desc_code`: "oneshot-push bfloat16 count 21504".
+/// Decodes a mismatch record's `count << 8 | desc_code`: "oneshot-push all-reduce bfloat16
+/// count 21504".
 pub fn describe_call(packed: u64) -> (u64, String) {
     let code = packed & 0xff;
     let count = packed >> 8;
     let algo = Algorithm::from_code(code >> 4).map_or("unknown algorithm", |a| a.name());
-    let dtype = DType::from_code(code & 0x7).map_or("unknown dtype", |d| d.name());
-    let fused = if code & u64::from(DESC_FUSED) != 0 { " fused with add-RMSNorm" } else { "" };
-    (count, format!("{algo}{fused} {dtype} count {count}"))
+    let dtype = DType::from_code(code & 0x3).map_or("unknown dtype", |d| d.name());
+    (count, format!("{algo} {} {dtype} count {count}", kind_name(code)))
 }
 
 /// A call as the kernels' descriptors, their mismatch records and checked captures pack it:
@@ -415,16 +442,26 @@ mod tests {
         let e = mismatch((Algorithm::OneshotPush, DType::BF16, 21504), (Algorithm::OneshotPush, DType::F16, 21504));
         let crate::error::Error::Mismatch { rank, peer, field, ours, theirs } = &e else { panic!("{e:?}") };
         assert_eq!((*rank, *peer, *field), (1, 3, "dtype"));
-        assert_eq!(ours, "oneshot-push bfloat16 count 21504 (call epoch 42)");
-        assert_eq!(theirs, &format!("oneshot-push {} count 21504", DType::F16.name()));
+        assert_eq!(ours, "oneshot-push all-reduce bfloat16 count 21504 (call epoch 42)");
+        assert_eq!(theirs, &format!("oneshot-push all-reduce {} count 21504", DType::F16.name()));
         let crate::error::Error::Mismatch { field, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::TwoshotPush, DType::BF16, 100)) else { panic!() };
         assert_eq!(field, "algorithm");
         let crate::error::Error::Mismatch { field, theirs, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::OneshotPush, DType::BF16, 1 << 40)) else { panic!() };
         assert_eq!(field, "count");
         assert!(theirs.ends_with(&format!("count {}", 1u64 << 40)), "{theirs}");
         let crate::error::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
-        assert!(field.starts_with("fused"), "{field}");
-        assert!(ours.starts_with("oneshot-push fused with add-RMSNorm bfloat16 count 100"), "{ours}");
+        assert!(field.starts_with("collective"), "{field}");
+        assert!(ours.starts_with("oneshot-push all-reduce fused with add-RMSNorm bfloat16 count 100"), "{ours}");
+        // Every pair of collectives differs in the kind bits, whatever the counts.
+        let codes = Collective::ALL.map(|k| collective_desc_code(Algorithm::OneshotPush, DType::F16, k));
+        for (i, a) in codes.iter().enumerate() {
+            for b in &codes[i + 1..] {
+                let crate::error::Error::Mismatch { field, ours, theirs, .. } = mismatch_codes(*a, *b) else { panic!() };
+                assert!(field.starts_with("collective"), "{field}");
+                assert_ne!(ours.split(" count").next(), theirs.split(" count").next());
+            }
+        }
+        assert!(describe_call(pack_call(7, codes[2])).1.contains(&format!("reduce-scatter {} count 7", DType::F16.name())), "{}", describe_call(pack_call(7, codes[2])).1);
         let ok = TparError::default();
         assert!(device_error(&ok, "test").is_none());
         let t = TparError { code: ERR_TIMEOUT, peer: 2, phase: 1, waited_ns: 3_000_000_000, ..Default::default() };

@@ -38,7 +38,7 @@ use crate::rendezvous::JoinSpec;
 use crate::topology::ranks::Placement;
 use crate::topology::Topology;
 use crate::dtype::DType;
-use crate::kinds::{Algorithm, Transport};
+use crate::kinds::{Algorithm, Collective, Transport};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -113,8 +113,8 @@ pub struct GpuCommunicator {
     timeout: Duration,
     /// The plan's decisions (pure; also what [`plan`](Self::plan) shows).
     plans: PlanCache,
-    /// Calls resolved so far, per (dtype, bytes, capture mode).
-    resolved: HashMap<(DType, u64, CaptureMode), Arc<Resolved>>,
+    /// Calls resolved so far, per (collective, dtype, bytes per rank, capture mode).
+    resolved: HashMap<(Collective, DType, u64, CaptureMode), Arc<Resolved>>,
     /// Fused calls resolved so far, per (dtype, rows, hidden, capture mode).
     fused_resolved: HashMap<(DType, usize, usize, CaptureMode), Arc<FusedResolved>>,
     /// Whether calls are checked across ranks (TPAR_CHECK_CALLS, on by default).
@@ -310,9 +310,15 @@ impl GpuCommunicator {
         self.nccl.as_ref().map(|_| ()).map_err(|s| s.as_str())
     }
 
-    /// The plan's decision for `bytes` of `dtype` in `mode` (logged once under
-    /// `TPAR_DEBUG=INFO`), from this communicator's memo.
+    /// The plan's decision for an all-reduce of `bytes` of `dtype` in `mode` (logged once
+    /// under `TPAR_DEBUG=INFO`), from this communicator's memo.
     pub fn plan(&mut self, dtype: DType, bytes: usize, mode: CaptureMode) -> Arc<Plan> {
+        self.plan_for(Collective::AllReduce, dtype, bytes, mode)
+    }
+
+    /// The plan's decision for `collective` of `bytes` per rank (as
+    /// [`Collective::io_elems`] counts them) of `dtype` in `mode`, from this communicator's memo.
+    pub fn plan_for(&mut self, collective: Collective, dtype: DType, bytes: usize, mode: CaptureMode) -> Arc<Plan> {
         let input = PlanInput {
             topology: &self.topology,
             world: self.control.world(),
@@ -323,7 +329,7 @@ impl GpuCommunicator {
             profile: self.profiles[mode_index(mode)].as_ref(),
             overrides: &self.overrides,
         };
-        let mut p = self.plans.get(&input);
+        let mut p = self.plans.get_for(collective, &input);
         if let (Err(why), NcclUse::Own) = (&self.nccl, self.nccl_use) {
             if let Some(k) = p.without_nccl(why, self.ws.transport()) {
                 p = Arc::new(k);
@@ -346,19 +352,24 @@ impl GpuCommunicator {
         }
     }
 
-    /// The call of `bytes` of `dtype` in `mode`, resolved once (plan, gate, launch shape) and
-    /// remembered. An error here (a refusal that names why) is not remembered.
+    /// The all-reduce of `bytes` of `dtype` in `mode`, resolved once (plan, gate, launch
+    /// shape) and remembered. An error here (a refusal that names why) is not remembered.
     pub fn resolve(&mut self, dtype: DType, bytes: usize, mode: CaptureMode) -> Result<Arc<Resolved>> {
-        let key = (dtype, bytes as u64, mode);
+        self.resolve_for(Collective::AllReduce, dtype, bytes, mode)
+    }
+
+    /// As [`resolve`](Self::resolve), for `collective` of `bytes` per rank.
+    pub fn resolve_for(&mut self, collective: Collective, dtype: DType, bytes: usize, mode: CaptureMode) -> Result<Arc<Resolved>> {
+        let key = (collective, dtype, bytes as u64, mode);
         if let Some(r) = self.resolved.get(&key) {
             return Ok(Arc::clone(r));
         }
-        let plan = self.plan(dtype, bytes, mode);
-        let route = self.route_of(&plan, dtype, bytes)?;
+        let plan = self.plan_for(collective, dtype, bytes, mode);
+        let route = self.route_of(&plan, collective, dtype, bytes)?;
         if self.resolved.len() >= RESOLVED_MAX {
             self.resolved.clear();
         }
-        let r = Arc::new(Resolved { plan, route });
+        let r = Arc::new(Resolved { plan, route, collective });
         self.resolved.insert(key, Arc::clone(&r));
         Ok(r)
     }
@@ -369,7 +380,7 @@ impl GpuCommunicator {
         self.resolve(dtype, bytes, mode).map(|r| r.route)
     }
 
-    fn route_of(&mut self, plan: &Plan, dtype: DType, bytes: usize) -> Result<Route> {
+    fn route_of(&mut self, plan: &Plan, collective: Collective, dtype: DType, bytes: usize) -> Result<Route> {
         let refused = |reason: String| Error::Unsupported { what: format!("{} over {} ({})", plan.algorithm, plan.transport, plan.reason), reason };
         match plan.algorithm {
             Algorithm::Nccl => match (&self.nccl, self.nccl_use) {
@@ -388,6 +399,7 @@ impl GpuCommunicator {
                 // The registry is the gate: the plan only picks what it accepts, and a forced
                 // algorithm it refuses is an error naming why, never a launch of nothing.
                 registry::runnable(plan.algorithm, Backend::Cuda, plan.transport).map_err(refused)?;
+                registry::computes(plan.algorithm, collective).map_err(refused)?;
                 if plan.transport != self.ws.transport() {
                     return Err(refused(format!(
                         "this communicator's workspaces are {} memory (set TPAR_TRANSPORT at init to choose: host, or p2p where the GPUs reach each other)",
@@ -398,12 +410,12 @@ impl GpuCommunicator {
                     // Nothing moves; every rank returns at once (see `submit`).
                     return Ok(Route::Kernel { algorithm: plan.algorithm, launch: Launch::none(), desc_code: 0 });
                 }
-                let desc_code = super::abi::desc_code(plan.algorithm, dtype);
+                let desc_code = super::abi::collective_desc_code(plan.algorithm, dtype, collective);
                 if plan.algorithm == Algorithm::CeRing {
                     self.ws.ce_prepare(dtype, bytes)?;
                     return Ok(Route::CopyEngine { desc_code });
                 }
-                let launch = self.ws.resolve(plan.algorithm, dtype, bytes, plan.blocks)?;
+                let launch = self.ws.resolve_collective(collective, plan.algorithm, dtype, bytes, plan.blocks)?;
                 Ok(Route::Kernel { algorithm: plan.algorithm, launch, desc_code })
             }
         }
@@ -422,7 +434,20 @@ impl GpuCommunicator {
     /// so it does not wait for the legacy default stream (a plain `cuMemcpyHtoD` from
     /// pageable memory may still be landing when it returns).
     pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
-        let r = self.resolve(dtype, count.saturating_mul(dtype.size()), mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.collective(Collective::AllReduce, dtype, count, input, output, mode) }
+    }
+
+    /// As [`all_reduce`](Self::all_reduce), for any collective: `count` elements per rank as
+    /// [`Collective::io_elems`] counts them (an all-gather's `input` holds `count`, its
+    /// `output` `world x count`; a reduce-scatter's the other way round), resolved by the
+    /// plan for that collective. An all-gather's or reduce-scatter's output never overlaps
+    /// its input.
+    ///
+    /// # Safety
+    /// As for [`all_reduce`](Self::all_reduce), for the collective's input and output sizes.
+    pub unsafe fn collective(&mut self, collective: Collective, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
+        let r = self.resolve_for(collective, dtype, count.saturating_mul(dtype.size()), mode)?;
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { self.submit(None, &r, dtype, count, input, output, mode) }
     }
@@ -456,7 +481,19 @@ impl GpuCommunicator {
     /// As for [`all_reduce_on`](Self::all_reduce_on).
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn submit_on(&mut self, stream: u64, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode, nccl_to_caller: bool) -> Result<Served> {
-        let r = self.resolve(dtype, count.saturating_mul(dtype.size()), mode)?;
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.submit_collective_on(stream, Collective::AllReduce, dtype, count, input, output, mode, nccl_to_caller) }
+    }
+
+    /// As [`submit_on`](Self::submit_on), for any collective (`count` per rank as
+    /// [`Collective::io_elems`] counts it).
+    ///
+    /// # Safety
+    /// As for [`collective`](Self::collective), and `stream` as for
+    /// [`all_reduce_on`](Self::all_reduce_on).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn submit_collective_on(&mut self, stream: u64, collective: Collective, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode, nccl_to_caller: bool) -> Result<Served> {
+        let r = self.resolve_for(collective, dtype, count.saturating_mul(dtype.size()), mode)?;
         match r.route {
             Route::Caller => return Ok(Served::ToCaller),
             Route::Nccl if nccl_to_caller => return Ok(Served::ToCaller),
@@ -473,14 +510,25 @@ impl GpuCommunicator {
     /// # Safety
     /// As for [`all_reduce`](Self::all_reduce).
     pub unsafe fn all_reduce_with(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { self.collective_with(Collective::AllReduce, algo, dtype, count, input, output, mode) }
+    }
+
+    /// As [`collective`](Self::collective) with `algo` forced (benchmarks, comparisons with
+    /// NCCL in the same run), as [`all_reduce_with`](Self::all_reduce_with).
+    ///
+    /// # Safety
+    /// As for [`collective`](Self::collective).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn collective_with(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
         let bytes = count.saturating_mul(dtype.size());
-        let planned = self.plan(dtype, bytes, mode);
+        let planned = self.plan_for(collective, dtype, bytes, mode);
         let r = if planned.algorithm == algo {
-            self.resolve(dtype, bytes, mode)?
+            self.resolve_for(collective, dtype, bytes, mode)?
         } else {
             let p = planned.replaced(algo, self.transport(), format!("forced by the caller (the plan said {}: {})", planned.algorithm, planned.reason));
-            let route = self.route_of(&p, dtype, bytes)?;
-            Arc::new(Resolved { plan: Arc::new(p), route })
+            let route = self.route_of(&p, collective, dtype, bytes)?;
+            Arc::new(Resolved { plan: Arc::new(p), route, collective })
         };
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { self.submit(None, &r, dtype, count, input, output, mode) }
@@ -504,7 +552,7 @@ impl GpuCommunicator {
         self.ws.device().bind()?;
         let recorded = match (&mut self.captured, mode) {
             (Some(seq), CaptureMode::Graph) => {
-                seq.push(super::abi::pack_call(count, super::abi::desc_code(r.algorithm(), dtype)));
+                seq.push(super::abi::pack_call(count, super::abi::collective_desc_code(r.algorithm(), dtype, r.collective)));
                 true
             }
             _ => false,
@@ -518,13 +566,10 @@ impl GpuCommunicator {
                 let Ok(n) = &self.nccl else {
                     return Err(Error::Unsupported { what: "NCCL".into(), reason: "not joined".into() });
                 };
-                match stream {
-                    // SAFETY: the caller's contract on input/output/stream is NCCL's.
-                    Some(s) => unsafe { n.all_reduce_raw(input, output, count, dtype, s) },
-                    // SAFETY: the caller's contract on input/output is NCCL's.
-                    None => unsafe { n.all_reduce(input, output, count, dtype, self.ws.stream()) },
-                }
-                .map(|()| Algorithm::Nccl)
+                let s = stream.unwrap_or(self.ws.stream().raw as u64);
+                // SAFETY: the caller's contract on input/output/stream is NCCL's; our own
+                // stream is live.
+                unsafe { n.collective_raw(r.collective, input, output, count, dtype, s) }.map(|()| Algorithm::Nccl)
             }
             Route::Kernel { desc_code, .. } | Route::CopyEngine { desc_code } => {
                 let desc = if recorded || !self.check_calls { 0 } else { desc_code };

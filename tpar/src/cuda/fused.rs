@@ -182,7 +182,7 @@ impl FusedResolved {
     pub fn path(&self) -> FusedPath {
         match self.route {
             FusedRoute::Fused { algorithm, .. } => FusedPath::Fused(algorithm),
-            FusedRoute::Unfused { all_reduce, .. } => FusedPath::Unfused(Resolved { plan: Arc::clone(&self.plan), route: all_reduce }.algorithm()),
+            FusedRoute::Unfused { all_reduce, .. } => FusedPath::Unfused(Resolved { plan: Arc::clone(&self.plan), route: all_reduce, collective: crate::kinds::Collective::AllReduce }.algorithm()),
         }
     }
 }

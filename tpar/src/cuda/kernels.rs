@@ -6,7 +6,7 @@
 
 use crate::algorithms::registry;
 use crate::dtype::DType;
-use crate::kinds::Algorithm;
+use crate::kinds::{Algorithm, Collective};
 
 /// The common header, spliced in where a kernel says `#include "common.cuh"` so that NVRTC
 /// needs no include path.
@@ -98,6 +98,16 @@ impl KernelSource {
     pub fn entry(&self, dtype: DType) -> String {
         format!("{}_{}", self.stem(), dtype_suffix(dtype))
     }
+
+    /// Entry name of `collective` for `dtype`: the all-reduce's [`entry`](Self::entry), else
+    /// e.g. `oneshot_push_all_gather_bf16` (`TPAR_INSTANTIATE_GATHER_SCATTER` in frame.cuh).
+    pub fn entry_for(&self, collective: Collective, dtype: DType) -> String {
+        match collective {
+            Collective::AllReduce => self.entry(dtype),
+            Collective::AllGather => format!("{}_all_gather_{}", self.stem(), dtype_suffix(dtype)),
+            Collective::ReduceScatter => format!("{}_reduce_scatter_{}", self.stem(), dtype_suffix(dtype)),
+        }
+    }
 }
 
 /// The kernel source of `algorithm`, if it has one.
@@ -141,6 +151,12 @@ pub fn has_cluster_rows(algorithm: Algorithm) -> bool {
     variants(algorithm).cluster_rows
 }
 
+/// Whether `algorithm`'s kernel has all-gather and reduce-scatter entries (the registry's
+/// [`Variants::gather_scatter`](registry::Variants::gather_scatter)).
+pub fn has_gather_scatter(algorithm: Algorithm) -> bool {
+    variants(algorithm).gather_scatter
+}
+
 /// Suffix of entry names per dtype (matches `TPAR_INSTANTIATE` in common.cuh).
 pub fn dtype_suffix(dtype: DType) -> &'static str {
     match dtype {
@@ -171,6 +187,7 @@ mod tests {
                 fused: s.text.contains("#define TPAR_FUSED_READY 1"),
                 cluster_rows: s.text.contains("#define TPAR_CLUSTER_ROWS_READY 1"),
                 registered: s.text.contains("io_all_reduce<"),
+                gather_scatter: s.text.contains("#define TPAR_GATHER_SCATTER_READY 1"),
             };
             assert_eq!(variants(s.algorithm), marked, "{}: registry vs source markers", s.algorithm);
         }
@@ -190,6 +207,19 @@ mod tests {
                 assert!(s.entry(d).starts_with(s.stem()));
             }
         }
+    }
+
+    #[test]
+    fn gather_scatter_entries_are_instantiated_where_declared() {
+        for a in kernel_algorithms() {
+            let s = source_for(a).unwrap();
+            let inst = format!("TPAR_INSTANTIATE_GATHER_SCATTER({})", s.stem());
+            assert_eq!(s.text.contains(&inst), has_gather_scatter(a), "{}", s.file);
+            assert_eq!(s.entry_for(Collective::AllReduce, DType::BF16), s.entry(DType::BF16));
+        }
+        let push = source_for(Algorithm::OneshotPush).unwrap();
+        assert_eq!(push.entry_for(Collective::ReduceScatter, DType::F16), "oneshot_push_reduce_scatter_f16");
+        assert!(header().contains("#define TPAR_INSTANTIATE_GATHER_SCATTER(NAME)"));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::plan::HostProtocol;
 use crate::settings::LaunchSettings;
 use crate::dtype::DType;
-use crate::kinds::{Algorithm, Transport};
+use crate::kinds::{Algorithm, Collective, Transport};
 use std::collections::HashMap;
 
 // The ABI check: the device compiler's field offsets against abi.rs.
@@ -162,10 +162,15 @@ pub fn add_rmsnorm_threads(row_vecs: usize) -> u32 {
 
 /// One loaded variant.
 struct Variant {
-    _module: Module,
+    module: Module,
+    /// The all-reduce's entry.
     f: sys::CUfunction,
-    /// Blocks of this function one SM holds at once, by threads per block (filled on use).
-    per_sm: HashMap<u32, u32>,
+    /// The all-gather's and reduce-scatter's entries, where the kernel has them (looked up
+    /// on first use).
+    others: HashMap<Collective, sys::CUfunction>,
+    /// Blocks of an entry one SM holds at once, by collective and threads per block (filled
+    /// on use).
+    per_sm: HashMap<(Collective, u32), u32>,
     /// Clusters of it the GPU holds at once, by (threads per block, blocks per cluster).
     per_gpu_clusters: HashMap<(u32, u32), u32>,
 }
@@ -221,6 +226,8 @@ pub struct CallSpec {
     /// The call's buffers are registered (it runs its kernel's zero-copy path, which only
     /// the default variant has: [`registers`]).
     pub registered: bool,
+    /// What the call computes; `count` is per rank as [`Collective::io_elems`] counts it.
+    pub collective: Collective,
 }
 
 /// Per call, the one check left once its shape is resolved: every input and output pointer
@@ -349,22 +356,41 @@ impl Launcher {
             }
             let mut module = load_unit(dev, &label, &src.translation_unit(), &opts, &self.arch, self.driver)?;
             let f = module.function(&src.entry(dtype))?;
-            self.variants.insert((algo, dtype, class), Variant { _module: module, f, per_sm: HashMap::new(), per_gpu_clusters: HashMap::new() });
+            self.variants.insert((algo, dtype, class), Variant { module, f, others: HashMap::new(), per_sm: HashMap::new(), per_gpu_clusters: HashMap::new() });
         }
         self.variants.get(&(algo, dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))
     }
 
-    /// Blocks of the (algo, dtype, class) kernel one SM holds at `threads` threads per block
-    /// (loads the variant; cached per thread count).
-    fn per_sm(&mut self, dev: &Device, algo: Algorithm, dtype: DType, class: SizeClass, threads: u32) -> Result<u32> {
+    /// The entry of `collective` in the (algo, dtype, class) kernel (loads the variant).
+    fn entry(&mut self, dev: &Device, algo: Algorithm, dtype: DType, class: SizeClass, collective: Collective) -> Result<sys::CUfunction> {
+        if collective != Collective::AllReduce && (!kernels::has_gather_scatter(algo) || matches!(class, SizeClass::Fused | SizeClass::FusedCluster)) {
+            return Err(Error::Unsupported { what: format!("the {collective} with {algo}"), reason: "its kernel has no such entry (one-shot push has: the plan runs it, or NCCL)".into() });
+        }
         self.variant(dev, algo, dtype, class)?;
         let v = self.variants.get_mut(&(algo, dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
-        if let Some(p) = v.per_sm.get(&threads) {
+        if collective == Collective::AllReduce {
+            return Ok(v.f);
+        }
+        if let Some(f) = v.others.get(&collective) {
+            return Ok(*f);
+        }
+        let src = kernels::source_for(algo).ok_or_else(|| Error::invalid("kernel", format!("{algo} has no source")))?;
+        let f = v.module.function(&src.entry_for(collective, dtype))?;
+        v.others.insert(collective, f);
+        Ok(f)
+    }
+
+    /// Blocks of the (algo, dtype, class) kernel's `collective` entry one SM holds at
+    /// `threads` threads per block (loads the variant; cached per entry and thread count).
+    fn per_sm(&mut self, dev: &Device, (algo, dtype, class): (Algorithm, DType, SizeClass), collective: Collective, threads: u32) -> Result<u32> {
+        let f = self.entry(dev, algo, dtype, class, collective)?;
+        let v = self.variants.get_mut(&(algo, dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
+        if let Some(p) = v.per_sm.get(&(collective, threads)) {
             return Ok(*p);
         }
-        // SAFETY: v.f is a live function of a loaded module (kept in self.variants).
-        let p = unsafe { super::driver::occupancy(v.f, threads) }.map_err(|e| Error::Cuda { context: format!("occupancy of {algo} {dtype} at {threads} threads"), code: e.to_string() })?.max(1);
-        v.per_sm.insert(threads, p);
+        // SAFETY: f is a live function of a loaded module (kept in self.variants).
+        let p = unsafe { super::driver::occupancy(f, threads) }.map_err(|e| Error::Cuda { context: format!("occupancy of {algo} {collective} {dtype} at {threads} threads"), code: e.to_string() })?.max(1);
+        v.per_sm.insert((collective, threads), p);
         Ok(p)
     }
 
@@ -383,7 +409,7 @@ impl Launcher {
         if unless_resident == SizeClass::Default || forced.is_some() {
             return Ok(unless_resident);
         }
-        let resident = self.per_sm(dev, algo, dtype, SizeClass::Default, threads)? * self.sms;
+        let resident = self.per_sm(dev, (algo, dtype, SizeClass::Default), Collective::AllReduce, threads)? * self.sms;
         Ok(size_class(algo, bytes, None, holds_twice(planned, self.ranks_on_device, resident)))
     }
 
@@ -412,7 +438,7 @@ impl Launcher {
         if call.count == 0 {
             return Err(Error::invalid("count", "must be positive"));
         }
-        let l = self.resolve_call(dev, call.algo, call.dtype, bytes, call.blocks, call.registered)?;
+        let l = self.resolve_as(dev, call, bytes, None)?;
         check_pointers(ptrs)?;
         Ok(l)
     }
@@ -438,7 +464,15 @@ impl Launcher {
 
     /// [`resolve`](Self::resolve) for a call whose buffers are `registered` or not.
     pub fn resolve_call(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32, registered: bool) -> Result<Launch> {
-        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered }, bytes, None)
+        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered, collective: Collective::AllReduce }, bytes, None)
+    }
+
+    /// [`resolve`](Self::resolve) for a call of `collective` of `bytes` per rank (as
+    /// [`Collective::io_elems`] counts them): the message each rank sends each peer, which
+    /// the workspace's slots hold. The all-gather and the reduce-scatter need whole 16-byte
+    /// vectors per rank and a kernel with their entries.
+    pub fn resolve_collective(&mut self, dev: &Device, collective: Collective, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false, collective }, bytes, None)
     }
 
     /// As [`resolve`](Self::resolve), for the fused variant of `algo` (the caller has checked
@@ -446,7 +480,7 @@ impl Launcher {
     /// class's code with the fused epilogue. Where a row's blocks can be one thread-block
     /// cluster ([`cluster_for`](Self::cluster_for)), the cluster variant runs instead.
     pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, row_bytes: usize, blocks: u32) -> Result<Launch> {
-        let l = self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false }, bytes, Some(SizeClass::Fused))?;
+        let l = self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false, collective: Collective::AllReduce }, bytes, Some(SizeClass::Fused))?;
         Ok(self.cluster_for(dev, algo, dtype, l, bytes, row_bytes)?.unwrap_or(l))
     }
 
@@ -495,7 +529,7 @@ impl Launcher {
             let label = format!("add_rmsnorm-{}", kernels::dtype_suffix(dtype));
             let mut module = load_unit(dev, &label, &kernels::add_rmsnorm_unit(), &nvrtc::options(&self.arch, Some(dtype)), &self.arch, self.driver)?;
             let f = module.function(&kernels::add_rmsnorm_entry(dtype))?;
-            self.norm.insert(dtype, Variant { _module: module, f, per_sm: HashMap::new(), per_gpu_clusters: HashMap::new() });
+            self.norm.insert(dtype, Variant { module, f, others: HashMap::new(), per_sm: HashMap::new(), per_gpu_clusters: HashMap::new() });
         }
         let f = self.norm.get(&dtype).ok_or_else(|| Error::invalid("kernel", "add-RMSNorm not loaded"))?.f;
         Ok(Launch { f, grid: rows as u32, threads: add_rmsnorm_threads(row_vecs), pdl: false, cluster: 1 })
@@ -518,6 +552,12 @@ impl Launcher {
         if call.blocks as usize > MAX_BLOCKS {
             return Err(Error::invalid("blocks", format!("{}: must be 1 to {MAX_BLOCKS} (0: the policy)", call.blocks)));
         }
+        if call.collective != Collective::AllReduce && bytes % VEC_BYTES != 0 {
+            return Err(Error::Unsupported {
+                what: format!("an {} of {bytes} B per rank with tpar's kernels", call.collective),
+                reason: "each rank's part must be whole 16-byte vectors (the plan sends other sizes to NCCL)".into(),
+            });
+        }
         let (ranks, sms, pdl_on) = (self.ranks_on_device, self.sms, self.pdl());
         let explicit = if call.blocks > 0 { Some(call.blocks) } else { self.settings.blocks };
         // Threads follow the policy's blocks (the plan's, or the rule's): one vector per
@@ -529,8 +569,8 @@ impl Launcher {
             Some(c) => c,
             None => self.class_for(dev, call.algo, call.dtype, bytes, planned, threads, call.registered)?,
         };
-        let per_sm = self.per_sm(dev, call.algo, call.dtype, class, threads)?;
-        let f = self.variants.get(&(call.algo, call.dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?.f;
+        let per_sm = self.per_sm(dev, (call.algo, call.dtype, class), call.collective, threads)?;
+        let f = self.entry(dev, call.algo, call.dtype, class, call.collective)?;
         let resident = per_sm * sms;
         let fits = (resident / ranks).max(1);
         let grid = match explicit {

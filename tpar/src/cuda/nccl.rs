@@ -27,6 +27,8 @@ type CommInitAll = unsafe extern "C" fn(*mut ncclComm_t, c_int, *const c_int) ->
 type CommDestroy = unsafe extern "C" fn(ncclComm_t) -> c_int;
 type CommAbort = unsafe extern "C" fn(ncclComm_t) -> c_int;
 type AllReduce = unsafe extern "C" fn(*const c_void, *mut c_void, usize, ncclDataType_t, ncclRedOp_t, ncclComm_t, *mut c_void) -> c_int;
+type AllGather = unsafe extern "C" fn(*const c_void, *mut c_void, usize, ncclDataType_t, ncclComm_t, *mut c_void) -> c_int;
+type ReduceScatter = unsafe extern "C" fn(*const c_void, *mut c_void, usize, ncclDataType_t, ncclRedOp_t, ncclComm_t, *mut c_void) -> c_int;
 type GetErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 type Group = unsafe extern "C" fn() -> c_int;
 
@@ -44,6 +46,8 @@ pub struct Nccl {
     comm_destroy: CommDestroy,
     comm_abort: CommAbort,
     all_reduce: AllReduce,
+    all_gather: AllGather,
+    reduce_scatter: ReduceScatter,
     get_error_string: GetErrorString,
     group_start: Group,
     group_end: Group,
@@ -104,6 +108,8 @@ fn bind(lib: libloading::Library, found: Found) -> std::result::Result<Nccl, Str
     let comm_destroy = sym!(b"ncclCommDestroy\0", CommDestroy);
     let comm_abort = sym!(b"ncclCommAbort\0", CommAbort);
     let all_reduce = sym!(b"ncclAllReduce\0", AllReduce);
+    let all_gather = sym!(b"ncclAllGather\0", AllGather);
+    let reduce_scatter = sym!(b"ncclReduceScatter\0", ReduceScatter);
     let get_error_string = sym!(b"ncclGetErrorString\0", GetErrorString);
     let group_start = sym!(b"ncclGroupStart\0", Group);
     let group_end = sym!(b"ncclGroupEnd\0", Group);
@@ -118,6 +124,8 @@ fn bind(lib: libloading::Library, found: Found) -> std::result::Result<Nccl, Str
         comm_destroy,
         comm_abort,
         all_reduce,
+        all_gather,
+        reduce_scatter,
         get_error_string,
         group_start,
         group_end,
@@ -287,6 +295,36 @@ impl NcclComm {
         // SAFETY: caller's contract on the pointers; raw is a live communicator.
         n.check("ncclAllReduce", unsafe {
             (n.all_reduce)(send as *const c_void, recv as *mut c_void, count, nccl_dtype(dtype), ncclRedOp_t::ncclSum, self.raw, stream as *mut c_void)
+        })
+    }
+
+    /// Enqueues one call of `collective` of `count` elements per rank (as
+    /// [`Collective::io_elems`](crate::kinds::Collective::io_elems) counts them: NCCL's
+    /// `sendcount` of `ncclAllGather`, `recvcount` of `ncclReduceScatter`) on a raw
+    /// `CUstream`: sums for the reductions.
+    ///
+    /// # Safety
+    /// `send` and `recv` must be device pointers valid for the collective's input and output
+    /// elements of `dtype` until the stream's work completes; `stream` as for
+    /// [`all_reduce_raw`](Self::all_reduce_raw).
+    pub unsafe fn collective_raw(&self, collective: crate::kinds::Collective, send: u64, recv: u64, count: usize, dtype: DType, stream: u64) -> Result<()> {
+        use crate::kinds::Collective;
+        let n = load()?;
+        let name = match collective {
+            // SAFETY: the caller's contract is all_reduce_raw's.
+            Collective::AllReduce => return unsafe { self.all_reduce_raw(send, recv, count, dtype, stream) },
+            Collective::AllGather => "ncclAllGather",
+            Collective::ReduceScatter => "ncclReduceScatter",
+        };
+        if self.raw.is_null() {
+            return Err(Error::Unsupported { what: name.into(), reason: "this NCCL communicator was aborted".into() });
+        }
+        let (send, recv, stream) = (send as *const c_void, recv as *mut c_void, stream as *mut c_void);
+        n.check(name, match collective {
+            // SAFETY: caller's contract on the pointers; raw is a live communicator.
+            Collective::AllGather => unsafe { (n.all_gather)(send, recv, count, nccl_dtype(dtype), self.raw, stream) },
+            // SAFETY: as above.
+            _ => unsafe { (n.reduce_scatter)(send, recv, count, nccl_dtype(dtype), ncclRedOp_t::ncclSum, self.raw, stream) },
         })
     }
 

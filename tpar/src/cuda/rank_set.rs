@@ -44,6 +44,8 @@ mod fused_calls;
 mod hooks;
 // The copy-engine path (`ce-ring`).
 mod ce;
+// The all-gather and the reduce-scatter.
+mod collectives;
 
 pub use abort::Aborter;
 pub use areas::HANDLE_BLOB_BYTES;
@@ -476,7 +478,7 @@ impl RankSet {
             && self.ws.transport() == Transport::P2p
             && launch::registers(algo, bytes, self.launcher.settings().zero_copy)
             && io_tables::may_register(algo, inputs, outputs, bytes);
-        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered }, &ptrs)?;
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered, collective: crate::kinds::Collective::AllReduce }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
         let io = if registered { Some(io_tables::table(inputs, outputs)) } else { None };
         self.launch_all(&l, (count, code), (inputs, outputs, io), present, None)

@@ -8,7 +8,7 @@
 
 use super::launch::Launch;
 use crate::plan::Plan;
-use crate::kinds::Algorithm;
+use crate::kinds::{Algorithm, Collective};
 use std::sync::Arc;
 
 /// Where a resolved call goes.
@@ -30,6 +30,8 @@ pub enum Route {
 pub struct Resolved {
     pub plan: Arc<Plan>,
     pub route: Route,
+    /// What the call computes.
+    pub collective: Collective,
 }
 
 impl Resolved {

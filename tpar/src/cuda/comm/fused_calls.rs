@@ -90,7 +90,7 @@ impl GpuCommunicator {
         } else {
             planned.replaced(algo, self.transport(), format!("forced by the caller (the plan said {}: {})", planned.algorithm, planned.reason))
         };
-        let ar = self.route_of(&p, call.dtype, bytes)?;
+        let ar = self.route_of(&p, crate::kinds::Collective::AllReduce, call.dtype, bytes)?;
         let route = match ar {
             Route::Kernel { algorithm, .. } if !unfused && self.ws.fused_unfit(algorithm, call).is_none() => {
                 let launch = self.ws.resolve_fused(algorithm, call, p.blocks)?;
@@ -158,7 +158,7 @@ impl GpuCommunicator {
                 res.map(|()| FusedPath::Fused(algorithm))
             }
             FusedRoute::Unfused { all_reduce, norm } => {
-                let ar = Resolved { plan: Arc::clone(&r.plan), route: all_reduce };
+                let ar = Resolved { plan: Arc::clone(&r.plan), route: all_reduce, collective: crate::kinds::Collective::AllReduce };
                 // SAFETY: the caller's contract covers x and norm_out for count elements.
                 let algo = unsafe { self.submit(stream, &ar, call.dtype, call.count(), bufs.input, bufs.norm_out, mode) }?;
                 let normed = FusedBufs { input: bufs.norm_out, ..*bufs };

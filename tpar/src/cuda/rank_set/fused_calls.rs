@@ -34,7 +34,7 @@ impl RankSet {
             return Ok(FusedPath::Unfused(algo));
         }
         let ptrs: Vec<u64> = bufs.iter().flat_map(|b| [b.input, b.residual, b.weight, b.norm_out, b.residual_out]).collect();
-        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks, registered: false }, call.row_bytes(), &ptrs)?;
+        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks, registered: false, collective: crate::kinds::Collective::AllReduce }, call.row_bytes(), &ptrs)?;
         let code = if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 };
         let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
         self.launch_all(&l, (call.count(), code), (&inputs, &outputs, None), &all, Some(&norm))?;
@@ -112,7 +112,7 @@ impl RankSet {
                 self.launcher.preload(&self.dev, &[(a, d)])?;
                 if super::super::kernels::has_fused_variant(a) {
                     let probe = self.ranks[0].state.ptr; // any aligned address: nothing is launched
-                    self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false }, 16, &[probe])?;
+                    self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false, collective: crate::kinds::Collective::AllReduce }, 16, &[probe])?;
                 }
             }
         }

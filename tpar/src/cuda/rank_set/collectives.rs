@@ -1,0 +1,50 @@
+//! The all-gather and the reduce-scatter on the rank set: the all-reduce's launch path
+//! (one resolve, one kernel argument, one completion, capture and abort), with the entry of
+//! the collective and a descriptor that names it (`abi::collective_desc_code`), so that a
+//! rank calling one collective while a peer calls another gets a Mismatch.
+
+use super::{RankSet, CallSpec};
+use crate::cuda::abi;
+use crate::cuda::launch::Launch;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::kinds::{Algorithm, Collective};
+
+impl RankSet {
+    /// Enqueues one call of `collective` of `count` elements per rank (as
+    /// [`Collective::io_elems`] counts them) on every local rank (asynchronous), as
+    /// [`enqueue`](Self::enqueue) does the all-reduce. `inputs[i]` / `outputs[i]` are local
+    /// rank i's device pointers, 16-byte aligned, holding `io_elems(count, world)` elements;
+    /// an all-gather's or a reduce-scatter's output never overlaps its input.
+    #[allow(clippy::too_many_arguments)]
+    pub fn enqueue_collective(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, inputs: &[u64], outputs: &[u64], blocks: u32) -> Result<()> {
+        if collective == Collective::AllReduce {
+            return self.enqueue(algo, dtype, count, inputs, outputs, blocks);
+        }
+        self.check_connected()?;
+        let n = self.ranks.len();
+        if inputs.len() != n || outputs.len() != n {
+            return Err(Error::invalid("inputs", format!("need one input and output per local rank ({n})")));
+        }
+        let (ins, outs) = collective.io_elems(count, self.world);
+        let size = dtype.size();
+        for (i, o) in inputs.iter().zip(outputs) {
+            let (i_end, o_end) = (i.saturating_add((ins * size) as u64), o.saturating_add((outs * size) as u64));
+            if *i < o_end && *o < i_end {
+                return Err(Error::invalid("output", format!("the {collective}'s output overlaps its input")));
+            }
+        }
+        let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered: false, collective }, &ptrs)?;
+        let code = if self.check_calls { abi::collective_desc_code(algo, dtype, collective) } else { 0 };
+        let all = vec![true; n];
+        self.launch_all(&l, (count, code), (inputs, outputs, None), &all, None)
+    }
+
+    /// Resolves a call shape of `collective` ([`Launcher::resolve_collective`](crate::cuda::launch::Launcher::resolve_collective)):
+    /// once per shape; launch it with [`launch_resolved`](Self::launch_resolved) and
+    /// `abi::collective_desc_code`.
+    pub fn resolve_collective(&mut self, collective: Collective, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
+        self.launcher.resolve_collective(&self.dev, collective, algo, dtype, bytes, blocks)
+    }
+}
