@@ -99,6 +99,7 @@ fn plan_uses_a_matching_profile_and_ignores_another() {
     use tpar::report::Record;
     let t = tpar::topology::presets::rtxpro6000_pcie_switch_8();
     let rec = |algorithm, bytes: usize, time_us| Record {
+        collective: Default::default(),
         algorithm,
         backend: "cuda".into(),
         dtype: tpar::DType::BF16,

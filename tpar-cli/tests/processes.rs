@@ -65,6 +65,102 @@ fn check_passes_across_processes() {
 }
 
 #[test]
+fn all_gather_and_reduce_scatter_check_and_bench_as_nccl_tests_size_them() {
+    for c in ["all-gather", "reduce_scatter_perf"] {
+        let out = tpar()
+            .args([
+                "check",
+                "--ranks",
+                "3",
+                "--collective",
+                c,
+                "-e",
+                "96K",
+                "--calls",
+                "150",
+                "-d",
+                "all",
+            ])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("PASS: 3 ranks"),
+            "{c}:\n{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("oneshot-push") && !stdout.contains("twoshot"),
+            "only what computes the collective runs: {stdout}"
+        );
+    }
+    let dir = tmpdir("agbench");
+    let json = dir.join("ag.json");
+    let out = tpar()
+        .args([
+            "bench",
+            "--ranks",
+            "4",
+            "--collective",
+            "all_gather_perf",
+            "-b",
+            "4K",
+            "-e",
+            "4K",
+            "-n",
+            "3",
+            "-w",
+            "1",
+            "--json",
+        ])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("all_gather_perf format"), "{stdout}");
+    // nccl-tests' row: the size is the output (4 KiB = 1024 floats, 256 per rank), redop none.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.split_whitespace().take(4).collect::<Vec<_>>()
+                == ["4096", "1024", "float", "none"]),
+        "{stdout}"
+    );
+    let recs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let r = &recs.as_array().unwrap()[0];
+    assert_eq!(r["collective"], "all-gather");
+    let (alg, bus) = (r["algbw"].as_f64().unwrap(), r["busbw"].as_f64().unwrap());
+    assert!(
+        (bus - alg * 3.0 / 4.0).abs() < 1e-9,
+        "busbw = algbw x (n-1)/n: {r}"
+    );
+    // The all-reduce-only algorithms are refused by name.
+    let out = tpar()
+        .args([
+            "check",
+            "--ranks",
+            "2",
+            "--collective",
+            "reduce-scatter",
+            "--algo",
+            "twoshot-push",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("all-reduce only"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_rank_killed_mid_sequence_fails_every_other_rank_within_the_timeout() {
     let dir = tmpdir("kill");
     let sock = dir.join("rdzv.sock");

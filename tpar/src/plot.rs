@@ -169,6 +169,7 @@ use crate::dtype::DType;
                 let (algbw, busbw) = crate::report::bandwidths(*b, 4, t);
                 recs.push(Record {
                     algorithm: a,
+                    collective: Default::default(),
                     backend: "sim".into(),
                     dtype: DType::BF16,
                     world: 4,

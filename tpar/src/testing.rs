@@ -214,6 +214,28 @@ impl<T: Element> Reference<T> {
         Reference { exact: expected(inputs), sum, mag, world: inputs.len() as f64 }
     }
 
+    /// The references of elements `range` only: what rank q's reduce-scatter is held to
+    /// (its slice of the all-reduce's), the same bounds at the same world.
+    pub fn slice(&self, range: std::ops::Range<usize>) -> Reference<T> {
+        Reference {
+            exact: self.exact[range.clone()].to_vec(),
+            sum: self.sum[range.clone()].to_vec(),
+            mag: self.mag[range].to_vec(),
+            world: self.world,
+        }
+    }
+
+    /// A reference that is a copy (`exact`): the all-gather's. Only
+    /// [`exact`](Reference::exact) means anything; a copy is judged bit for bit.
+    pub fn copy_of(exact: Vec<T>) -> Reference<T> {
+        Reference {
+            exact,
+            sum: Vec::new(),
+            mag: Vec::new(),
+            world: 1.0,
+        }
+    }
+
     fn outside(&self, out: &[T], tol: impl Fn(f64, f64, f64) -> f64) -> usize {
         out.iter()
             .zip(self.sum.iter().zip(&self.mag))

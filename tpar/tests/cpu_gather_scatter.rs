@@ -14,9 +14,12 @@ use tpar::{bf16, f16, Element, Error};
 /// Per-rank counts: empty, sub-vector, odd, a vector, large, and past a 512 KiB step.
 const COUNTS: [usize; 6] = [0, 1, 7, 16, 1000, (1 << 18) + 5];
 
+/// Per count: the count, the all-gather's inputs and the reduce-scatter's.
+type Cases<T> = Vec<(usize, Vec<Vec<T>>, Vec<Vec<T>>)>;
+
 fn sweep<T: Element>(world: usize, seed: u64) {
     // For each count: the all-gather's inputs (n each) and the reduce-scatter's (world x n).
-    let cases: Arc<Vec<(usize, Vec<Vec<T>>, Vec<Vec<T>>)>> = Arc::new(
+    let cases: Arc<Cases<T>> = Arc::new(
         COUNTS
             .iter()
             .enumerate()

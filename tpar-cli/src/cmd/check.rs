@@ -10,7 +10,7 @@ use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Instant;
 use tpar::testing::SplitMix;
-use tpar::{Algorithm, CaptureMode, DType};
+use tpar::{Algorithm, CaptureMode, Collective, DType};
 
 /// Verify every algorithm on this machine's ranks (exits non-zero on any wrong element).
 #[derive(Args, Debug, Clone)]
@@ -33,6 +33,12 @@ pub struct CheckArgs {
     /// Seed for inputs and the random sequence
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The collective: all-reduce, all-gather or reduce-scatter (nccl-tests' names, such as
+    /// all_gather_perf, are taken too). -e is then the all-gather's output and the
+    /// reduce-scatter's input, every rank's part, as all_gather_perf and reduce_scatter_perf
+    /// size them
+    #[arg(long, default_value = "all-reduce", value_parser = harness::parse_collective)]
+    pub collective: Collective,
     /// Print only the verdict
     #[arg(long)]
     pub quiet: bool,
@@ -45,6 +51,7 @@ pub struct CheckArgs {
 
 /// What `check_group` runs, validated before any rank starts.
 pub struct Sweep {
+    pub collective: Collective,
     pub dtypes: Vec<DType>,
     pub algos: Vec<Option<Algorithm>>,
     pub max_bytes: usize,
@@ -56,6 +63,14 @@ pub struct Sweep {
 pub fn run(args: CheckArgs) -> Result<(), String> {
     let target = args.ranks.target("check", true)?;
     let mut algos = harness::parse_algos(&args.algo, &target)?;
+    let c = args.collective;
+    if args.algo.trim() == "all" {
+        algos.retain(|a| a.map_or(true, |a| tpar::algorithms::registry::computes(a, c).is_ok()));
+    } else {
+        for a in algos.iter().flatten() {
+            tpar::algorithms::registry::computes(*a, c).map_err(|e| format!("--algo {a}: {e}"))?;
+        }
+    }
     if args.algo.trim() == "all" && !matches!(target, Target::Emulated { .. }) {
         algos.insert(0, None);
     }
@@ -64,7 +79,15 @@ pub fn run(args: CheckArgs) -> Result<(), String> {
     }
     let dtypes = harness::parse_dtypes(&args.dtype)?;
     harness::holds_an_element("-e", args.max_bytes, &dtypes)?;
-    let sweep = Sweep { dtypes, algos, max_bytes: args.max_bytes, calls: args.calls, seed: args.seed, quiet: args.quiet };
+    let sweep = Sweep {
+        collective: c,
+        dtypes,
+        algos,
+        max_bytes: args.max_bytes,
+        calls: args.calls,
+        seed: args.seed,
+        quiet: args.quiet,
+    };
     match (&args.plan_topology, &target) {
         (None, _) => {
             harness::run_groups(&target, &args.ranks, args.max_bytes, |g| check_group(g, &sweep))?;
@@ -108,15 +131,51 @@ fn log_uniform(g: &mut SplitMix, max: usize) -> usize {
     ((max.max(1) as f64).ln() * u).exp().clamp(1.0, max.max(1) as f64) as usize
 }
 
+/// Counts per rank (as `Collective::io_elems` takes them) of the sweep of `c` for `d` on
+/// `world` ranks: [`sweep_counts`] of the per-rank share of `max_bytes` (the all-gather's
+/// output, the reduce-scatter's input), without the empty call.
+pub fn collective_counts(c: Collective, d: DType, max_bytes: usize, world: usize) -> Vec<usize> {
+    match c {
+        Collective::AllReduce => sweep_counts(d, max_bytes),
+        _ => sweep_counts(d, max_bytes / world.max(1))
+            .into_iter()
+            .filter(|&n| n > 0)
+            .collect(),
+    }
+}
+
+/// `n` as the call `v` of `c` runs it on `g`: on GPUs, tpar's all-gather and reduce-scatter
+/// kernels take whole 16-byte vectors per rank (other counts go to NCCL), so a forced
+/// kernel's count is rounded down to them (at least one vector).
+fn fit_count(g: &dyn Group, c: Collective, v: Option<Algorithm>, d: DType, n: usize) -> usize {
+    let kernel = v.is_some_and(|a| a != Algorithm::Nccl);
+    if c == Collective::AllReduce || !kernel || g.label() == "cpu" {
+        return n;
+    }
+    let vec = 16 / d.size();
+    (n - n % vec).max(vec)
+}
+
+/// An all-gather's or reduce-scatter's output never overlaps its input (tpar refuses it):
+/// their in-place draws run out of place.
+fn not_in_place_unless_all_reduce(c: Collective, io: Io) -> Io {
+    if c != Collective::AllReduce && io == Io::InPlace {
+        Io::OutOfPlace
+    } else {
+        io
+    }
+}
+
 /// Runs the sweep and the random calls on `g`; the root prints the verdict.
 pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
     let root = g.root();
+    let c = o.collective;
     let runs = g.algorithms();
     let variants: Vec<Option<Algorithm>> = o.algos.iter().copied().filter(|c| c.map_or(true, |a| runs.contains(&a))).collect();
     let label = |v: Option<Algorithm>| v.map_or("plan".to_string(), |a| a.name().to_string());
     let describe = g.describe()?;
     if root && !o.quiet {
-        println!("# tpar check");
+        println!("# tpar check ({c})");
         crate::harness::table::preamble(&describe);
         println!("#  variants: {}", variants.iter().map(|v| label(*v)).collect::<Vec<_>>().join(", "));
     }
@@ -132,24 +191,49 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
     let t0 = Instant::now();
     let mut call = 0u64;
     let mut skipped = 0u64;
-    let total: usize = o.dtypes.iter().map(|d| sweep_counts(*d, o.max_bytes).len()).sum::<usize>() * variants.len();
+    let world = g.world();
+    if c != Collective::AllReduce && o.max_bytes / world < 16 {
+        return Err(format!(
+            "-e {}: the {c} of {world} ranks needs at least 16 bytes per rank ({} B)",
+            o.max_bytes,
+            16 * world
+        ));
+    }
+    let total: usize = o
+        .dtypes
+        .iter()
+        .map(|d| collective_counts(c, *d, o.max_bytes, world).len())
+        .sum::<usize>()
+        * variants.len();
     let mut bar = Progress::new(root, total);
     for &d in &o.dtypes {
         for &v in &variants {
-            for n in sweep_counts(d, o.max_bytes) {
+            for n in collective_counts(c, d, o.max_bytes, world) {
+                let n = fit_count(g, c, v, d, n);
                 bar.set_message(format!("sweep {} {d} {n}", label(v)));
-                if v.is_none() && nccl_pick_without_nccl(g.planned(d, n * d.size(), CaptureMode::Eager), &runs) {
+                if v.is_none()
+                    && nccl_pick_without_nccl(
+                        g.planned(c, d, n * d.size(), CaptureMode::Eager),
+                        &runs,
+                    )
+                {
                     skipped += 1;
                     bar.inc();
                     continue;
                 }
-                let io = match call % 8 {
-                    3 | 7 => Io::InPlace,
-                    5 => Io::CallerStream,
-                    _ => Io::OutOfPlace,
-                };
-                let verdict = g.checked(d, v, o.seed, call, n, io)?;
-                note(&verdict, format!("sweep {} {d} count {n}{}", label(v), io.label()));
+                let io = not_in_place_unless_all_reduce(
+                    c,
+                    match call % 8 {
+                        3 | 7 => Io::InPlace,
+                        5 => Io::CallerStream,
+                        _ => Io::OutOfPlace,
+                    },
+                );
+                let verdict = g.checked(c, d, v, o.seed, call, n, io)?;
+                note(
+                    &verdict,
+                    format!("sweep {} {d} count {n}{}", label(v), io.label()),
+                );
                 call += 1;
                 bar.inc();
             }
@@ -164,17 +248,27 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
     for i in 0..o.calls {
         let d = o.dtypes[rng.below(o.dtypes.len() as u64) as usize];
         let v = variants[rng.below(variants.len() as u64) as usize];
-        let n = log_uniform(&mut rng, o.max_bytes / d.size());
-        let io = match rng.below(8) {
-            0 | 1 => Io::InPlace,
-            2 => Io::CallerStream,
-            _ => Io::OutOfPlace,
+        let per_rank = if c == Collective::AllReduce {
+            o.max_bytes
+        } else {
+            o.max_bytes / world.max(1)
         };
-        if v.is_none() && nccl_pick_without_nccl(g.planned(d, n * d.size(), CaptureMode::Eager), &runs) {
+        let n = fit_count(g, c, v, d, log_uniform(&mut rng, per_rank / d.size()));
+        let io = not_in_place_unless_all_reduce(
+            c,
+            match rng.below(8) {
+                0 | 1 => Io::InPlace,
+                2 => Io::CallerStream,
+                _ => Io::OutOfPlace,
+            },
+        );
+        if v.is_none()
+            && nccl_pick_without_nccl(g.planned(c, d, n * d.size(), CaptureMode::Eager), &runs)
+        {
             skipped += 1;
             continue;
         }
-        let verdict = g.checked(d, v, o.seed, call, n, io)?;
+        let verdict = g.checked(c, d, v, o.seed, call, n, io)?;
         *used.entry(verdict.algo.name()).or_default() += 1;
         note(&verdict, format!("random call {i}: {} {d} count {n}{}", label(v), io.label()));
         call += 1;
@@ -212,6 +306,11 @@ pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
         }
         if skipped > 0 {
             println!("#  skipped: {skipped} calls whose plan pick is NCCL, which these ranks do not have (ranks sharing one GPU: NCCL refuses two ranks on one device); the forced variants cover those sizes");
+        }
+        match c {
+            Collective::AllReduce => {}
+            Collective::AllGather => println!("#  all-gather: -e is the output (every rank's part); each rank's output must be every rank's input in rank order, bit for bit"),
+            Collective::ReduceScatter => println!("#  reduce-scatter: -e is the input (every rank's part); rank q's output is held to slice q of the all-reduce's references below"),
         }
         println!("#  each call: fresh random inputs, output poisoned, compared with the f64 sum (tpar's algorithms: one rounding, and bitwise with the rank-order f32 sum; hierarchical across islands: bitwise with its island arithmetic, a second rounding allowed; NCCL: a rounding per partial sum); all ranks' outputs compared bitwise");
     }

@@ -1,14 +1,14 @@
 //! CPU rank processes: this process is one rank of a [`tpar::Communicator`] over POSIX
 //! shared memory (started by [`super::launch`] or an outside launcher).
 
-use super::verify::{judge, Outcome, Verdict};
+use super::verify::{Judge, Outcome, Verdict};
 use super::{Group, Io, Timing};
 use std::time::Instant;
 use tpar::algorithms::registry::algorithms_on;
 use tpar::plan::{Backend, CaptureMode};
 use tpar::testing::{all_inputs, fill_input, poison};
 use tpar::units::Spread;
-use tpar::{Algorithm, Communicator, DType, Element, Transport};
+use tpar::{Algorithm, Collective, Communicator, DType, Element, Transport};
 
 pub struct CpuGroup {
     comm: Communicator,
@@ -32,45 +32,79 @@ impl CpuGroup {
         }
     }
 
-    fn checked_t<T: Element>(&mut self, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+    fn checked_t<T: Element>(
+        &mut self,
+        c: Collective,
+        algo: Option<Algorithm>,
+        seed: u64,
+        call: u64,
+        count: usize,
+        io: Io,
+    ) -> Result<Verdict, String> {
         let world = self.comm.world();
-        let inputs = all_inputs::<T>(seed, call, world, count);
-        let what = |e: tpar::Error| format!("{} {} count {count}: {e}", algo.map_or("plan", |a| a.name()), T::DTYPE);
-        let used = algo.unwrap_or_else(|| self.comm.planned(T::DTYPE, count * T::DTYPE.size()));
-        let out = if io == Io::InPlace {
+        let (ins, outs) = c.io_elems(count, world);
+        let inputs = all_inputs::<T>(seed, call, world, ins);
+        let what = |e: tpar::Error| {
+            format!(
+                "{c} {} {} count {count}: {e}",
+                algo.map_or("plan", |a| a.name()),
+                T::DTYPE
+            )
+        };
+        let used =
+            algo.unwrap_or_else(|| self.comm.planned_for(c, T::DTYPE, count * T::DTYPE.size()));
+        let out = if io == Io::InPlace && c == Collective::AllReduce {
             let mut buf = inputs[self.comm.rank()].clone();
             self.comm.all_reduce_in_place(algo, &mut buf).map_err(what)?;
             buf
         } else {
-            let mut out = vec![T::from_f32(0.0); count];
+            let mut out = vec![T::from_f32(0.0); outs];
             poison(&mut out);
-            match algo {
-                Some(a) => self.comm.all_reduce_with(a, &inputs[self.comm.rank()], &mut out),
-                None => self.comm.all_reduce(&inputs[self.comm.rank()], &mut out),
-            }
-            .map_err(what)?;
+            self.comm
+                .collective(c, algo, &inputs[self.comm.rank()], &mut out)
+                .map_err(what)?;
             out
         };
-        let mine = judge(&out, &inputs, used);
-        let all = self.comm.all_gather_bytes(&mine.encode()).map_err(|e| self.ctl(e))?;
+        let mine = Judge::for_collective(c, &inputs, used, &[], tpar::kinds::Wire::Exact)
+            .outcome_of(self.comm.rank(), &out);
+        let all = self
+            .comm
+            .all_gather_bytes(&mine.encode())
+            .map_err(|e| self.ctl(e))?;
         let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
-        Ok(Verdict::of(&outcomes, count))
+        Ok(Verdict::of_collective(c, &outcomes, outs))
     }
 
-    fn time_t<T: Element>(&mut self, algo: Algorithm, count: usize, t: Timing) -> Result<Option<Spread>, String> {
-        let mut input = vec![T::from_f32(0.0); count];
-        fill_input(0xbe4c, (count * T::DTYPE.size()) as u64, self.comm.rank(), &mut input);
-        let mut out = vec![T::from_f32(0.0); count];
+    fn time_t<T: Element>(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        count: usize,
+        t: Timing,
+    ) -> Result<Option<Spread>, String> {
+        let (ins, outs) = c.io_elems(count, self.comm.world());
+        let mut input = vec![T::from_f32(0.0); ins];
+        fill_input(
+            0xbe4c,
+            (ins * T::DTYPE.size()) as u64,
+            self.comm.rank(),
+            &mut input,
+        );
+        let mut out = vec![T::from_f32(0.0); outs];
         let inner = t.inner.max(1);
         for _ in 0..t.warmup {
-            self.comm.all_reduce_with(algo, &input, &mut out).map_err(err)?;
+            self.comm
+                .collective(c, Some(algo), &input, &mut out)
+                .map_err(err)?;
         }
         self.comm.barrier().map_err(err)?;
         let mut times = Vec::with_capacity(t.iters);
         for _ in 0..t.iters {
             let t0 = Instant::now();
             for _ in 0..inner {
-                self.comm.all_reduce_with(algo, &input, &mut out).map_err(err)?;
+                self.comm
+                    .collective(c, Some(algo), &input, &mut out)
+                    .map_err(err)?;
             }
             times.push(t0.elapsed().as_secs_f64() * 1e6 / inner as f64);
         }
@@ -105,14 +139,36 @@ impl Group for CpuGroup {
     fn algorithms(&self) -> Vec<Algorithm> {
         algorithms_on(Backend::Cpu)
     }
-    fn planned(&mut self, d: DType, bytes: usize, _mode: CaptureMode) -> Option<Algorithm> {
-        Some(self.comm.planned(d, bytes))
+    fn planned(
+        &mut self,
+        c: Collective,
+        d: DType,
+        bytes: usize,
+        _mode: CaptureMode,
+    ) -> Option<Algorithm> {
+        Some(self.comm.planned_for(c, d, bytes))
     }
-    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
-        by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
+    fn checked(
+        &mut self,
+        c: Collective,
+        d: DType,
+        algo: Option<Algorithm>,
+        seed: u64,
+        call: u64,
+        count: usize,
+        io: Io,
+    ) -> Result<Verdict, String> {
+        by_dtype!(d, T => self.checked_t::<T>(c, algo, seed, call, count, io))
     }
-    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
-        by_dtype!(d, T => self.time_t::<T>(algo, count, t))
+    fn time(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        d: DType,
+        count: usize,
+        t: Timing,
+    ) -> Result<Option<Spread>, String> {
+        by_dtype!(d, T => self.time_t::<T>(c, algo, count, t))
     }
     fn barrier(&mut self) -> Result<(), String> {
         self.comm.barrier().map_err(err)

@@ -10,7 +10,7 @@ use tpar::cuda::{RankSet, SetOptions};
 use tpar::plan::CaptureMode;
 use tpar::testing::all_inputs;
 use tpar::units::{percentiles, Spread};
-use tpar::{Algorithm, DType, Element, Transport};
+use tpar::{Algorithm, Collective, DType, Element, Transport};
 
 use super::verify::{err, POISON_WORD, TIMING_WORD};
 
@@ -131,9 +131,17 @@ impl EmulatedRanks {
         0
     }
 
-    /// Uploads every rank's input of `inputs`, poisons the outputs, runs `algo`, and judges
-    /// every rank's output (the inputs themselves, in place) against one reference.
-    fn run_and_judge<T: Element>(&mut self, algo: Algorithm, inputs: &[Vec<T>], count: usize, in_place: bool) -> Result<Vec<Outcome>, String> {
+    /// Uploads every rank's input of `inputs`, poisons the outputs, runs `algo`'s `c`, and
+    /// judges every rank's output (the inputs themselves, in place) against one reference.
+    fn run_and_judge<T: Element>(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        inputs: &[Vec<T>],
+        count: usize,
+        in_place: bool,
+    ) -> Result<Vec<Outcome>, String> {
+        let outs_len = c.io_elems(count, self.g.world()).1;
         let t = Instant::now();
         for (b, x) in self.bufs.iter().zip(inputs) {
             b.input.upload(x).map_err(err)?;
@@ -143,20 +151,29 @@ impl EmulatedRanks {
         let o = if in_place { i.clone() } else { o };
         let blocks = self.blocks(count * T::DTYPE.size());
         let t_run = Instant::now();
-        self.g.all_reduce(algo, T::DTYPE, count, &i, &o, blocks).map_err(|e| format!("{algo} {} count {count}: {e}", T::DTYPE))?;
+        self.g
+            .enqueue_collective(c, algo, T::DTYPE, count, &i, &o, blocks)
+            .and_then(|()| self.g.synchronize())
+            .map_err(|e| format!("{c} {algo} {} count {count}: {e}", T::DTYPE))?;
         let t_download = Instant::now();
         let outs = self
             .bufs
             .iter()
             .map(|b| {
-                let mut out = vec![T::from_f32(0.0); count];
-                (if in_place { &b.input } else { &b.output }).download(&mut out).map_err(err)?;
+                let mut out = vec![T::from_f32(0.0); outs_len];
+                (if in_place { &b.input } else { &b.output })
+                    .download(&mut out)
+                    .map_err(err)?;
                 Ok(out)
             })
             .collect::<Result<Vec<_>, String>>()?;
         let t_judge = Instant::now();
-        let judge = Judge::new(inputs, algo, &self.islands, self.g.wire());
-        let outcomes = outs.iter().map(|out| judge.outcome(out)).collect();
+        let judge = Judge::for_collective(c, inputs, algo, &self.islands, self.g.wire());
+        let outcomes = outs
+            .iter()
+            .enumerate()
+            .map(|(r, out)| judge.outcome_of(r, out))
+            .collect();
         let p = &mut self.phases;
         p.copies += t_run - t;
         p.run += t_download - t_run;
@@ -165,25 +182,42 @@ impl EmulatedRanks {
         Ok(outcomes)
     }
 
-    fn checked_t<T: Element>(&mut self, algo: Algorithm, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+    fn checked_t<T: Element>(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        seed: u64,
+        call: u64,
+        count: usize,
+        io: Io,
+    ) -> Result<Verdict, String> {
         let t = Instant::now();
-        let inputs = all_inputs::<T>(seed, call, self.g.world(), count);
+        let (ins, outs) = c.io_elems(count, self.g.world());
+        let inputs = all_inputs::<T>(seed, call, self.g.world(), ins);
         self.phases.inputs += t.elapsed();
         self.phases.calls += 1;
-        let outcomes = self.run_and_judge(algo, &inputs, count, io == Io::InPlace)?;
-        Ok(Verdict::of(&outcomes, count))
+        let in_place = io == Io::InPlace && c == Collective::AllReduce;
+        let outcomes = self.run_and_judge(c, algo, &inputs, count, in_place)?;
+        Ok(Verdict::of_collective(c, &outcomes, outs))
     }
 
     /// Per-call microseconds per timed iteration; `algo` None times the empty kernel (the
     /// launch floor of emulation).
-    pub fn time_op(&mut self, algo: Option<Algorithm>, d: DType, count: usize, t: Timing) -> Result<Vec<f64>, String> {
+    pub fn time_op(
+        &mut self,
+        c: Collective,
+        algo: Option<Algorithm>,
+        d: DType,
+        count: usize,
+        t: Timing,
+    ) -> Result<Vec<f64>, String> {
         let (i, o) = ptrs(&self.bufs);
         for b in &self.bufs {
             b.input.fill_u32(TIMING_WORD).map_err(err)?;
         }
         let blocks = if algo.is_some() { self.blocks(count * d.size()) } else { 1 };
         let enqueue = |g: &mut RankSet| match algo {
-            Some(a) => g.enqueue(a, d, count, &i, &o, blocks),
+            Some(a) => g.enqueue_collective(c, a, d, count, &i, &o, blocks),
             None => g.enqueue_floor(blocks, &i, &o),
         };
         let inner = t.inner.max(1);
@@ -251,7 +285,18 @@ impl Group for EmulatedRanks {
             self.g.transport()
         )];
         for mode in [CaptureMode::Eager, CaptureMode::Graph] {
-            let mut s = self.time_op(None, DType::BF16, 1, Timing { mode, inner: 20, warmup: 3, iters: 50 })?;
+            let mut s = self.time_op(
+                Collective::AllReduce,
+                None,
+                DType::BF16,
+                1,
+                Timing {
+                    mode,
+                    inner: 20,
+                    warmup: 3,
+                    iters: 50,
+                },
+            )?;
             let f = percentiles(&mut s);
             v.push(format!(
                 "launch floor ({mode}): an empty kernel on each of {} ranks, launched like a collective: {:.2} us per call (p10 {:.2}, p90 {:.2})",
@@ -266,19 +311,41 @@ impl Group for EmulatedRanks {
     fn algorithms(&self) -> Vec<Algorithm> {
         tpar::algorithms::registry::algorithms_emulated(self.g.transport())
     }
-    fn planned(&mut self, _d: DType, _bytes: usize, _mode: CaptureMode) -> Option<Algorithm> {
+    fn planned(
+        &mut self,
+        _c: Collective,
+        _d: DType,
+        _bytes: usize,
+        _mode: CaptureMode,
+    ) -> Option<Algorithm> {
         None
     }
-    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+    fn checked(
+        &mut self,
+        c: Collective,
+        d: DType,
+        algo: Option<Algorithm>,
+        seed: u64,
+        call: u64,
+        count: usize,
+        io: Io,
+    ) -> Result<Verdict, String> {
         let algo = algo.ok_or("emulated ranks have no plan: name the algorithms (--algo all)")?;
         if count == 0 {
             // An empty call launches nothing on emulated ranks; there is nothing to judge.
             return Ok(Verdict { algo, count, wrong: 0, inexact: 0, identical: true });
         }
-        by_dtype!(d, T => self.checked_t::<T>(algo, seed, call, count, io))
+        by_dtype!(d, T => self.checked_t::<T>(c, algo, seed, call, count, io))
     }
-    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
-        let mut s = self.time_op(Some(algo), d, count, t)?;
+    fn time(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        d: DType,
+        count: usize,
+        t: Timing,
+    ) -> Result<Option<Spread>, String> {
+        let mut s = self.time_op(c, Some(algo), d, count, t)?;
         Ok(Some(percentiles(&mut s)))
     }
     fn barrier(&mut self) -> Result<(), String> {

@@ -3,7 +3,7 @@
 //! every rank GPU 0 planning for another topology). Rank 0 prints; the others send what
 //! they measured over tpar's control plane.
 
-use super::verify::{judge_on, Outcome, Verdict};
+use super::verify::{Judge, Outcome, Verdict};
 use super::{launch, Group, Io, Timing};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event, Graph, Stream};
@@ -11,7 +11,7 @@ use tpar::cuda::{GpuCommunicator, GpuOptions};
 use tpar::plan::CaptureMode;
 use tpar::testing::all_inputs;
 use tpar::units::Spread;
-use tpar::{Algorithm, DType, Element, Transport};
+use tpar::{Algorithm, Collective, DType, Element, Transport};
 
 pub use super::verify::{err, POISON_WORD, TIMING_WORD};
 
@@ -85,11 +85,34 @@ impl GpuGroup {
         self.comm.nccl_status().is_ok()
     }
 
-    fn checked_t<T: Element>(&mut self, algo: Option<Algorithm>, (seed, call): (u64, u64), count: usize, io: Io) -> Result<Outcome, String> {
+    fn checked_t<T: Element>(
+        &mut self,
+        c: Collective,
+        algo: Option<Algorithm>,
+        (seed, call): (u64, u64),
+        count: usize,
+        io: Io,
+    ) -> Result<Outcome, String> {
         let d = T::DTYPE;
-        let what = |x: String| format!("{} {d} count {count}: {x}", algo.map_or("plan", |a| a.name()));
-        let inputs = all_inputs::<T>(seed, call, self.comm.world(), count);
-        let out_buf = if io == Io::InPlace { &self.input } else { &self.output };
+        let what = |x: String| {
+            format!(
+                "{c} {} {d} count {count}: {x}",
+                algo.map_or("plan", |a| a.name())
+            )
+        };
+        let (ins, outs) = c.io_elems(count, self.comm.world());
+        let inputs = all_inputs::<T>(seed, call, self.comm.world(), ins);
+        // The all-gather and the reduce-scatter never run in place (tpar refuses overlap).
+        let io = if c != Collective::AllReduce && io == Io::InPlace {
+            Io::OutOfPlace
+        } else {
+            io
+        };
+        let out_buf = if io == Io::InPlace {
+            &self.input
+        } else {
+            &self.output
+        };
         let via_caller = io == Io::CallerStream && count > 0;
         if count > 0 {
             let mine = &inputs[self.comm.rank()];
@@ -111,12 +134,14 @@ impl GpuGroup {
         // counts within it) and live until synchronize below returns.
         let used = unsafe {
             match algo {
-                Some(a) => self.comm.all_reduce_with(a, d, count, i, o, CaptureMode::Eager),
-                None => self.comm.all_reduce(d, count, i, o, CaptureMode::Eager),
+                Some(a) => self
+                    .comm
+                    .collective_with(c, a, d, count, i, o, CaptureMode::Eager),
+                None => self.comm.collective(c, d, count, i, o, CaptureMode::Eager),
             }
         }
         .map_err(|x| what(x.to_string()))?;
-        let mut out = vec![T::from_f32(0.0); count];
+        let mut out = vec![T::from_f32(0.0); outs];
         if via_caller {
             // The output is read once the caller's stream is done: signal_to must have made
             // it wait for the call. (synchronize below still surfaces a device timeout.)
@@ -129,11 +154,21 @@ impl GpuGroup {
         if count > 0 && !via_caller {
             out_buf.download(&mut out).map_err(err)?;
         }
-        Ok(judge_on(&out, &inputs, used, &self.comm.islands(), self.comm.wire()))
+        Ok(
+            Judge::for_collective(c, &inputs, used, &self.comm.islands(), self.comm.wire())
+                .outcome_of(self.comm.rank(), &out),
+        )
     }
 
     /// Per-call microseconds on this rank, one value per timed iteration.
-    fn time_local(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Vec<f64>, String> {
+    fn time_local(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        d: DType,
+        count: usize,
+        t: Timing,
+    ) -> Result<Vec<f64>, String> {
         let inner = t.inner.max(1);
         self.input.fill_u32(TIMING_WORD).map_err(err)?;
         let (i, o) = (self.input.ptr, self.output.ptr);
@@ -148,7 +183,10 @@ impl GpuGroup {
                 for _ in 0..inner {
                     // SAFETY: both buffers hold max_bytes >= count * d.size() bytes and
                     // outlive the graph (dropped at the end of this function).
-                    cap = cap.and_then(|_| unsafe { self.comm.all_reduce_with(algo, d, count, i, o, CaptureMode::Graph) });
+                    cap = cap.and_then(|_| unsafe {
+                        self.comm
+                            .collective_with(c, algo, d, count, i, o, CaptureMode::Graph)
+                    });
                 }
                 let g = self.comm.stream().end_capture().map_err(err);
                 let checked = self.comm.end_capture_check().map_err(err);
@@ -166,7 +204,11 @@ impl GpuGroup {
                 None => {
                     for _ in 0..inner {
                         // SAFETY: as above; synchronize below waits for every call.
-                        unsafe { self.comm.all_reduce_with(algo, d, count, i, o, CaptureMode::Eager) }.map_err(err)?;
+                        unsafe {
+                            self.comm
+                                .collective_with(c, algo, d, count, i, o, CaptureMode::Eager)
+                        }
+                        .map_err(err)?;
                     }
                 }
             }
@@ -236,18 +278,45 @@ impl Group for GpuGroup {
             .filter(|a| if *a == Algorithm::Nccl { nccl } else { tpar::algorithms::registry::spec(*a).gpu_transports.contains(&t) })
             .collect()
     }
-    fn planned(&mut self, d: DType, bytes: usize, mode: CaptureMode) -> Option<Algorithm> {
-        Some(self.comm.plan(d, bytes, mode).algorithm)
+    fn planned(
+        &mut self,
+        c: Collective,
+        d: DType,
+        bytes: usize,
+        mode: CaptureMode,
+    ) -> Option<Algorithm> {
+        Some(self.comm.plan_for(c, d, bytes, mode).algorithm)
     }
-    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
-        let o = by_dtype!(d, T => self.checked_t::<T>(algo, (seed, call), count, io)?);
+    fn checked(
+        &mut self,
+        c: Collective,
+        d: DType,
+        algo: Option<Algorithm>,
+        seed: u64,
+        call: u64,
+        count: usize,
+        io: Io,
+    ) -> Result<Verdict, String> {
+        let o = by_dtype!(d, T => self.checked_t::<T>(c, algo, (seed, call), count, io)?);
         let all = self.comm.all_gather_bytes(&o.encode()).map_err(err)?;
-        let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, count)).collect();
-        Ok(Verdict::of(&outcomes, count))
+        let outs = c.io_elems(count, self.comm.world()).1;
+        let outcomes: Vec<Outcome> = all.iter().map(|b| Outcome::decode(b, outs)).collect();
+        Ok(Verdict::of_collective(c, &outcomes, outs))
     }
-    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
-        let times = self.time_local(algo, d, count, t)?;
-        Ok(self.comm.gather_bytes(&super::encode_times(&times)).map_err(err)?.map(|all| super::slowest(&times, &all)))
+    fn time(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        d: DType,
+        count: usize,
+        t: Timing,
+    ) -> Result<Option<Spread>, String> {
+        let times = self.time_local(c, algo, d, count, t)?;
+        Ok(self
+            .comm
+            .gather_bytes(&super::encode_times(&times))
+            .map_err(err)?
+            .map(|all| super::slowest(&times, &all)))
     }
     fn barrier(&mut self) -> Result<(), String> {
         self.comm.barrier().map_err(err)

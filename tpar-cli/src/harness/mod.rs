@@ -47,7 +47,7 @@ use clap::Args;
 use tpar::algorithms::registry::{algorithms_emulated, algorithms_on, spec};
 use tpar::plan::{Backend, CaptureMode};
 use tpar::units::Spread;
-use tpar::{Algorithm, DType, Transport};
+use tpar::{Algorithm, Collective, DType, Transport};
 pub use verify::Verdict;
 
 /// Every size of a call on the command line (`-b`, `-e`, `--bytes`, `--sequence`, in every
@@ -427,6 +427,27 @@ pub fn parse_sequence(s: &str) -> Result<(usize, usize), String> {
     })
 }
 
+/// Elements per rank (as `Collective::io_elems` takes them) of a call of `c` whose size is
+/// `bytes` as nccl-tests counts it: the all-reduce's buffer; the all-gather's output and the
+/// reduce-scatter's input (every rank's part), each rank's part rounded down to whole 16-byte
+/// vectors as `all_gather_perf` and `reduce_scatter_perf` round it.
+pub fn per_rank_count(c: Collective, d: DType, bytes: usize, world: usize) -> usize {
+    let n = bytes / d.size();
+    match c {
+        Collective::AllReduce => n,
+        _ => {
+            let per = n / world.max(1);
+            per - per % (16 / d.size())
+        }
+    }
+}
+
+/// The parse of `--collective` (nccl-tests' names taken too: `all_gather_perf`).
+pub fn parse_collective(s: &str) -> Result<Collective, String> {
+    s.parse::<Collective>()
+        .map_err(|e| format!("--collective {s:?}: {e}"))
+}
+
 /// Where a checked call's input comes from and its output goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Io {
@@ -474,13 +495,38 @@ pub trait Group {
     fn describe(&mut self) -> Result<Vec<String>, String>;
     /// The algorithms this group can run now (NCCL only where it joined).
     fn algorithms(&self) -> Vec<Algorithm>;
-    /// What the plan runs for this call, where this group has a plan.
-    fn planned(&mut self, d: DType, bytes: usize, mode: CaptureMode) -> Option<Algorithm>;
-    /// One call on fresh random inputs of every rank (`seed`, `call`), output poisoned,
-    /// judged by the one verifier and agreed by every rank. `algo` None: the plan's pick.
-    fn checked(&mut self, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String>;
-    /// Per-call microseconds: per iteration the slowest rank; the root gets the spread.
-    fn time(&mut self, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String>;
+    /// What the plan runs for this call of `c` (`bytes` per rank, as
+    /// `Collective::io_elems` counts them), where this group has a plan.
+    fn planned(
+        &mut self,
+        c: Collective,
+        d: DType,
+        bytes: usize,
+        mode: CaptureMode,
+    ) -> Option<Algorithm>;
+    /// One call of `c` on fresh random inputs of every rank (`seed`, `call`), output
+    /// poisoned, judged by the one verifier and agreed by every rank. `algo` None: the plan's
+    /// pick. `count`: elements per rank as `Collective::io_elems` takes them.
+    #[allow(clippy::too_many_arguments)]
+    fn checked(
+        &mut self,
+        c: Collective,
+        d: DType,
+        algo: Option<Algorithm>,
+        seed: u64,
+        call: u64,
+        count: usize,
+        io: Io,
+    ) -> Result<Verdict, String>;
+    /// Per-call microseconds of `c`: per iteration the slowest rank; the root gets the spread.
+    fn time(
+        &mut self,
+        c: Collective,
+        algo: Algorithm,
+        d: DType,
+        count: usize,
+        t: Timing,
+    ) -> Result<Option<Spread>, String>;
     fn barrier(&mut self) -> Result<(), String>;
     /// Where the ranks are, for timing another project's kernel beside tpar's (`bench
     /// --compare`); `None` where no peer runs (CPU ranks).
@@ -589,6 +635,32 @@ mod tests {
         let gpu = Target::Gpu;
         assert!(parse_algos("gather-bcast", &gpu).unwrap_err().contains("GPU rank processes do not run it"));
         assert_eq!(parse_algos("oneshot-push,nccl", &gpu).unwrap(), vec![Some(Algorithm::OneshotPush), Some(Algorithm::Nccl)]);
+    }
+
+    #[test]
+    fn collective_sizes_are_nccl_tests_sizes() {
+        assert_eq!(
+            per_rank_count(Collective::AllReduce, DType::BF16, 1024, 8),
+            512
+        );
+        // 1 KiB of bf16 gathered from 8 ranks: 64 elements each.
+        assert_eq!(
+            per_rank_count(Collective::AllGather, DType::BF16, 1024, 8),
+            64
+        );
+        // 3 ranks: 170 per rank, rounded down to whole vectors of 8 bf16.
+        assert_eq!(
+            per_rank_count(Collective::ReduceScatter, DType::BF16, 1024, 3),
+            168
+        );
+        assert_eq!(per_rank_count(Collective::AllGather, DType::F32, 8, 4), 0);
+        assert_eq!(
+            parse_collective("all_gather_perf"),
+            Ok(Collective::AllGather)
+        );
+        assert!(parse_collective("broadcast")
+            .unwrap_err()
+            .contains("--collective"));
     }
 
     #[test]

@@ -35,7 +35,18 @@ pub fn block_header(algo: &str, transport: &str, world: usize, place: &str, mode
 /// One size: a cell per mode (in the header's order), then #wrong (-1: not checked).
 pub fn row(cells: &[Record], wrong: i64) {
     let Some(f) = cells.first() else { return };
-    let mut s = format!("  {:>10} {:>12} {:>8} {:>6}", f.bytes, f.count, f.dtype.name(), "sum");
+    let redop = if f.collective == tpar::Collective::AllGather {
+        "none"
+    } else {
+        "sum"
+    };
+    let mut s = format!(
+        "  {:>10} {:>12} {:>8} {:>6}",
+        f.bytes,
+        f.count,
+        f.dtype.name(),
+        redop
+    );
     for r in cells {
         s.push_str(&format!(" {:>10.2} {:>9.2} {:>9.2} {:>7.2} {:>7.2}", r.time_us, r.p10_us, r.p90_us, r.algbw, r.busbw));
     }

@@ -3,11 +3,16 @@
 //! rank-order f32 sum rounded once, so their outputs must equal it bit for bit (and lie
 //! within the f64 reference's bound); NCCL rounds every partial sum in half and bf16, so it
 //! is held to the bound for that. All ranks' outputs must be bitwise identical.
+//!
+//! The all-gather must be a bitwise copy of every rank's input in rank order (for NCCL too);
+//! rank q's reduce-scatter must equal slice q of the all-reduce's rank-order sum bit for bit
+//! (NCCL: within its bound). Ranks hold different slices there, so "identical" means every
+//! rank used the same algorithm.
 
 use tpar::algorithms::ce_wire;
 use tpar::kinds::Wire;
-use tpar::testing::{bit_diffs, digest, expected_islands, Reference};
-use tpar::{Algorithm, Element};
+use tpar::testing::{bit_diffs, digest, expected_all_gather, expected_islands, Reference};
+use tpar::{Algorithm, Collective, Element};
 
 pub use tpar::testing::{POISON_WORD, TIMING_WORD};
 
@@ -48,6 +53,7 @@ pub fn judge_on<T: Element>(out: &[T], inputs: &[Vec<T>], used: Algorithm, islan
 /// ranks), judging costs one reference per call instead of one per rank.
 pub struct Judge<T> {
     used: Algorithm,
+    collective: Collective,
     reference: Reference<T>,
     /// `hierarchical` across islands: its own exact arithmetic.
     islands: Option<Vec<T>>,
@@ -60,9 +66,84 @@ impl<T: Element> Judge<T> {
     /// The references for a call of `used` on `inputs`, the ranks forming `islands` (as in
     /// [`judge_on`]).
     pub fn new(inputs: &[Vec<T>], used: Algorithm, islands: &[Vec<usize>], wire: Wire) -> Judge<T> {
-        let islands = (used == Algorithm::Hierarchical && islands.len() > 1).then(|| expected_islands(inputs, islands));
-        let lossy = (used == Algorithm::CeRing && wire.is_lossy()).then(|| (wire, inputs.to_vec(), ce_wire::expected(inputs, wire)));
-        Judge { used, reference: Reference::new(inputs), islands, lossy }
+        let islands = (used == Algorithm::Hierarchical && islands.len() > 1)
+            .then(|| expected_islands(inputs, islands));
+        let lossy = (used == Algorithm::CeRing && wire.is_lossy())
+            .then(|| (wire, inputs.to_vec(), ce_wire::expected(inputs, wire)));
+        Judge {
+            used,
+            collective: Collective::AllReduce,
+            reference: Reference::new(inputs),
+            islands,
+            lossy,
+        }
+    }
+
+    /// The references for a call of `collective` by `used` on `inputs` (every rank's, as
+    /// `Collective::io_elems` sizes them). The all-reduce's are [`Judge::new`]'s; the
+    /// all-gather's is the concatenation; the reduce-scatter's is the all-reduce's, each rank
+    /// then held to its slice ([`outcome_of`](Self::outcome_of)).
+    pub fn for_collective(
+        collective: Collective,
+        inputs: &[Vec<T>],
+        used: Algorithm,
+        islands: &[Vec<usize>],
+        wire: Wire,
+    ) -> Judge<T> {
+        match collective {
+            Collective::AllReduce => Judge::new(inputs, used, islands, wire),
+            Collective::AllGather => {
+                let exact = expected_all_gather(inputs);
+                Judge {
+                    used,
+                    collective,
+                    reference: Reference::copy_of(exact),
+                    islands: None,
+                    lossy: None,
+                }
+            }
+            Collective::ReduceScatter => Judge {
+                used,
+                collective,
+                reference: Reference::new(inputs),
+                islands: None,
+                lossy: None,
+            },
+        }
+    }
+
+    /// Rank `rank`'s output judged: as [`outcome`](Self::outcome) for the all-reduce; the
+    /// all-gather bit for bit against the concatenation (NCCL too: a copy is exact); the
+    /// reduce-scatter against slice `rank` of the all-reduce's references.
+    pub fn outcome_of(&self, rank: usize, out: &[T]) -> Outcome {
+        match self.collective {
+            Collective::AllReduce => self.outcome(out),
+            Collective::AllGather => {
+                let d = bit_diffs(out, &self.reference.exact);
+                Outcome {
+                    algo: self.used,
+                    wrong: d,
+                    inexact: d,
+                    digest: digest(out),
+                }
+            }
+            Collective::ReduceScatter => {
+                let n = out.len();
+                let lo = (rank * n).min(self.reference.exact.len());
+                let hi = (lo + n).min(self.reference.exact.len());
+                let slice = self.reference.slice(lo..hi);
+                let (wrong, inexact) = match self.used {
+                    Algorithm::Nccl => (slice.count_wrong_stepwise(out), 0),
+                    _ => (slice.count_wrong(out), bit_diffs(out, &slice.exact)),
+                };
+                Outcome {
+                    algo: self.used,
+                    wrong,
+                    inexact,
+                    digest: digest(out),
+                }
+            }
+        }
     }
 
     /// One rank's output judged (see [`judge_on`]).
@@ -105,12 +186,27 @@ impl Verdict {
 
     /// Combines every rank's outcome (`outcomes`, in rank order).
     pub fn of(outcomes: &[Outcome], count: usize) -> Verdict {
-        let first = outcomes.first().map_or((Algorithm::OneshotPush, 0), |o| (o.algo, o.digest));
-        let mut v = Verdict { algo: first.0, count, wrong: 0, inexact: 0, identical: true };
+        Verdict::of_collective(Collective::AllReduce, outcomes, count)
+    }
+
+    /// As [`Verdict::of`] for `collective`: a reduce-scatter's ranks hold different slices,
+    /// so there only the algorithm must agree (each slice was judged bit for bit).
+    pub fn of_collective(collective: Collective, outcomes: &[Outcome], count: usize) -> Verdict {
+        let first = outcomes
+            .first()
+            .map_or((Algorithm::OneshotPush, 0), |o| (o.algo, o.digest));
+        let mut v = Verdict {
+            algo: first.0,
+            count,
+            wrong: 0,
+            inexact: 0,
+            identical: true,
+        };
         for o in outcomes {
             v.wrong = v.wrong.saturating_add(o.wrong);
             v.inexact = v.inexact.saturating_add(o.inexact);
-            v.identical &= o.digest == first.1 && o.algo == first.0;
+            let same_bits = collective == Collective::ReduceScatter || o.digest == first.1;
+            v.identical &= same_bits && o.algo == first.0;
         }
         v
     }

@@ -75,7 +75,7 @@ pub(crate) fn reduce_scatter<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, 
     let (ws, me, world, parity) = (c.ws, c.rank, c.world(), c.parity());
     let d = c.desc.encode();
     let n = out.len();
-    let inline = n * std::mem::size_of::<T>() <= INLINE_WORDS * 8;
+    let inline = std::mem::size_of_val(out) <= INLINE_WORDS * 8;
     let slot = |owner: usize, from: usize| if inline { ws.push_inline(owner, parity, from) } else { ws.push_data(owner, parity, from) };
     let piece = |j: usize| &input[j * stride + offset..j * stride + offset + n];
     for i in 1..world {

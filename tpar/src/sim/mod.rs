@@ -56,6 +56,7 @@ impl SimRecord {
         let (algbw, busbw) = crate::report::bandwidths(self.bytes, self.world, self.predicted_us);
         crate::report::Record {
             algorithm: self.algorithm,
+            collective: Default::default(),
             backend: "sim".into(),
             dtype: crate::dtype::DType::BF16,
             world: self.world,

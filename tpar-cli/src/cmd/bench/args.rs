@@ -38,6 +38,12 @@ pub struct BenchArgs {
     /// size, as TPAR_ALGO=auto); see `tpar plan` and docs/architecture.md for each
     #[arg(long, default_value = "all")]
     pub algo: String,
+    /// The collective, as nccl-tests' binaries: all-reduce (all_reduce_perf), all-gather
+    /// (all_gather_perf) or reduce-scatter (reduce_scatter_perf). Sizes are theirs: the
+    /// all-gather's output and the reduce-scatter's input, every rank's part (each rounded
+    /// down to whole 16-byte vectors per rank); busbw = algbw x (n-1)/n for both
+    #[arg(long, default_value = "all-reduce", value_parser = harness::parse_collective)]
+    pub collective: tpar::Collective,
     #[command(flatten)]
     pub ranks: RankArgs,
     /// Write every measurement as JSON records to this file

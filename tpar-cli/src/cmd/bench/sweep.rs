@@ -8,7 +8,7 @@ use crate::harness::progress::Progress;
 use tpar::algorithms::registry::{spec, Role};
 use tpar::report::Record;
 use tpar::units::Spread;
-use tpar::{Algorithm, CaptureMode, DType};
+use tpar::{Algorithm, CaptureMode, Collective, DType};
 
 /// Everything validated, before any rank starts.
 struct Plan {
@@ -25,11 +25,29 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     if args.iters == 0 {
         return Err("-n must be at least 1".into());
     }
-    let mode = if args.graph { Some("graph") } else { args.mode.as_deref() };
+    let mode = if args.graph {
+        Some("graph")
+    } else {
+        args.mode.as_deref()
+    };
+    let c = args.collective;
+    let mut algos = harness::parse_algos(&args.algo, &target)?;
+    if args.algo.trim() == "all" {
+        algos.retain(|a| a.map_or(true, |a| tpar::algorithms::registry::computes(a, c).is_ok()));
+    } else {
+        for a in algos.iter().flatten() {
+            tpar::algorithms::registry::computes(*a, c).map_err(|e| format!("--algo {a}: {e}"))?;
+        }
+    }
+    if c != Collective::AllReduce && (args.sequence.is_some() || args.compare.is_some()) {
+        return Err(format!(
+            "--collective {c}: --sequence and --compare time the all-reduce only"
+        ));
+    }
     let p = Plan {
         sizes: args.sizes()?,
         dtypes: harness::parse_dtypes(&args.dtype)?,
-        algos: harness::parse_algos(&args.algo, &target)?,
+        algos,
         modes: harness::parse_modes(mode, &target)?,
         sequence: args.sequence.as_deref().map(harness::parse_sequence).transpose()?,
     };
@@ -130,7 +148,11 @@ fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<Ben
     let algos: Vec<Option<Algorithm>> = p.algos.iter().copied().filter(|c| c.map_or(true, |x| runs.contains(&x))).collect();
     let describe = g.describe()?;
     if root {
-        println!("# tpar bench (all_reduce_perf format)");
+        let c = a.collective;
+        println!(
+            "# tpar bench ({} format)",
+            c.name().replace('-', "_") + "_perf"
+        );
         table::preamble(&describe);
         table::preamble(&[
             format!(
@@ -163,20 +185,51 @@ fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<Ben
                 bar.suspend(|| table::block_header(&name, &transport, g.world(), &place(g), &p.modes));
             }
             for &bytes in &p.sizes {
-                let count = bytes / d.size();
+                let c = a.collective;
+                // Per rank, as the calls take it; the row shows nccl-tests' size and count.
+                let count = harness::per_rank_count(c, d, bytes, g.world());
+                let total = c
+                    .io_elems(count, g.world())
+                    .0
+                    .max(c.io_elems(count, g.world()).1);
                 bar.inc();
                 if count == 0 {
                     continue;
                 }
                 bar.set_message(format!("{} {d} {bytes} B", choice.map_or("auto", |x| x.name())));
                 let code = choice.map_or(0, |x| x.code());
-                let wrong = if a.check != 0 { g.checked(d, choice, 0xbe4c, bytes as u64 ^ (code << 40), count, Io::OutOfPlace)?.bad_elements() } else { -1 };
+                let wrong = if a.check != 0 {
+                    g.checked(
+                        c,
+                        d,
+                        choice,
+                        0xbe4c,
+                        bytes as u64 ^ (code << 40),
+                        count,
+                        Io::OutOfPlace,
+                    )?
+                    .bad_elements()
+                } else {
+                    -1
+                };
                 wrong_total += wrong.max(0);
                 let mut row = Vec::new();
                 for &mode in &p.modes {
-                    let Some(algo) = choice.or_else(|| g.planned(d, bytes, mode)) else { continue };
-                    if let Some(s) = g.time(algo, d, count, timing(mode))? {
-                        let record = Record::measured(algo, g.label(), d, g.world(), count, (s.median, s.p10, s.p90), wrong);
+                    let Some(algo) = choice.or_else(|| g.planned(c, d, count * d.size(), mode))
+                    else {
+                        continue;
+                    };
+                    if let Some(s) = g.time(c, algo, d, count, timing(mode))? {
+                        let record = Record::measured_for(
+                            c,
+                            algo,
+                            g.label(),
+                            d,
+                            g.world(),
+                            total,
+                            (s.median, s.p10, s.p90),
+                            wrong,
+                        );
                         row.push(record.clone());
                         mine.push(BenchRecord { record, mode, inner });
                     }
@@ -196,7 +249,15 @@ fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<Ben
         }
     }
     if root {
-        table::summary(&mine, &mut |mode, d, bytes| g.planned(d, bytes, mode));
+        let (c, world) = (a.collective, g.world());
+        table::summary(&mine, &mut |mode, d, bytes| {
+            g.planned(
+                c,
+                d,
+                harness::per_rank_count(c, d, bytes, world) * d.size(),
+                mode,
+            )
+        });
     }
     g.barrier()?;
     records.extend(mine);
@@ -235,9 +296,17 @@ fn sequence(g: &mut dyn Group, a: &BenchArgs, p: &Plan, algos: &[Option<Algorith
     let mut rows: Vec<(CaptureMode, Algorithm, Spread)> = Vec::new();
     for &choice in algos {
         for &mode in &p.modes {
-            let Some(algo) = choice.or_else(|| g.planned(d, bytes, mode)) else { continue };
-            let t = Timing { mode, inner: calls, warmup: a.warmup.min(3), iters: a.iters };
-            if let Some(s) = g.time(algo, d, count, t)? {
+            let Some(algo) = choice.or_else(|| g.planned(Collective::AllReduce, d, bytes, mode))
+            else {
+                continue;
+            };
+            let t = Timing {
+                mode,
+                inner: calls,
+                warmup: a.warmup.min(3),
+                iters: a.iters,
+            };
+            if let Some(s) = g.time(Collective::AllReduce, algo, d, count, t)? {
                 rows.push((mode, algo, s));
                 let record = Record::measured(algo, format!("{}-sequence{calls}", g.label()), d, g.world(), count, (s.median, s.p10, s.p90), -1);
                 out.push(BenchRecord { record, mode, inner: calls });
@@ -247,9 +316,19 @@ fn sequence(g: &mut dyn Group, a: &BenchArgs, p: &Plan, algos: &[Option<Algorith
     if g.root() {
         let c = calls as f64;
         for &(mode, algo, s) in &rows {
-            let nccl = rows.iter().find(|r| r.0 == mode && r.1 == Algorithm::Nccl).map(|r| r.2.median * c);
-            let picked = g.planned(d, bytes, mode) == Some(algo);
-            table::sequence_row(mode, algo, calls, (s.median * c, s.p10 * c, s.p90 * c), nccl, picked);
+            let nccl = rows
+                .iter()
+                .find(|r| r.0 == mode && r.1 == Algorithm::Nccl)
+                .map(|r| r.2.median * c);
+            let picked = g.planned(Collective::AllReduce, d, bytes, mode) == Some(algo);
+            table::sequence_row(
+                mode,
+                algo,
+                calls,
+                (s.median * c, s.p10 * c, s.p90 * c),
+                nccl,
+                picked,
+            );
         }
     }
     Ok(())

@@ -229,6 +229,7 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
 /// The check sweep with every epoch starting at `start`, so the calls cross 2^32.
 pub fn epoch_wrap((worlds, transport): &(Vec<usize>, Transport), c: &Common, start: u32) -> Result<(), String> {
     let sweep = crate::cmd::check::Sweep {
+        collective: tpar::Collective::AllReduce,
         dtypes: harness::parse_dtypes(&c.dtype)?,
         algos: kernel_algorithms().into_iter().map(Some).collect(),
         max_bytes: c.max_bytes,

@@ -229,7 +229,7 @@ impl Session {
 /// tpar's pick for each point: the group's own plan where it has one (rank processes), else
 /// the plan for [`EMULATED_PLAN_PRESET`] at this world (emulated ranks).
 fn tpar_pick(g: &mut dyn Group, d: DType, bytes: usize, mode: CaptureMode) -> Algorithm {
-    if let Some(a) = g.planned(d, bytes, mode) {
+    if let Some(a) = g.planned(tpar::Collective::AllReduce, d, bytes, mode) {
         return a;
     }
     let topology = tpar::Topology::load(EMULATED_PLAN_PRESET).unwrap_or_else(|_| tpar::Topology::cpu());
