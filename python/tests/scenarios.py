@@ -245,3 +245,61 @@ def fusion_routing(rank, world):
     rec["handed_back"] = handed
     ca.close()
     return rec
+
+
+def gather_scatter(rank, world, sizes, dtypes, seed=21):
+    """all_gather_into_tensor and reduce_scatter_tensor on every dtype x per-rank size, the
+    outputs poisoned with NaN first: the all-gather against the concatenation, bit for bit;
+    the reduce-scatter against slice `rank` of the all-reduce's reference and of tpar's own
+    all-reduce of the same inputs; then both torch ops, eager and compiled."""
+    comm = tt.Communicator(device="cpu")
+    wrong = cases = 0
+    served0 = comm.served_calls
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for n in sizes:
+            seed += 1
+            xs = make_inputs(seed, world, n, dt)
+            out = torch.full((world * n,), float("nan"), dtype=dt)
+            got = comm.all_gather_into_tensor(out, xs[rank])
+            assert got is out
+            wrong += int((out.view(INT_VIEW[dt]) != torch.cat(xs).view(INT_VIEW[dt])).sum())
+            big = make_inputs(seed + 7, world, world * n, dt)
+            part = torch.full((n,), float("nan"), dtype=dt)
+            comm.reduce_scatter_tensor(part, big[rank])
+            want = reference(big, dt)[rank * n:(rank + 1) * n]
+            wrong += int((part.view(INT_VIEW[dt]) != want.view(INT_VIEW[dt])).sum())
+            ar = comm.all_reduce(big[rank])[rank * n:(rank + 1) * n]
+            wrong += int((part.view(INT_VIEW[dt]) != ar.view(INT_VIEW[dt])).sum())
+            cases += 2
+    xs = make_inputs(5, world, 24, torch.bfloat16)
+    x2 = xs[rank].reshape(3, 8)
+    ag = torch.ops.tpar.all_gather(x2, world, comm.handle)
+    compiled = torch.compile(lambda x: torch.ops.tpar.all_gather(x * 1, world, comm.handle) + 0, backend="aot_eager", fullgraph=True)(x2)
+    big = make_inputs(6, world, 8 * world, torch.bfloat16)
+    rs = torch.ops.tpar.reduce_scatter(big[rank].reshape(world, 8), world, comm.handle)
+    ops = {
+        "all_gather_shape": list(ag.shape),
+        "all_gather": bits(ag) == bits(torch.cat(xs)),
+        "compiled": bits(compiled) == bits(torch.cat(xs)),
+        "reduce_scatter": bits(rs) == bits(reference(big, torch.bfloat16)[rank * 8:(rank + 1) * 8]),
+    }
+    served = comm.served_calls - served0
+    plan = comm.plan_collective("all-gather", xs[rank])
+    comm.close()
+    return {"wrong": wrong, "cases": cases, "served": served, "ops": ops, "plan": plan}
+
+
+def collective_mismatch(rank, world):
+    """Rank 0 all-gathers while the others all-reduce the same number of elements."""
+    comm = tt.Communicator(device="cpu")
+    x = torch.ones(64)
+    t0 = time.monotonic()
+    try:
+        if rank == 0:
+            comm.all_gather_into_tensor(torch.empty(64 * world), x)
+        else:
+            comm.all_reduce(x)
+        raise AssertionError(f"rank {rank}: calls of different collectives returned")
+    except tpar.TparError as e:
+        return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}

@@ -93,6 +93,28 @@ def test_a_dead_rank_raises_on_every_other_rank(fork_child):
     assert any(r["type"] == "PeerDiedError" and "rank 2" in r["message"] for r in res), res
 
 
+@pytest.mark.parametrize("world", [2, 3])
+def test_all_gather_and_reduce_scatter_bitwise(world):
+    sizes = [1, 8, 17, 1001, 4099]
+    res = ok_records(run_ranks(world, "gather_scatter", sizes=sizes, dtypes=["float32", "float16", "bfloat16"]))
+    for r in res:
+        assert r["cases"] == len(sizes) * 3 * 2
+        assert r["wrong"] == 0, res
+        # Every call went through tpar's CPU backend: 2 collectives + 1 all-reduce per case, then
+        # the ops: the all-gather eager and compiled, the reduce-scatter.
+        assert r["served"] == len(sizes) * 3 * 3 + 3, res
+        assert r["ops"] == {"all_gather_shape": [3 * world, 8], "all_gather": True, "compiled": True, "reduce_scatter": True}, res
+        assert r["plan"] == "oneshot-push", res
+
+
+def test_a_rank_calling_another_collective_raises_mismatch_on_every_rank():
+    res = ok_records(run_ranks(3, "collective_mismatch", env=ERR_ENV))
+    for r in res:
+        assert r["type"] in ("MismatchError", "AbortedError"), res
+        assert r["seconds"] < ERR_BOUND_S, res
+    assert any(r["type"] == "MismatchError" and "collective" in r["message"] for r in res), res
+
+
 def test_custom_op_eager_and_compiled():
     for r in ok_records(run_ranks(2, "custom_op")):
         assert r == {"eager": True, "compiled": True}

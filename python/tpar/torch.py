@@ -238,6 +238,74 @@ class Communicator:
         """Sums ``tensor`` over all ranks in place and returns it."""
         return self.all_reduce(tensor, out=tensor)
 
+    # -- the all-gather and the reduce-scatter ---------------------------------------------
+
+    def _gather_scatter(self, collective: str, output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+        name = self._validate(input, "input")
+        if self._validate(output, "output") != name:
+            raise InvalidArgumentError(f"invalid argument `output`: {output.dtype} does not match the input's {input.dtype}")
+        w = self.world
+        n = input.numel() if collective == "all-gather" else output.numel()
+        big, small = (output, input) if collective == "all-gather" else (input, output)
+        if big.numel() != small.numel() * w:
+            which = "output" if collective == "all-gather" else "input"
+            raise InvalidArgumentError(
+                f"invalid argument `{which}`: the {collective} over {w} ranks of {small.numel()} elements per rank needs "
+                f"{small.numel() * w} elements, not {big.numel()} (torch.distributed's shapes: [world * n, ...] or [world, n, ...])"
+            )
+        if self._native is None:  # a world of one
+            output.copy_(input)
+            return output
+        a0, a1 = input.data_ptr(), output.data_ptr()
+        if a0 < a1 + output.numel() * output.element_size() and a1 < a0 + input.numel() * input.element_size():
+            raise InvalidArgumentError(f"invalid argument `output`: the {collective}'s output overlaps its input (tpar runs it out of place)")
+        if not self._cuda:
+            self._native.collective(collective, name, n, a0, a1)
+            self.served_calls += 1
+            return output
+        capturing = torch.cuda.is_current_stream_capturing()
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        algo = self._native.collective(stream, collective, name, n, a0, a1, capturing, self.nccl_group is None)
+        if algo == "caller":
+            if self.nccl_group is None:
+                raise UnsupportedError(
+                    f"{collective} of {n} x {input.dtype} per rank: the plan gives it to NCCL, and tpar joined no NCCL of its own "
+                    "(join_nccl=False) and no nccl_group was given: pass nccl_group, or join_nccl=True"
+                )
+            if collective == "all-gather":
+                dist.all_gather_into_tensor(output, input, group=self.nccl_group)
+            else:
+                dist.reduce_scatter_tensor(output, input, group=self.nccl_group)
+        elif algo != "nccl":
+            self.served_calls += 1
+        return output
+
+    def all_gather_into_tensor(self, output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``input`` concatenated in rank order into ``output`` (``world x
+        input.numel()`` elements: ``[world * n, ...]`` or ``[world, n, ...]``), as
+        ``torch.distributed.all_gather_into_tensor``; returns ``output``. A bitwise copy. On
+        CUDA, enqueued on the current stream; NCCL where tpar's plan says it is faster."""
+        return self._gather_scatter("all-gather", output, input)
+
+    def reduce_scatter_tensor(self, output: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+        """Rank q's share of the sum: elements ``q*n .. (q+1)*n`` of every rank's ``input``
+        (``world x n`` elements) summed in rank order into ``output`` (``n`` elements), as
+        ``torch.distributed.reduce_scatter_tensor`` (op SUM); returns ``output``. Bitwise equal
+        to slice q of tpar's all-reduce of the same inputs."""
+        return self._gather_scatter("reduce-scatter", output, input)
+
+    def plan_collective(self, collective: str, tensor: torch.Tensor) -> str:
+        """What runs ``collective`` (``"all-gather"``, ``"reduce-scatter"``) of ``tensor`` per
+        rank (the all-gather's input, the reduce-scatter's output) now: a kernel's name, or
+        ``"nccl"``; ``"none"`` for a world of one."""
+        name = DTYPES.get(tensor.dtype, "float32")
+        nbytes = tensor.numel() * tensor.element_size()
+        if self._native is None:
+            return "none"
+        if self._cuda:
+            return self._native.route_collective(collective, name, nbytes, torch.cuda.is_current_stream_capturing())
+        return self._native.plan_collective(collective, name, nbytes)
+
     # -- the fused all-reduce + residual add + RMSNorm ------------------------------------
 
     def all_reduce_add_rmsnorm(
@@ -404,6 +472,24 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
         @_all_reduce_op.register_fake
         def _all_reduce_fake(tensor: torch.Tensor, handle: int) -> torch.Tensor:
             return torch.empty_like(tensor)
+
+        @torch.library.custom_op("tpar::all_gather", mutates_args=())
+        def _all_gather_op(input: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+            out = input.new_empty((world * input.shape[0],) + tuple(input.shape[1:]))
+            return _by_handle(handle).all_gather_into_tensor(out, input.contiguous())
+
+        @_all_gather_op.register_fake
+        def _all_gather_fake(input: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+            return input.new_empty((world * input.shape[0],) + tuple(input.shape[1:]))
+
+        @torch.library.custom_op("tpar::reduce_scatter", mutates_args=())
+        def _reduce_scatter_op(input: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+            out = input.new_empty((input.shape[0] // world,) + tuple(input.shape[1:]))
+            return _by_handle(handle).reduce_scatter_tensor(out, input.contiguous())
+
+        @_reduce_scatter_op.register_fake
+        def _reduce_scatter_fake(input: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+            return input.new_empty((input.shape[0] // world,) + tuple(input.shape[1:]))
 
         @torch.library.custom_op("tpar::all_reduce_add_rmsnorm", mutates_args=())
         def _all_reduce_add_rmsnorm_op(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> Tuple[torch.Tensor, torch.Tensor]:

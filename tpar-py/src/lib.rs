@@ -26,7 +26,7 @@ use std::time::Duration;
 use std::sync::{Mutex, MutexGuard};
 use tpar::cuda::fused::FusedRoute;
 use tpar::cuda::{FusedBufs, FusedCall, FusedPath, GpuCommunicator, GpuOptions, NcclUse, Route, Served};
-use tpar::{bf16, f16, Algorithm, CaptureMode, Communicator, Config, DType, Element, Error, Settings};
+use tpar::{bf16, f16, Algorithm, CaptureMode, Collective, Communicator, Config, DType, Element, Error, Settings};
 
 create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
 create_exception!(tpar, TparTimeoutError, TparError, "A bounded wait ran out (tpar::Error::Timeout); the communicator is poisoned.");
@@ -59,6 +59,31 @@ fn py_err(e: Error) -> PyErr {
 /// The dtype named `name` (Rust's one table: `DType::from_str`).
 fn dtype_of(name: &str) -> PyResult<DType> {
     name.parse::<DType>().map_err(py_err)
+}
+
+fn collective_of(name: &str) -> PyResult<Collective> {
+    name.parse::<Collective>().map_err(py_err)
+}
+
+/// # Safety
+/// `input` and `output` must be valid for `collective.io_elems(count, world)` elements of `T`
+/// (reads; reads and writes) for the duration of the call, disjoint, and untouched by anything
+/// else meanwhile.
+unsafe fn cpu_collective<T: Element>(comm: &mut Communicator, collective: Collective, algo: Algorithm, count: usize, input: u64, output: u64) -> Result<(), Error> {
+    let (ins, outs) = collective.io_elems(count, comm.world());
+    if ins == 0 && outs == 0 {
+        return comm.collective::<T>(collective, Some(algo), &[], &mut []);
+    }
+    check_address::<T>("input", input)?;
+    check_address::<T>("output", output)?;
+    let size = std::mem::size_of::<T>() as u64;
+    let (i_end, o_end) = (input.saturating_add(ins as u64 * size), output.saturating_add(outs as u64 * size));
+    if input < o_end && output < i_end {
+        return Err(Error::InvalidArgument { field: "output", reason: format!("the {collective}'s output overlaps its input") });
+    }
+    // SAFETY: the caller vouches for both ranges; they are disjoint (checked above).
+    let (src, dst) = unsafe { (std::slice::from_raw_parts(input as *const T, ins), std::slice::from_raw_parts_mut(output as *mut T, outs)) };
+    comm.collective(collective, Some(algo), src, dst)
 }
 
 fn algorithm_of(name: &str) -> PyResult<Algorithm> {
@@ -203,6 +228,38 @@ impl CpuComm {
                 DType::F32 => cpu_all_reduce::<f32>(comm, Some(algo), count, input, output),
                 DType::F16 => cpu_all_reduce::<f16>(comm, Some(algo), count, input, output),
                 DType::BF16 => cpu_all_reduce::<bf16>(comm, Some(algo), count, input, output),
+            }
+        })
+        .map_err(py_err)?;
+        Ok(algo.name().to_string())
+    }
+
+    /// The algorithm the plan picks for `collective` ("all-gather", "reduce-scatter") of
+    /// `nbytes` per rank (the all-gather's input, the reduce-scatter's output) of `dtype`.
+    fn plan_collective(&mut self, collective: &str, dtype: &str, nbytes: usize) -> PyResult<String> {
+        let (c, d) = (collective_of(collective)?, dtype_of(dtype)?);
+        Ok(self.comm()?.planned_for(c, d, nbytes).name().to_string())
+    }
+
+    /// One `collective` of `count` elements per rank (an all-gather's input, a reduce-scatter's
+    /// output: torch.distributed's shapes), blocking, with the GIL released. Returns the
+    /// algorithm's name. Addresses as for `all_reduce`; output and input never overlap.
+    #[pyo3(signature = (collective, dtype, count, input, output, algorithm=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn collective(&mut self, py: Python<'_>, collective: &str, dtype: &str, count: usize, input: u64, output: u64, algorithm: Option<&str>) -> PyResult<String> {
+        let (c, d) = (collective_of(collective)?, dtype_of(dtype)?);
+        let forced = algorithm.map(algorithm_of).transpose()?;
+        let comm = self.comm()?;
+        let algo = match forced {
+            Some(a) => a,
+            None => comm.planned_for(c, d, count.saturating_mul(d.size())),
+        };
+        // SAFETY: the caller's contract (see the doc comment) is cpu_collective's.
+        py.detach(|| unsafe {
+            match d {
+                DType::F32 => cpu_collective::<f32>(comm, c, algo, count, input, output),
+                DType::F16 => cpu_collective::<f16>(comm, c, algo, count, input, output),
+                DType::BF16 => cpu_collective::<bf16>(comm, c, algo, count, input, output),
             }
         })
         .map_err(py_err)?;
@@ -365,6 +422,37 @@ impl GpuComm {
             }
             // SAFETY: the caller's contract (see the doc comment) is submit_on's.
             match unsafe { c.submit_on(stream, d, count, input, output, m, !nccl) }? {
+                Served::Ran(a) => Ok(a.name()),
+                Served::ToCaller => Ok("caller"),
+            }
+        })
+    }
+
+    /// The route of `collective` ("all-gather", "reduce-scatter") of `nbytes` per rank (the
+    /// all-gather's input, the reduce-scatter's output) of `dtype`, eager or captured, as
+    /// `route` answers for the all-reduce: a kernel's name, or `"nccl"`.
+    #[pyo3(signature = (collective, dtype, nbytes, graph=false))]
+    fn route_collective(&self, py: Python<'_>, collective: &str, dtype: &str, nbytes: usize, graph: bool) -> PyResult<&'static str> {
+        let (c, d) = (collective_of(collective)?, dtype_of(dtype)?);
+        self.with(py, |g| g.resolve_for(c, d, nbytes, mode(graph)).map(|r| route_name(&r.route)))
+    }
+
+    /// Enqueues one `collective` ("all-gather", "reduce-scatter", "all-reduce") of `count`
+    /// elements per rank (torch.distributed's shapes: an all-gather's input and a
+    /// reduce-scatter's output) on `stream`, as `all_reduce` does: returns the algorithm's name,
+    /// or `"caller"` where the plan says NCCL and the caller's NCCL runs it. The output never
+    /// overlaps the input. Addresses as for `all_reduce`. Does not wait.
+    #[pyo3(signature = (stream, collective, dtype, count, input, output, graph=false, nccl=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn collective(&self, py: Python<'_>, stream: u64, collective: &str, dtype: &str, count: usize, input: u64, output: u64, graph: bool, nccl: bool) -> PyResult<&'static str> {
+        let (c, d) = (collective_of(collective)?, dtype_of(dtype)?);
+        let m = mode(graph);
+        self.with(py, |g| {
+            if !graph {
+                g.check_errors()?;
+            }
+            // SAFETY: the caller's contract (see the doc comment) is submit_collective_on's.
+            match unsafe { g.submit_collective_on(stream, c, d, count, input, output, m, !nccl) }? {
                 Served::Ran(a) => Ok(a.name()),
                 Served::ToCaller => Ok("caller"),
             }
