@@ -39,6 +39,9 @@ class Engine:
     def op_unavailable(self, dev):  # why `op` cannot run on `dev`, or None
         return None
 
+    def sp_functions(self):  # the engine's sequence-parallel all-gather and reduce-scatter
+        raise Skip(f"{self.name} has no sequence-parallel functions that reach a custom collective")
+
     def graph_capture(self):
         raise NotImplementedError
 
@@ -113,6 +116,14 @@ class VllmEngine(Engine):
         import torch
 
         return torch.ops.vllm.all_reduce(x, group_name=self.tp.unique_name)
+
+    def sp_functions(self):
+        """vLLM's sp_all_gather / sp_reduce_scatter (models/common/ops/sequence_parallel.py,
+        DeepSeek-V4, Qwen4 and Muse Spark's sequence-parallel decode): the TP group's
+        ``custom_all_gather`` / ``custom_reduce_scatter``, else its NCCL (here gloo)."""
+        from vllm.models.common.ops.sequence_parallel import sp_all_gather, sp_reduce_scatter
+
+        return sp_all_gather, sp_reduce_scatter
 
     def graph_capture(self):
         return self.ps.graph_capture(self.device)

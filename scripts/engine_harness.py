@@ -68,7 +68,7 @@ from engine_adapters import Skip, SglangEngine, VllmEngine  # (it records the en
 HIDDEN = 7168  # DeepSeek-V3's hidden size: the engines' decode all-reduce is tokens x hidden
 TOKENS = (1, 3, 8, 64, 512)  # size classes of decode and small prefill batches
 ODD = (1, 7, 129, 4099, 21504 + 5)  # element counts off every alignment
-STAGES = ("settings", "eager", "compile", "graph", "thread", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1)
+STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1)
 #: A survivor must see a dead peer within this (issue 21).
 DEAD_PEER_S = 1.0
 
@@ -291,6 +291,40 @@ def rank_main(args):
                         served, ok = one(xs, dt, eng.ar, "batchinv")
                         count(st, served, ok and served > 0)  # every size must go through tpar
                 st["chunked"] = sorted({f"{k[0]}:{k[1]}B->{v}" for k, v in ca._chunks.items() if v is not None and v * k[0].itemsize < k[1]})[:8]
+            elif stage == "sp":
+                # The engine's own sequence-parallel functions (vLLM: sp_all_gather,
+                # sp_reduce_scatter, which try the custom collective, then NCCL / gloo): the
+                # all-gather must be every rank's rows in rank order, bit for bit, whoever ran
+                # it; a reduce-scatter tpar served must be bitwise slice `rank` of the
+                # rank-order sum, the fallback's within its rounding.
+                gather, scatter = eng.sp_functions()
+                for dname, dt in dtypes.items():
+                    for rows in (1, 3, 8, 64):
+                        seed[0] += 1
+                        xs = make_inputs(seed[0], world, rows * HIDDEN, dt)
+                        before = ca.served_calls
+                        y = gather(xs[rank].reshape(rows, HIDDEN).to(dev))
+                        served = ca.served_calls - before
+                        want = torch.cat(xs).reshape(world * rows, HIDDEN)
+                        ok = tuple(y.shape) == tuple(want.shape) and bits(y.cpu()) == bits(want)
+                        if not ok:
+                            why.append(f"sp_all_gather {dt} rows={rows} shape {tuple(y.shape)} took={served > 0}")
+                        count(st, served, ok)
+                        # rows * world - 1 rows: the engine pads one row of zeros to split evenly.
+                        total = rows * world - (rows > 1)
+                        seed[0] += 1
+                        xs = make_inputs(seed[0], world, total * HIDDEN, dt)
+                        padded = [torch.nn.functional.pad(x.reshape(total, HIDDEN), (0, 0, 0, rows * world - total)) for x in xs]
+                        before = ca.served_calls
+                        y = scatter(xs[rank].reshape(total, HIDDEN).to(dev))
+                        served = ca.served_calls - before
+                        mine = [p[rank * rows:(rank + 1) * rows].contiguous() for p in padded]
+                        ref = reference(mine, dt).reshape(rows, HIDDEN)
+                        ok = tuple(y.shape) == (rows, HIDDEN)
+                        ok = ok and (bits(y.cpu()) == bits(ref) if served else fallback_wrong(y, mine, world) == 0)
+                        if not ok:
+                            why.append(f"sp_reduce_scatter {dt} rows={total} shape {tuple(y.shape)} took={served > 0}")
+                        count(st, served, ok)
             elif stage == "kill":
 
                 def die():

@@ -101,11 +101,16 @@ def test_vllm_three_ranks_served_by_tpar(version, tmp_path):
     """Three ranks: the engine's fallback (gloo) adds in its own order, so its bits are not
     tpar's; tpar's calls stay bitwise the rank-order sum, the fallback's are judged by their
     rounding, and tpar's counter shows that it served the calls it was given, compiled ones
-    included. Eager and compile only: a third rank process costs import time."""
-    stages = ["eager", "compile"]
+    included; and vLLM's sequence-parallel all-gather and reduce-scatter reach tpar. Eager,
+    compile and sp only: a third rank process costs import time."""
+    stages = ["eager", "compile", "sp"]
     r, recs, logs = run_harness("vllm", version, 3, ",".join(stages), tmp_path)
     check_common(r, recs, logs, 3, stages)
     for rec in recs:
+        # vLLM's own sp_all_gather / sp_reduce_scatter: every call reached tpar (its counter),
+        # bitwise the definition; 3 dtypes x 4 row counts x both collectives.
+        sp = rec["stages"]["sp"]
+        assert sp["tpar"] == sp["served"] == sp["cases"] == 24, sp
         eager = rec["stages"]["eager"]
         assert eager["tpar"] == eager["served"] == eager["cases"] - 1 and eager["fallback"] == 1, eager  # the 14.7 MB float32 call: gloo
         assert eager["fallback_other_bits"] == 1, f"the fallback's sum of three has tpar's bits: no order told apart: {eager}"

@@ -135,8 +135,9 @@ def _ranges(rs):
 class TparCustomAllreduce:
     """tpar behind the engines' custom all-reduce contract."""
 
-    #: vLLM reads it (DeepSeek models on Hopper) to pick a path that all-gathers through its
-    #: own custom all-gather; tpar has none (custom_all_gather returns None), so say no.
+    #: vLLM reads it (DeepSeek models on Hopper) to pick a path that assumes NVLink between
+    #: every pair of GPUs (its custom all-gather's fast path); tpar does not promise a
+    #: fabric, so no: custom_all_gather still serves the calls vLLM sends it.
     fully_connected = False
     #: vLLM's DeepSeek-V4.1 fused all-reduce + mHC kernel needs the custom all-reduce's NVLink
     #: multicast buffers (``ops/mhc.py`` reads this pointer through an alias of ``ca_comm``);
@@ -304,12 +305,55 @@ class TparCustomAllreduce:
         said; the engines' tests read it to tell tpar's calls from the fallback's."""
         return self._comm.served_calls if self._comm is not None else 0
 
+    def _takes_collective(self, collective: str, inp, per_rank) -> bool:
+        """Whether tpar runs ``collective`` of ``inp`` (``per_rank``: the all-gather's input,
+        the reduce-scatter's output, as tpar's plan counts it): eligible tensors as for the
+        all-reduce, whole 16-byte vectors per rank (tpar's kernels' rule; NCCL takes other
+        sizes anyway), at most ``max_size`` bytes per rank, and a route that is tpar's
+        kernel (every one of them sums in rank order)."""
+        if self.disabled or self._comm is None:
+            return False
+        if inp.dtype not in _SUPPORTED or not inp.is_contiguous() or inp.device != self._comm.device:
+            return False
+        nbytes = per_rank.numel() * per_rank.element_size()
+        if nbytes == 0 or nbytes % 16 != 0 or inp.data_ptr() % 16 != 0 or nbytes > self.max_size:
+            return False
+        capturing = self._comm._cuda and _capturing()
+        key = (collective, inp.dtype, nbytes, capturing)
+        r = self._routes.get(key)
+        if r is None:
+            if len(self._routes) >= PLAN_MEMO_LIMIT:
+                self._routes.clear()
+            r = self._routes[key] = self._comm.plan_collective(collective, per_rank)
+        return r not in NOT_RANK_ORDER
+
     def custom_all_gather(self, inp):
-        """vLLM asks its custom all-reduce for all-gathers too; None hands them to NCCL."""
-        return None
+        """vLLM's ``custom_all_gather``: every rank's ``inp`` concatenated along dim 0
+        (``[n * world, ...]``), a bitwise copy, in a new tensor; None where tpar's plan gives
+        the call to NCCL (or the tensor is not eligible): the engine's NCCL then runs it."""
+        if not self._takes_collective("all-gather", inp, inp):
+            return None
+        out = inp.new_empty((inp.shape[0] * self.world_size,) + tuple(inp.shape[1:]))
+        return self._comm.all_gather_into_tensor(out, inp)
 
     def custom_reduce_scatter(self, inp):
-        """As :meth:`custom_all_gather`: None hands reduce-scatters to NCCL."""
+        """vLLM's ``custom_reduce_scatter``: this rank's share along dim 0 of the sum
+        (``[n / world, ...]``), summed in rank order (bitwise slice ``rank`` of tpar's
+        all-reduce), in a new tensor; None where dim 0 does not split into ``world`` parts or
+        tpar's plan gives the call to NCCL."""
+        if inp.dim() == 0 or inp.shape[0] % self.world_size != 0:
+            return None
+        out = inp.new_empty((inp.shape[0] // self.world_size,) + tuple(inp.shape[1:]))
+        if self._takes_collective("reduce-scatter", inp, out):
+            return self._comm.reduce_scatter_tensor(out, inp)
+        if self.batch_invariant:
+            # One order at every size: where the plan would give this reduce-scatter to NCCL,
+            # tpar's all-reduce (rank order, chunked as needed) and this rank's slice of it:
+            # the same bits as tpar's reduce-scatter would give.
+            full = self.custom_all_reduce(inp)
+            if full is not None:
+                n = out.shape[0]
+                return full[self.rank * n:(self.rank + 1) * n].clone()
         return None
 
     @contextmanager
