@@ -9,6 +9,12 @@
 #                                                     REPS times (default 3): 2/4/8 emulated ranks,
 #                                                     1 KiB-16 MiB and 122 x 42 KiB, graph and eager
 #                                                     (~1.5 min; raw tables in $OUT/ab.txt)
+#   OUT=... bash scripts/gpu-kernels.sh DIR collectives   all-gather and reduce-scatter: tpar check
+#                                                     on emulated ranks (p2p and host, ~10^5
+#                                                     random calls) and rank processes, then
+#                                                     graph timings at 2/4/8 ranks beside the
+#                                                     all-reduce of the same per-rank bytes
+#                                                     ($OUT/*.json) (~6 min)
 #   ONLY='regex' ...                                   only the steps whose names match
 #
 # DIR (carried with `run`'s carry, e.g. ".gpu-k") holds what was built here:
@@ -23,8 +29,8 @@
 # figures issue 11 names, extracted by scripts/kernel-targets.awk) and the gzipped log.
 # Exit status nonzero if a step failed.
 set -uo pipefail
-D="${1:?usage: gpu-kernels.sh DIR timings|verify|python|ab}"
-MODE="${2:?usage: gpu-kernels.sh DIR timings|verify|python|ab}"
+D="${1:?usage: gpu-kernels.sh DIR timings|verify|python|ab|collectives}"
+MODE="${2:?usage: gpu-kernels.sh DIR timings|verify|python|ab|collectives}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-./gpu-out}"; mkdir -p "$OUT"
 B="$D/tpar"; OLD="$D/tpar-before"; LOG="$OUT/kernels-$MODE.log"; : >"$LOG"
@@ -143,6 +149,23 @@ verify)
     python_steps
     ;;
 python) python_steps ;;
+collectives)
+    for c in all-gather reduce-scatter; do
+        step "$c-emulated-p2p" 150 -- "$B" check --emulate-ranks 2,3,4,8 --collective $c -e 4M --calls 10000 -d all --algo oneshot-push --quiet
+        step "$c-emulated-16" 60 -- "$B" check --emulate-ranks 16 --collective $c -e 4M --calls 1000 -d all --algo oneshot-push --quiet
+        step "$c-emulated-host" 90 -- "$B" check --emulate-ranks 2,3,8 --transport host --collective $c -e 1M --calls 3000 -d all --algo oneshot-push --quiet
+        step "$c-emulated-skew" 60 -- "$B" check --emulate-ranks 8 --skew-ns 20000 --collective $c -e 256K --calls 1000 -d bfloat16 --algo oneshot-push --quiet
+        step "$c-procs-p2p-4" 90 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 --collective $c -e 1M --calls 300 -d all --quiet
+        step "$c-procs-host-3" 90 -- "$B" check --backend cuda --world 3 --plan-topology h200-nvswitch-8 --transport host --collective $c -e 256K --calls 200 -d all --quiet
+    done
+    # Timings: per rank 1 KiB to 4 MiB at 8 ranks (nccl-tests' sizes are every rank's part),
+    # the all-reduce of each per-rank size beside them in the same call.
+    for w in 2 4 8; do
+        for c in all-gather reduce-scatter; do
+            step "$c-graph-w$w" 60 -- "$B" bench --emulate-ranks $w --collective $c --mode graph -b $((1024 * w)) -e $((4194304 * w)) -f 4 -n 30 -w 5 -d bfloat16 --algo oneshot-push --json "$OUT/$c-w$w.json"
+        done
+        step "all-reduce-graph-w$w" 60 -- "$B" bench --emulate-ranks $w --mode graph -b 1K -e 4M -f 4 -n 30 -w 5 -d bfloat16 --algo oneshot-push --json "$OUT/all-reduce-w$w.json"
+    done ;;
 ab)
     # A restructuring's cost, if any: the same tables from both binaries, alternating, so that
     # drift between repetitions shows as drift, not as a difference. Every step's table goes
@@ -159,7 +182,7 @@ ab)
     done
     awk '/^=== (sweep|seq|eager)-/ {s=1} /^=== / && !/^=== (sweep|seq|eager)-/ {s=0} s' "$LOG" >"$OUT/ab.txt"
     ;;
-*) echo "unknown mode $MODE: timings, verify, python or ab" >&2; exit 2 ;;
+*) echo "unknown mode $MODE: timings, verify, python, ab or collectives" >&2; exit 2 ;;
 esac
 
 { echo "# ---- $MODE summary ($((SECONDS - T0)) s) ----"; printf '%s\n' "${summary[@]}"; } | tee -a "$LOG" >"$OUT/summary.txt"
