@@ -4,6 +4,7 @@
 #   bench/compare/vs-mpi.sh                      # 2 and 4 ranks, 8 B .. 8 MiB by x4, 5 repetitions
 #   bench/compare/vs-mpi.sh --world 2 --reps 3 -b 1K -e 1M -f 2 --algo auto
 #   bench/compare/vs-mpi.sh --tpar /path/to/another/tpar      # e.g. an older build, for a before/after
+#   bench/compare/vs-mpi.sh --busy 1             # with one busy process (`yes`) beside each job
 #
 # For each world size and repetition it runs MPI_Allreduce (float, bench/compare/mpi_allreduce.c)
 # and `tpar bench` (float and bfloat16; the plan's pick per size unless --algo says otherwise)
@@ -12,13 +13,15 @@
 # medians (min-max), and MPI / tpar (above 1: tpar is faster). bfloat16 is compared with
 # MPI's float at the same byte count (MPI has no bfloat16 sum). Both sides time calls the
 # same way: back to back after a barrier, the slowest rank per iteration, median.
+# --busy N starts N busy processes (`yes > /dev/null`) before each MPI and each tpar job
+# and ends them after it: cores shared with another program, as on CI machines and laptops.
 #
 # Needs: mpicc and mpirun (installed with apt-get from the system's packages if missing),
 # cargo, python3. Not part of the test command. Runs as root with --allow-run-as-root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-worlds="2 4"; reps=5; minb=8; maxb=8M; factor=4; iters=50; warmup=10; algo=auto; keep=""; tpar=""
+worlds="2 4"; reps=5; busy=0; minb=8; maxb=8M; factor=4; iters=50; warmup=10; algo=auto; keep=""; tpar=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --world) worlds="$2"; shift 2 ;;
@@ -31,7 +34,8 @@ while [ $# -gt 0 ]; do
         --algo) algo="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
         --tpar) tpar="$2"; shift 2 ;;
-        -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+        --busy) busy="$2"; shift 2 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -55,13 +59,30 @@ mpirun_flags="--allow-run-as-root --oversubscribe --bind-to none"
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -r)"
 echo "# Open MPI $(mpirun --version 2>/dev/null | head -1 | awk '{print $NF}'), tpar: $tpar${built_here:+ (built from $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo '?'))}"
-echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)$([ "$busy" -gt 0 ] && echo "; busy processes beside each job: $busy")"
+busy_pids=""
+start_busy() {
+    busy_pids=""
+    for _ in $(seq 1 "$busy"); do
+        yes >/dev/null &
+        busy_pids="$busy_pids $!"
+    done
+}
+stop_busy() {
+    for p in $busy_pids; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    busy_pids=""
+}
+trap 'stop_busy; [ -n "$keep" ] || rm -rf "$work"' EXIT
 for w in $worlds; do
     for r in $(seq 1 "$reps"); do
+        start_busy
         mpirun $mpirun_flags -np "$w" "$work/mpi_allreduce" -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" \
             > "$work/mpi.$w.$r.txt"
+        stop_busy
+        start_busy
         "$tpar" bench --backend cpu --world "$w" -b "$minb" -e "$maxb" -f "$factor" -n "$iters" -w "$warmup" \
             -d float,bfloat16 --algo "$algo" --json "$work/tpar.$w.$r.json" > "$work/tpar.$w.$r.txt"
+        stop_busy
     done
 done
 echo "# load at end: $(cut -d' ' -f1-3 /proc/loadavg)"

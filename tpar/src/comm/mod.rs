@@ -44,6 +44,7 @@ struct Spinner<'a> {
     desc: Desc,
     start: Instant,
     timeout: Duration,
+    /// When the next liveness check is due (one [`LIVENESS_PERIOD`] after the last).
     next_liveness: Option<Instant>,
     suspect: Option<usize>,
     /// More ranks than cores: a spinning rank would hold the core its peer needs, so every
@@ -502,14 +503,18 @@ impl Communicator {
         let status = ws.status(rank);
         status[st::EPOCH].store_relaxed(desc.epoch as u64);
         status[st::DESC].store_relaxed(desc.encode());
+        let start = Instant::now();
         let mut spinner = Spinner {
             rank,
             ws,
             control,
             desc,
-            start: Instant::now(),
+            start,
             timeout,
-            next_liveness: None,
+            // The first check comes one period into the epoch, not at its first pause: a
+            // check reads /proc (tens of microseconds on a busy machine), and a peer a few
+            // microseconds late would otherwise cost every call that much.
+            next_liveness: Some(start + LIVENESS_PERIOD),
             suspect: None,
             oversubscribed,
         };
