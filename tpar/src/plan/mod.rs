@@ -23,6 +23,7 @@
 //! does not describe (other hosts, or GPUs shared by ranks): NCCL, with that reason.
 
 pub mod cache;
+pub mod call_shape;
 mod collectives;
 pub use collectives::plan_collective;
 pub mod feasibility;

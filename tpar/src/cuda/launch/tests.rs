@@ -154,7 +154,8 @@ fn a_launch_describes_its_grid_block_cluster_and_pdl() {
 /// holds twice / where a stand-in residency (2048 threads an SM) says, and the registered path.
 fn decision_cell(algo: Algorithm, bytes: usize, world: usize, transport: Transport, ranks_on_device: u32, sms: u32) -> String {
     let policy = policy_blocks(algo, transport, bytes, world);
-    let grid = crate::plan::floors::shared_gpu_blocks(policy, bytes as u64, ranks_on_device, sms);
+    let grid = crate::plan::call_shape::policy_grid(transport, bytes, P2P_MAX_BLOCKS, ranks_on_device, sms, false);
+    assert!(grid <= policy, "the shared-GPU cap only lowers the policy's blocks");
     let threads = threads_for(bytes, grid);
     let holds = holds_twice(grid, ranks_on_device, 2048 / threads.max(1) * sms);
     let class = |c: SizeClass| match c {
