@@ -4,12 +4,13 @@
 //! A call on one rank uses three streams: the caller's (or the communicator's) stream for
 //! the kernels, a copy stream for the copies (back to back, so the engine never waits for a
 //! kernel launch between two copies) and, across processes, a flag stream for the signals
-//! that follow each phase's copies. Across processes (this file's [`CeRank`]) ranks order
-//! each other with the flag protocol of `ce_signal` / `ce_wait` (descriptors in the flag
-//! area, generations on the device, every wait bounded by the call's deadline and recorded
-//! like every kernel's error). Emulated ranks (`ce_emulated`) order each other with events
-//! between their streams instead: one process issues every rank's work, so nothing can be
-//! awaited that was not already enqueued, and nothing spins.
+//! that follow each phase's copies. One [`CePath`] holds a rank set's state (a lane per local
+//! rank) and runs one data flow; only the ordering between ranks differs by placement
+//! ([`Order`]): rank processes order each other with the flag protocol of `ce_signal` /
+//! `ce_wait` (descriptors in the flag area, generations on the device, every wait bounded by
+//! the call's deadline and recorded like every kernel's error); emulated ranks with events
+//! between their streams: one process issues every rank's work, so nothing can be awaited
+//! that was not already enqueued, and nothing spins.
 //!
 //! The data regions are the pull region of each rank's data area (the inbox, then the gather
 //! area): they are free between calls, and the entry barrier of every call (each rank has
@@ -17,7 +18,7 @@
 //! of it safe. The flag descriptors have their own rows at `abi::CE_FLAG_OFFSET`.
 //!
 //! Owns: the kernels' argument twin, loading the kernels, the per-rank copy-engine state of
-//! a process, and the steps of a call. Must never: copy into a rank's region before that
+//! a rank set (streams, events, generations, stages), the steps of a call and both orderings. Must never: copy into a rank's region before that
 //! rank's previous call has finished (the entry barrier), or wait without a deadline.
 
 use super::abi::{self, TparArgs, MAX_RANKS};
@@ -378,92 +379,226 @@ pub fn stage_bytes(max_bytes: usize, world: usize) -> usize {
     DType::ALL.iter().map(|d| Geometry::new(max_bytes / d.size(), *d, world).region_bytes()).max().unwrap_or(0)
 }
 
-/// One process's rank of the path (a rank process's `RankSet` holds it): its copy and flag streams,
-/// events, generation words, stage and kernels.
-pub struct CeRank {
-    kernels: HashMap<DType, CeKernels>,
+/// One local rank's copy-engine state: its copy and flag streams, events, generation words
+/// and (lossy wire) stage.
+struct Lane {
     copy: Stream,
     flag: Stream,
     ev: CallEvents,
     gens: DeviceBuffer,
     stage: Option<DeviceBuffer>,
+}
+
+impl Lane {
+    fn new(dev: &Device, wire: Wire, stage: usize) -> Result<Self> {
+        let gens = DeviceBuffer::new(dev, 2 * PHASES * MAX_PIECES * 4)?;
+        gens.fill_u32(0)?;
+        let stage = if wire.is_lossy() { Some(DeviceBuffer::new(dev, stage)?) } else { None };
+        Ok(Self { copy: Stream::new(dev)?, flag: Stream::new(dev)?, ev: CallEvents::new(dev)?, gens, stage })
+    }
+
+    /// The view of `base` (the workspace's pointers) with this rank's words and stage.
+    fn view(&self, mut base: RankView) -> RankView {
+        base.gens = self.gens.ptr;
+        base.stage = self.stage.as_ref().map_or(0, |s| s.ptr);
+        base
+    }
+
+    fn stage_cap(&self) -> usize {
+        self.stage.as_ref().map_or(0, |s| s.bytes)
+    }
+}
+
+/// How the ranks of one call order each other.
+pub enum Order<'a> {
+    /// Rank processes: the flag protocol on the device (one local rank, its kernels on `main`).
+    Flags { main: &'a Stream },
+    /// Emulated ranks: events between the ranks' streams, one process enqueuing every rank's
+    /// work in dependency order (nothing spins, nothing can hang).
+    Events(Fan<'a>),
+}
+
+/// What an emulated call needs of the group: its streams and fork/join events.
+pub struct Fan<'a> {
+    pub streams: &'a [&'a Stream],
+    pub origin: &'a Stream,
+    pub fork: &'a Event,
+    pub joins: &'a [Event],
+    /// Fork from and join into the origin around the call (not inside a capture).
+    pub eager: bool,
+}
+
+/// The copy-engine path of a rank set: the kernels per dtype and one [`Lane`] per local rank
+/// (one for a rank process, `world` for emulated ranks).
+pub struct CePath {
+    kernels: HashMap<DType, CeKernels>,
+    lanes: Vec<Lane>,
     wire: Wire,
 }
 
-impl CeRank {
-    /// State for calls of up to `max_bytes` on `world` ranks with `wire` on the wire.
-    pub fn new(dev: &Device, wire: Wire, max_bytes: usize, world: usize) -> Result<Self> {
-        let gens = DeviceBuffer::new(dev, 2 * PHASES * MAX_PIECES * 4)?;
-        gens.fill_u32(0)?;
-        let stage = if wire.is_lossy() { Some(DeviceBuffer::new(dev, stage_bytes(max_bytes, world))?) } else { None };
-        Ok(Self { kernels: HashMap::new(), copy: Stream::new(dev)?, flag: Stream::new(dev)?, ev: CallEvents::new(dev)?, gens, stage, wire })
+impl CePath {
+    /// State for `lanes` local ranks of a `world`-rank group, calls up to `max_bytes`, `wire`
+    /// on the wire. Made at init, never inside a capture.
+    pub fn new(dev: &Device, wire: Wire, max_bytes: usize, world: usize, lanes: usize) -> Result<Self> {
+        let stage = stage_bytes(max_bytes, world);
+        Ok(Self { kernels: HashMap::new(), lanes: (0..lanes).map(|_| Lane::new(dev, wire, stage)).collect::<Result<_>>()?, wire })
     }
 
     pub fn wire(&self) -> Wire {
         self.wire
     }
 
-    /// The view of `base` (the workspace's pointers) with this rank's words and stage.
-    pub fn view(&self, mut base: RankView) -> RankView {
-        base.gens = self.gens.ptr;
-        base.stage = self.stage.as_ref().map_or(0, |s| s.ptr);
-        base
-    }
-
     /// Loads the kernels of `dtype` now (outside any capture, once) and checks that a call
-    /// of `count` elements fits.
+    /// of `count` elements fits every lane.
     pub fn prepare(&mut self, dev: &Device, dtype: DType, count: usize, base: RankView) -> Result<()> {
         if !self.kernels.contains_key(&dtype) {
             let k = CeKernels::load(dev, dtype, self.wire)?;
             self.kernels.insert(dtype, k);
         }
         let call = Call { geom: Geometry::new(count, dtype, base.world), wire: self.wire, desc_code: 0, input: 16, output: 16, delay_ns: 0 };
-        call.check(&self.view(base), self.stage.as_ref().map_or(0, |s| s.bytes))
+        self.lanes.iter().try_for_each(|l| call.check(&l.view(base), l.stage_cap()))
     }
 
-    /// Enqueues this rank's part of one call, `main` being the stream its kernels run on.
+    /// Enqueues one call on every local rank: `bases[i]`, `io.0[i]`, `io.1[i]` and
+    /// `delays[i]` (skewed-rank test hook, ns) are local rank i's view, input, output and delay.
     #[allow(clippy::too_many_arguments)]
-    pub fn enqueue(&mut self, dev: &Device, main: &Stream, base: RankView, dtype: DType, count: usize, io: (u64, u64), desc_code: u32) -> Result<()> {
-        self.prepare(dev, dtype, count, base)?;
-        let v = self.view(base);
-        let call = Call { geom: Geometry::new(count, dtype, v.world), wire: self.wire, desc_code, input: io.0, output: io.1, delay_ns: 0 };
+    pub fn enqueue(&mut self, dev: &Device, order: Order<'_>, bases: &[RankView], dtype: DType, count: usize, io: (&[u64], &[u64]), delays: &[u32], desc_code: u32) -> Result<()> {
+        let n = self.lanes.len();
+        if bases.len() != n || io.0.len() != n || io.1.len() != n || matches!(&order, Order::Events(f) if f.streams.len() != n) {
+            return Err(Error::invalid("ce-ring", format!("{n} lanes, {} views, {} inputs, {} outputs", bases.len(), io.0.len(), io.1.len())));
+        }
+        let Some(base0) = bases.first() else {
+            return Err(Error::invalid("ce-ring", "no local ranks"));
+        };
+        self.prepare(dev, dtype, count, *base0)?;
         let k = self.kernels.get(&dtype).ok_or_else(|| Error::invalid("ce-ring", "kernels not loaded"))?;
-        let st = Steps { k, v: &v, call: &call };
-        let (ev, copy, flag) = (&self.ev, &self.copy, &self.flag);
-        let pieces = call.geom.pieces;
-        // Entry: every rank has finished its previous call before anyone copies into it.
-        st.signal(0, PHASE_ENTRY, main)?;
-        st.wait(0, PHASE_ENTRY, main)?;
-        main.record(&ev.input)?;
-        copy.wait(&ev.input)?;
-        for p in 0..pieces {
-            if call.lossy() {
-                st.quant(p, main)?;
-                main.record(&ev.quant[p])?;
-                copy.wait(&ev.quant[p])?;
-            }
-            st.rs_copies(p, copy)?;
-            copy.record(&ev.rs[p])?;
-            flag.wait(&ev.rs[p])?;
-            st.signal(p, PHASE_RS, flag)?;
+        let views: Vec<RankView> = self.lanes.iter().zip(bases).map(|(l, b)| l.view(*b)).collect();
+        let geom = Geometry::new(count, dtype, base0.world);
+        let calls: Vec<Call> =
+            (0..n).map(|r| Call { geom, wire: self.wire, desc_code, input: io.0[r], output: io.1[r], delay_ns: delays.get(r).copied().unwrap_or(0) }).collect();
+        for ((c, v), l) in calls.iter().zip(&views).zip(&self.lanes) {
+            c.check(v, l.stage_cap())?;
         }
-        for p in 0..pieces {
-            st.wait(p, PHASE_RS, main)?;
-            st.reduce(p, main)?;
-            main.record(&ev.reduced[p])?;
-            copy.wait(&ev.reduced[p])?;
-            st.ag_copies(p, copy)?;
-            copy.record(&ev.ag[p])?;
-            flag.wait(&ev.ag[p])?;
-            st.signal(p, PHASE_AG, flag)?;
+        let steps: Vec<Steps<'_>> = views.iter().zip(&calls).map(|(v, call)| Steps { k, v, call }).collect();
+        match order {
+            Order::Flags { main } if n == 1 => by_flags(&steps[0], &self.lanes[0], main),
+            Order::Flags { .. } => Err(Error::invalid("ce-ring", format!("the flag protocol drives one local rank, not {n}"))),
+            Order::Events(f) => by_events(&steps, &self.lanes, &f),
         }
-        for p in 0..pieces {
-            st.wait(p, PHASE_AG, main)?;
-            st.finish(p, main)?;
-        }
-        // The copy and flag streams join back (a capture must end joined; the next call's
-        // stage writes must follow this call's copies).
-        flag.record(&ev.done)?;
-        main.wait(&ev.done)
     }
+}
+
+/// A rank process's call: ranks order each other by the flag protocol on the device.
+fn by_flags(st: &Steps<'_>, l: &Lane, main: &Stream) -> Result<()> {
+    let (ev, copy, flag) = (&l.ev, &l.copy, &l.flag);
+    let pieces = st.call.geom.pieces;
+    // Entry: every rank has finished its previous call before anyone copies into it.
+    st.signal(0, PHASE_ENTRY, main)?;
+    st.wait(0, PHASE_ENTRY, main)?;
+    main.record(&ev.input)?;
+    copy.wait(&ev.input)?;
+    for p in 0..pieces {
+        if st.call.lossy() {
+            st.quant(p, main)?;
+            main.record(&ev.quant[p])?;
+            copy.wait(&ev.quant[p])?;
+        }
+        st.rs_copies(p, copy)?;
+        copy.record(&ev.rs[p])?;
+        flag.wait(&ev.rs[p])?;
+        st.signal(p, PHASE_RS, flag)?;
+    }
+    for p in 0..pieces {
+        st.wait(p, PHASE_RS, main)?;
+        st.reduce(p, main)?;
+        main.record(&ev.reduced[p])?;
+        copy.wait(&ev.reduced[p])?;
+        st.ag_copies(p, copy)?;
+        copy.record(&ev.ag[p])?;
+        flag.wait(&ev.ag[p])?;
+        st.signal(p, PHASE_AG, flag)?;
+    }
+    for p in 0..pieces {
+        st.wait(p, PHASE_AG, main)?;
+        st.finish(p, main)?;
+    }
+    // The copy and flag streams join back (a capture must end joined; the next call's
+    // stage writes must follow this call's copies).
+    flag.record(&ev.done)?;
+    main.wait(&ev.done)
+}
+
+/// Emulated ranks' call: per call, each rank's input ready (after the skew hook) -> every
+/// copy stream waits for every rank's (the entry barrier) -> per piece, each rank's chunks
+/// copied out (lossy: after its quantisation) -> each owner waits for the n-1 copies into it,
+/// sums, and its copy stream copies the sum out -> each rank waits for the n-1 copies into it
+/// and finishes -> each copy stream joins its rank stream. Eager calls fork from and join
+/// into the origin stream; in a capture the group forks and joins once around the whole body.
+// Rank r indexes its stream, lane and steps together: plainer by index.
+#[allow(clippy::needless_range_loop)]
+fn by_events(st: &[Steps<'_>], lanes: &[Lane], g: &Fan<'_>) -> Result<()> {
+    let (world, rs) = (lanes.len(), g.streams);
+    let (ev, cp) = (|r: usize| &lanes[r].ev, |r: usize| &lanes[r].copy);
+    if g.eager {
+        g.origin.record(g.fork)?;
+        for s in rs {
+            s.wait(g.fork)?;
+        }
+    }
+    for r in 0..world {
+        st[r].pause(rs[r])?;
+        rs[r].record(&ev(r).input)?;
+    }
+    // Entry barrier: no copy into any rank before every rank's previous call has ended.
+    for c in 0..world {
+        for e in 0..world {
+            cp(c).wait(&ev(e).input)?;
+        }
+    }
+    let Some(first) = st.first() else {
+        return Ok(());
+    };
+    let (pieces, lossy) = (first.call.geom.pieces, first.call.lossy());
+    for p in 0..pieces {
+        for r in 0..world {
+            if lossy {
+                st[r].quant(p, rs[r])?;
+                rs[r].record(&ev(r).quant[p])?;
+                cp(r).wait(&ev(r).quant[p])?;
+            }
+            st[r].rs_copies(p, cp(r))?;
+            cp(r).record(&ev(r).rs[p])?;
+        }
+    }
+    for p in 0..pieces {
+        for r in 0..world {
+            for q in (0..world).filter(|&q| q != r) {
+                rs[r].wait(&ev(q).rs[p])?;
+            }
+            st[r].reduce(p, rs[r])?;
+            rs[r].record(&ev(r).reduced[p])?;
+            cp(r).wait(&ev(r).reduced[p])?;
+            st[r].ag_copies(p, cp(r))?;
+            cp(r).record(&ev(r).ag[p])?;
+        }
+    }
+    for p in 0..pieces {
+        for r in 0..world {
+            for q in (0..world).filter(|&q| q != r) {
+                rs[r].wait(&ev(q).ag[p])?;
+            }
+            st[r].finish(p, rs[r])?;
+        }
+    }
+    for r in 0..world {
+        cp(r).record(&ev(r).done)?;
+        rs[r].wait(&ev(r).done)?;
+    }
+    if g.eager {
+        for (s, j) in rs.iter().zip(g.joins) {
+            s.record(j)?;
+            g.origin.wait(j)?;
+        }
+    }
+    Ok(())
 }

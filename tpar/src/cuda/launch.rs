@@ -7,9 +7,13 @@
 //! A call is resolved once per shape ([`Launcher::resolve`]: algorithm, dtype, bytes, planned
 //! blocks); per call only its pointers are checked ([`check_pointers`]) before [`launch`].
 //!
-//! Owns: [`policy_blocks`] (the block policy: one function, one place), the threads per block
-//! ([`threads_for`], [`add_rmsnorm_threads`]), [`Launcher`] (per
-//! process and device: the ABI check, the loaded variants, their co-residency limits).
+//! The call's shape (blocks where the plan did not size it, threads, lean, registered) is the
+//! plan's decision (`plan::call_shape`); this file applies it and adds only what the GPU and
+//! the kernels say: which variants a kernel has, how many blocks stay resident, PDL.
+//!
+//! Owns: the kernels' caps on the plan's shape ([`policy_blocks`], [`threads_for`]),
+//! [`add_rmsnorm_threads`], [`Launcher`] (per process and device: the ABI check, the loaded
+//! variants, their co-residency limits).
 //! Must never launch a grid whose blocks cannot all be resident at once together with the
 //! other ranks on the same GPU (the ranks spin on each other: that would deadlock until the
 //! deadline), and never launch a kernel for a call it did not validate.
@@ -19,7 +23,7 @@ use super::driver::{sys, Device, Module, Stream};
 use super::kernels::{self, probe_unit};
 use super::nvrtc;
 use crate::error::{Error, Result};
-use crate::plan::HostProtocol;
+use crate::plan::{call_shape, HostProtocol};
 use crate::settings::LaunchSettings;
 use crate::dtype::DType;
 use crate::kinds::{Algorithm, Collective, Transport};
@@ -29,19 +33,16 @@ use std::collections::HashMap;
 mod abi_check;
 
 /// Most blocks per rank over the host transport (pinned host memory across PCIe): the
-/// plan's `PCIE_MAX_BLOCKS` (PCIe fabrics collapse when every SM writes).
-pub const HOST_MAX_BLOCKS: u32 = crate::plan::floors::PCIE_MAX_BLOCKS;
+/// plan's ([`call_shape::HOST_MAX_BLOCKS`]).
+pub const HOST_MAX_BLOCKS: u32 = call_shape::HOST_MAX_BLOCKS;
 /// Most blocks per rank over p2p: the kernels' cap (one flag row per block).
 pub const P2P_MAX_BLOCKS: u32 = MAX_BLOCKS as u32;
 
 /// The block policy for calls the plan did not size (a forced algorithm, an emulated group's
-/// call with 0 blocks): the plan's one rule (`plan::floors::kernel_blocks`), p2p as one GPU's
-/// memory or NVLink, host memory as PCIe. `TPAR_BLOCKS` overrides it in [`Launcher::resolve`],
-/// as it overrides the plan's.
+/// call with 0 blocks): the plan's ([`call_shape::policy_blocks`]), capped by the kernels'
+/// flag rows. `TPAR_BLOCKS` overrides it in [`Launcher::resolve`], as it overrides the plan's.
 pub fn policy_blocks(_algo: Algorithm, transport: Transport, bytes: usize, _world: usize) -> u32 {
-    use crate::plan::floors::{kernel_blocks, BlockClass};
-    let class = if transport == Transport::Host { BlockClass::Pcie } else { BlockClass::NvLink };
-    kernel_blocks(bytes as u64, class).clamp(1, P2P_MAX_BLOCKS)
+    call_shape::policy_blocks(transport, bytes, P2P_MAX_BLOCKS)
 }
 
 /// The push kernels' protocol for a workspace of `world` ranks over `transport`: over p2p
@@ -81,18 +82,17 @@ pub enum SizeClass {
 }
 
 /// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
-/// the call is at least [`lean_min_bytes`](crate::plan::floors::lean_min_bytes) of its
-/// algorithm (and under 2^31 vectors: the lean kernels index in 32 bits), and the default
-/// variant cannot keep the call's grid resident twice over on this GPU (`default_holds`
+/// the plan says so ([`call_shape::lean`]: from a size of its algorithm on, where the default
+/// variant cannot keep the call's grid resident twice over on this GPU, `default_holds`
 /// false: every rank sharing the GPU, two grids each, as programmatic dependent launch
-/// needs). With one rank per GPU the default always holds, so only ranks that share a GPU
+/// needs), and the call is under 2^31 vectors (the lean kernels index in 32 bits). With one rank per GPU the default always holds, so only ranks that share a GPU
 /// (emulated ranks) run the lean variant. `forced` (`TPAR_LEAN`) overrides the rule, never
 /// for a kernel without the variant.
 pub fn size_class(algo: Algorithm, bytes: usize, forced: Option<bool>, default_holds: bool) -> SizeClass {
     if !kernels::has_lean_variant(algo) || bytes as u64 / VEC_BYTES as u64 >= 1u64 << 31 {
         return SizeClass::Default;
     }
-    let lean = forced.unwrap_or(bytes as u64 >= crate::plan::floors::lean_min_bytes(algo) && !default_holds);
+    let lean = forced.unwrap_or_else(|| call_shape::lean(algo, bytes, default_holds));
     if lean {
         SizeClass::Lean
     } else {
@@ -102,11 +102,10 @@ pub fn size_class(algo: Algorithm, bytes: usize, forced: Option<bool>, default_h
 
 /// Whether a call of `bytes` of `algo` captured in a graph runs registered (zero copy: the
 /// pull kernels read every rank's input in place, io.cuh): its kernel has the path and the
-/// call is at least [`registered_min_bytes`](crate::plan::floors::registered_min_bytes) of
-/// its algorithm, or `forced` (`TPAR_ZERO_COPY`) says so. Only where the caller registers
+/// plan says so ([`call_shape::registered`]), or `forced` (`TPAR_ZERO_COPY`) does. Only where the caller registers
 /// buffers (an emulated group's capture; a rank's checked capture).
 pub fn registers(algo: Algorithm, bytes: usize, forced: Option<bool>) -> bool {
-    kernels::has_registered_path(algo) && forced.unwrap_or(bytes as u64 >= crate::plan::floors::registered_min_bytes(algo))
+    kernels::has_registered_path(algo) && forced.unwrap_or_else(|| call_shape::registered(algo, bytes))
 }
 
 /// Whether a grid of `grid` blocks per rank, for each of `ranks` ranks sharing the GPU, fits
@@ -147,9 +146,9 @@ pub fn size_class_defines(c: SizeClass) -> Vec<String> {
 }
 
 /// Threads per block for a call of `bytes` on `blocks` blocks: the plan's rule
-/// (`plan::floors::kernel_threads`, one vector per thread, 128..=512).
+/// ([`call_shape::threads`], one vector per thread, 128..=512).
 pub fn threads_for(bytes: usize, blocks: u32) -> u32 {
-    crate::plan::floors::kernel_threads(bytes as u64, blocks).min(THREADS)
+    call_shape::threads(bytes, blocks, THREADS)
 }
 
 /// The launch shape of tpar's add-RMSNorm kernel for rows of `row_vecs` vectors: threads per
@@ -255,7 +254,6 @@ pub struct Launcher {
     transport: Transport,
     /// The push kernels' protocol ([`push_protocol`]), fixed for the launcher's life.
     protocol: HostProtocol,
-    world: usize,
     max_bytes: usize,
     can_pdl: bool,
     /// sm_90 and later: thread-block clusters (fused calls' rows, [`row_cluster`]).
@@ -287,7 +285,6 @@ impl Launcher {
             ranks_on_device: ranks_on_device.max(1) as u32,
             transport,
             protocol: push_protocol(transport, world, host_protocol),
-            world,
             max_bytes,
         };
         l.check_abi(dev, stream)?;
@@ -590,13 +587,9 @@ impl Launcher {
 
     /// The grid of a call the plan did not size: the block policy ([`policy_blocks`]), for
     /// ranks that share this GPU at most what leaves every rank's next grid SMs of its own
-    /// ([`shared_gpu_blocks`](crate::plan::floors::shared_gpu_blocks); not for `fused` calls).
-    fn policy_grid(&self, algo: Algorithm, bytes: usize, fused: bool) -> u32 {
-        let p = policy_blocks(algo, self.transport, bytes, self.world);
-        if fused {
-            return p;
-        }
-        crate::plan::floors::shared_gpu_blocks(p, bytes as u64, self.ranks_on_device, self.sms)
+    /// ([`call_shape::policy_grid`]; not for `fused` calls).
+    fn policy_grid(&self, _algo: Algorithm, bytes: usize, fused: bool) -> u32 {
+        call_shape::policy_grid(self.transport, bytes, P2P_MAX_BLOCKS, self.ranks_on_device, self.sms, fused)
     }
 
     /// The empty kernel, launched like a collective (the launch floor).

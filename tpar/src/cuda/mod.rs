@@ -6,8 +6,7 @@
 //! | [`comm`] | `GpuCommunicator`: one rank per process and GPU, plan-driven: kernels, NCCL or an error |
 //! | `capture` | its checked captures: calls recorded during a capture, compared across ranks when it ends |
 //! | [`abi`] | `#[repr(C)]` twins of the kernels' structs, the workspace layout |
-//! | [`ce`] | the copy-engine path (`ce-ring`): copies by `cuMemcpyAsync`, its kernels, a process's rank of it |
-//! | [`ce_emulated`] | the copy-engine path on emulated ranks (events between the ranks' streams) |
+//! | [`ce`] | the copy-engine path (`ce-ring`): copies by `cuMemcpyAsync`, its kernels, a rank set's lanes, ordered by flags (rank processes) or events (emulated ranks) |
 //! | [`driver`] | owning wrappers of raw driver handles: buffers, host memory, streams, events, graphs, modules |
 //! | [`exec`] | streams, events, graphs, modules, kernel launches (re-exported by `driver`) |
 //! | [`fused`] | the fused all-reduce + residual add + RMSNorm: its shape, buffers, and when a fused kernel takes it |
@@ -31,7 +30,6 @@
 
 pub mod abi;
 pub mod ce;
-pub mod ce_emulated;
 mod capture;
 pub mod comm;
 pub mod driver;

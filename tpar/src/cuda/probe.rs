@@ -8,6 +8,13 @@
 //! Must never: register an algorithm (a probe is not one), or leave peer access half set up
 //! on error (access stays enabled; that is harmless). Runs in one process over all GPUs;
 //! `probe_ipc` runs the same kernels across rank processes (the first-use tune).
+//!
+//! Written once for both ([`PerGpu`]): the buffers and kernels of one GPU, the launch of a
+//! transfer or a ping-pong, and the conversion of their events to GB/s and one-way us. Apart,
+//! because they really differ: the schedule (here one process drives every GPU by ordinal,
+//! binding each in turn; there each rank drives its own GPU, reaches peers through IPC
+//! mappings and takes turns over the control plane so that every rank stops at the same
+//! point when one fails) and the way peers' memory is reached (peer access vs IPC).
 
 use super::driver::{launch_with_struct, sys, Device, DeviceBuffer, Event, HostMapped, Module, Stream};
 use super::nvrtc;
@@ -118,6 +125,52 @@ impl PerGpu {
             dev: dev.clone(),
         })
     }
+
+    /// Enqueues one transfer of `kind` from this GPU into `target` (an address reachable from
+    /// it) on `s`: the store or load kernel, or a copy-engine copy of `opts.bytes`.
+    ///
+    /// # Safety
+    /// `target` must be a live allocation of at least `opts.bytes` bytes reachable from this
+    /// GPU (its own, a peer's through peer access or an IPC mapping, or mapped host memory),
+    /// and `s` one of this GPU's streams.
+    pub(super) unsafe fn transfer(&self, kind: Kind, target: u64, opts: &ProbeOptions, s: &Stream) -> Result<()> {
+        match kind {
+            Kind::Store | Kind::Load => {
+                let f = if kind == Kind::Store { self.f_store } else { self.f_load };
+                let args = ProbeArgs { target, bytes: opts.bytes as u64, sink: self.sink.ptr, pad: 0 };
+                // SAFETY: f takes one ProbeArgs; target (the caller's contract) and sink are
+                // live allocations of at least `bytes` / 256 bytes reachable from this GPU.
+                unsafe { launch_with_struct(f, opts.blocks, opts.threads, s, &args) }
+            }
+            // SAFETY: `local` holds `bytes`; target does (the caller's contract).
+            Kind::Copy => unsafe { super::driver::memcpy_async(target, self.local.ptr, opts.bytes, s) },
+        }
+    }
+
+    /// Enqueues the ping-pong kernel on `s` with `blocks` blocks (2: both roles on this GPU;
+    /// 1: `role` only, the peer's kernel plays the other).
+    ///
+    /// # Safety
+    /// `mine` and `theirs` must lie in live allocations of at least 128 bytes reachable from
+    /// this GPU, and `s` be one of its streams.
+    pub(super) unsafe fn ping(&self, opts: &ProbeOptions, mine: u64, theirs: u64, role: u32, blocks: u32, s: &Stream) -> Result<()> {
+        let args = PingArgs { mine, theirs, iters: opts.pings, role, deadline_ns: PING_DEADLINE_NS };
+        // SAFETY: f takes one PingArgs; both flags as the caller's contract says.
+        unsafe { launch_with_struct(self.f_ping, blocks, 32, s, &args) }
+    }
+}
+
+/// The rate of one transfer of `opts.bytes` timed by `e0`..`e1`, GB/s (0 if no time passed).
+pub(super) fn rate(opts: &ProbeOptions, e0: &Event, e1: &Event) -> Result<f64> {
+    let ms = f64::from(e0.elapsed_ms(e1)?);
+    Ok(if ms > 0.0 { opts.bytes as f64 / (ms * 1e6) } else { 0.0 })
+}
+
+/// Half the round trip of `opts.pings` ping-pongs timed by `e0`..`e1`, us; `None` if they
+/// did not complete (the kernel gave up at its deadline).
+pub(super) fn one_way_us(opts: &ProbeOptions, e0: &Event, e1: &Event) -> Result<Option<f64>> {
+    let us = f64::from(e0.elapsed_ms(e1)?) * 1e3 / (2.0 * f64::from(opts.pings.max(1)));
+    Ok((us * 2.0 < PING_GIVE_UP_US).then_some(us))
 }
 
 fn check_bytes(opts: &ProbeOptions) -> Result<()> {
@@ -262,28 +315,17 @@ fn timed(g: &[PerGpu], opts: &ProbeOptions, kind: Kind, ops: &[(usize, Target)])
             Target::Host => me.host.dev,
         };
         streams[k].record(&evs[k].0)?;
-        match kind {
-            Kind::Store | Kind::Load => {
-                let f = if kind == Kind::Store { me.f_store } else { me.f_load };
-                let args = ProbeArgs { target, bytes: opts.bytes as u64, sink: me.sink.ptr, pad: 0 };
-                // SAFETY: f takes one ProbeArgs; target, sink are live allocations of at least
-                // `bytes` / 256 bytes reachable from this GPU (peer access enabled, host mapped).
-                unsafe { launch_with_struct(f, opts.blocks, opts.threads, streams[k], &args)? };
-            }
-            Kind::Copy => {
-                // SAFETY: both pointers are live UVA allocations of `bytes`; the stream is this
-                // GPU's and current.
-                unsafe { super::driver::memcpy_async(target, me.local.ptr, opts.bytes, streams[k]) }.map_err(|e| Error::Cuda { context: format!("GPU{a} -> {t:?}"), code: e.to_string() })?;
-            }
-        }
+        // SAFETY: target is GPU b's target or this GPU's mapped host memory, both of `bytes`
+        // and reachable from here (peer access enabled, host mapped); the stream is this
+        // GPU's and current.
+        unsafe { me.transfer(kind, target, opts, streams[k]) }.map_err(|e| Error::Cuda { context: format!("GPU{a} -> {t:?}"), code: e.to_string() })?;
         streams[k].record(&evs[k].1)?;
     }
     let mut out = Vec::with_capacity(ops.len());
     for (k, &(a, _)) in ops.iter().enumerate() {
         g[a].dev.bind()?;
         streams[k].synchronize()?;
-        let ms = evs[k].0.elapsed_ms(&evs[k].1)? as f64;
-        out.push(if ms > 0.0 { opts.bytes as f64 / (ms * 1e6) } else { 0.0 });
+        out.push(rate(opts, &evs[k].0, &evs[k].1)?);
     }
     Ok(out)
 }
@@ -299,17 +341,14 @@ fn ping_local(me: &PerGpu, opts: &ProbeOptions, host: bool) -> Result<Option<f64
         me.flags.fill_u32(0)?;
         me.flags.ptr
     };
-    let args = PingArgs { mine: base, theirs: base + 128, iters: opts.pings, role: 0, deadline_ns: PING_DEADLINE_NS };
-    let f = me.f_ping;
     let s = &me.streams[0];
     let (e0, e1) = (Event::new(&me.dev)?, Event::new(&me.dev)?);
     s.record(&e0)?;
-    // SAFETY: f takes one PingArgs; both flags lie in a live allocation of >= 256 bytes.
-    unsafe { launch_with_struct(f, 2, 32, s, &args)? };
+    // SAFETY: both flags lie in a live allocation of >= 256 bytes on this GPU or mapped host.
+    unsafe { me.ping(opts, base, base + 128, 0, 2, s)? };
     s.record(&e1)?;
     s.synchronize()?;
-    let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (2.0 * f64::from(opts.pings.max(1)));
-    Ok((us * 2.0 < PING_GIVE_UP_US).then_some(us))
+    one_way_us(opts, &e0, &e1)
 }
 
 /// Half the round trip of a flag bounced between GPU a and GPU b (each polls its own memory,
@@ -324,14 +363,11 @@ fn ping_pair(g: &[PerGpu], opts: &ProbeOptions, a: usize, b: usize) -> Result<Op
     for (x, y, role) in [(b, a, 1u32), (a, b, 0u32)] {
         let me = &g[x];
         me.dev.bind()?;
-        let args = PingArgs { mine: me.flags.ptr, theirs: g[y].flags.ptr, iters: opts.pings, role, deadline_ns: PING_DEADLINE_NS };
-        let f = me.f_ping;
         if role == 0 {
             me.streams[0].record(&e0)?;
         }
-        // SAFETY: f takes one PingArgs; both flags are live allocations reachable through
-        // peer access.
-        unsafe { launch_with_struct(f, 1, 32, &me.streams[0], &args)? };
+        // SAFETY: both flags are live allocations of 256 bytes reachable through peer access.
+        unsafe { me.ping(opts, me.flags.ptr, g[y].flags.ptr, role, 1, &me.streams[0])? };
         if role == 0 {
             me.streams[0].record(&e1)?;
         }
@@ -341,6 +377,5 @@ fn ping_pair(g: &[PerGpu], opts: &ProbeOptions, a: usize, b: usize) -> Result<Op
         g[x].streams[0].synchronize()?;
     }
     g[a].dev.bind()?;
-    let us = e0.elapsed_ms(&e1)? as f64 * 1e3 / (2.0 * f64::from(opts.pings.max(1)));
-    Ok((us * 2.0 < PING_GIVE_UP_US).then_some(us))
+    one_way_us(opts, &e0, &e1)
 }

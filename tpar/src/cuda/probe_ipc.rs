@@ -9,12 +9,15 @@
 //! kernels) and within its own and host memory. Ranks whose GPUs cannot reach each other
 //! (the host transport) measure their own and host memory only.
 //!
-//! Owns: the probe's buffers, mappings and turn-taking. Must never: run a transfer without
+//! The launches and their timing are `probe`'s ([`PerGpu`]); what is this file's is the
+//! schedule across processes and the IPC mappings.
+//!
+//! Owns: the probe's mappings and turn-taking. Must never: run a transfer without
 //! its turn (every turn starts with a status-carrying barrier, so a rank that fails stops
 //! every rank at the same point), or name GPUs by ordinal (entries are by rank).
 
-use super::driver::{launch_with_struct, Device, Event, IpcMapping};
-use super::probe::{slot, Kind, PerGpu, PingArgs, ProbeArgs, ProbeOptions, PING_DEADLINE_NS, PING_GIVE_UP_US};
+use super::driver::{Device, Event, IpcMapping};
+use super::probe::{one_way_us, rate, slot, Kind, PerGpu, ProbeOptions};
 use crate::error::{Error, Result};
 use crate::topology::probe::{PairProbe, Probe};
 use crate::tune::{step, Ranks};
@@ -81,28 +84,16 @@ impl Side {
             let (e0, e1) = (Event::new(&self.gpu.dev)?, Event::new(&self.gpu.dev)?);
             let target = self.address(t)?;
             s.record(&e0)?;
-            match kind {
-                Kind::Store | Kind::Load => {
-                    let f = if kind == Kind::Store { self.gpu.f_store } else { self.gpu.f_load };
-                    let args = ProbeArgs { target, bytes: opts.bytes as u64, sink: self.gpu.sink.ptr, pad: 0 };
-                    // SAFETY: f takes one ProbeArgs; target (this rank's buffer, a live IPC
-                    // mapping of a peer's, or mapped host memory) and sink are live allocations
-                    // of at least `bytes` / 256 bytes reachable from this GPU.
-                    unsafe { launch_with_struct(f, opts.blocks, opts.threads, s, &args)? };
-                }
-                Kind::Copy => {
-                    // SAFETY: both are live allocations of `bytes` reachable from this GPU.
-                    unsafe { super::driver::memcpy_async(target, self.gpu.local.ptr, opts.bytes, s)? };
-                }
-            }
+            // SAFETY: target is this rank's buffer, a live IPC mapping of a peer's, or mapped
+            // host memory, each of `bytes` and reachable from this GPU; s is its stream.
+            unsafe { self.gpu.transfer(kind, target, opts, s)? };
             s.record(&e1)?;
             evs.push((e0, e1));
         }
         let mut out = Vec::with_capacity(to.len());
         for (k, (e0, e1)) in evs.iter().enumerate() {
             self.gpu.streams[k].synchronize()?;
-            let ms = f64::from(e0.elapsed_ms(e1)?);
-            out.push(if ms > 0.0 { opts.bytes as f64 / (ms * 1e6) } else { 0.0 });
+            out.push(rate(opts, e0, e1)?);
         }
         Ok(out)
     }
@@ -114,15 +105,13 @@ impl Side {
         self.gpu.dev.bind()?;
         let s = &self.gpu.streams[0];
         let (e0, e1) = (Event::new(&self.gpu.dev)?, Event::new(&self.gpu.dev)?);
-        let args = PingArgs { mine, theirs, iters: opts.pings, role, deadline_ns: PING_DEADLINE_NS };
         s.record(&e0)?;
-        // SAFETY: f takes one PingArgs; both flags lie in live allocations of >= 256 bytes
-        // reachable from this GPU (its own, mapped host memory, or a peer's IPC mapping).
-        unsafe { launch_with_struct(self.gpu.f_ping, if local { 2 } else { 1 }, 32, s, &args)? };
+        // SAFETY: both flags lie in live allocations of >= 256 bytes reachable from this GPU
+        // (its own, mapped host memory, or a peer's IPC mapping).
+        unsafe { self.gpu.ping(opts, mine, theirs, role, if local { 2 } else { 1 }, s)? };
         s.record(&e1)?;
         s.synchronize()?;
-        let us = f64::from(e0.elapsed_ms(&e1)?) * 1e3 / (2.0 * f64::from(opts.pings.max(1)));
-        Ok((us * 2.0 < PING_GIVE_UP_US).then_some(us))
+        one_way_us(opts, &e0, &e1)
     }
 }
 

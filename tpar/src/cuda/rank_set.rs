@@ -170,7 +170,7 @@ pub struct RankSet {
     /// The shapes of the kernel launches since [`take_launches`](Self::take_launches) last
     /// ran (the most recent [`RECENT_LAUNCHES`]): what a call ran, for the bench's report.
     recent: Vec<Launch>,
-    ce: Option<ce::Ce>,
+    ce: Option<super::ce::CePath>,
     dev: Device,
 }
 
@@ -227,7 +227,7 @@ impl RankSet {
         let ws = areas::Workspaces::local(data, flags);
         let fan = Fan { origin, fork: Event::new(&dev)?, joins };
         let ce = if crate::algorithms::registry::spec(Algorithm::CeRing).emulated_transports.contains(&opts.transport) {
-            Some(ce::Ce::Emulated(super::ce_emulated::EmulatedCe::new(&dev, world, opts.wire, max_bytes)?))
+            Some(super::ce::CePath::new(&dev, opts.wire, max_bytes, world, world)?)
         } else {
             None
         };

@@ -9,7 +9,7 @@
 //! vectors per rank (the kernels place each rank's part at a vector boundary).
 
 use super::feasibility::{check, natural_transport, transport_usable, Fabric};
-use super::{human_bytes, make, nccl, plan, Plan, PlanInput};
+use super::{finish_plan, human_bytes, make, nccl, plan, Plan, PlanInput};
 use crate::kinds::{Algorithm, Backend, CaptureMode, Collective, Transport};
 use crate::sim::{Launch, Params, Simulator, Source};
 
@@ -27,18 +27,7 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
     let s = input.bytes;
     let size = human_bytes(s);
     let mut notes: Vec<String> = Vec::new();
-    let finish = |mut p: Plan, mut notes: Vec<String>| {
-        if let Some(b) = o.blocks {
-            if matches!(p.transport, Transport::P2p | Transport::Host) {
-                notes.push(format!("TPAR_BLOCKS={b} (default {})", p.blocks));
-                p.blocks = b;
-            }
-        }
-        if !notes.is_empty() {
-            p.reason = format!("{}; {}", p.reason, notes.join("; "));
-        }
-        p
-    };
+    let finish = |p: Plan, notes: Vec<String>| finish_plan(p, o, notes);
     // A forced algorithm that does not compute this collective is noted and left out.
     let forced = match o.algorithm {
         Some(a) if crate::algorithms::registry::computes(a, collective).is_err() => {

@@ -23,6 +23,7 @@
 //! does not describe (other hosts, or GPUs shared by ranks): NCCL, with that reason.
 
 pub mod cache;
+pub mod call_shape;
 mod collectives;
 pub use collectives::plan_collective;
 pub mod feasibility;
@@ -189,18 +190,7 @@ pub fn plan(input: &PlanInput<'_>) -> Plan {
     let o = input.overrides;
     let s = input.bytes;
 
-    let finish = |mut p: Plan, mut notes: Vec<String>| {
-        if let Some(b) = o.blocks {
-            if matches!(p.transport, Transport::P2p | Transport::Host) {
-                notes.push(format!("TPAR_BLOCKS={b} (default {})", p.blocks));
-                p.blocks = b;
-            }
-        }
-        if !notes.is_empty() {
-            p.reason = format!("{}; {}", p.reason, notes.join("; "));
-        }
-        p
-    };
+    let finish = |p: Plan, notes: Vec<String>| finish_plan(p, o, notes);
 
     // 1. Settings that send everything (or everything large) to NCCL.
     match input.backend {
@@ -524,5 +514,21 @@ fn first_time(line: &str) -> bool {
     SEEN.get_or_init(|| Mutex::new(HashSet::new())).lock().map(|mut s| s.insert(key)).unwrap_or(true)
 }
 
+
+/// The last step of every plan (all-reduce and the other collectives): `TPAR_BLOCKS`, the one
+/// place it is applied to a planned kernel call (the launch applies it only to calls the plan
+/// did not size), and the notes appended to the reason.
+fn finish_plan(mut p: Plan, o: &Overrides, mut notes: Vec<String>) -> Plan {
+    if let Some(b) = o.blocks {
+        if matches!(p.transport, Transport::P2p | Transport::Host) {
+            notes.push(format!("TPAR_BLOCKS={b} (default {})", p.blocks));
+            p.blocks = b;
+        }
+    }
+    if !notes.is_empty() {
+        p.reason = format!("{}; {}", p.reason, notes.join("; "));
+    }
+    p
+}
 #[cfg(test)]
 mod tests;

@@ -148,3 +148,57 @@ fn a_launch_describes_its_grid_block_cluster_and_pdl() {
     assert_eq!(Launch { cluster: 1, pdl: false, ..l }.describe(), "7x128", "no cluster, no PDL: neither named");
     assert_eq!(Launch { grid: 32, threads: 224, cluster: 1, ..l }.describe(), "32x224 pdl");
 }
+
+/// One call's decision as the launch path makes it today, for a call the plan did not size:
+/// the block policy, the grid after the shared-GPU cap, threads, the variant where the default
+/// holds twice / where a stand-in residency (2048 threads an SM) says, and the registered path.
+fn decision_cell(algo: Algorithm, bytes: usize, world: usize, transport: Transport, ranks_on_device: u32, sms: u32) -> String {
+    let policy = policy_blocks(algo, transport, bytes, world);
+    let grid = crate::plan::call_shape::policy_grid(transport, bytes, P2P_MAX_BLOCKS, ranks_on_device, sms, false);
+    assert!(grid <= policy, "the shared-GPU cap only lowers the policy's blocks");
+    let threads = threads_for(bytes, grid);
+    let holds = holds_twice(grid, ranks_on_device, 2048 / threads.max(1) * sms);
+    let class = |c: SizeClass| match c {
+        SizeClass::Default => 'd',
+        SizeClass::Lean => 'l',
+        SizeClass::Fused => 'f',
+        SizeClass::FusedCluster => 'c',
+    };
+    format!("{policy}/{grid}/{threads}/{}{}{}", class(size_class(algo, bytes, None, true)), class(size_class(algo, bytes, None, holds)), u8::from(registers(algo, bytes, None)))
+}
+
+/// The per-call decision pinned over a grid of (algorithm, bytes, world, transport, ranks on
+/// the GPU): moving where it is made must not change one cell. The table was written from the
+/// decision before the move; regenerate it only for an intended change of policy
+/// (`TPAR_BLESS_DECISION=1`), and say why in the commit.
+#[test]
+fn the_per_call_decision_is_pinned() {
+    let mut sizes = Vec::new();
+    let mut bytes = 16usize;
+    while bytes <= 1 << 30 {
+        sizes.extend([bytes, bytes + bytes / 2]);
+        bytes *= 2;
+    }
+    let mut rows = Vec::new();
+    for algo in Algorithm::ALL {
+        for transport in [Transport::P2p, Transport::Host] {
+            for world in [2usize, 4, 8] {
+                for ranks_on_device in [1u32, world as u32] {
+                    let cells: Vec<String> = sizes.iter().map(|&b| decision_cell(algo, b, world, transport, ranks_on_device, 132)).collect();
+                    rows.push(format!("{algo} {transport} w{world} r{ranks_on_device}: {}", cells.join(" ")));
+                }
+            }
+        }
+    }
+    let got = format!("bytes: {}\n{}\n", sizes.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(" "), rows.join("\n"));
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/cuda/launch/decision_pinned.txt");
+    if std::env::var_os("TPAR_BLESS_DECISION").is_some() {
+        std::fs::write(path, &got).expect("write the pinned decision");
+        return;
+    }
+    let want = include_str!("decision_pinned.txt");
+    for (i, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+        assert_eq!(g, w, "line {i} of the per-call decision changed");
+    }
+    assert_eq!(got.lines().count(), want.lines().count(), "the decision grid changed size");
+}

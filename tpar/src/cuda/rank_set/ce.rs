@@ -1,21 +1,15 @@
-//! [`RankSet`]'s copy-engine path (`ce-ring`): the data flow is one (`cuda::ce`: regions,
-//! slots, kernels, wire); rank processes order each other by flags on the device, emulated
-//! ranks by events between their streams (`cuda::ce_emulated`: one process enqueues every
-//! rank's work in dependency order, so nothing spins and nothing can hang).
+//! [`RankSet`]'s copy-engine path (`ce-ring`): one state and data flow (`cuda::ce::CePath`:
+//! regions, slots, kernels, wire, a lane per local rank); rank processes order each other by
+//! flags on the device, emulated ranks by events between their streams (one process enqueues
+//! every rank's work in dependency order, so nothing spins and nothing can hang).
 
 use super::super::abi::{self, TparError};
+use super::super::ce::{CePath, Fan, Order};
 use super::super::driver::Stream;
 use super::RankSet;
 use crate::error::{Error, Result};
 use crate::kinds::Algorithm;
 use crate::dtype::DType;
-
-/// The copy-engine path (`ce-ring`): rank processes order each other by flags on the device
-/// (`cuda::ce`), emulated ranks by events between their streams (`cuda::ce_emulated`).
-pub(super) enum Ce {
-    Process(super::super::ce::CeRank),
-    Emulated(super::super::ce_emulated::EmulatedCe),
-}
 
 impl RankSet {
     /// Sets up a rank process's copy-engine path (`ce-ring`) with `wire` on the wire: its
@@ -23,18 +17,14 @@ impl RankSet {
     /// capture. Emulated ranks set theirs up when made.
     pub(crate) fn enable_ce(&mut self, wire: crate::kinds::Wire) -> Result<()> {
         if self.fan.is_none() {
-            self.ce = Some(Ce::Process(super::super::ce::CeRank::new(&self.dev, wire, self.slot_vecs * abi::VEC_BYTES, self.world)?));
+            self.ce = Some(CePath::new(&self.dev, wire, self.slot_vecs * abi::VEC_BYTES, self.world, 1)?);
         }
         Ok(())
     }
 
     /// What `ce-ring` puts on the wire here.
     pub fn wire(&self) -> crate::kinds::Wire {
-        match &self.ce {
-            Some(Ce::Process(c)) => c.wire(),
-            Some(Ce::Emulated(c)) => c.wire(),
-            None => crate::kinds::Wire::Exact,
-        }
+        self.ce.as_ref().map_or(crate::kinds::Wire::Exact, CePath::wire)
     }
 
     /// Local rank i's view for the copy-engine path.
@@ -59,13 +49,12 @@ impl RankSet {
         Error::Unsupported { what: format!("ce-ring over {}", self.ws.transport()), reason: "the copy-engine path is not set up on this rank set (the registry runs it over p2p and host; rank processes: enable_ce)".into() }
     }
 
-    /// Loads the copy-engine kernels of `dtype` and checks that a call of `bytes` fits (a
-    /// rank process's resolution; emulated ranks check per call).
+    /// Loads the copy-engine kernels of `dtype` and checks that a call of `bytes` fits (at
+    /// resolution, outside any capture; every call checks again).
     pub(crate) fn ce_prepare(&mut self, dtype: DType, bytes: usize) -> Result<()> {
         let (dev, view) = (self.dev.clone(), self.ce_view(0));
         match self.ce.as_mut() {
-            Some(Ce::Process(c)) => c.prepare(&dev, dtype, bytes / dtype.size(), view),
-            Some(Ce::Emulated(_)) => Ok(()),
+            Some(c) => c.prepare(&dev, dtype, bytes / dtype.size(), view),
             None => Err(self.no_ce()),
         }
     }
@@ -93,16 +82,20 @@ impl RankSet {
             }
         }
         let views: Vec<super::super::ce::RankView> = (0..self.ranks.len()).map(|i| self.ce_view(i)).collect();
-        let delays: Vec<u32> = self.ranks.iter().map(|r| self.skew_ns(r.rank)).collect();
         let streams: Vec<&Stream> = self.ranks.iter().map(|r| &r.stream).collect();
-        match (self.ce.as_mut(), &self.fan) {
-            (Some(Ce::Process(c)), _) => c.enqueue(&self.dev, streams[0], views[0], dtype, count, (inputs[0], outputs[0]), desc_code)?,
-            (Some(Ce::Emulated(c)), Some(f)) => {
-                let g = super::super::ce_emulated::Group { streams: &streams, origin: &f.origin, fork: &f.fork, joins: &f.joins, views, eager: !self.capturing, delays };
-                c.enqueue(&self.dev, g, dtype, count, (inputs, outputs), desc_code)?;
-            }
-            _ => return Err(self.no_ce()),
-        }
+        // The skewed-rank hook delays emulated ranks only (a rank process's skew is its own).
+        let (order, delays): (Order<'_>, Vec<u32>) = match (&self.fan, streams.first()) {
+            (Some(f), _) => (
+                Order::Events(Fan { streams: &streams, origin: &f.origin, fork: &f.fork, joins: &f.joins, eager: !self.capturing }),
+                self.ranks.iter().map(|r| self.skew_ns(r.rank)).collect(),
+            ),
+            (None, Some(main)) => (Order::Flags { main }, Vec::new()),
+            (None, None) => return Err(self.no_ce()),
+        };
+        let Some(c) = self.ce.as_mut() else {
+            return Err(self.no_ce());
+        };
+        c.enqueue(&self.dev, order, &views, dtype, count, (inputs, outputs), &delays, desc_code)?;
         self.launches += 1;
         Ok(())
     }
