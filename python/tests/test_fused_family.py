@@ -2,7 +2,8 @@
 RMSNorm family"): the FP8 e4m3 rounding against torch's float8_e4m3fn conversion and a
 brute-force nearest code, vLLM's static quantization's edges (saturation, NaN, the rounded
 reciprocal), every pattern against an independent float64 computation (eps deciding too),
-and the Python API on CPU rank processes, bit for bit and ranks identical."""
+the torch reference against the Rust one (through the extension) bit for bit, and the Python
+API on CPU rank processes, bit for bit and ranks identical."""
 
 import pytest
 import torch
@@ -125,6 +126,37 @@ def test_every_pattern_matches_float64(dt, shift):
         if p["residual"] and not p["gemma"] and not p["fp8"]:
             o2, r2 = reference_add_rmsnorm(xs, res, w, eps)
             assert bits(out) == bits(o2) and bits(ro) == bits(r2), "the plain pattern is add_rmsnorm"
+
+
+def rust_family(xs, res, w, eps, dname, gemma, scale):
+    from tpar import _tpar
+
+    raw = lambda t: t.contiguous().view(torch.uint8).numpy().tobytes()  # noqa: E731
+    o, q, r = _tpar.reference_rmsnorm(dname, w.numel(), eps, [raw(x) for x in xs], raw(res) if res is not None else None, raw(w), gemma, scale)
+    dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dname]
+    back = lambda b, d: torch.frombuffer(bytearray(b), dtype=d).reshape(xs[0].shape)  # noqa: E731
+    return back(o, dt), (back(q, torch.uint8).view(torch.float8_e4m3fn) if q is not None else None), (back(r, dt) if r is not None else None)
+
+
+@pytest.mark.parametrize("dname", ["bfloat16", "float16", "float32"])
+def test_torch_reference_is_the_rust_reference_bit_for_bit(dname):
+    dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[dname]
+    for i, (rows, hidden) in enumerate([(1, 4096), (3, 5120), (8, 7168), (2, 8192), (5, 2880)]):
+        for world in (2, 8):
+            xs, res, w = make_fused_inputs(300 + i * 10 + world, world, rows, hidden, dt)
+            for p in PATTERNS:
+                for scale in ([0.004, 0.3] if p["fp8"] else [None]):
+                    r = res if p["residual"] else None
+                    st = torch.tensor([scale], dtype=torch.float32) if scale is not None else None
+                    po, pr = reference_rmsnorm(xs, w, 1e-6, residual=r, gemma=p["gemma"], fp8_scale=st)
+                    ro, rq, rr = rust_family(xs, r, w, 1e-6, dname, p["gemma"], scale)
+                    what = f"{dname} {rows} x {hidden} world {world} {p} scale {scale}"
+                    assert bits(po) == bits(rq if p["fp8"] else ro), what
+                    assert (pr is None) == (rr is None) and (pr is None or bits(pr) == bits(rr)), what
+    with pytest.raises(Exception, match="residual"):
+        from tpar import _tpar
+
+        _tpar.reference_rmsnorm(dname, 64, 1e-6, [b"\0" * 256], b"\0" * 64, b"\0" * 256, False, None)
 
 
 def test_family_on_cpu_ranks_bit_for_bit():
