@@ -15,7 +15,8 @@ poisoned first, the ranks' digests compared. Ranks: processes with a gloo group;
 kernels forced with TPAR_ALGO and planned on a preset topology (TPAR_TOPOLOGY).
 The family (``comm.all_reduce_rmsnorm``: no residual, the Gemma offset, the static FP8 e4m3
 output, and their combinations) at hidden 4096/5120/7168/8192 and rows 1/3/8/16/32, bf16 and
-fp16, eager, bit for bit against ``tpar.testing.reference_rmsnorm``.
+fp16, eager, and every pattern captured in one CUDA graph and replayed, bit for bit against
+``tpar.testing.reference_rmsnorm``.
 EXPECT_PATH=fused: the 1 x 7168 call must take the algorithm's fused kernel; =unfused: every
 call the all-reduce followed by the add-RMSNorm kernel (TPAR_FUSED's rule, or =0).
 """
@@ -111,6 +112,35 @@ def rank_main(rank, world, out):
                                 failures.append(f"family {dt} {rows}x{hidden} residual={residual} gemma={gemma} fp8={fp8}")
                             h.update(bits(o))
                             fcases += 1
+    # The family captured: every pattern at 3 x 7168 bf16 in one graph, replayed with fresh
+    # inputs copied into the captured buffers.
+    pats = [(rs, gm, f8) for rs in (True, False) for gm in (False, True) for f8 in (False, True) if not (rs and not gm and not f8)]
+    fx = [torch.ones(3, 7168, dtype=torch.bfloat16, device=dev) for _ in pats]
+    fr = [torch.ones(3, 7168, dtype=torch.bfloat16, device=dev) for _ in pats]
+    fw = torch.ones(7168, dtype=torch.bfloat16, device=dev)
+    fs = scale.to(dev)
+    for k, (rs, gm, f8) in enumerate(pats):  # warm-up
+        comm.all_reduce_rmsnorm(fx[k], fw, eps, residual=fr[k] if rs else None, gemma=gm, fp8_scale=fs if f8 else None)
+    comm.check()
+    fg = torch.cuda.CUDAGraph()
+    with comm.capture():
+        with torch.cuda.graph(fg):
+            fouts = [comm.all_reduce_rmsnorm(fx[k], fw, eps, residual=fr[k] if rs else None, gemma=gm, fp8_scale=fs if f8 else None) for k, (rs, gm, f8) in enumerate(pats)]
+    xs, res, w = make_fused_inputs(77000, world, 3, 7168, torch.bfloat16)
+    fw.copy_(w)
+    for k in range(len(pats)):
+        fx[k].copy_(xs[rank])
+        fr[k].copy_(res)
+    fg.replay()
+    comm.check()
+    for k, (rs, gm, f8) in enumerate(pats):
+        want_o, want_r = reference_rmsnorm(xs, w, eps, residual=res if rs else None, gemma=gm, fp8_scale=scale if f8 else None)
+        o, ro = fouts[k]
+        bad = (bits(o) != bits(want_o)) + (ro is not None and bits(ro) != bits(want_r))
+        if bad:
+            fwrong += bad
+            failures.append(f"family graph residual={rs} gemma={gm} fp8={f8}")
+        fcases += 1
     rec.update(family_cases=fcases, family_wrong=fwrong)
     # A captured step: fused calls (7168 x 1 and x 3, bf16) and plain all-reduces alternating,
     # inside comm.capture(), replayed with fresh inputs copied in before each replay.

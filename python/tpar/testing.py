@@ -158,7 +158,7 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, residual=None,
     r = _rn(x.double() + residual.double()).to(dtype) if residual is not None else x
     rd = r.double().reshape(-1, hidden)
     ss = tree_sum(_rn(rd * rd))
-    eps32 = torch.tensor(eps, dtype=torch.float32, device=x.device).double()
+    eps32 = float(torch.tensor(eps, dtype=torch.float32))  # a number: no host-to-device copy (capturable)
     mean = _rn(ss.double() / hidden)
     root = _rn(torch.sqrt(_rn(mean.double() + eps32).double()))
     inv = _rn(1.0 / root.double())
