@@ -13,6 +13,10 @@ plain all-reduces), replayed with fresh inputs. Every output bit for bit against
 ``tpar.testing.reference_add_rmsnorm`` (or ``reference`` for the plain calls), outputs
 poisoned first, the ranks' digests compared. Ranks: processes with a gloo group; tpar's
 kernels forced with TPAR_ALGO and planned on a preset topology (TPAR_TOPOLOGY).
+The family (``comm.all_reduce_rmsnorm``: no residual, the Gemma offset, the static FP8 e4m3
+output, and their combinations) at hidden 4096/5120/7168/8192 and rows 1/3/8/16/32, bf16 and
+fp16, eager, and every pattern captured in one CUDA graph and replayed, bit for bit against
+``tpar.testing.reference_rmsnorm``.
 EXPECT_PATH=fused: the 1 x 7168 call must take the algorithm's fused kernel; =unfused: every
 call the all-reduce followed by the add-RMSNorm kernel (TPAR_FUSED's rule, or =0).
 """
@@ -82,6 +86,62 @@ def rank_main(rank, world, out):
                 failures.append(f"{dt} {rows}x{hidden}: an out-of-place call changed its inputs")
             h.update(bits(o) + bits(ro))
     rec.update(eager_cases=cases, eager_wrong=wrong, paths=paths)
+    # The family: every pattern but the plain residual one (covered above).
+    from tpar.testing import reference_rmsnorm
+
+    fcases = fwrong = 0
+    scale = torch.tensor([0.004], dtype=torch.float32)
+    for dt in (torch.bfloat16, torch.float16):
+        for hidden in (4096, 5120, 7168, 8192):
+            for rows in (1, 3, 8, 16, 32):
+                seed += 1
+                xs, res, w = make_fused_inputs(seed, world, rows, hidden, dt)
+                x, wd = xs[rank].to(dev), w.to(dev)
+                for residual in (True, False):
+                    for gemma in (False, True):
+                        for fp8 in (False, True):
+                            if residual and not gemma and not fp8:
+                                continue
+                            r = res.to(dev) if residual else None
+                            want_o, want_r = reference_rmsnorm(xs, w, eps, residual=res if residual else None, gemma=gemma, fp8_scale=scale if fp8 else None)
+                            o, ro = comm.all_reduce_rmsnorm(x, wd, eps, residual=r, gemma=gemma, fp8_scale=scale.to(dev) if fp8 else None)
+                            comm.check()
+                            bad = (bits(o) != bits(want_o)) + ((ro is None) != (want_r is None)) + (ro is not None and bits(ro) != bits(want_r))
+                            if bad:
+                                fwrong += bad
+                                failures.append(f"family {dt} {rows}x{hidden} residual={residual} gemma={gemma} fp8={fp8}")
+                            h.update(bits(o))
+                            fcases += 1
+    # The family captured: every pattern at 3 x 7168 bf16 in one graph, replayed with fresh
+    # inputs copied into the captured buffers.
+    pats = [(rs, gm, f8) for rs in (True, False) for gm in (False, True) for f8 in (False, True) if not (rs and not gm and not f8)]
+    fx = [torch.ones(3, 7168, dtype=torch.bfloat16, device=dev) for _ in pats]
+    fr = [torch.ones(3, 7168, dtype=torch.bfloat16, device=dev) for _ in pats]
+    fw = torch.ones(7168, dtype=torch.bfloat16, device=dev)
+    fs = scale.to(dev)
+    for k, (rs, gm, f8) in enumerate(pats):  # warm-up
+        comm.all_reduce_rmsnorm(fx[k], fw, eps, residual=fr[k] if rs else None, gemma=gm, fp8_scale=fs if f8 else None)
+    comm.check()
+    fg = torch.cuda.CUDAGraph()
+    with comm.capture():
+        with torch.cuda.graph(fg):
+            fouts = [comm.all_reduce_rmsnorm(fx[k], fw, eps, residual=fr[k] if rs else None, gemma=gm, fp8_scale=fs if f8 else None) for k, (rs, gm, f8) in enumerate(pats)]
+    xs, res, w = make_fused_inputs(77000, world, 3, 7168, torch.bfloat16)
+    fw.copy_(w)
+    for k in range(len(pats)):
+        fx[k].copy_(xs[rank])
+        fr[k].copy_(res)
+    fg.replay()
+    comm.check()
+    for k, (rs, gm, f8) in enumerate(pats):
+        want_o, want_r = reference_rmsnorm(xs, w, eps, residual=res if rs else None, gemma=gm, fp8_scale=scale if f8 else None)
+        o, ro = fouts[k]
+        bad = (bits(o) != bits(want_o)) + (ro is not None and bits(ro) != bits(want_r))
+        if bad:
+            fwrong += bad
+            failures.append(f"family graph residual={rs} gemma={gm} fp8={f8}")
+        fcases += 1
+    rec.update(family_cases=fcases, family_wrong=fwrong)
     # A captured step: fused calls (7168 x 1 and x 3, bf16) and plain all-reduces alternating,
     # inside comm.capture(), replayed with fresh inputs copied in before each replay.
     dt, calls = torch.bfloat16, 6
@@ -166,7 +226,7 @@ if __name__ == "__main__":
     outdir = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "."
     recs = launch(world, outdir, deadline=float(os.environ.get("DEADLINE_S", "150")))
     ok = all(r.get("ok") for r in recs) and len({r.get("digest") for r in recs}) == 1
-    ok = ok and all(r["eager_wrong"] == 0 and r["graph_wrong"] == 0 for r in recs)
+    ok = ok and all(r["eager_wrong"] == 0 and r["graph_wrong"] == 0 and r["family_wrong"] == 0 for r in recs)
     r0 = recs[0] if recs[0].get("ok") else {}
     expect = os.environ.get("EXPECT_PATH")
     paths = r0.get("paths") or {}
@@ -180,6 +240,7 @@ if __name__ == "__main__":
     print(
         f"RESULT fused world={world} algo={os.environ.get('TPAR_ALGO')} TPAR_FUSED={os.environ.get('TPAR_FUSED', 'auto')} expect={expect} transport={os.environ.get('TPAR_TRANSPORT', 'p2p')} "
         f"eager_cases={r0.get('eager_cases')} eager_wrong={sum(r.get('eager_wrong', -1) for r in recs)} "
+        f"family_cases={r0.get('family_cases')} family_wrong={sum(r.get('family_wrong', -1) for r in recs)} "
         f"graph_calls={r0.get('graph_calls')} graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} captured={r0.get('captured_calls')} "
         f"ranks_identical={len({r.get('digest') for r in recs}) == 1} paths={r0.get('paths')} -> {'PASS' if ok else 'FAIL'}"
     )

@@ -303,3 +303,52 @@ def collective_mismatch(rank, world):
         raise AssertionError(f"rank {rank}: calls of different collectives returned")
     except tpar.TparError as e:
         return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+
+def fused_family_cpu(rank, world, shapes, dtypes, seed=5):
+    """Communicator.all_reduce_rmsnorm on CPU ranks, every pattern (residual or not, Gemma or
+    not, FP8 or not), eager and through tpar::all_reduce_rmsnorm, and one pattern inside
+    torch.compile (aot_eager: traced with the fake implementation): every output bit for bit
+    against tpar.testing.reference_rmsnorm, inputs untouched; bad arguments raise."""
+    from tpar.testing import make_fused_inputs, reference_rmsnorm
+
+    comm = tt.Communicator(device="cpu")
+    h = hashlib.sha256()
+    wrong = cases = 0
+    scale = torch.tensor([0.004], dtype=torch.float32)
+    for dname in dtypes:
+        dt = DTYPES[dname]
+        for rows, hidden in shapes:
+            seed += 1
+            xs, res, w = make_fused_inputs(seed, world, rows, hidden, dt)
+            for residual in (True, False):
+                for gemma in (False, True):
+                    for fp8 in (False, True):
+                        r = res.clone() if residual else None
+                        sc = scale if fp8 else None
+                        want_o, want_r = reference_rmsnorm(xs, w, 1e-6, residual=r, gemma=gemma, fp8_scale=sc)
+                        x = xs[rank].clone()
+                        o, ro = comm.all_reduce_rmsnorm(x, w, 1e-6, residual=r, gemma=gemma, fp8_scale=sc)
+                        wrong += bits(o) != bits(want_o)
+                        wrong += (ro is None) != (want_r is None) or (ro is not None and bits(ro) != bits(want_r))
+                        wrong += bits(x) != bits(xs[rank]) or (r is not None and bits(r) != bits(res))
+                        o3, ro3 = torch.ops.tpar.all_reduce_rmsnorm(xs[rank], w, 1e-6, r, gemma, sc, comm.handle)
+                        wrong += bits(o3) != bits(want_o)
+                        wrong += (ro3.numel() == 0) != (want_r is None) or (want_r is not None and bits(ro3) != bits(want_r))
+                        h.update(bits(o) + (bits(ro) if ro is not None else b""))
+                        cases += 1
+
+    def f(x, w, s):
+        o, _ = torch.ops.tpar.all_reduce_rmsnorm(x * 1, w, 1e-6, None, True, s, comm.handle)
+        return o
+
+    xs, res, w = make_fused_inputs(99, world, 3, 512, torch.bfloat16)
+    want_o, _ = reference_rmsnorm(xs, w, 1e-6, gemma=True, fp8_scale=scale)
+    co = torch.compile(f, backend="aot_eager", fullgraph=True)(xs[rank], w, scale)
+    bad = 0
+    for kwargs in (dict(fp8_scale=torch.tensor([1.0, 2.0])), dict(fp8_scale=torch.tensor([1.0], dtype=torch.float64)), dict(residual=res[:1])):
+        try:
+            comm.all_reduce_rmsnorm(xs[rank], w, 1e-6, **kwargs)
+        except tt.InvalidArgumentError:
+            bad += 1
+    comm.close()
+    return {"wrong": int(wrong), "cases": cases, "digest": h.hexdigest(), "compiled": co.dtype == torch.float8_e4m3fn and bits(co) == bits(want_o), "bad_args_raise": bad == 3}

@@ -8,6 +8,10 @@ so can an engine's). Imports torch.
     xs, res, w = make_fused_inputs(seed, world, rows, hidden, torch.bfloat16)
     out, res_out = comm.all_reduce_add_rmsnorm(xs[rank].to(dev), res.to(dev), w.to(dev), 1e-6)
     want_out, want_res = reference_add_rmsnorm(xs, res, w, 1e-6)   # bit for bit
+
+    # the family: no residual, the Gemma offset, a static FP8 e4m3 output
+    out, res_out = comm.all_reduce_rmsnorm(x, w, 1e-6, residual=res, gemma=True, fp8_scale=s)
+    want_out, want_res = reference_rmsnorm(xs, w, 1e-6, residual=res, gemma=True, fp8_scale=s)
 """
 
 from __future__ import annotations
@@ -23,10 +27,14 @@ __all__ = [
     "tree_sum",
     "add_rmsnorm",
     "reference_add_rmsnorm",
+    "FP8_E4M3_MAX",
+    "quant_fp8_static",
+    "rmsnorm",
+    "reference_rmsnorm",
 ]
 
 #: The integer view of each dtype, for bitwise comparison.
-INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8}
 
 
 def make_inputs(seed: int, world: int, n: int, dtype: torch.dtype):
@@ -115,3 +123,54 @@ def reference_add_rmsnorm(xs, residual: torch.Tensor, weight: torch.Tensor, eps:
     ``add_rmsnorm`` of the rank-order float32 sum rounded once (``reference``)."""
     s = reference([x.reshape(-1) for x in xs], xs[0].dtype).reshape(xs[0].shape)
     return add_rmsnorm(s, residual, weight, eps)
+
+
+# ---------------------------------------------------------------------------------------
+# The family (docs/cuda.md "Fused all-reduce + RMSNorm family"): without a residual, with
+# the Gemma weight offset, with a static per-tensor FP8 e4m3 output. The same bits as the
+# Rust reference (tpar::testing::rmsnorm_pattern).
+
+#: The largest finite float8 e4m3fn value.
+FP8_E4M3_MAX = 448.0
+
+
+def quant_fp8_static(t: torch.Tensor, scale) -> torch.Tensor:
+    """vLLM's ``static_scaled_fp8_quant`` of ``t`` with a per-tensor ``scale`` (a number or a
+    1-element tensor), bit for bit as its CUDA kernel: ``inv = 1.0f / scale`` (float32),
+    ``y = t * inv`` (float32), clamped with fminf / fmaxf to +-448 (fminf returns its other
+    operand for NaN, so NaN becomes +448), rounded to nearest even into
+    ``torch.float8_e4m3fn``. Returns the float8_e4m3fn tensor."""
+    s = torch.as_tensor(scale, dtype=torch.float32).reshape(()).to(t.device).double()
+    inv = _rn(1.0 / s).double()
+    y = _rn(t.double() * inv)
+    y = torch.where(torch.isnan(y), torch.full_like(y, FP8_E4M3_MAX), y).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+    return y.to(torch.float8_e4m3fn)
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, residual=None, gemma: bool = False, fp8_scale=None):
+    """tpar's RMSNorm family on ``x`` (rows of ``weight.numel()``), bit for bit: with a
+    residual, ``r = round(x + residual)`` (float32 add), else ``r = x``; per row ``inv = 1 /
+    sqrt(tree_sum(r * r) / hidden + eps)``; ``out = round((r * inv) * g)`` with ``g = weight``
+    or, Gemma, ``g = float32(weight) + 1.0`` (vLLM's and SGLang's GemmaRMSNorm); with
+    ``fp8_scale``, ``out`` quantized by ``quant_fp8_static``. Returns ``(out, residual_out)``
+    (``residual_out`` None without a residual). Works on any device."""
+    dtype, hidden = x.dtype, weight.numel()
+    r = _rn(x.double() + residual.double()).to(dtype) if residual is not None else x
+    rd = r.double().reshape(-1, hidden)
+    ss = tree_sum(_rn(rd * rd))
+    eps32 = float(torch.tensor(eps, dtype=torch.float32))  # a number: no host-to-device copy (capturable)
+    mean = _rn(ss.double() / hidden)
+    root = _rn(torch.sqrt(_rn(mean.double() + eps32).double()))
+    inv = _rn(1.0 / root.double())
+    g = _rn(weight.double() + 1.0).double() if gemma else weight.double()
+    out = _rn(_rn(rd * inv.double()[:, None]).double() * g).to(dtype).reshape(x.shape)
+    if fp8_scale is not None:
+        out = quant_fp8_static(out, fp8_scale)
+    return out, (r if residual is not None else None)
+
+
+def reference_rmsnorm(xs, weight: torch.Tensor, eps: float, *, residual=None, gemma: bool = False, fp8_scale=None):
+    """What tpar's fused all-reduce + RMSNorm family gives every rank, bit for bit:
+    ``rmsnorm`` of the rank-order float32 sum rounded once (``reference``)."""
+    s = reference([x.reshape(-1) for x in xs], xs[0].dtype).reshape(xs[0].shape)
+    return rmsnorm(s, weight, eps, residual=residual, gemma=gemma, fp8_scale=fp8_scale)

@@ -8,6 +8,8 @@
     y = torch.ops.tpar.all_reduce(x, comm.handle)           # the same, for torch.compile
     out, res = comm.all_reduce_add_rmsnorm(x, res, w, eps)   # all-reduce + residual add + RMSNorm, one kernel
     out, res = torch.ops.tpar.all_reduce_add_rmsnorm(x, res, w, eps, comm.handle)
+    out, res = comm.all_reduce_rmsnorm(x, w, eps, residual=res, gemma=False, fp8_scale=None)  # the family
+    out, res = torch.ops.tpar.all_reduce_rmsnorm(x, w, eps, res, False, None, comm.handle)
 
 CUDA tensors go through tpar's kernels (``tpar::cuda::GpuCommunicator``), launched directly on
 torch's current stream: no host synchronisation, no event, and the same call works inside
@@ -379,6 +381,50 @@ class Communicator:
             self.served_calls += 1
         return out, residual_out
 
+    def all_reduce_rmsnorm(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        eps: float,
+        *,
+        residual: Optional[torch.Tensor] = None,
+        gemma: bool = False,
+        fp8_scale: Optional[torch.Tensor] = None,
+    ):
+        """The fused all-reduce + RMSNorm family (docs/cuda.md "Fused all-reduce + RMSNorm
+        family"): the all-reduce of ``x``, then, per row (``weight.numel()`` elements),
+        with ``residual`` its add (``residual_out = round(sum + residual)``), the RMSNorm with
+        the weight, or with ``gemma`` the weight plus one (``float32(w) + 1.0``, as vLLM's and
+        SGLang's GemmaRMSNorm), and with ``fp8_scale`` (a 1-element float32 tensor) the output
+        quantized as vLLM's ``static_scaled_fp8_quant`` (``x * float32(1 / scale)``, clamped
+        to +-448, round to nearest even) into ``torch.float8_e4m3fn``. Returns ``(out,
+        residual_out)``, ``residual_out`` None without a residual; bit for bit what
+        ``tpar.testing.reference_rmsnorm`` gives, on every rank. The residual pattern without
+        Gemma or FP8 is ``all_reduce_add_rmsnorm`` (one kernel where the plan has one); the
+        others run tpar's all-reduce, then the norm (+ quant) in torch operations
+        (``tpar.testing.rmsnorm``: the same bits)."""
+        name = self._validate(x, "x")
+        if self._validate(weight, "weight") != name:
+            raise InvalidArgumentError(f"invalid argument `weight`: dtype {weight.dtype}, but x is {x.dtype}")
+        if x.dim() == 0 or weight.dim() != 1 or weight.numel() != x.shape[-1]:
+            raise InvalidArgumentError(
+                f"invalid argument `weight`: shape {tuple(weight.shape)}; expected ({x.shape[-1] if x.dim() else '?'},): one weight per element of a row of x {tuple(x.shape)}"
+            )
+        if residual is not None:
+            if self._validate(residual, "residual") != name or residual.shape != x.shape:
+                raise InvalidArgumentError(f"invalid argument `residual`: {residual.dtype} {tuple(residual.shape)} does not match x's {x.dtype} {tuple(x.shape)}")
+        if fp8_scale is not None:
+            if not isinstance(fp8_scale, torch.Tensor) or fp8_scale.dtype != torch.float32 or fp8_scale.numel() != 1:
+                raise InvalidArgumentError(f"invalid argument `fp8_scale`: expected a 1-element float32 tensor, got {fp8_scale!r}")
+            if fp8_scale.device != x.device:
+                raise InvalidArgumentError(f"invalid argument `fp8_scale`: on {fp8_scale.device}, but x is on {x.device}")
+        if residual is not None and not gemma and fp8_scale is None:
+            return self.all_reduce_add_rmsnorm(x, residual, weight, eps)
+        from tpar.testing import rmsnorm
+
+        s = self.all_reduce(x) if self._native is not None else x
+        return rmsnorm(s, weight, float(eps), residual=residual, gemma=gemma, fp8_scale=fp8_scale)
+
     def all_reduce_add_rmsnorm_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
         """``all_reduce_add_rmsnorm`` in place, as vLLM's ``fused_add_rms_norm``: ``x``
         becomes the normalised output, ``residual`` the updated residual; returns both."""
@@ -498,6 +544,22 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
         @_all_reduce_add_rmsnorm_op.register_fake
         def _all_reduce_add_rmsnorm_fake(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, handle: int) -> Tuple[torch.Tensor, torch.Tensor]:
             return torch.empty_like(x), torch.empty_like(residual)
+
+        @torch.library.custom_op("tpar::all_reduce_rmsnorm", mutates_args=())
+        def _all_reduce_rmsnorm_op(
+            x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor], gemma: bool, fp8_scale: Optional[torch.Tensor], handle: int
+        ) -> Tuple[torch.Tensor, torch.Tensor]:
+            # (out, residual_out); without a residual, residual_out is an empty tensor (a
+            # custom op returns no None).
+            out, res = _by_handle(handle).all_reduce_rmsnorm(x, weight, eps, residual=residual, gemma=gemma, fp8_scale=fp8_scale)
+            return out, res if res is not None else x.new_empty(0)
+
+        @_all_reduce_rmsnorm_op.register_fake
+        def _all_reduce_rmsnorm_fake(
+            x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor], gemma: bool, fp8_scale: Optional[torch.Tensor], handle: int
+        ) -> Tuple[torch.Tensor, torch.Tensor]:
+            out = torch.empty_like(x, dtype=torch.float8_e4m3fn) if fp8_scale is not None else torch.empty_like(x)
+            return out, torch.empty_like(residual) if residual is not None else x.new_empty(0)
 
     except RuntimeError:  # registered already (the module was reloaded)
         pass

@@ -644,6 +644,52 @@ fn reference_add_rmsnorm(dtype: &str, hidden: usize, eps: f32, xs: Vec<Vec<u8>>,
     }
 }
 
+/// `tpar::testing::expected_rmsnorm` (the fused all-reduce + RMSNorm family's exact outputs)
+/// on raw little-endian bytes: every rank's x, the residual (None: the pattern without one)
+/// and the weight, rows of `hidden`; `gemma` the weight offset, `fp8_scale` the static FP8
+/// output. Returns (out, fp8 bits or None, residual_out or None) as bytes. For tests that hold
+/// `tpar.testing`'s torch reference to the Rust one.
+#[pyfunction]
+#[pyo3(signature = (dtype, hidden, eps, xs, residual, weight, gemma, fp8_scale))]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn reference_rmsnorm(
+    dtype: &str,
+    hidden: usize,
+    eps: f32,
+    xs: Vec<Vec<u8>>,
+    residual: Option<Vec<u8>>,
+    weight: Vec<u8>,
+    gemma: bool,
+    fp8_scale: Option<f32>,
+) -> PyResult<(Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>)> {
+    #[allow(clippy::type_complexity)]
+    fn run<T: Element>(hidden: usize, eps: f32, xs: &[Vec<u8>], residual: Option<&[u8]>, weight: &[u8], gemma: bool, fp8_scale: Option<f32>) -> PyResult<(Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>)> {
+        let w = std::mem::size_of::<T>();
+        let decode = |b: &[u8]| -> PyResult<Vec<T>> {
+            if b.len() % w != 0 {
+                return Err(InvalidArgumentError::new_err(format!("invalid argument: {} bytes is not whole {w}-byte elements", b.len())));
+            }
+            Ok(b.chunks_exact(w).map(|c| T::from_lane(c.iter().rev().fold(0u64, |acc, x| (acc << 8) | u64::from(*x)))).collect())
+        };
+        let encode = |v: &[T]| -> Vec<u8> { v.iter().flat_map(|x| x.to_lane().to_le_bytes().into_iter().take(w)).collect() };
+        let xs: Vec<Vec<T>> = xs.iter().map(|b| decode(b)).collect::<PyResult<_>>()?;
+        let res = residual.map(decode).transpose()?;
+        let wt = decode(weight)?;
+        if xs.is_empty() || xs.iter().any(|x| x.len() != xs[0].len()) {
+            return Err(InvalidArgumentError::new_err("invalid argument `xs`: one input per rank, all of one length"));
+        }
+        let p = tpar::testing::NormPattern { residual: res.is_some(), gemma, fp8_scale };
+        let o = tpar::testing::expected_rmsnorm(&xs, res.as_deref(), &wt, hidden, eps, &p).map_err(py_err)?;
+        Ok((encode(&o.out), o.fp8, o.residual_out.as_deref().map(encode)))
+    }
+    let residual = residual.as_deref();
+    match dtype_of(dtype)? {
+        DType::F32 => run::<f32>(hidden, eps, &xs, residual, &weight, gemma, fp8_scale),
+        DType::F16 => run::<f16>(hidden, eps, &xs, residual, &weight, gemma, fp8_scale),
+        DType::BF16 => run::<bf16>(hidden, eps, &xs, residual, &weight, gemma, fp8_scale),
+    }
+}
+
 /// Why `algorithm`'s fused kernel would not take a call of `rows` x `hidden` of `dtype` among
 /// `world` ranks in a workspace of `max_bytes` (`tpar::cuda::fused::fused_unfit`), or None
 /// when it would.
@@ -703,6 +749,7 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<GpuComm>()?;
     m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
     m.add_function(wrap_pyfunction!(reference_add_rmsnorm, m)?)?;
+    m.add_function(wrap_pyfunction!(reference_rmsnorm, m)?)?;
     m.add_function(wrap_pyfunction!(fused_unfit, m)?)?;
     m.add_function(wrap_pyfunction!(check_settings, m)?)?;
     m.add_function(wrap_pyfunction!(debug_logging, m)?)?;

@@ -8,7 +8,10 @@
 use crate::dtype::{pack_acc, unpack_into, Element};
 
 mod fused;
-pub use fused::{add_rmsnorm, count_wrong_add_rmsnorm, expected_add_rmsnorm, fused_inputs, inv_rms, tree_sum, FusedInputs};
+pub use fused::{
+    add_rmsnorm, count_wrong_add_rmsnorm, expected_add_rmsnorm, expected_rmsnorm, fp8_e4m3_bits, fp8_e4m3_value, fused_inputs, inv_rms, quant_fp8_static,
+    rmsnorm_pattern, tree_sum, FusedInputs, NormOutputs, NormPattern, FP8_E4M3_MAX,
+};
 
 /// Written into outputs before each checked or screened call: a NaN in every lane width
 /// (f32, f16, bf16) that no algorithm writes and that is not the workspace's empty sentinel.
