@@ -81,6 +81,8 @@ python_steps() {
     step python-host-4 60 "${PYENV[@]}" TPAR_TOPOLOGY=rtx4090-nop2p-4 -- python3 "$D/gpu_python_check.py" 4 correct --out "$CACHE/py"
     step python-gmismatch-4 40 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 gmismatch --out "$CACHE/py"
     step python-thread-2 40 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 2 thread --out "$CACHE/py"
+    step python-collectives-4 60 "${PYENV[@]}" -- python3 "$D/gpu_python_check.py" 4 collectives --out "$CACHE/py"
+    step python-collectives-host-3 60 "${PYENV[@]}" TPAR_TOPOLOGY=rtx4090-nop2p-4 -- python3 "$D/gpu_python_check.py" 3 collectives --out "$CACHE/py"
     # A rank killed mid-step: the others raise PeerDiedError naming it within 1 s, never
     # calling check() (deadsync: while blocked in a host synchronisation).
     step python-deadeager-4 40 "${PYENV[@]}" TPAR_TIMEOUT_MS=30000 -- python3 "$D/gpu_python_check.py" 4 deadeager --out "$CACHE/py"

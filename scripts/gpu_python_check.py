@@ -101,6 +101,62 @@ def rank_main(stage, rank, world, out):
                     gwrong += int((outs[i].cpu().view(torch.int16) != refs[i].view(torch.int16)).sum())
                 h.update(bits(outs[i]))
         rec.update(graph_calls=calls * replays, graph_wrong=gwrong, graph_algo=graph_algo, digest=h.hexdigest())
+    elif stage == "collectives":
+        # all_gather_into_tensor and reduce_scatter_tensor on CUDA tensors: every dtype, per-rank
+        # sizes of whole 16-byte vectors (others are NCCL's, which ranks sharing a GPU lack),
+        # outputs poisoned; then 16 of each captured in one graph and replayed on fresh inputs.
+        wrong = cases = 0
+        seed = 7000
+        for dname, dt in (("float32", torch.float32), ("float16", torch.float16), ("bfloat16", torch.bfloat16)):
+            vec = 16 // dt.itemsize
+            for n in (vec, 17 * vec, 1024, 21504, (1 << 20) // world // dt.itemsize // vec * vec):
+                seed += 1
+                xs = make_inputs(seed, world, n, dt)
+                o = torch.full((world * n,), float("nan"), dtype=dt, device=dev)
+                comm.all_gather_into_tensor(o, xs[rank].to(dev))
+                want = torch.cat(xs)
+                wrong += int((o.cpu().view(INT[dt]) != want.view(INT[dt])).sum())
+                big = make_inputs(seed + 500, world, world * n, dt)
+                p_ = torch.full((n,), float("nan"), dtype=dt, device=dev)
+                comm.reduce_scatter_tensor(p_, big[rank].to(dev))
+                want = reference(big, dt)[rank * n:(rank + 1) * n]
+                wrong += int((p_.cpu().view(INT[dt]) != want.view(INT[dt])).sum())
+                comm.check()
+                h.update(bits(o))
+                cases += 2
+        n, dt, k = 21504 // world // 8 * 8, torch.bfloat16, 16
+        gin = [torch.empty(n, dtype=dt, device=dev) for _ in range(k)]
+        gout = [torch.empty(world * n, dtype=dt, device=dev) for _ in range(k)]
+        rin = [torch.empty(world * n, dtype=dt, device=dev) for _ in range(k)]
+        rout = [torch.empty(n, dtype=dt, device=dev) for _ in range(k)]
+        for t in gin + rin:
+            t.fill_(1.0)
+        g = torch.cuda.CUDAGraph()
+        with comm.capture():
+            with torch.cuda.graph(g):
+                for i in range(k):
+                    comm.all_gather_into_tensor(gout[i], gin[i])
+                    comm.reduce_scatter_tensor(rout[i], rin[i])
+        gwrong = 0
+        for rep in range(3):
+            refs = []
+            for i in range(k):
+                a = make_inputs(90_000 + rep * k + i, world, n, dt)
+                b = make_inputs(95_000 + rep * k + i, world, world * n, dt)
+                gin[i].copy_(a[rank])
+                rin[i].copy_(b[rank])
+                gout[i].fill_(float("nan"))
+                rout[i].fill_(float("nan"))
+                refs.append((torch.cat(a), reference(b, dt)[rank * n:(rank + 1) * n]))
+            g.replay()
+            torch.cuda.synchronize()
+            comm.check()
+            for i in range(k):
+                gwrong += int((gout[i].cpu().view(torch.int16) != refs[i][0].view(torch.int16)).sum())
+                gwrong += int((rout[i].cpu().view(torch.int16) != refs[i][1].view(torch.int16)).sum())
+                h.update(bits(gout[i]))
+        rec.update(cases=cases, wrong=wrong, graph_calls=2 * k * 3, graph_wrong=gwrong, captured_calls=comm.captured_calls,
+                   served=comm.served_calls, plan=comm.plan_collective("all-gather", gin[0]), digest=h.hexdigest())
     elif stage == "gmismatch":
         # The last rank captures bfloat16 at call 5 of 8 where the others capture float16
         # (same bytes): every rank must raise MismatchError when the capture block ends.
@@ -306,6 +362,13 @@ if __name__ == "__main__":
               f"eager_wrong={sum(r.get('eager_wrong', -1) for r in recs)} graph_calls={r0.get('graph_calls')} "
               f"graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} graph_algo={r0.get('graph_algo')} "
               f"captured={r0.get('captured_calls')} ranks_identical={len({r.get('digest') for r in recs}) == 1} init_s={r0.get('init_s', 0):.2f} -> {'PASS' if ok else 'FAIL'}")
+    elif stage == "collectives":
+        ok = all(r.get("ok") for r in recs) and len({r.get("digest") for r in recs}) == 1
+        ok = ok and all(r["wrong"] == 0 and r["graph_wrong"] == 0 and r["served"] >= r["cases"] for r in recs)
+        r0 = recs[0] if recs[0].get("ok") else {}
+        print(f"RESULT collectives world={world} cases={r0.get('cases')} wrong={sum(r.get('wrong', -1) for r in recs)} "
+              f"graph_calls={r0.get('graph_calls')} graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} captured={r0.get('captured_calls')} "
+              f"served={r0.get('served')} plan={r0.get('plan')} ranks_identical={len({r.get('digest') for r in recs}) == 1} -> {'PASS' if ok else 'FAIL'}")
     elif stage == "dead":
         others = recs[:-1]
         ok = all(r.get("error") in ("PeerDiedError", "TparTimeoutError", "AbortedError", "PoisonedError") for r in others)

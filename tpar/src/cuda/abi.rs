@@ -167,8 +167,13 @@ fn kind_name(code: u64) -> &'static str {
 
 /// Which field two differing calls (`count << 8 | desc_code`, [`pack_call`]) differ in.
 fn differing_field(ours: u64, theirs: u64) -> &'static str {
-    if (ours ^ theirs) & u64::from(DESC_KIND) != 0 {
-        "collective (all-reduce, all-gather, reduce-scatter, or the all-reduce fused with add-RMSNorm)"
+    let kinds = (ours as u32 & DESC_KIND, theirs as u32 & DESC_KIND);
+    if kinds.0 != kinds.1 {
+        if matches!(kinds, (0, DESC_FUSED) | (DESC_FUSED, 0)) {
+            "fused (the all-reduce alone, or fused with add-RMSNorm)"
+        } else {
+            "collective (all-reduce, all-gather, reduce-scatter, or the all-reduce fused with add-RMSNorm)"
+        }
     } else if ours >> 8 != theirs >> 8 {
         "count"
     } else if (ours ^ theirs) & 0x3 != 0 {
@@ -384,6 +389,21 @@ mod tests {
     fn first_mismatch(rank: usize, seqs: &[Vec<u64>]) -> crate::error::Error {
         let d = first_captured_difference(seqs).expect("the sequences differ");
         captured_mismatch(rank, seqs, d)
+    }
+
+    #[test]
+    fn a_mismatch_names_fused_or_the_collective() {
+        let (a, d) = (Algorithm::OneshotPush, DType::BF16);
+        let plain = u64::from(desc_code(a, d)) | 64 << 8;
+        let fused = u64::from(fused_desc_code(a, d)) | 64 << 8;
+        let gather = u64::from(collective_desc_code(a, d, Collective::AllGather)) | 64 << 8;
+        let scatter = u64::from(collective_desc_code(a, d, Collective::ReduceScatter)) | 64 << 8;
+        assert!(differing_field(plain, fused).starts_with("fused"));
+        assert!(differing_field(fused, plain).starts_with("fused"));
+        assert!(differing_field(plain, gather).starts_with("collective"));
+        assert!(differing_field(gather, scatter).starts_with("collective"));
+        assert!(differing_field(fused, scatter).starts_with("collective"));
+        assert_eq!(differing_field(plain, plain + (1 << 8)), "count");
     }
 
     #[test]
