@@ -125,7 +125,11 @@ def _register_op():
     if hasattr(torch.ops.tpar, "vllm_all_reduce_rmsnorm"):
         return torch.ops.tpar.vllm_all_reduce_rmsnorm.default
 
-    @torch.library.custom_op("tpar::vllm_all_reduce_rmsnorm", mutates_args=())
+    @torch.library.custom_op(
+        "tpar::vllm_all_reduce_rmsnorm",
+        mutates_args=(),
+        schema="(Tensor x, Tensor? residual, Tensor weight, float eps, bool gemma, Tensor? scale) -> (Tensor, Tensor)",
+    )
     def op(
         x: torch.Tensor,
         residual: Optional[torch.Tensor],
@@ -189,6 +193,69 @@ def _make_pass_class():
             return x.meta["val"].dtype == w.meta["val"].dtype
         return True
 
+    def _forms(top, eps, gemma, qm, empty, scale):
+        """(pattern, replacement, example inputs) of each form for one epsilon, plain or Gemma.
+        The pattern matcher takes every parameter of a pattern as a graph input, so the
+        constants are closed over, not defaulted."""
+
+        def w_of(w):
+            return w.float() + 1.0 if gemma else w
+
+        def p_norm(x, w):  # all-reduce + rms_norm, no residual: (norm, sum)
+            s = tensor_model_parallel_all_reduce(x)
+            return vllm.ir.ops.rms_norm(s, w_of(w), eps), s
+
+        def r_norm(x, w):
+            out, s = top(x, None, w, eps, gemma, None)
+            return out, s
+
+        def p_add(r, x, w):  # all-reduce + fused_add_rms_norm: (norm, residual)
+            s = tensor_model_parallel_all_reduce(x)
+            return vllm.ir.ops.fused_add_rms_norm(s, r, w_of(w), eps)
+
+        def r_add(r, x, w):
+            out, res = top(x, r, w, eps, gemma, None)
+            return out, res
+
+        def p_add_first(r, x, w):  # the same with the residual unused (a graph's last norm)
+            return p_add(r, x, w)[0]
+
+        def r_add_first(r, x, w):
+            return r_add(r, x, w)[0]
+
+        out = [
+            (p_norm, r_norm, [empty(5, 16), empty(16)]),
+            (p_add, r_add, [empty(5, 16), empty(5, 16), empty(16)]),
+            (p_add_first, r_add_first, [empty(5, 16), empty(5, 16), empty(16)]),
+        ]
+        if gemma:
+            return out
+
+        def p_norm_q(x, w, sc):  # + static FP8 quant of the norm
+            s = tensor_model_parallel_all_reduce(x)
+            q, _ = qm(vllm.ir.ops.rms_norm(s, w, eps), sc)
+            return q, s
+
+        def r_norm_q(x, w, sc):
+            out, s = top(x, None, w, eps, False, sc)
+            return out, s
+
+        def p_add_q(r, x, w, sc):
+            s = tensor_model_parallel_all_reduce(x)
+            y, res = vllm.ir.ops.fused_add_rms_norm(s, r, w, eps)
+            q, _ = qm(y, sc)
+            return q, res
+
+        def r_add_q(r, x, w, sc):
+            out, res = top(x, r, w, eps, False, sc)
+            return out, res
+
+        # the quantised forms first: they are supersets of the plain ones
+        return [
+            (p_norm_q, r_norm_q, [empty(5, 16), empty(16), scale]),
+            (p_add_q, r_add_q, [empty(5, 16), empty(5, 16), empty(16), scale]),
+        ] + out
+
     class TparAllReduceFusionPass(VllmPatternMatcherPass):
         def __init__(self, config) -> None:
             super().__init__(config)
@@ -217,64 +284,9 @@ def _make_pass_class():
                 qm = MatcherQuantFP8(kFp8StaticTensorSym)
                 _, scale = qm.inputs()
                 for gemma in (False, True):
-
-                    def w_of(w, gemma=gemma):
-                        return w.float() + 1.0 if gemma else w
-
-                    check = None if gemma else same_dtype
-
-                    # all-reduce + rms_norm (no residual): (norm, sum)
-                    def p_norm(x, w, eps=eps, w_of=w_of):
-                        s = tensor_model_parallel_all_reduce(x)
-                        return vllm.ir.ops.rms_norm(s, w_of(w), eps), s
-
-                    def r_norm(x, w, eps=eps, gemma=gemma):
-                        out, s = top(x, None, w, eps, gemma, None)
-                        return out, s
-
-                    pm.register_replacement(p_norm, r_norm, [empty(5, 16), empty(16)], pm.fwd_only, self.patterns, extra_check=check)
-
-                    # all-reduce + fused_add_rms_norm: (norm, residual)
-                    def p_add(r, x, w, eps=eps, w_of=w_of):
-                        s = tensor_model_parallel_all_reduce(x)
-                        return vllm.ir.ops.fused_add_rms_norm(s, r, w_of(w), eps)
-
-                    def r_add(r, x, w, eps=eps, gemma=gemma):
-                        out, res = top(x, r, w, eps, gemma, None)
-                        return out, res
-
-                    pm.register_replacement(p_add, r_add, [empty(5, 16), empty(5, 16), empty(16)], pm.fwd_only, self.patterns, extra_check=check)
-                    # the same with the residual unused (a graph's last norm)
-                    pm.register_replacement(
-                        lambda r, x, w, f=p_add: f(r, x, w)[0], lambda r, x, w, f=r_add: f(r, x, w)[0],
-                        [empty(5, 16), empty(5, 16), empty(16)], pm.fwd_only, self.patterns, extra_check=check,
-                    )
-                    if gemma:
-                        continue
-
-                    # + static FP8 quant of the norm
-                    def p_norm_q(x, w, sc, eps=eps, qm=qm):
-                        s = tensor_model_parallel_all_reduce(x)
-                        q, _ = qm(vllm.ir.ops.rms_norm(s, w, eps), sc)
-                        return q, s
-
-                    def r_norm_q(x, w, sc, eps=eps):
-                        out, s = top(x, None, w, eps, False, sc)
-                        return out, s
-
-                    pm.register_replacement(p_norm_q, r_norm_q, [empty(5, 16), empty(16), scale], pm.fwd_only, self.patterns, extra_check=check)
-
-                    def p_add_q(r, x, w, sc, eps=eps, qm=qm):
-                        s = tensor_model_parallel_all_reduce(x)
-                        y, res = vllm.ir.ops.fused_add_rms_norm(s, r, w, eps)
-                        q, _ = qm(y, sc)
-                        return q, res
-
-                    def r_add_q(r, x, w, sc, eps=eps):
-                        out, res = top(x, r, w, eps, False, sc)
-                        return out, res
-
-                    pm.register_replacement(p_add_q, r_add_q, [empty(5, 16), empty(5, 16), empty(16), scale], pm.fwd_only, self.patterns, extra_check=check)
+                    check = (lambda match: True) if gemma else same_dtype
+                    for pattern, replacement, inputs in _forms(top, eps, gemma, qm, empty, scale):
+                        pm.register_replacement(pattern, replacement, inputs, pm.fwd_only, self.patterns, extra_check=check)
                 # vLLM's hack, for the same reason: the matcher's cache would refuse the second epsilon
                 torch._inductor.pattern_matcher._seen_patterns.clear()
 
@@ -339,6 +351,7 @@ def install() -> None:
                     self.passes = place(self.passes, pass_class()(config))
             except Exception as e:  # noqa: BLE001 - compile without tpar's fusion
                 logger.warning("tpar: all-reduce + RMSNorm fusion pass not added: %s", e)
+                logger.debug("tpar: the pass's failure", exc_info=True)
 
         configure._tpar = True
         cls.configure = configure
