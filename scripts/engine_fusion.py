@@ -88,13 +88,17 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
     from tpar.engines import vllm_pass
 
     engine_carry.register_c_op_stubs()
+    # vLLM's pass manager module as the engine process has it (the plug-in imported it when
+    # it loaded, before the platform is faked here): its module-level choices are the real
+    # platform's, with or without tpar's registration.
+    from vllm.compilation.passes.pass_manager import PostGradPassManager
+
     fake_platform(capability)
     # The TP group reaches its all-reduce through vLLM's custom op on a CUDA platform
     # (CudaPlatform.use_custom_op_collectives); the group was built before the platform was
     # faked (on a CPU, the direct call, which traces into torch's functional collectives).
     eng.tp.use_custom_op_call = True
     from vllm.compilation.passes.inductor_pass import pass_context
-    from vllm.compilation.passes.pass_manager import PostGradPassManager
     from vllm.config import set_current_vllm_config
     from vllm.config.utils import Range
     from vllm.distributed import tensor_model_parallel_all_reduce

@@ -633,7 +633,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--trace", help="write the files each rank loaded under this directory (scripts/engine_carry.py)")
     ap.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE_S", "600")))
-    ap.add_argument("--capability", type=int, default=120, help="the compute capability vLLM sees in the fusion stage (120: sm_120, 90: sm_90)")
+    ap.add_argument("--capability", type=int, default=int(os.environ.get("FUSION_CAPABILITY", "120")), help="the compute capability vLLM sees in the fusion stage (120: sm_120, 90: sm_90)")
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--init", help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)
