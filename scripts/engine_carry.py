@@ -172,6 +172,68 @@ STUBS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     ),
 }
 
+# vLLM's compiled ops (``torch.ops._C``, registered by its ``_C`` extension, which the carry
+# stubs) that the compile passes' modules name at import: the fusion stage
+# (scripts/engine_fusion.py) registers these schemas (vLLM's own, csrc torch_bindings) where
+# the op is missing. schema -> (torch reference or None, reason). None: the op only has to
+# exist for the module to import; a call raises.
+def _static_scaled_fp8_quant(result, input, scale, group_shape=None):
+    """vLLM's static per-tensor FP8 quant: input * (1 / scale) in float32, clamped to e4m3's
+    range, rounded to e4m3 (csrc/quantization/w8a8/fp8/common.cuh scaled_fp8_conversion)."""
+    import torch
+
+    finfo = torch.finfo(result.dtype)
+    inv = 1.0 / scale.float().reshape(-1)[0]
+    result.copy_((input.float() * inv).clamp(finfo.min, finfo.max).to(result.dtype))
+
+
+C_OP_STUBS: Dict[str, Tuple[Optional[object], str]] = {
+    "static_scaled_fp8_quant(Tensor! result, Tensor input, Tensor scale, int[]? group_shape=None) -> ()": (
+        _static_scaled_fp8_quant,
+        "the static FP8 quant that vLLM's QuantFP8 layer calls and the all-reduce fusion patterns "
+        "match (matcher_utils QUANT_OPS); where tpar's pass hands a call back, it computes the "
+        "output, so it is vLLM's semantics in torch",
+    ),
+    "dynamic_scaled_fp8_quant(Tensor! result, Tensor input, Tensor! scale) -> ()": (None, "named by matcher_utils and rms_quant_fusion QUANT_OPS at import; no dynamic quant in the fusion layer"),
+    "dynamic_per_token_scaled_fp8_quant(Tensor! result, Tensor input, Tensor! scale, Tensor? scale_ub) -> ()": (None, "as dynamic_scaled_fp8_quant"),
+    "rotary_embedding(Tensor positions, Tensor! query, Tensor!? key, int head_size, Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()": (None, "matcher_utils ROTARY_OP at import; no rotary embedding in the fusion layer"),
+    "silu_and_mul(Tensor! result, Tensor input) -> ()": (None, "matcher_utils SILU_MUL_OP at import; no activation in the fusion layer"),
+    "fused_add_rms_norm(Tensor! input, Tensor! residual, Tensor weight, float epsilon) -> ()": (None, "rms_quant_fusion RMS_ADD_OP at import; the layer's norm is vLLM's IR op (vllm_ir.fused_add_rms_norm, native)"),
+    "rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor weight, Tensor scale, float epsilon) -> ()": (None, "rms_quant_fusion FUSED_OPS at import; the RMSNorm + quant fusion pass is not configured in the stage"),
+    "fused_add_rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor! residual, Tensor weight, Tensor scale, float epsilon) -> ()": (None, "as rms_norm_static_fp8_quant"),
+    "rms_norm_dynamic_per_token_quant(Tensor! result, Tensor input, Tensor weight, Tensor! scale, float epsilon, Tensor? scale_ub, Tensor!? residual) -> ()": (None, "as rms_norm_static_fp8_quant"),
+}
+
+_c_lib = []
+
+
+def register_c_op_stubs() -> List[str]:
+    """Defines the ``C_OP_STUBS`` ops that ``torch.ops._C`` lacks (CPU and CUDA kernels: the
+    reference, or one that raises). Returns the names defined. Idempotent."""
+    import torch
+
+    done = []
+    if not _c_lib:
+        _c_lib.append(torch.library.Library("_C", "FRAGMENT"))
+    lib = _c_lib[0]
+    for schema, (ref, _why) in C_OP_STUBS.items():
+        name = schema.split("(", 1)[0]
+        if hasattr(torch.ops._C, name):
+            continue
+        lib.define(schema)
+
+        def raising(*args, _n=name, **kwargs):
+            raise RuntimeError(f"_C.{_n}: a stub of vLLM's compiled op (tpar's scripts/engine_carry.py C_OP_STUBS); the code under test called it")
+
+        for key in ("CPU", "CUDA", "Meta"):
+            impl = ref if ref is not None else raising
+            if key == "Meta":
+                impl = lambda *a, **k: None  # noqa: E731 - mutates only: nothing to allocate
+            lib.impl(name, impl, key)
+        done.append(name)
+    return done
+
+
 #: Files of a wheel replaced by a stub above (left out when the wheel is unpacked).
 OMIT = {"openai_harmony/openai_harmony.abi3.so", "llguidance/_lib.abi3.so"}
 
@@ -480,7 +542,7 @@ def trace(name: str, version: str, out_dir: str, world: int = 2) -> Set[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     tdir = tempfile.mkdtemp(prefix=f"tpar-trace-{name}-")
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "engine_harness.py"), name, str(world), "--device", "cpu",
-           "--stages", "settings,eager,compile,thread", "--trace", tdir, "--out", out_dir]
+           "--stages", "settings,eager,compile,thread" + (",fusion" if name == "vllm" else ""), "--trace", tdir, "--out", out_dir]
     r = subprocess.run(cmd, env=env)
     if r.returncode != 0:
         raise SystemExit(f"the harness failed on this machine's CPU for {name} {version} (logs in {out_dir}): fix that first")

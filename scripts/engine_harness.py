@@ -68,7 +68,7 @@ from engine_adapters import Skip, SglangEngine, VllmEngine  # (it records the en
 HIDDEN = 7168  # DeepSeek-V3's hidden size: the engines' decode all-reduce is tokens x hidden
 TOKENS = (1, 3, 8, 64, 512)  # size classes of decode and small prefill batches
 ODD = (1, 7, 129, 4099, 21504 + 5)  # element counts off every alignment
-STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1)
+STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1), "fusion" (vLLM)
 #: A survivor must see a dead peer within this (issue 21).
 DEAD_PEER_S = 1.0
 
@@ -325,6 +325,14 @@ def rank_main(args):
                         if not ok:
                             why.append(f"sp_reduce_scatter {dt} rows={total} shape {tuple(y.shape)} took={served > 0}")
                         count(st, served, ok)
+            elif stage == "fusion":
+                # vLLM's compile stack with tpar's fusion pass on a small layer
+                # (scripts/engine_fusion.py), the capability faked to --capability.
+                if args.engine != "vllm":
+                    raise Skip("the fusion pass stage is vLLM's")
+                from engine_fusion import fusion_stage
+
+                st.update(fusion_stage(eng, ca, rank, world, dev, args.capability))
             elif stage == "kill":
 
                 def die():
@@ -532,7 +540,7 @@ def launch_in(args, tmp):
     procs = []
     for r in range(args.world):
         cmd = [sys.executable, os.path.abspath(__file__), args.engine, str(args.world), "--device", args.device, "--stages", args.stages,
-               "--rank", str(r), "--init", os.path.join(tmp, "init"), "--record", os.path.join(tmp, f"r{r}.json")]
+               "--rank", str(r), "--init", os.path.join(tmp, "init"), "--record", os.path.join(tmp, f"r{r}.json"), "--capability", str(args.capability)]
         if args.trace:
             cmd += ["--trace", args.trace]
         log = open(os.path.join(args.out, f"engine-{args.engine}-w{args.world}-r{r}.log"), "w")
@@ -593,6 +601,9 @@ def judge(args, recs):
             continue
         extra = f" algos {','.join(s0.get('algos', []))}" if s0.get("algos") else ""
         extra += "".join(f"; r{r['rank']} wrong: " + " / ".join(s["wrong_calls"]) for r, s in zip(recs, sts) if s.get("wrong_calls"))[:900]
+        if "fusion_routed" in s0:
+            forms = ",".join(f"{k}:{v.get('tpar_ops')}op/{v.get('fused_calls')}fused{'' if v.get('ok') else '(WRONG)'}" for k, v in s0.get("forms", {}).items())
+            extra += f"; sm_{s0.get('capability')} fusion_routed {s0['fusion_routed']} (tpar's fused calls, rank 0), max_token_num {s0.get('max_token_num')}; {forms}"
         served = "/".join(str(s.get("served", "?")) for s in sts)
         detail = "; ".join(errors) if errors else f"{s0.get('cases')} calls a rank, {s0.get('tpar')} served by tpar (its counter, ranks {served}), {s0.get('fallback')} fallback, {wrong} wrong{extra}"
         lines.append(f"| {head} | {stage} | {'PASS' if fine else 'FAIL'} | {detail} |")
@@ -629,7 +640,7 @@ def matrix(path):
             times = [float(t) for t in re.findall(r"([0-9.]+) s after the death", detail)]
             result += f" {max(times):.2f} s" if times else ""
         rows.setdefault(run, {})[stage] = "skip" if result == "skipped" else result
-    order = ["setup", *STAGES, "batchinv"]
+    order = ["setup", *STAGES, "batchinv", "fusion"]
     stages.sort(key=lambda st: order.index(st) if st in order else len(order))
     data = [ln for ln in lines if not ln.startswith("| run |")]
     print("| run | stage | result | detail |\n|---|---|---|---|\n" + "\n".join(data))
@@ -656,6 +667,7 @@ def main():
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--trace", help="write the files each rank loaded under this directory (scripts/engine_carry.py)")
     ap.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE_S", "600")))
+    ap.add_argument("--capability", type=int, default=int(os.environ.get("FUSION_CAPABILITY", "120")), help="the compute capability vLLM sees in the fusion stage (120: sm_120, 90: sm_90)")
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--init", help=argparse.SUPPRESS)
     ap.add_argument("--record", help=argparse.SUPPRESS)

@@ -33,6 +33,12 @@
 # survivor must raise a tpar error within 1 s of the death; the time is printed). Results are
 # bitwise against tpar.testing.reference. Then each vLLM entry once more with
 # VLLM_BATCH_INVARIANT=1 on a PCIe preset (tpar must take every size, bitwise one numeric path).
+# Then, per vLLM entry, world in WORLDS and capability in FUSION_CAPS (default "120 90"), the
+# fusion stage (scripts/engine_fusion.py): a layer compiled by Inductor with vLLM's pass
+# manager, which tpar's plug-in gives its all-reduce + RMSNorm (+ FP8) pass, on an
+# rtxpro6000 preset; every form must become tpar's op, and `fusion_routed` counts the calls
+# tpar's fused kernels served, judged bitwise against tpar.testing. FUSION_ONLY=1 runs only
+# these (Inductor compiles seven graphs a rank: FUSION_DEADLINE_BASE, default 300 s a run).
 #
 # Writes to $OUT (at most 8 files come back): engine-summary.md (one line per run and stage,
 # then a matrix), gpu-engines.log (everything printed), engine-logs.tar.gz (every rank's log
@@ -112,7 +118,7 @@ for name in m.get("host_used", []):
     seen.append(f"{name} {have}" + ("" if have == pinned else f" (the CPU test pins {pinned})"))
 print("from the image:", ", ".join(seen))
 EOF
-    for w in $WORLDS; do
+    [ "${FUSION_ONLY:-0}" = 1 ] || for w in $WORLDS; do
         pids=()
         for e in "${ENTRIES[@]}"; do
             read -r entry name dir <<<"$e"
@@ -126,11 +132,25 @@ EOF
     pids=()
     for e in "${ENTRIES[@]}"; do
         read -r entry name dir <<<"$e"
-        [ "$name" = vllm ] || continue
+        [ "$name" = vllm ] && [ "${FUSION_ONLY:-0}" != 1 ] || continue
         harness "$entry" "$name" "$dir" 4 settings,batchinv -batchinv VLLM_BATCH_INVARIANT=1 TPAR_TOPOLOGY=rtxpro6000-pcie-switch-8 &
         pids+=($!)
     done
     for p in "${pids[@]}"; do wait "$p" || fail=1; done
+    # vLLM's compile stack with tpar's fusion pass, the capability faked (sm_120: vLLM's own
+    # pass never runs there; sm_90: tpar's runs before it).
+    for cap in ${FUSION_CAPS:-120 90}; do
+        pids=()
+        for w in $WORLDS; do
+            for e in "${ENTRIES[@]}"; do
+                read -r entry name dir <<<"$e"
+                [ "$name" = vllm ] || continue
+                DEADLINE_BASE=${FUSION_DEADLINE_BASE:-300} harness "$entry" "$name" "$dir" "$w" settings,fusion "-fusion-sm$cap" FUSION_CAPABILITY="$cap" TPAR_TOPOLOGY=rtxpro6000-pcie-switch-8 &
+                pids+=($!)
+            done
+        done
+        for p in "${pids[@]}"; do wait "$p" || fail=1; done
+    done
     echo "wall: $((SECONDS - t_all)) s"
     exit $fail
 } 2>&1 | tee "$OUT/gpu-engines.log"

@@ -43,7 +43,7 @@ HARNESS = os.path.join(ROOT, "scripts", "engine_harness.py")
 DEADLINE_S = 420
 
 
-def run_harness(engine, version, world, stages, out, **env):
+def run_harness(engine, version, world, stages, out, args=(), **env):
     paths = engine_carry.prepare(engine, version)
     # The engine's tree first; then what this process was given (a tpar installed with
     # ``pip --target`` outside the environment, say): the ranks import the same tpar.
@@ -53,7 +53,7 @@ def run_harness(engine, version, world, stages, out, **env):
     for k in ("VLLM_ALLREDUCE_USE_FLASHINFER", "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"):
         e.pop(k, None)  # the plug-in must set them itself
     r = subprocess.run(
-        [sys.executable, HARNESS, engine, str(world), "--device", "cpu", "--stages", stages, "--out", str(out), "--deadline", str(DEADLINE_S)],
+        [sys.executable, HARNESS, engine, str(world), "--device", "cpu", "--stages", stages, "--out", str(out), "--deadline", str(DEADLINE_S), *args],
         env=e, capture_output=True, text=True, timeout=DEADLINE_S + 60,
     )
     with open(os.path.join(out, f"engine-{engine}-w{world}-cpu.json")) as f:

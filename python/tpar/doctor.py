@@ -213,11 +213,10 @@ def vllm_findings(tp: int, archs: list) -> list:
             "the optimisation level's default (a server option: not visible from here)",
             applies,
             why,
-            "the compiler rewrites all-reduce + RMSNorm into FlashInfer's fused kernel: those all-reduces never reach any custom all-reduce",
-            "vllm/config/vllm.py enable_allreduce_rms_fusion, OPTIMIZATION_LEVEL_02/03",
-            "pre-empts",
-            "--compilation-config '{\"pass_config\": {\"fuse_allreduce_rms\": false}}'",
-            "flag",
+            "the compiler fuses all-reduce + RMSNorm (+ FP8/NVFP4 quant) into FlashInfer's kernel; with TPAR_ENABLE=1 tpar's plug-in runs its own fusion pass before it, "
+            "so the token ranges tpar's plan takes go to tpar's fused kernels and FlashInfer keeps larger ranges and NVFP4: leave it on",
+            "vllm/config/vllm.py enable_allreduce_rms_fusion, OPTIMIZATION_LEVEL_02/03; vllm/compilation/passes/pass_manager.py PostGradPassManager.configure",
+            "note",
         )
     )
     now, on = _flag("VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC", 0)

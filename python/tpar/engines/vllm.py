@@ -16,16 +16,17 @@ What else the plug-in does in every vLLM process (docs/engines.md says why):
   set by the user, it is left alone (a warning says FlashInfer then comes first).
 - ``VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY`` gains ``TPAR_``: Ray workers get only variables
   with vLLM's known prefixes, and without ``TPAR_ENABLE`` there they would run vLLM's class.
-- The all-reduce + RMSNorm fusion pass (``fuse_allreduce_rms``, on by default at -O2 on
-  Hopper/Blackwell with FlashInfer): the op it emits is routed to tpar's fused kernel
-  (:mod:`tpar.engines.fusion`), so it is left on.
+- The all-reduce + RMSNorm fusion: tpar adds its own pass to vLLM's compile passes
+  (:mod:`tpar.engines.vllm_pass`, every architecture, tpar's size table), in the place of
+  vLLM's FlashInfer pass where that one is configured; the op vLLM's pass emits is also routed
+  to tpar (:mod:`tpar.engines.fusion`) for a pass manager tpar's wrapper did not reach.
 - ``VLLM_BATCH_INVARIANT``: the drop-in takes every size through kernels that sum in rank
   order (:meth:`TparCustomAllreduce.should_custom_ar`), as vLLM's own class takes every size.
 """
 
 import os
 
-from tpar.engines import fusion
+from tpar.engines import fusion, vllm_pass
 from tpar.engines.common import TparCustomAllreduce, _say, enabled, logger, patch_engine
 
 #: Where vLLM looks the class up, and its name there.
@@ -84,3 +85,4 @@ def register() -> None:
     prepare_environment()
     patch_engine("vLLM", TARGET_MODULE, TARGET_ATTR, VllmCustomAllreduce)
     fusion.install("vllm")  # its fused all-reduce + RMSNorm, to tpar (tpar/engines/fusion.py)
+    vllm_pass.install()  # tpar's own all-reduce + RMSNorm (+ FP8) fusion pass (tpar/engines/vllm_pass.py)

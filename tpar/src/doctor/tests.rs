@@ -111,7 +111,7 @@ fn engine_findings_become_paste_lines_where_they_may_apply() {
         findings: vec![
             finding("yes", "export VLLM_ALLREDUCE_USE_FLASHINFER=0", "env"),
             finding("no", "export SHOULD_NOT_APPEAR=1", "env"),
-            finding("unknown", "--compilation-config '{\"pass_config\": {\"fuse_allreduce_rms\": false}}'", "flag"),
+            finding("unknown", "--enforce-disable-flashinfer-allreduce-fusion", "flag"),
         ],
         ..EngineSection::default()
     };
@@ -120,7 +120,7 @@ fn engine_findings_become_paste_lines_where_they_may_apply() {
     assert_eq!(lines[0], "export TPAR_ENABLE=1");
     assert!(lines.contains(&"export VLLM_ALLREDUCE_USE_FLASHINFER=0"), "{lines:?}");
     assert!(!lines.iter().any(|l| l.contains("SHOULD_NOT_APPEAR")), "{lines:?}");
-    assert!(r.paste.iter().any(|p| p.kind == "flag" && p.line.contains("fuse_allreduce_rms")), "{:?}", r.paste);
+    assert!(r.paste.iter().any(|p| p.kind == "flag" && p.line.contains("--enforce-disable-flashinfer-allreduce-fusion")), "{:?}", r.paste);
     assert!(r.problems.iter().any(|p| p.contains("VLLM_ALLREDUCE_USE_FLASHINFER")), "{:?}", r.problems);
     let text = r.text();
     assert!(text.contains("with TPAR_ENABLE=1: vLLM 0.33.0 would build tpar's class"), "{text}");
