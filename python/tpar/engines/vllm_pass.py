@@ -106,11 +106,10 @@ def vllm_all_reduce_rmsnorm(x, residual, weight, eps: float, gemma: bool, scale,
         if plain:
             _stats["fused"] += 1
             return comm.all_reduce_add_rmsnorm(x, res_in, weight, eps)
-        # The family's general entry (kernel helper's API): where the communicator has it.
-        # hasattr is for the merge order only (the kernel family lands separately).
-        if hasattr(comm, "all_reduce_rmsnorm"):
-            _stats["fused"] += 1
-            return comm.all_reduce_rmsnorm(x, weight, eps, residual=res_in, gemma=gemma, fp8_scale=scale)
+        # The family's general entry: the Gemma offset and the static FP8 output (today tpar's
+        # all-reduce followed by the norm and the quantisation as torch ops: see docs/cuda.md).
+        _stats["fused"] += 1
+        return comm.all_reduce_rmsnorm(x, weight, eps, residual=res_in, gemma=gemma, fp8_scale=scale)
     _stats["fallback"] += 1
     return _engine_fallback(x, residual, weight, eps, gemma, scale)
 
