@@ -24,7 +24,7 @@ mod render;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kinds::{Algorithm, Backend, CaptureMode, Transport};
+use crate::kinds::{Algorithm, Backend, CaptureMode, Collective, Transport};
 use crate::plan::profile::{Profile, ProfileFingerprint};
 use crate::plan::{plan, Overrides, Plan, PlanInput};
 use crate::settings::{Settings, Tune};
@@ -121,6 +121,17 @@ pub struct SizeClass {
     pub graph: Plan,
 }
 
+/// One size class of sequence-parallel decode (vLLM's `sp_all_gather` / `sp_reduce_scatter`):
+/// `tokens` rows per rank, `bytes` per rank (the all-gather's input, the reduce-scatter's
+/// output), the plan of each collective for calls in CUDA graphs (how engines run decode).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GatherScatterClass {
+    pub tokens: usize,
+    pub bytes: u64,
+    pub all_gather: Plan,
+    pub reduce_scatter: Plan,
+}
+
 /// The `TPAR_*` settings of this shell.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct SettingsStatus {
@@ -144,6 +155,10 @@ pub struct Report {
     /// The size classes, or why there are none (no GPU, TP 1).
     pub size_classes: Vec<SizeClass>,
     pub size_classes_note: Option<String>,
+    /// The sequence-parallel all-gather and reduce-scatter at the same token counts per rank
+    /// (empty where `size_classes` is).
+    #[serde(default)]
+    pub gather_scatter: Vec<GatherScatterClass>,
     pub estimate: estimate::Estimate,
     pub libraries: Vec<libs::Library>,
     pub cache: libs::CacheStatus,
@@ -188,6 +203,7 @@ impl Report {
             format!("{why}; `--topology PRESET` shows what tpar would do on a preset box ({})", presets::NAMES.join(", "))
         });
         let (size_classes, size_classes_note) = size_classes(&topology, tp, opts.hidden, &overrides, profile.as_ref());
+        let gather_scatter = if size_classes.is_empty() { Vec::new() } else { gather_scatter_classes(&topology, tp, opts.hidden, &overrides, profile.as_ref()) };
         let estimate = estimate::estimate(&topology, discovered, opts.tp, opts.hidden, profile.as_ref());
         let source = match &opts.topology {
             // Without GPUs the first note is NVML's error, which the report prints once, in its
@@ -207,6 +223,7 @@ impl Report {
             dtype: SIZE_CLASS_DTYPE,
             size_classes,
             size_classes_note,
+            gather_scatter,
             estimate,
             libraries: Vec::new(),
             cache: libs::cache_status(),
@@ -431,6 +448,28 @@ fn size_classes(t: &Topology, tp: usize, hidden: usize, overrides: &Overrides, p
         })
         .collect();
     (classes, None)
+}
+
+/// The sequence-parallel size classes at `tp` ranks ([`GatherScatterClass`]): the plan of
+/// each collective in CUDA graphs, per-rank bytes above the drop-in's `max_size` left to NCCL
+/// as the drop-in leaves them.
+fn gather_scatter_classes(t: &Topology, tp: usize, hidden: usize, overrides: &Overrides, profile: Option<&Profile>) -> Vec<GatherScatterClass> {
+    let decide = |collective: Collective, bytes: u64| -> Plan {
+        let input = PlanInput { topology: t, world: tp, bytes, dtype: SIZE_CLASS_DTYPE, capture: CaptureMode::Graph, backend: Backend::Cuda, profile, overrides };
+        let mut p = crate::plan::plan_collective(collective, &input);
+        if bytes > ENGINE_MAX_BYTES && p.algorithm != Algorithm::Nccl {
+            let why = format!("{} per rank > the drop-in's max_size ({}): the engine's own NCCL", human_bytes(bytes), human_bytes(ENGINE_MAX_BYTES));
+            p = Plan { predicted_us: p.nccl_us, source: p.nccl_source, ..p.replaced(Algorithm::Nccl, Transport::Nccl, why) };
+        }
+        p
+    };
+    SIZE_CLASS_TOKENS
+        .iter()
+        .map(|&tokens| {
+            let bytes = (tokens * hidden * SIZE_CLASS_DTYPE.size()) as u64;
+            GatherScatterClass { tokens, bytes, all_gather: decide(Collective::AllGather, bytes), reduce_scatter: decide(Collective::ReduceScatter, bytes) }
+        })
+        .collect()
 }
 
 /// One line per thing looked for and not found, or that would keep tpar out.

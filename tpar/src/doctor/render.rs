@@ -20,6 +20,7 @@ pub fn text(r: &Report) -> String {
     settings(&mut out, r);
     fabric(&mut out, r);
     size_classes(&mut out, r);
+    gather_scatter(&mut out, r);
     estimate(&mut out, r);
     libraries(&mut out, r);
     engine(&mut out, r);
@@ -128,6 +129,33 @@ fn size_classes(out: &mut String, r: &Report) {
         for (mode, p) in [(CaptureMode::Eager, &c.eager), (CaptureMode::Graph, &c.graph)] {
             let _ = writeln!(out, "  {} token{} {}: {} over {}: {}", c.tokens, if c.tokens == 1 { "" } else { "s" }, mode.name(), p.algorithm, p.transport, p.reason);
         }
+    }
+}
+
+fn gather_scatter(out: &mut String, r: &Report) {
+    if r.gather_scatter.is_empty() {
+        return;
+    }
+    heading(out, &format!("Sequence-parallel all-gather and reduce-scatter (vLLM's sp_all_gather / sp_reduce_scatter): TP {}, CUDA graphs, tokens per rank x {} x {} bytes", r.tp, r.hidden, r.dtype.size()));
+    let _ = writeln!(out, "{:>6}  {:<9} {:<15}{:>8}{:>9}  {:<15}{:>8}{:>9}", "tokens", "per rank", "all-gather", "us", "nccl us", "reduce-scatter", "us", "nccl us");
+    for c in &r.gather_scatter {
+        let (g, s) = (&c.all_gather, &c.reduce_scatter);
+        let line = format!(
+            "{:>6}  {:<9} {:<15}{:>8}{:>9}  {:<15}{:>8}{:>9}",
+            c.tokens,
+            human_bytes(c.bytes),
+            g.algorithm.to_string(),
+            us(g.predicted_us),
+            us(g.nccl_us),
+            s.algorithm.to_string(),
+            us(s.predicted_us),
+            us(s.nccl_us)
+        );
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    if let Some(c) = r.gather_scatter.first() {
+        let _ = writeln!(out, "why ({} token per rank): all-gather: {}; reduce-scatter: {}", c.tokens, c.all_gather.reason, c.reduce_scatter.reason);
     }
 }
 

@@ -136,3 +136,28 @@ fn preset_gpus_get_their_architecture_from_their_names() {
     let r = preset("h200-nvswitch-8", None);
     assert_eq!(r.engine_context(), EngineContext { tp: 8, archs: vec!["sm_90".into()] });
 }
+
+#[test]
+fn sequence_parallel_classes_show_each_collectives_plan() {
+    let r = preset("rtxpro6000-pcie-switch-8", Some(8));
+    assert_eq!(r.gather_scatter.len(), SIZE_CLASS_TOKENS.len());
+    let one = &r.gather_scatter[0];
+    assert_eq!(one.bytes, (r.hidden * 2) as u64);
+    for p in [&one.all_gather, &one.reduce_scatter] {
+        // A decode token's rows on PCIe: tpar's push, timed against NCCL's ring with sources.
+        assert_eq!(p.algorithm, Algorithm::OneshotPush, "{}", p.reason);
+        assert!(p.predicted_us.is_some() && p.nccl_us.is_some() && p.nccl_source.is_some(), "{p:?}");
+    }
+    // 512 tokens of 7168 bf16 per rank (7 MiB) stay in the drop-in; 16384 hidden would not.
+    let big = preset_hidden("h200-nvswitch-8", 16384);
+    let last = big.gather_scatter.last().unwrap();
+    assert!(last.bytes > ENGINE_MAX_BYTES && last.all_gather.algorithm == Algorithm::Nccl && last.all_gather.reason.contains("max_size"), "{:?}", last.all_gather);
+    let text = render::text(&r);
+    assert!(text.contains("Sequence-parallel all-gather and reduce-scatter") && text.contains("reduce-scatter"), "{text}");
+    // No GPU, no classes.
+    assert!(Report::gather(&Options { topology: Some("cpu".into()), ..Options::default() }).unwrap().gather_scatter.is_empty());
+}
+
+fn preset_hidden(name: &str, hidden: usize) -> Report {
+    Report::gather(&Options { topology: Some(name.into()), hidden, ..Options::default() }).unwrap()
+}
