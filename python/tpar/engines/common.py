@@ -135,9 +135,10 @@ def _ranges(rs):
 class TparCustomAllreduce:
     """tpar behind the engines' custom all-reduce contract."""
 
-    #: vLLM reads it (DeepSeek models on Hopper) to pick a path that assumes NVLink between
-    #: every pair of GPUs (its custom all-gather's fast path); tpar does not promise a
-    #: fabric, so no: custom_all_gather still serves the calls vLLM sends it.
+    #: vLLM reads it (DeepSeek-V4.1 on Hopper) to shard a projection by token and all-gather its
+    #: output through ``custom_all_gather`` (vLLM's own class sets it where every pair of GPUs
+    #: has NVLink). tpar leaves it False, so the model keeps its unsharded path: a choice about
+    #: the fabric that tpar's plan has not been tested making for the engine.
     fully_connected = False
     #: vLLM's DeepSeek-V4.1 fused all-reduce + mHC kernel needs the custom all-reduce's NVLink
     #: multicast buffers (``ops/mhc.py`` reads this pointer through an alias of ``ca_comm``);
