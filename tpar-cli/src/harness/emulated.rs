@@ -353,7 +353,7 @@ impl Group for EmulatedRanks {
     }
     fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
         let settings = tpar::Settings::from_env().map_err(err)?;
-        tpar::cuda::tune_emulated::start_emulated(&mut self.g, max_bytes, &settings, opts).map_err(err)
+        tpar::cuda::tune::start_emulated(&mut self.g, max_bytes, &settings, opts).map_err(err)
     }
     fn peer_site(&mut self) -> Option<super::peer::Site<'_>> {
         Some(super::peer::Site::Emulated { device: self.g.device(), world: self.g.world() })

@@ -17,8 +17,7 @@
 //! | [`launch`] | the one launch path: block policy, size class (default, lean or fused variant), validation, lazy variants, PDL |
 //! | [`probe`] / [`probe_ipc`] | the link probe: in one process over GPUs 0..n (`tpar topo --probe`), and across rank processes through CUDA IPC (the first-use tune) |
 //! | [`route`] | a resolved call: the plan's decision and where it goes (kernel and launch, NCCL, the caller's NCCL) |
-//! | [`tune`] | the first-use tune of a `GpuCommunicator` (on a workspace and NCCL of its own) and its adoption |
-//! | [`tune_emulated`] | the same start on emulated ranks (the mechanism on one GPU) |
+//! | [`tune`] | the first-use tune's ranks, once over a `RankSet`: a `GpuCommunicator`'s (on a workspace and NCCL of its own) and emulated ranks' (the mechanism on one GPU) |
 //! | [`nccl`] | NCCL loaded by tpar (finds `libnccl.so.2`), unique-id bytes, multi-rank init, all-reduce |
 //! | [`libpath`] | where NVRTC and NCCL are looked for: the setting, the Python environment's wheels, the system |
 //! | [`nvrtc`] | finding libnvrtc, compiling to cubin, the checksummed on-disk cache |
@@ -47,7 +46,6 @@ pub mod probe_ipc;
 pub mod rank_set;
 pub mod route;
 pub mod tune;
-pub mod tune_emulated;
 
 pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route, Served};
 pub use rank_set::{RankPlacement, RankSet, SetOptions};

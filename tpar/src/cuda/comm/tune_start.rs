@@ -1,7 +1,7 @@
 //! The first-use tune of a [`GpuCommunicator`]: [`GpuCommunicator::tune_with`] runs at the
 //! end of `init`, on every rank together, after the workspaces connect. Rank 0 reads this
 //! machine's tune from the cache, or (holding the cache's lock) the ranks measure it
-//! ([`crate::tune`], on ranks of the tune's own: `cuda::tune::ProcessRanks`) and rank 0
+//! ([`crate::tune`], on ranks of the tune's own: `cuda::tune::TuneRanks::process`) and rank 0
 //! stores it; every rank adopts the same bytes, plans each call with the table of its capture
 //! mode, and never runs a candidate the screen rejected.
 //!
@@ -11,7 +11,7 @@
 //! digests are compared).
 
 use super::*;
-use crate::cuda::tune::{candidates, timing_settings, ProcessRanks, Setup};
+use crate::cuda::tune::{candidates, timing_settings, Setup, TuneRanks};
 use crate::kinds::Backend;
 use crate::plan::plan;
 use crate::plan::profile::ProfileFingerprint;
@@ -118,7 +118,7 @@ impl GpuCommunicator {
             fingerprint: &fingerprint,
             default_is_nccl: &default_is_nccl,
         };
-        let outcome = tune::start(&mut ProcessRanks::new(&mut self.control, setup), &spec)?;
+        let outcome = tune::start(&mut TuneRanks::process(&mut self.control, setup), &spec)?;
         self.adopt(outcome)?;
         Ok(&self.tune)
     }
