@@ -115,6 +115,7 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_CACHE_DIR", group: Group::Libraries, values: "a directory", default: "$XDG_CACHE_HOME/tpar, else ~/.cache/tpar", doc: "compiled kernels and tuned profiles (profiles/); a corrupt entry is rebuilt or re-tuned", example: "/tmp/tpar-cache" },
     Var { name: "TPAR_DEBUG", group: Group::Logging, values: "NONE, VERSION, WARN, INFO or TRACE", default: "WARN", doc: "INFO logs each distinct plan decision once, with its reason", example: "INFO" },
     Var { name: "TPAR_ENABLE", group: Group::Engines, values: BOOL, default: "0", doc: "swap tpar in for vLLM's and SGLang's custom all-reduce (their plug-ins read it)", example: "1" },
+    Var { name: "TPAR_FUSION", group: Group::Engines, values: BOOL, default: "1", doc: "vLLM: tpar's all-reduce + RMSNorm fusion pass in vLLM's compile stack (0: vLLM's pass manager left alone; the plug-in reads it)", example: "0" },
     Var { name: "TPAR_TEST_UNSAFE_TWO_BUFFERS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with two buffers (the reuse guard removed), so the skewed-rank stress can show it catches the race", example: "1" },
     Var { name: "TPAR_TEST_UNSAFE_ONE_BUFFER", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with one buffer (the flag protocol's reuse guard removed)", example: "1" },
     Var { name: "TPAR_TEST_STAMPS", group: Group::Test, values: "1", default: "(off)", doc: "compile the kernels with per-block %globaltimer stamps at their phases (registered pull, one-shot pull and its fused variant); `tpar bench` on emulated ranks then prints where the last timed call's time went", example: "1" },
@@ -328,6 +329,8 @@ pub struct Settings {
     /// `TPAR_ENABLE` (the plug-ins read it themselves; parsed here so a bad value is
     /// reported like any other).
     pub enable: bool,
+    /// `TPAR_FUSION=0` (the vLLM plug-in reads it itself; parsed here for the same reason).
+    pub fusion_off: bool,
 }
 
 impl Settings {
@@ -468,6 +471,7 @@ impl Settings {
                 }
             }
             "TPAR_ENABLE" => self.enable = parse_bool(name, v)?,
+            "TPAR_FUSION" => self.fusion_off = !parse_bool(name, v)?,
             "TPAR_TEST_UNSAFE_TWO_BUFFERS" | "TPAR_TEST_UNSAFE_ONE_BUFFER" => {
                 if v != "1" {
                     return Err(bad(name, raw, "1 (or unset)"));

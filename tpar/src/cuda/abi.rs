@@ -470,7 +470,7 @@ mod tests {
         assert_eq!(field, "count");
         assert!(theirs.ends_with(&format!("count {}", 1u64 << 40)), "{theirs}");
         let crate::error::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
-        assert!(field.starts_with("collective"), "{field}");
+        assert!(field.starts_with("fused"), "{field}");
         assert!(ours.starts_with("oneshot-push all-reduce fused with add-RMSNorm bfloat16 count 100"), "{ours}");
         // Every pair of collectives differs in the kind bits, whatever the counts.
         let codes = Collective::ALL.map(|k| collective_desc_code(Algorithm::OneshotPush, DType::F16, k));

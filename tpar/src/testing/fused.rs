@@ -178,9 +178,9 @@ pub fn rmsnorm_pattern<T: Element>(
     hidden: usize,
     eps: f32,
     p: &NormPattern,
-) -> crate::Result<NormOutputs<T>> {
+) -> crate::error::Result<NormOutputs<T>> {
     if residual.is_some() != p.residual {
-        return Err(crate::Error::InvalidArgument {
+        return Err(crate::error::Error::InvalidArgument {
             field: "residual",
             reason: format!(
                 "pattern {} {} a residual",
@@ -194,7 +194,7 @@ pub fn rmsnorm_pattern<T: Element>(
         || weight.len() != hidden
         || residual.is_some_and(|r| r.len() != x.len())
     {
-        return Err(crate::Error::InvalidArgument {
+        return Err(crate::error::Error::InvalidArgument {
             field: "hidden",
             reason: format!(
                 "rmsnorm {}: x of {} elements, weight of {}, residual of {:?}, hidden {hidden}: rows must be whole, the weight one row",
@@ -254,7 +254,7 @@ pub fn expected_rmsnorm<T: Element>(
     hidden: usize,
     eps: f32,
     p: &NormPattern,
-) -> crate::Result<NormOutputs<T>> {
+) -> crate::error::Result<NormOutputs<T>> {
     rmsnorm_pattern(&expected(inputs), residual, weight, hidden, eps, p)
 }
 
