@@ -151,3 +151,23 @@ fn readme_explains_every_algorithm_from_the_registry() {
         assert!(readme.contains(&format!("`{a}`")), "README.md does not name {a}");
     }
 }
+
+/// `tpar plan --collective`: the all-gather's and reduce-scatter's plan, per-rank bytes, with
+/// the simulator's times against NCCL's ring; NCCL where the ring wins or the size is not
+/// whole 16-byte vectors per rank.
+#[test]
+fn plan_answers_for_the_all_gather_and_the_reduce_scatter() {
+    for c in ["all-gather", "reduce_scatter_perf"] {
+        let plan = |b: &str| {
+            let (ok, out, err) = tpar(&["plan", "-t", "rtxpro6000-pcie-switch-8", "--world", "8", "-b", b, "--graph", "--collective", c, "--json"]);
+            assert!(ok, "{err}");
+            serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+        };
+        let small = plan("14K");
+        assert_eq!(small["algorithm"], "oneshot-push", "{small}");
+        assert!(small["predicted_us"].as_f64().unwrap() < small["nccl_us"].as_f64().unwrap(), "{small}");
+        assert_eq!(plan("64M")["algorithm"], "nccl");
+        let odd = plan("1001");
+        assert!(odd["algorithm"] == "nccl" && odd["reason"].as_str().unwrap().contains("16-byte"), "{odd}");
+    }
+}

@@ -1,4 +1,4 @@
-//! `tpar plan`: what tpar would run for one all-reduce, and why — or, with `--table`, the
+//! `tpar plan`: what tpar would run for one all-reduce (or all-gather, reduce-scatter), and why — or, with `--table`, the
 //! decision across sizes (8 B to 1 GiB) and world sizes (2 to 8) for a topology.
 //!
 //! Honours the `TPAR_*` variables (TPAR_ALGO, TPAR_TRANSPORT, TPAR_MAX_BYTES, TPAR_DISABLE,
@@ -6,9 +6,9 @@
 
 use std::path::PathBuf;
 use tpar::units::human_bytes;
-use tpar::plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use tpar::plan::{plan_collective, Backend, CaptureMode, Overrides, Plan, PlanInput};
 use tpar::profile::ProfileFingerprint;
-use tpar::{DType, Profile, Topology, Transport};
+use tpar::{Collective, DType, Profile, Topology, Transport};
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Settings read from the environment, as a communicator reads them at init:\n  \
@@ -42,6 +42,11 @@ pub struct PlanArgs {
     /// Plan for a call captured in a CUDA graph (default: eager launches).
     #[arg(long)]
     pub graph: bool,
+    /// The collective: all-reduce, all-gather or reduce-scatter (nccl-tests' names taken too).
+    /// For the all-gather and the reduce-scatter, --bytes is per rank: the all-gather's input,
+    /// the reduce-scatter's output
+    #[arg(long, default_value = "all-reduce", value_parser = crate::harness::parse_collective)]
+    pub collective: Collective,
     /// cpu or cuda. Default: cuda when the topology has GPUs, else cpu.
     #[arg(long, value_parser = parse_backend)]
     pub backend: Option<Backend>,
@@ -92,6 +97,8 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
         overrides: &overrides,
     };
 
+    let c = args.collective;
+    let plan = |i: &PlanInput<'_>| plan_collective(c, i);
     if args.table {
         let decide = |w, b| plan(&input(w, b));
         let worlds: Vec<usize> = match args.world {
@@ -131,8 +138,10 @@ pub fn run(args: PlanArgs) -> Result<(), String> {
     if args.json {
         println!("{}", serde_json::to_string(&p).map_err(|e| e.to_string())?);
     } else {
+        let what = if c == Collective::AllReduce { String::new() } else { format!("{c} of ") };
+        let per = if c == Collective::AllReduce { "" } else { " per rank" };
         println!(
-            "{} x {} ranks, {}, {}, {} backend on {}:",
+            "{what}{}{per} x {} ranks, {}, {}, {} backend on {}:",
             human_bytes(bytes),
             world,
             args.dtype,
