@@ -81,12 +81,12 @@ fn json_of(records: &[BenchRecord], incomplete: bool) -> Result<String, String> 
 
 /// The records as CSV; with `incomplete`, a last line says that the run stopped early.
 fn csv_of(records: &[BenchRecord], incomplete: bool) -> String {
-    let mut s = String::from("algorithm,backend,dtype,world,bytes,count,time_us,p10_us,p90_us,algbw,busbw,wrong,mode\n");
+    let mut s = String::from("algorithm,backend,dtype,world,bytes,count,time_us,p10_us,p90_us,algbw,busbw,wrong,mode,collective\n");
     for g in records {
         let r = &g.record;
         s.push_str(&format!(
-            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.4},{:.4},{},{}\n",
-            r.algorithm, r.backend, r.dtype, r.world, r.bytes, r.count, r.time_us, r.p10_us, r.p90_us, r.algbw, r.busbw, r.wrong, g.mode
+            "{},{},{},{},{},{},{:.3},{:.3},{:.3},{:.4},{:.4},{},{},{}\n",
+            r.algorithm, r.backend, r.dtype, r.world, r.bytes, r.count, r.time_us, r.p10_us, r.p90_us, r.algbw, r.busbw, r.wrong, g.mode, r.collective
         ));
     }
     if incomplete {
@@ -163,7 +163,10 @@ mod tests {
         write_json(&j, std::slice::from_ref(&rec)).unwrap();
         write_csv(&c, &[rec]).unwrap();
         assert!(!std::fs::read_to_string(&j).unwrap().contains("incomplete"));
-        assert!(!std::fs::read_to_string(&c).unwrap().contains("incomplete"));
+        let csv = std::fs::read_to_string(&c).unwrap();
+        assert!(!csv.contains("incomplete"));
+        // The collective is the last column, so readers of the earlier columns are unchanged.
+        assert!(csv.lines().next().unwrap().ends_with(",mode,collective") && csv.lines().nth(1).unwrap().ends_with(",eager,all-reduce"), "{csv}");
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left.len(), 2, "no temporary files left: {left:?}");
         let _ = std::fs::remove_dir_all(&dir);
