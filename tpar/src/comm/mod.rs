@@ -276,43 +276,24 @@ impl Communicator {
 
     /// The algorithm the plan picks for `bytes` of `dtype` on this communicator.
     pub fn planned(&mut self, dtype: crate::dtype::DType, bytes: usize) -> Algorithm {
-        let d = &mut self.dispatch;
-        d.cache
-            .get(&PlanInput {
-                topology: &d.topology,
-                world: self.world,
-                bytes: bytes as u64,
-                dtype,
-                capture: CaptureMode::Eager,
-                backend: Backend::Cpu,
-                profile: d.profile.as_ref(),
-                overrides: &d.overrides,
-            })
-            .algorithm
+        self.planned_for(Collective::AllReduce, dtype, bytes)
     }
 
     /// The algorithm the plan picks for `collective` of `bytes` per rank (as
     /// [`Collective::io_elems`] counts them) of `dtype`.
     pub fn planned_for(&mut self, collective: Collective, dtype: crate::dtype::DType, bytes: usize) -> Algorithm {
-        if collective == Collective::AllReduce {
-            return self.planned(dtype, bytes);
-        }
         let d = &mut self.dispatch;
-        d.cache
-            .get_for(
-                collective,
-                &PlanInput {
-                    topology: &d.topology,
-                    world: self.world,
-                    bytes: bytes as u64,
-                    dtype,
-                    capture: CaptureMode::Eager,
-                    backend: Backend::Cpu,
-                    profile: d.profile.as_ref(),
-                    overrides: &d.overrides,
-                },
-            )
-            .algorithm
+        let input = PlanInput {
+            topology: &d.topology,
+            world: self.world,
+            bytes: bytes as u64,
+            dtype,
+            capture: CaptureMode::Eager,
+            backend: Backend::Cpu,
+            profile: d.profile.as_ref(),
+            overrides: &d.overrides,
+        };
+        d.cache.get_for(collective, &input).algorithm
     }
 
     /// Every rank's `input`, concatenated in rank order, into `output` (`world x
