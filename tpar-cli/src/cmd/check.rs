@@ -62,15 +62,8 @@ pub struct Sweep {
 
 pub fn run(args: CheckArgs) -> Result<(), String> {
     let target = args.ranks.target("check", true)?;
-    let mut algos = harness::parse_algos(&args.algo, &target)?;
     let c = args.collective;
-    if args.algo.trim() == "all" {
-        algos.retain(|a| a.map_or(true, |a| tpar::algorithms::registry::computes(a, c).is_ok()));
-    } else {
-        for a in algos.iter().flatten() {
-            tpar::algorithms::registry::computes(*a, c).map_err(|e| format!("--algo {a}: {e}"))?;
-        }
-    }
+    let mut algos = harness::parse_algos_for(&args.algo, &target, c)?;
     if args.algo.trim() == "all" && !matches!(target, Target::Emulated { .. }) {
         algos.insert(0, None);
     }

@@ -44,7 +44,7 @@ pub mod table;
 pub mod verify;
 
 use clap::Args;
-use tpar::algorithms::registry::{algorithms_emulated, algorithms_on, spec};
+use tpar::algorithms::registry::{algorithms_emulated, algorithms_on, computes, spec};
 use tpar::plan::{Backend, CaptureMode};
 use tpar::units::Spread;
 use tpar::{Algorithm, Collective, DType, Transport};
@@ -326,6 +326,12 @@ impl RankArgs {
 /// `--algo`: `all`, `auto` (the plan's pick per call, as TPAR_ALGO=auto), or a comma list
 /// of what `target` runs. `None` in the result stands for `auto`.
 pub fn parse_algos(s: &str, target: &Target) -> Result<Vec<Option<Algorithm>>, String> {
+    parse_algos_for(s, target, Collective::AllReduce)
+}
+
+/// As [`parse_algos`], for calls of `c`: `all` is what these ranks run that computes `c`
+/// (the registry's `computes`), and a named algorithm that does not is refused, saying which do.
+pub fn parse_algos_for(s: &str, target: &Target, c: Collective) -> Result<Vec<Option<Algorithm>>, String> {
     crate::exit::refusing(|| {
         let runs = target.algorithms();
         let names = || runs.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
@@ -334,7 +340,7 @@ pub fn parse_algos(s: &str, target: &Target) -> Result<Vec<Option<Algorithm>>, S
             return Err(format!("--algo {s:?}: `all` and `auto` stand alone; or list algorithms from: {}", names()));
         }
         match items[..] {
-            ["all"] => return Ok(runs.iter().copied().map(Some).collect()),
+            ["all"] => return Ok(runs.iter().copied().filter(|a| computes(*a, c).is_ok()).map(Some).collect()),
             ["auto"] => return Ok(vec![None]),
             _ => {}
         }
@@ -342,11 +348,10 @@ pub fn parse_algos(s: &str, target: &Target) -> Result<Vec<Option<Algorithm>>, S
             .iter()
             .map(|x| {
                 let a: Algorithm = x.parse().map_err(|_| format!("--algo {x:?}: unknown; {} run: {}, or all, or auto", target.name(), names()))?;
-                if runs.contains(&a) {
-                    Ok(Some(a))
-                } else {
-                    Err(format!("--algo {a}: {} do not run it ({}); they run: {}", target.name(), spec(a).summary, names()))
+                if !runs.contains(&a) {
+                    return Err(format!("--algo {a}: {} do not run it ({}); they run: {}", target.name(), spec(a).summary, names()));
                 }
+                computes(a, c).map(|()| Some(a)).map_err(|e| format!("--algo {a}: {e}"))
             })
             .collect()
     })
@@ -661,6 +666,10 @@ mod tests {
         assert!(parse_collective("broadcast")
             .unwrap_err()
             .contains("--collective"));
+        let cpu = Target::Cpu;
+        assert_eq!(parse_algos_for("all", &cpu, Collective::AllGather).unwrap(), vec![Some(Algorithm::OneshotPush)]);
+        let e = parse_algos_for("twoshot-push", &cpu, Collective::ReduceScatter).unwrap_err();
+        assert!(e.contains("all-reduce only"), "{e}");
     }
 
     #[test]

@@ -31,14 +31,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         args.mode.as_deref()
     };
     let c = args.collective;
-    let mut algos = harness::parse_algos(&args.algo, &target)?;
-    if args.algo.trim() == "all" {
-        algos.retain(|a| a.map_or(true, |a| tpar::algorithms::registry::computes(a, c).is_ok()));
-    } else {
-        for a in algos.iter().flatten() {
-            tpar::algorithms::registry::computes(*a, c).map_err(|e| format!("--algo {a}: {e}"))?;
-        }
-    }
+    let algos = harness::parse_algos_for(&args.algo, &target, c)?;
     if c != Collective::AllReduce && (args.sequence.is_some() || args.compare.is_some()) {
         return Err(format!(
             "--collective {c}: --sequence and --compare time the all-reduce only"
