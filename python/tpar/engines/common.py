@@ -161,7 +161,7 @@ class TparCustomAllreduce:
         self.original_disabled = True  # SGLang's class keeps it equal to `disabled`
         self._IS_CAPTURING = False  # SGLang reads it (getattr) to pick its registered paths
         self._comm = None
-        self._routes = {}  # (dtype, nbytes, capturing) -> route (see _route)
+        self._routes = {}  # (collective, dtype, nbytes, capturing) -> route (see _route)
         self._chunks = {}  # batch-invariant splits: (dtype, nbytes, capturing) -> chunk elements
         self.group = group
         self.max_size = int(max_size)
@@ -208,17 +208,32 @@ class TparCustomAllreduce:
 
     # -- deciding --------------------------------------------------------------------------
 
-    def _route(self, inp, nbytes: int) -> str:
-        """The algorithm tpar runs for ``inp`` (of ``nbytes``) now: asked once per dtype,
-        size and capture state, then remembered (engines ask several times per call)."""
+    def _route(self, inp, nbytes: int, collective: str = "all-reduce", per_rank=None) -> str:
+        """The algorithm tpar runs for ``collective`` of ``inp`` (``nbytes``; ``per_rank``:
+        the tensor the plan counts, the all-gather's input or the reduce-scatter's output)
+        now: asked once per collective, dtype, size and capture state, then remembered
+        (engines ask several times per call)."""
         capturing = self._comm._cuda and _capturing()
-        key = (inp.dtype, nbytes, capturing)
+        key = (collective, inp.dtype, nbytes, capturing)
         r = self._routes.get(key)
         if r is None:
             if len(self._routes) >= PLAN_MEMO_LIMIT:
                 self._routes.clear()
-            r = self._routes[key] = self._comm.plan(inp)
+            if collective == "all-reduce":
+                r = self._comm.plan(inp)
+            else:
+                r = self._comm.plan_collective(collective, per_rank)
+            self._routes[key] = r
         return r
+
+    def _eligible(self, inp) -> bool:
+        """Whether tpar can take ``inp`` at all: on, a supported dtype, contiguous, on this
+        communicator's device, 16-byte aligned."""
+        if self.disabled or self._comm is None:
+            return False
+        if inp.dtype not in _SUPPORTED or not inp.is_contiguous() or inp.device != self._comm.device:
+            return False
+        return inp.data_ptr() % 16 == 0
 
     def should_custom_ar(self, inp) -> bool:
         """Yes where tpar's plan runs a kernel for this tensor; no where it says NCCL (the
@@ -230,12 +245,10 @@ class TparCustomAllreduce:
         kernels that sum in rank order (chunked where the plan would pick NCCL or
         ``hierarchical``), bitwise the same for every size. Where even the smallest chunk
         would not, no."""
-        if self.disabled or self._comm is None:
-            return False
-        if inp.dtype not in _SUPPORTED or not inp.is_contiguous() or inp.device != self._comm.device:
+        if not self._eligible(inp):
             return False
         nbytes = inp.numel() * inp.element_size()
-        if nbytes == 0 or inp.data_ptr() % 16 != 0:
+        if nbytes == 0:
             return False
         if self.batch_invariant:
             return self._chunk(inp, nbytes) is not None
@@ -312,21 +325,12 @@ class TparCustomAllreduce:
         all-reduce, whole 16-byte vectors per rank (tpar's kernels' rule; NCCL takes other
         sizes anyway), at most ``max_size`` bytes per rank, and a route that is tpar's
         kernel (every one of them sums in rank order)."""
-        if self.disabled or self._comm is None:
-            return False
-        if inp.dtype not in _SUPPORTED or not inp.is_contiguous() or inp.device != self._comm.device:
+        if not self._eligible(inp):
             return False
         nbytes = per_rank.numel() * per_rank.element_size()
-        if nbytes == 0 or nbytes % 16 != 0 or inp.data_ptr() % 16 != 0 or nbytes > self.max_size:
+        if nbytes == 0 or nbytes % 16 != 0 or nbytes > self.max_size:
             return False
-        capturing = self._comm._cuda and _capturing()
-        key = (collective, inp.dtype, nbytes, capturing)
-        r = self._routes.get(key)
-        if r is None:
-            if len(self._routes) >= PLAN_MEMO_LIMIT:
-                self._routes.clear()
-            r = self._routes[key] = self._comm.plan_collective(collective, per_rank)
-        return r not in NOT_RANK_ORDER
+        return self._route(inp, nbytes, collective, per_rank) not in NOT_RANK_ORDER
 
     def custom_all_gather(self, inp):
         """vLLM's ``custom_all_gather``: every rank's ``inp`` concatenated along dim 0
