@@ -348,8 +348,11 @@ class TparCustomAllreduce:
         tpar's plan gives the call to NCCL."""
         if inp.dim() == 0 or inp.shape[0] % self.world_size != 0:
             return None
-        out = inp.new_empty((inp.shape[0] // self.world_size,) + tuple(inp.shape[1:]))
-        if self._takes_collective("reduce-scatter", inp, out):
+        n = inp.shape[0] // self.world_size
+        # The plan counts the output; a view of that shape asks it without allocating one
+        # for calls that go to NCCL.
+        if self._takes_collective("reduce-scatter", inp, inp[:n]):
+            out = inp.new_empty((n,) + tuple(inp.shape[1:]))
             return self._comm.reduce_scatter_tensor(out, inp)
         if self.batch_invariant:
             # One order at every size: where the plan would give this reduce-scatter to NCCL,
@@ -357,7 +360,6 @@ class TparCustomAllreduce:
             # the same bits as tpar's reduce-scatter would give.
             full = self.custom_all_reduce(inp)
             if full is not None:
-                n = out.shape[0]
                 return full[self.rank * n:(self.rank + 1) * n].clone()
         return None
 
