@@ -55,8 +55,8 @@
 // the row's sums meet in distributed shared memory (below). Like the plain fused variant, it
 // copies the first vector's residual and weight into this block's shared memory before the
 // all-reduce's waits (stage: cp.async, one slot a thread, in flight beside the waits without
-// holding registers across them; holding them in registers slowed the reduction, round 12;
-// the plain fused variants staged from round 15 on, 0.15-0.35 us faster at 3 and 8 rows than
+// holding registers across them; holding them in registers slowed the reduction,
+// bench/results/2026-12-02-h200-fused-cluster/; staging is 0.15-0.35 us faster at 3 and 8 rows than
 // their L1 prefetch, which one-shot pull's barrier acquire invalidates:
 // bench/results/2026-12-03-h200-fused-launches-staging/).
 #if defined(TPAR_FUSED_CLUSTER)

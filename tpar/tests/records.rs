@@ -114,6 +114,18 @@ fn bench_results_holds_records_only() {
         if !command {
             problems.push(format!("{RESULTS}/{name}/README.md: its first 12 lines quote no command (`scripts/...`, `bench/compare/...` or `tpar ...`)"));
         }
+        // The entries the reproduce sentence names exist (one that is gone is said in words).
+        let reproduce = head.split_once("Reproduce").map(|(_, r)| r.split("Raw:").next().unwrap_or(r)).unwrap_or("");
+        for dir in ["scripts/", "bench/compare/"] {
+            for (i, _) in reproduce.match_indices(dir) {
+                let tail = &reproduce[i..];
+                let end = tail.find(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c))).unwrap_or(tail.len());
+                let entry = tail[..end].trim_end_matches('.');
+                if !root().join(entry).is_file() {
+                    problems.push(format!("{RESULTS}/{name}/README.md: reproduces with {entry}, which does not exist"));
+                }
+            }
+        }
     }
     assert!(problems.is_empty(), "bench/results:\n  {}", problems.join("\n  "));
 }

@@ -72,13 +72,13 @@ pub const PCIE_MAX_BLOCKS: u32 = 8;
 pub const PCIE_BYTES_PER_BLOCK: u64 = 8 * KIB;
 /// Most blocks an NVLink kernel uses below [`NVLINK_WIDE_MIN_BYTES`]. Measured on 4 H200s
 /// (blocks sweep, bench/results/2026-11-29-h200-x4-all-algorithms/README.md): at 1 MiB, 32 blocks beat 16 (one-shot, 4 ranks:
-/// 18.75 vs 25.66 us). 64 did worse below 2 MiB on one H200 with emulated ranks (round 9,
-/// bench/results/2026-12-02-h200-peer-loads-registered-reduce: 256 KiB one-shot pull 5.21 -> 5.53 us at 4 ranks, 8.09 ->
+/// 18.75 vs 25.66 us). 64 did worse below 2 MiB on one H200 with emulated ranks
+/// (bench/results/2026-12-02-h200-peer-loads-registered-reduce/README.md: 256 KiB one-shot pull 5.21 -> 5.53 us at 4 ranks, 8.09 ->
 /// 8.93 at 8; 1 MiB two-shot pull 5.40 -> 5.56 at 2).
 pub const NVLINK_MAX_BLOCKS: u32 = 32;
 /// From this size on, NVLink kernels may use [`NVLINK_WIDE_MAX_BLOCKS`]: the registered
 /// reduce is bound by how many SMs move the bytes. One H200, emulated ranks, bf16, graphs
-/// (bench/results/2026-12-02-h200-peer-loads-registered-reduce, call 2): two-shot pull at 2 ranks 4 MiB 10.06 us on 32
+/// (bench/results/2026-12-02-h200-peer-loads-registered-reduce/blocks-64/): two-shot pull at 2 ranks 4 MiB 10.06 us on 32
 /// blocks, 8.04 on 64 (40: 10.25, 48: 9.40, 56: 8.87); 16 MiB 32.37 -> 25.83; 4 ranks 4 MiB
 /// 11.65 -> 11.49, 16 MiB 43.73 -> 43.02. Where the ranks share one GPU the launcher lowers the
 /// grid until every rank's blocks are resident (8 emulated ranks: as before).
@@ -91,7 +91,7 @@ pub const NVLINK_WIDE_MAX_BLOCKS: u32 = MAX_KERNEL_BLOCKS;
 /// that every rank's running grid and its next one (programmatic dependent launch) each have
 /// SMs of their own. A rank alone on its GPU is never limited (132 SMs / 2 = 66 blocks, above
 /// [`NVLINK_MAX_BLOCKS`]). One H200, emulated ranks, bf16, graphs of 20 calls, PDL on, us per
-/// call, the policy's grid against this one (bench/results/2026-12-02-h200-pull-copy-shared-grid, call 2): 4 ranks
+/// call, the policy's grid against this one (bench/results/2026-12-02-h200-pull-copy-shared-grid/shared-gpu-grid/): 4 ranks
 /// (16 blocks instead of 32) 256 KiB one-shot pull zero copy 3.99 vs 4.80 (at 32 blocks the
 /// default variant cannot hold two grids of every rank: PDL was off), two-shot pull 4.49 vs
 /// 5.63, 1 MiB two-shot pull 5.28 vs 5.98; 8 ranks (8 instead of 21-32) 122 x 42 KiB one-shot
@@ -151,11 +151,11 @@ pub fn lean_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
 /// 16 MiB 32.35 vs 94.02); one-shot pull loses to 256 KiB (its end barrier costs more than
 /// the copy saves: 8 ranks 256 KiB 10.25 vs 8.06, 2 ranks 3.58 vs 4.41) and gains from 1 MiB
 /// at 2 and 4 ranks (6.38 vs 7.58, 9.91 vs 11.73; at 8 ranks 19.35 vs 18.00, where the plan
-/// never picks one-shot). Round 10 (bench/results/2026-12-02-h200-registered-barriers-arithmetic/) relaxed the registered
+/// never picks one-shot). Measured after relaxing (bench/results/2026-12-02-h200-registered-barriers-arithmetic/barriers/) the registered
 /// barriers (io.cuh); one-shot pull zero copy at 256 KiB is then 3.30 us against the copy's
 /// 3.54 at 2 ranks (where the plan runs one-shot push, 2.82), 5.22-5.28 against 5.15-5.26 at
 /// 4, 8.48-8.66 against 7.99-8.05 at 8: nowhere a win the plan would take, so 1 MiB stayed.
-/// Round 11 (bench/results/2026-12-02-h200-pull-copy-shared-grid, call 2: no canonical-form pass on the pull
+/// With (bench/results/2026-12-02-h200-pull-copy-shared-grid/shared-gpu-grid/: no canonical-form pass on the pull
 /// paths' loads, and the grid of [`shared_gpu_blocks`] under which PDL stays on): zero copy
 /// against copy, us, 4 ranks 256 KiB 3.99 vs 4.78, 8 ranks 256 KiB 6.61 vs 8.86, 2 ranks
 /// 256 KiB 2.94 vs 3.20; at 64 KiB 3.33 vs 3.34 (4 ranks) but 4.68 vs 4.55 (8), at 16 KiB 4.26
@@ -173,7 +173,7 @@ pub fn registered_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
 /// world (<= 2, <= 4, more): one-shot push up to the first size, one-shot pull (copy) up to
 /// the second, two-shot pull above, tpar's kernels up to [`NVLINK_GRAPH_CUSTOM_MAX_BYTES`].
 /// Measured on one H200 with emulated ranks (every peer is local memory, as on NVSwitch),
-/// bf16, graphs, PDL on, us per call (bench/results/2026-12-02-h200-large-zero-copy-graph/, call 1):
+/// bf16, graphs, PDL on, us per call (bench/results/2026-12-02-h200-large-zero-copy-graph/README.md):
 /// - 2 ranks: one-shot push 2.88 at 256 KiB (two-shot pull 4.66), 8.12 at 1 MiB (two-shot
 ///   pull 5.41): the cut between them, at 512 KiB, interpolated; one-shot pull never leads.
 /// - 4 ranks: one-shot push 3.32 at 64 KiB (pull 3.83); at 256 KiB pull 5.15, push 5.43,
@@ -181,7 +181,7 @@ pub fn registered_min_bytes(algo: crate::kinds::Algorithm) -> u64 {
 /// - 8 ranks: push 4.00-4.34 at 1-16 KiB (pull 3.80-3.97 with PDL, but 5.13-5.47 against
 ///   push's 4.84-5.37 without: push stays), pull from 32 KiB (the 122 x 42 KiB step 4.12 vs
 ///   push 4.42; 64 KiB 4.83 vs 5.59; 256 KiB 8.06 vs two-shot pull 8.80), two-shot pull from
-///   1 MiB (9.65 vs one-shot pull 18.00). Round 10 (bench/results/2026-12-02-h200-registered-barriers-arithmetic/, call 7:
+///   1 MiB (9.65 vs one-shot pull 18.00). With (bench/results/2026-12-02-h200-registered-barriers-arithmetic/cheaper-arithmetic/:
 ///   cheaper reduce arithmetic, relaxed registered barriers): at 256 KiB two-shot pull 7.41 /
 ///   7.32 us against one-shot pull's 7.98 / 7.80 (two runs; vLLM 8.42 / 8.29), so two-shot
 ///   from above 128 KiB (the cut between 64 KiB, where one-shot pull leads, and 256 KiB,
