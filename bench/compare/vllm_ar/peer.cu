@@ -5,7 +5,7 @@
 // the vLLM source distribution (pinned by sha256), extracts three headers and compiles this
 // file against them on the GPU machine:
 //
-//   nvcc -O3 -std=c++20 -arch=sm_90 -shared -Xcompiler -fPIC -I<vllm>/csrc peer.cu
+//   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -I<vllm>/csrc peer.cu
 //        -o libtpar_vllm_ar.so -L/usr/local/cuda/lib64/stubs -lcuda
 //
 // The all-gather and the reduce-scatter: vLLM launches their kernels from
@@ -94,8 +94,10 @@ struct Peer {
   size_t max_bytes = 0;
   bool full_nvlink = true;
   int block_limit = vllm::defaultBlockLimit;
-  // The all-gather's and the reduce-scatter's (their kernels' own residency).
+  // The all-gather's and the reduce-scatter's (their kernels' own residency); 0 when an
+  // explicit limit does not fit them, `agrs_error` saying why (the all-reduce still runs).
   int block_limit_agrs = vllm::defaultBlockLimit;
+  std::string agrs_error;
   std::vector<Slot> slots;
   // Rank processes: the peers' buffers opened from their IPC handles (closed on destroy).
   std::vector<void*> opened;
@@ -194,15 +196,16 @@ int resident_agrs_for_world(int world, std::string& regs) {
 }
 
 // The block limit of one family of kernels: `block_limit` (0: vLLM's default) where every
-// local rank's blocks are resident together; the default is lowered to fit, an explicit limit
-// that does not fit is refused. -1 with the message set when not one block per rank fits.
-int fit_block_limit(int block_limit, int per_sm, int sms, int nlocal, const char* what) {
-  int fit = per_sm * sms / nlocal;  // blocks per rank that can all be resident together
+// local rank's blocks are resident together, `spare` resident blocks left over; the default is
+// lowered to fit, an explicit limit that does not fit is refused. -1 with the message set when
+// not one block per rank fits.
+int fit_block_limit(int block_limit, int per_sm, int sms, int nlocal, int spare, const char* what) {
+  int fit = (per_sm * sms - spare) / nlocal;  // blocks per rank that can all be resident together
   int limit = block_limit ? block_limit : vllm::defaultBlockLimit;
   if (limit > fit) {
     if (block_limit) {
       return fail(std::string(what) + ": block limit " + std::to_string(block_limit) + " x " + std::to_string(nlocal) +
-                  " ranks on this GPU exceeds its resident blocks (" + std::to_string(per_sm * sms) + ")");
+                  " ranks on this GPU exceeds its resident blocks (" + std::to_string(per_sm * sms - spare) + ")");
     }
     limit = fit;
   }
@@ -283,6 +286,10 @@ vllm::RankData* agrs_check(Peer& p, int slot, int dtype, size_t count, size_t st
     fail("bad slot, or not connected");
     return nullptr;
   }
+  if (p.block_limit_agrs < 1) {
+    fail(p.agrs_error);
+    return nullptr;
+  }
   if (!dtype_ok(dtype)) {
     fail("dtype code " + std::to_string(dtype) + ": vLLM's " + what + " takes f32, f16 and bf16");
     return nullptr;
@@ -349,22 +356,27 @@ int tpar_peer_create(int device, int world, const int* ranks, int nlocal, size_t
   if (per_sm < 0 || per_sm_agrs < 0) return fail("cudaOccupancyMaxActiveBlocksPerMultiprocessor failed for vLLM's kernels");
   int sms = 0;
   TRY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int limit = fit_block_limit(block_limit, per_sm, sms, nlocal, "all-reduce");
+  int limit = fit_block_limit(block_limit, per_sm, sms, nlocal, 0, "all-reduce");
   if (limit < 0) return -1;
-  int limit_agrs = fit_block_limit(block_limit, per_sm_agrs, sms, nlocal, "all-gather/reduce-scatter");
-  if (limit_agrs < 0) return -1;
+  // The all-gather and the reduce-scatter copy their input before their kernel in a graph
+  // too, while other ranks' kernels may already spin: one SM's worth of blocks stays free
+  // for a copy the GPU runs on its SMs (with one rank per process there is nothing to share).
+  int spare = nlocal > 1 ? per_sm_agrs : 0;
+  int limit_agrs = fit_block_limit(block_limit, per_sm_agrs, sms, nlocal, spare, "all-gather/reduce-scatter");
+  std::string agrs_error = limit_agrs < 0 ? g_error : std::string();
   Peer* p = new Peer();
   p->device = device;
   p->world = world;
   p->max_bytes = max_bytes;
   p->full_nvlink = full_nvlink != 0;
   p->block_limit = limit;
-  p->block_limit_agrs = limit_agrs;
+  p->block_limit_agrs = limit_agrs < 0 ? 0 : limit_agrs;
+  p->agrs_error = agrs_error;
   p->info = "blocks per call <= " + std::to_string(limit) + " (vLLM's default " + std::to_string(vllm::defaultBlockLimit) +
             "; " + std::to_string(nlocal) + " local rank(s) x " + std::to_string(limit) + " <= " + std::to_string(per_sm) +
             " per SM x " + std::to_string(sms) + " SMs, all resident), registers 1stage/2stage per dtype f32,f16,bf16:" + regs +
-            "; all-gather/reduce-scatter blocks <= " + std::to_string(limit_agrs) + " (" + std::to_string(per_sm_agrs) +
-            " per SM), registers" + regs_agrs + ", full_nvlink " + (p->full_nvlink ? "true" : "false");
+            "; all-gather/reduce-scatter blocks <= " + (limit_agrs > 0 ? std::to_string(limit_agrs) : "none (" + agrs_error + ")") +
+            " (" + std::to_string(per_sm_agrs) + " per SM, one SM's worth left free for the input copies), registers" + regs_agrs + ", full_nvlink " + (p->full_nvlink ? "true" : "false");
   for (int i = 0; i < nlocal; i++) {
     Slot s;
     s.rank = ranks[i];
@@ -398,7 +410,8 @@ const char* tpar_peer_info(void* h) { return static_cast<Peer*>(h)->info.c_str()
 int tpar_peer_block_limit(void* h, int collective) {
   Peer& p = *static_cast<Peer*>(h);
   if (collective == kAllReduce) return p.block_limit;
-  if (collective == kAllGather || collective == kReduceScatter) return p.block_limit_agrs;
+  if (collective == kAllGather || collective == kReduceScatter)
+    return p.block_limit_agrs > 0 ? p.block_limit_agrs : fail(p.agrs_error);
   return fail("unknown collective code " + std::to_string(collective));
 }
 

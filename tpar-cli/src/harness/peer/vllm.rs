@@ -152,6 +152,8 @@ pub(super) struct VllmRanks<'a> {
     end: Event,
     ctl: Ctl<'a>,
     pub(super) label: String,
+    /// The bytes of every local rank's input and output buffer.
+    max_bytes: usize,
     // Last: streams, events and buffers need the context it holds.
     dev: Device,
 }
@@ -211,7 +213,7 @@ impl<'a> VllmRanks<'a> {
         let rc = unsafe { (api.create)(ordinal as c_int, world as c_int, ranks_c.as_ptr(), ranks_c.len() as c_int, max_bytes, c_int::from(full_nvlink), tpar::settings::vllm_blocks().unwrap_or(0) as c_int, &mut h) };
         api.rc(rc, "create")?;
         // From here `me` owns h: dropping it destroys h.
-        let mut me = VllmRanks { api, h, world, locals, origin, fork, start, end, ctl, label, dev };
+        let mut me = VllmRanks { api, h, world, locals, origin, fork, start, end, ctl, label, max_bytes, dev };
         me.connect()?;
         Ok(me)
     }
@@ -271,6 +273,10 @@ impl<'a> VllmRanks<'a> {
             Collective::AllGather => (self.api.all_gather, "all_gather"),
             Collective::ReduceScatter => (self.api.reduce_scatter, "reduce_scatter"),
         };
+        let (ins, outs) = c.io_elems(count, self.world);
+        if ins.max(outs).saturating_mul(d.size()) > self.max_bytes {
+            return Err(format!("vllm {what}: {count} elements per rank do not fit its {} B buffers", self.max_bytes));
+        }
         let fork_join = self.capturing_many() && !capturing;
         if fork_join {
             self.timing_stream().record(&self.fork).map_err(err)?;
@@ -280,10 +286,9 @@ impl<'a> VllmRanks<'a> {
                 l.stream.wait(&self.fork).map_err(err)?;
             }
             // SAFETY: input and output are live device buffers of max_bytes, which hold the
-            // call's input and output (`compare` passes no call larger than the max_bytes these
-            // buffers were made with; the library checks its staged bytes against its own
-            // buffers of the same max_bytes); the stream is live; they outlive every enqueued
-            // call (synchronized before drop).
+            // call's input and output (checked above; the library checks its staged bytes
+            // against its own buffers of the same max_bytes); the stream is live; they outlive
+            // every enqueued call (synchronized before drop).
             let rc = unsafe {
                 entry(
                     self.h,
