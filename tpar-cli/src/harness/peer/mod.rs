@@ -396,6 +396,12 @@ fn compare(
             return Err("--compare runs on GPUs (emulated ranks or one process per GPU)".into());
         };
         let mut v = VllmRanks::new(api, site, max_bytes)?;
+        if c != Collective::AllReduce && !v.full_nvlink {
+            if root {
+                println!("#\n# {}: skipped: vLLM runs its custom {c} only where every pair of GPUs is on NVLink (it gives these calls to NCCL)", p.name);
+            }
+            continue;
+        }
         let blocks = v.block_limit(c)?;
         if root {
             println!("#");

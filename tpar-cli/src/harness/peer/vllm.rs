@@ -154,6 +154,8 @@ pub(super) struct VllmRanks<'a> {
     pub(super) label: String,
     /// The bytes of every local rank's input and output buffer.
     max_bytes: usize,
+    /// vLLM's `fully_connected` for this group (its all-gather and reduce-scatter need it).
+    pub(super) full_nvlink: bool,
     // Last: streams, events and buffers need the context it holds.
     dev: Device,
 }
@@ -213,7 +215,7 @@ impl<'a> VllmRanks<'a> {
         let rc = unsafe { (api.create)(ordinal as c_int, world as c_int, ranks_c.as_ptr(), ranks_c.len() as c_int, max_bytes, c_int::from(full_nvlink), tpar::settings::vllm_blocks().unwrap_or(0) as c_int, &mut h) };
         api.rc(rc, "create")?;
         // From here `me` owns h: dropping it destroys h.
-        let mut me = VllmRanks { api, h, world, locals, origin, fork, start, end, ctl, label, max_bytes, dev };
+        let mut me = VllmRanks { api, h, world, locals, origin, fork, start, end, ctl, label, max_bytes, full_nvlink, dev };
         me.connect()?;
         Ok(me)
     }
