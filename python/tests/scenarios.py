@@ -243,6 +243,47 @@ def fusion_routing(rank, world):
     fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w, 1e-6, world, True, True, 64, 4, quant_out=torch.empty(1), _group_ca=lambda: ca)
     fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w.float(), 1e-6, world, True, True, 64, 4, _group_ca=lambda: ca)
     rec["handed_back"] = handed
+    # tpar's own vLLM pass's op: every pattern of the family through the communicator's
+    # all_reduce_rmsnorm (takes() accepts the no-residual form), bit for bit the reference;
+    # without a residual the second output is the all-reduced sum.
+    from tpar.engines import vllm_pass
+    from tpar.testing import reference, reference_rmsnorm
+
+    scale = torch.tensor([0.004], dtype=torch.float32)
+    total = vllm_pass._stats["fused"]
+    fam = []
+    for residual in (True, False):
+        for gemma in (False, True):
+            for fp8 in (False, True):
+                r0 = res.clone() if residual else None
+                sc = scale if fp8 else None
+                want_o, want_r = reference_rmsnorm(xs, w, 1e-6, residual=r0, gemma=gemma, fp8_scale=sc)
+                if want_r is None:
+                    want_r = reference([t.reshape(-1) for t in xs], torch.bfloat16).reshape(xs[0].shape)
+                o, ro = vllm_pass.vllm_all_reduce_rmsnorm(xs[rank].clone(), r0, w, 1e-6, gemma, sc, _group_ca=lambda: ca)
+                fam.append(bits(o) == bits(want_o) and bits(ro) == bits(want_r) and (o.dtype == torch.float8_e4m3fn) == fp8)
+    rec["vllm_pass_family"] = all(fam) and vllm_pass._stats["fused"] - total == 8 and fusion.takes(ca, xs[rank], None, w)
+    # out= / residual_out= of the communicator's family call, poisoned first.
+    comm = ca._comm
+    outs = []
+    for residual in (True, False):
+        for fp8 in (False, True):
+            r0 = res.clone() if residual else None
+            sc = scale if fp8 else None
+            want_o, want_r = reference_rmsnorm(xs, w, 1e-6, residual=r0, gemma=True, fp8_scale=sc)
+            if want_r is None:
+                want_r = reference([t.reshape(-1) for t in xs], torch.bfloat16).reshape(xs[0].shape)
+            out = torch.full(xs[rank].shape, 7.0).to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
+            ro_buf = torch.full_like(xs[rank], float("nan"))
+            o, ro = comm.all_reduce_rmsnorm(xs[rank].clone(), w, 1e-6, residual=r0, gemma=True, fp8_scale=sc, out=out, residual_out=ro_buf)
+            outs.append(o is out and ro is ro_buf and bits(out) == bits(want_o) and bits(ro_buf) == bits(want_r))
+    try:
+        x8 = xs[rank].clone()
+        comm.all_reduce_rmsnorm(x8, w, 1e-6, fp8_scale=scale, out=x8)
+        outs.append(False)
+    except tpar.InvalidArgumentError:
+        outs.append(True)
+    rec["family_out_args"] = all(outs)
     ca.close()
     return rec
 

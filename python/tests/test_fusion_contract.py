@@ -157,3 +157,4 @@ def test_fused_routing_on_cpu_ranks():
         res = r["result"]
         assert res["vllm_inplace"] and res["vllm_norm_out"] and res["sglang"], res
         assert res["handed_back"] == ["gemma", "quant", "dtype"], res
+        assert res["vllm_pass_family"] and res["family_out_args"], res

@@ -390,19 +390,26 @@ class Communicator:
         residual: Optional[torch.Tensor] = None,
         gemma: bool = False,
         fp8_scale: Optional[torch.Tensor] = None,
+        out: Optional[torch.Tensor] = None,
+        residual_out: Optional[torch.Tensor] = None,
     ):
         """The fused all-reduce + RMSNorm family (docs/cuda.md "Fused all-reduce + RMSNorm
-        family"): the all-reduce of ``x``, then, per row (``weight.numel()`` elements),
-        with ``residual`` its add (``residual_out = round(sum + residual)``), the RMSNorm with
-        the weight, or with ``gemma`` the weight plus one (``float32(w) + 1.0``, as vLLM's and
-        SGLang's GemmaRMSNorm), and with ``fp8_scale`` (a 1-element float32 tensor) the output
-        quantized as vLLM's ``static_scaled_fp8_quant`` (``x * float32(1 / scale)``, clamped
-        to +-448, round to nearest even) into ``torch.float8_e4m3fn``. Returns ``(out,
-        residual_out)``, ``residual_out`` None without a residual; bit for bit what
-        ``tpar.testing.reference_rmsnorm`` gives, on every rank. The residual pattern without
-        Gemma or FP8 is ``all_reduce_add_rmsnorm`` (one kernel where the plan has one); the
-        others run tpar's all-reduce, then the norm (+ quant) in torch operations
-        (``tpar.testing.rmsnorm``: the same bits)."""
+        family"): the
+        all-reduce of ``x``, then, per row (``weight.numel()`` elements), with ``residual``
+        its add (``residual_out = round(sum + residual)``), the RMSNorm with the weight, or
+        with ``gemma`` the weight plus one (``float32(w) + 1.0``, as vLLM's and SGLang's
+        GemmaRMSNorm), and with ``fp8_scale`` (a 1-element float32 tensor on x's device) the
+        output quantized as vLLM's ``static_scaled_fp8_quant`` (``x * float32(1 / scale)``,
+        clamped to +-448, round to nearest even) into ``torch.float8_e4m3fn``. Returns
+        ``(out, residual_out)``; bit for bit what ``tpar.testing.reference_rmsnorm`` gives, on
+        every rank. Without a residual, ``residual_out`` (when given) receives the all-reduced
+        sum and is returned; else the second element is None. ``out`` / ``residual_out``
+        given: written in place (``out`` may be ``x`` unless FP8, ``residual_out`` may be
+        ``residual`` or ``x``). On CUDA every pattern runs in tpar's fused kernel where the
+        plan has one for the size, else tpar's all-reduce (or NCCL) then tpar's norm kernel
+        (the same bits); enqueued on the current stream, capturable. CPU ranks: tpar's
+        all-reduce, then the norm (+ quant) in torch operations (``tpar.testing.rmsnorm``:
+        the same bits)."""
         name = self._validate(x, "x")
         if self._validate(weight, "weight") != name:
             raise InvalidArgumentError(f"invalid argument `weight`: dtype {weight.dtype}, but x is {x.dtype}")
@@ -413,17 +420,65 @@ class Communicator:
         if residual is not None:
             if self._validate(residual, "residual") != name or residual.shape != x.shape:
                 raise InvalidArgumentError(f"invalid argument `residual`: {residual.dtype} {tuple(residual.shape)} does not match x's {x.dtype} {tuple(x.shape)}")
-        if fp8_scale is not None:
+        fp8 = fp8_scale is not None
+        if fp8:
             if not isinstance(fp8_scale, torch.Tensor) or fp8_scale.dtype != torch.float32 or fp8_scale.numel() != 1:
                 raise InvalidArgumentError(f"invalid argument `fp8_scale`: expected a 1-element float32 tensor, got {fp8_scale!r}")
             if fp8_scale.device != x.device:
                 raise InvalidArgumentError(f"invalid argument `fp8_scale`: on {fp8_scale.device}, but x is on {x.device}")
-        if residual is not None and not gemma and fp8_scale is None:
-            return self.all_reduce_add_rmsnorm(x, residual, weight, eps)
-        from tpar.testing import rmsnorm
+        out_dtype = torch.float8_e4m3fn if fp8 else x.dtype
+        if out is not None and (out.dtype != out_dtype or out.shape != x.shape or out.device != x.device or not out.is_contiguous()):
+            raise InvalidArgumentError(f"invalid argument `out`: {out.dtype} {tuple(out.shape)} on {out.device}; expected contiguous {out_dtype} {tuple(x.shape)} on {x.device}")
+        if fp8 and out is x:
+            raise InvalidArgumentError("invalid argument `out`: the FP8 output cannot be x (1 byte an element)")
+        if residual_out is not None and (self._validate(residual_out, "residual_out") != name or residual_out.shape != x.shape):
+            raise InvalidArgumentError(f"invalid argument `residual_out`: {residual_out.dtype} {tuple(residual_out.shape)} does not match x's {x.dtype} {tuple(x.shape)}")
+        want_sum = residual is not None or residual_out is not None
+        if self._native is None or not self._cuda:
+            from tpar.testing import rmsnorm
 
-        s = self.all_reduce(x) if self._native is not None else x
-        return rmsnorm(s, weight, float(eps), residual=residual, gemma=gemma, fp8_scale=fp8_scale)
+            s = self.all_reduce(x) if self._native is not None else x
+            o, r = rmsnorm(s, weight, float(eps), residual=residual, gemma=gemma, fp8_scale=fp8_scale)
+            if r is None and residual_out is not None:
+                r = s
+            if out is not None:
+                out.copy_(o)
+                o = out
+            if residual_out is not None and r is not residual_out:
+                residual_out.copy_(r)
+                r = residual_out
+            return o, (r if want_sum else None)
+        if not (fp8_scale is None or fp8_scale.is_contiguous()):
+            fp8_scale = fp8_scale.contiguous()
+        hidden = weight.numel()
+        rows = x.numel() // hidden if hidden else 0
+        if out is None:
+            out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+        if residual_out is None:
+            residual_out = torch.empty_like(x)  # the updated residual, or the sum
+        capturing = torch.cuda.is_current_stream_capturing()
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        res_ptr = residual.data_ptr() if residual is not None else 0
+        scale_ptr = fp8_scale.data_ptr() if fp8 else 0
+        ptrs = (x.data_ptr(), res_ptr, weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
+        path, _ = self._native.all_reduce_add_rmsnorm(stream, name, rows, hidden, float(eps), *ptrs, capturing, self.nccl_group is None, gemma=bool(gemma), scale=scale_ptr)
+        if path == "nccl":
+            # The plan gave this size to NCCL and the caller's group runs it: that all-reduce
+            # into the buffer the unfused path sums into (tpar::cuda::FusedBufs::unfused_sum),
+            # then tpar's norm kernel in place on it.
+            if not fp8:
+                target = out
+            elif residual is not None and residual_out is residual:
+                target = x
+            else:
+                target = residual_out
+            if target is not x:
+                target.copy_(x)
+            dist.all_reduce(target, group=self.nccl_group)
+            self._native.add_rmsnorm(stream, name, rows, hidden, float(eps), target.data_ptr(), res_ptr, weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(), gemma=bool(gemma), scale=scale_ptr)
+        else:
+            self.served_calls += 1
+        return out, (residual_out if want_sum else None)
 
     def all_reduce_add_rmsnorm_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
         """``all_reduce_add_rmsnorm`` in place, as vLLM's ``fused_add_rms_norm``: ``x``

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use std::sync::{Mutex, MutexGuard};
 use tpar::cuda::fused::FusedRoute;
-use tpar::cuda::{FusedBufs, FusedCall, FusedPath, GpuCommunicator, GpuOptions, NcclUse, Route, Served};
+use tpar::cuda::{FusedBufs, FusedCall, FusedPath, FusedPattern, GpuCommunicator, GpuOptions, NcclUse, Route, Served};
 use tpar::{bf16, f16, Algorithm, CaptureMode, Collective, Communicator, Config, DType, Element, Error, Settings};
 
 create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
@@ -54,6 +54,12 @@ fn py_err(e: Error) -> PyErr {
         Error::Config { .. } | Error::Rendezvous { .. } => ConfigError::new_err(msg),
         Error::Io { .. } | Error::Tune { .. } => TparError::new_err(msg),
     }
+}
+
+/// The fused family's pattern of a call: a residual unless its address is 0, the Gemma
+/// offset, FP8 output where a scale's address is given.
+fn pattern_of(residual: u64, gemma: bool, scale: u64) -> FusedPattern {
+    FusedPattern { residual: residual != 0, gemma, fp8: scale != 0 }
 }
 
 /// The dtype named `name` (Rust's one table: `DType::from_str`).
@@ -471,7 +477,14 @@ impl GpuComm {
     /// Addresses as for `all_reduce`: device memory of this rank's GPU, 16-byte aligned; x,
     /// residual and both outputs `rows * hidden` elements, the weight `hidden`; `norm_out`
     /// may be `input`, `residual_out` may be `residual`.
-    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, graph=false, nccl=false))]
+    ///
+    /// The family (`tpar::cuda::FusedPattern`): `residual` 0 is the pattern without the
+    /// residual add (`residual_out` then receives the sum); `gemma` the weight offset
+    /// (`f32(w) + 1`); `scale` non-zero (a device f32) the FP8 e4m3fn output (`norm_out` 1
+    /// byte an element, not `input`). With ("nccl", "nccl") the caller all-reduces into
+    /// `norm_out`, or for FP8 into `residual_out` (into `input` where `residual_out` is the
+    /// residual), then calls `add_rmsnorm` with that buffer as `input`.
+    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, graph=false, nccl=false, gemma=false, scale=0))]
     #[allow(clippy::too_many_arguments)]
     fn all_reduce_add_rmsnorm(
         &self,
@@ -488,9 +501,11 @@ impl GpuComm {
         residual_out: u64,
         graph: bool,
         nccl: bool,
+        gemma: bool,
+        scale: u64,
     ) -> PyResult<(&'static str, &'static str)> {
-        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
-        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out };
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps, pattern: pattern_of(residual, gemma, scale) };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out, scale };
         let m = mode(graph);
         self.with(py, |c| {
             if !graph {
@@ -515,7 +530,7 @@ impl GpuComm {
     /// where NCCL takes the all-reduce.
     #[pyo3(signature = (dtype, rows, hidden, graph=false))]
     fn fused_route(&self, py: Python<'_>, dtype: &str, rows: usize, hidden: usize, graph: bool) -> PyResult<(&'static str, &'static str)> {
-        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps: 0.0 };
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps: 0.0, pattern: FusedPattern::ADD_RMSNORM };
         self.with(py, |c| {
             let r = c.resolve_fused(&call, mode(graph))?;
             Ok(match r.route {
@@ -529,13 +544,13 @@ impl GpuComm {
 
     /// tpar's add-RMSNorm kernel alone on `stream` (no communication): `residual_out = input
     /// + residual`, `norm_out = rmsnorm(residual_out) * weight` (in place when `norm_out ==
-    /// input`), bit for bit the fused call's epilogue. Addresses as for
-    /// `all_reduce_add_rmsnorm`.
-    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out))]
+    /// input`), bit for bit the fused call's epilogue. Addresses and the pattern (`residual`
+    /// 0, `gemma`, `scale`) as for `all_reduce_add_rmsnorm`.
+    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, gemma=false, scale=0))]
     #[allow(clippy::too_many_arguments)]
-    fn add_rmsnorm(&self, py: Python<'_>, stream: u64, dtype: &str, rows: usize, hidden: usize, eps: f32, input: u64, residual: u64, weight: u64, norm_out: u64, residual_out: u64) -> PyResult<()> {
-        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps };
-        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out };
+    fn add_rmsnorm(&self, py: Python<'_>, stream: u64, dtype: &str, rows: usize, hidden: usize, eps: f32, input: u64, residual: u64, weight: u64, norm_out: u64, residual_out: u64, gemma: bool, scale: u64) -> PyResult<()> {
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps, pattern: pattern_of(residual, gemma, scale) };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out, scale };
         // SAFETY: as for all_reduce_add_rmsnorm.
         self.with(py, |c| unsafe { c.add_rmsnorm_on(stream, &call, &bufs) })
     }
@@ -695,7 +710,7 @@ fn reference_rmsnorm(
 /// when it would.
 #[pyfunction]
 fn fused_unfit(algorithm: &str, dtype: &str, rows: usize, hidden: usize, world: usize, max_bytes: usize) -> PyResult<Option<String>> {
-    let call = tpar::cuda::FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps: 0.0 };
+    let call = tpar::cuda::FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps: 0.0, pattern: FusedPattern::ADD_RMSNORM };
     if let Err(e) = call.validate() {
         return Ok(Some(e.to_string()));
     }

@@ -1,8 +1,12 @@
 // add_rmsnorm.cu — tpar's single-kernel residual add + RMSNorm, no communication: what the
-// engines' fused_add_rms_norm does after an all-reduce, with the fused kernels' arithmetic
-// bit for bit (norm.cuh: add_residual, the fixed-order sum of squares, inv_rms, norm_vec):
-//   residual_out = round(x + residual)                       (x = a.input, f32 add)
-//   out          = round((residual_out * inv_rms) * weight)  (out = a.output, may be x)
+// engines' fused_add_rms_norm (rms_norm, + static_scaled_fp8_quant) does after an
+// all-reduce, with the fused kernels' arithmetic bit for bit (norm.cuh: add_residual, the
+// fixed-order sum of squares, inv_rms, norm_vec, store_norm), every pattern of TparNorm.flags:
+//   residual_out = round(x + residual)                       (x = a.input, f32 add; without
+//                                                             TPAR_NORM_RESIDUAL: x itself)
+//   out          = round((residual_out * inv_rms) * g)       (out = a.output, may be x; g the
+//                                                             weight, + 1 for Gemma; FP8:
+//                                                             quantized, 1 byte an element)
 // It serves the unfused path (an all-reduce into the output, then this kernel in place) of
 // calls no fused kernel takes, and the comparison `tpar bench --fused` makes.
 //
@@ -24,9 +28,8 @@ __device__ __forceinline__ float add_rmsnorm_step(const TparFusedArgs& fa, u64 b
     float leaf = 0.0f;
     if (j < vrow) {
         const V16 x = ld_v16((const V16*)fa.a.input + base + j);
-        const V16 res = ld_v16((const V16*)fa.n.residual + base + j);
         w = ld_v16((const V16*)fa.n.weight + j);
-        r = add_residual<D>(x, res);
+        r = (fa.n.flags & TPAR_NORM_RESIDUAL) ? add_residual<D>(x, ld_v16((const V16*)fa.n.residual + base + j)) : x;
         st_v16((V16*)fa.n.residual_out + base + j, r);
         leaf = vec_sumsq<D>(r);
     }
@@ -64,14 +67,15 @@ __device__ void add_rmsnorm(const TparFusedArgs& fa) {
         e[u] = u < k && i < ntiles ? tiles[i] : 0.0f;
     }
     const float inv = inv_rms(row_sum(e, k), fa.n.hidden, u32_as_f32(fa.n.eps_bits));
+    const float qinv = (fa.n.flags & TPAR_NORM_FP8) ? fdiv_rn(1.0f, ld_scale(fa.n)) : 1.0f;
 #pragma unroll
     for (int k2 = 0; k2 < TPAR_NORM_KEEP; ++k2) {
         const u32 j = t + (u32)k2 * bd;
-        if (j < vrow) store_output<D>(fa.a, base + j, norm_vec<D>(r[k2], w[k2], inv));
+        if (j < vrow) store_norm<D>(fa.a, fa.n, base + j, r[k2], w[k2], inv, qinv);
     }
     for (u32 j = t + TPAR_NORM_KEEP * bd; j < vrow; j += bd) {
         const V16 x = ld_v16((const V16*)fa.n.residual_out + base + j);
-        store_output<D>(fa.a, base + j, norm_vec<D>(x, ld_v16((const V16*)fa.n.weight + j), inv));
+        store_norm<D>(fa.a, fa.n, base + j, x, ld_v16((const V16*)fa.n.weight + j), inv, qinv);
     }
 }
 

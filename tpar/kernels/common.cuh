@@ -178,18 +178,25 @@ static_assert(sizeof(TparError) == 48, "TparError size");
 // add-RMSNorm kernel (add_rmsnorm.cu) takes the same struct (no peers: `a` carries only
 // input, output, count).
 struct TparNorm {
-    u64 residual;      // residual input, rows x hidden, 16-byte aligned
-    u64 residual_out;  // the updated residual, 16-byte aligned (may equal residual)
+    u64 residual;      // residual input, rows x hidden, 16-byte aligned (TPAR_NORM_RESIDUAL; else 0)
+    u64 residual_out;  // the updated residual (without a residual: the sum), 16-byte aligned
     u64 weight;        // RMSNorm weight, hidden elements, 16-byte aligned
     u32 hidden;        // elements per row
     u32 eps_bits;      // epsilon, as f32 bits
+    u64 scale;         // TPAR_NORM_FP8: the f32 static scale's device address (else 0)
+    u32 flags;         // the pattern: TPAR_NORM_* below
+    u32 pad;
 };
-static_assert(sizeof(TparNorm) == 32, "TparNorm size: keep in step with abi.rs");
+// The fused family's pattern (TparNorm.flags; abi.rs NORM_*; the descriptor carries it).
+#define TPAR_NORM_RESIDUAL 1u  // the residual add before the norm
+#define TPAR_NORM_GEMMA 2u     // the norm multiplies by f32(w) + 1
+#define TPAR_NORM_FP8 4u       // the output is FP8 e4m3fn, quantized with *scale
+static_assert(sizeof(TparNorm) == 48, "TparNorm size: keep in step with abi.rs");
 struct TparFusedArgs {
     TparArgs a;
     TparNorm n;
 };
-static_assert(sizeof(TparFusedArgs) == 376, "TparFusedArgs size: keep in step with abi.rs");
+static_assert(sizeof(TparFusedArgs) == 392, "TparFusedArgs size: keep in step with abi.rs");
 static_assert(alignof(TparFusedArgs) == 8, "TparFusedArgs alignment");
 // This rank's partial sums of squares (fused calls; norm.cuh) live in its state buffer,
 // after the TparState: one 8-byte {f32 bits, generation} word per tile of the message.

@@ -19,7 +19,7 @@ __device__ __forceinline__ V16 desc_of(const TparArgs& a, u32 epoch) {
     V16 d;
     d.x = epoch;
     d.y = (u32)a.count;
-    d.z = (u32)(a.count >> 32) | (a.desc_code << 24);
+    d.z = ((u32)(a.count >> 32) & 0xffffu) | (a.desc_code << 16);  // counts < 2^48; desc_code's 16 bits (a fused call's pattern in bits 8-10)
     d.w = d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT;
     return d;
 }
@@ -50,8 +50,9 @@ __device__ __noinline__ void record_mismatch(u64 err, u64 state, u32 rank, u32 e
 __device__ __forceinline__ void desc_compare(const TparArgs& a, Frame& f, u32 q, V16 d) {
     const V16 mine = desc_of(a, f.epoch);
     if (d.y != mine.y || d.z != mine.z) {
-        const u64 theirs = ((((u64)(d.z & 0xffffffu) << 32) | d.y) << 8) | (d.z >> 24);
-        const u64 ours = (a.count << 8) | (a.desc_code & 0xffu);
+        const u32 tc = d.z >> 16;  // as abi.rs pack_call: pattern << 56 | count << 8 | code's low byte
+        const u64 theirs = ((u64)(tc >> 8) << 56) | ((((u64)(d.z & 0xffffu) << 32) | d.y) << 8) | (tc & 0xffu);
+        const u64 ours = ((u64)(a.desc_code >> 8) << 56) | (a.count << 8) | (a.desc_code & 0xffu);
         record_mismatch(a.err, a.state, a.rank, f.epoch, q, ours, theirs);
         f.ok = false;
     }

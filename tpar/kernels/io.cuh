@@ -209,7 +209,7 @@ __device__ __forceinline__ void io_all_reduce(const TparArgs& a) {
 // out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
 // out[14] = TparState.prev_kind, out[15] = TparArgs.islands, out[16..21] =
 // TparFusedArgs.{n, n.residual_out, n.weight, n.hidden, n.eps_bits}, sizeof(TparFusedArgs),
-// out[22] = TparArgs.io, out[23] = TparIo.output.
+// out[22] = TparArgs.io, out[23] = TparIo.output, out[24..26] = TparFusedArgs.n.{scale, flags}.
 extern "C" __global__ void tpar_abi_offsets(u64* out) {
     TparArgs a;
     TparError e;
@@ -223,6 +223,8 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
     out[19] = (u64)((const char*)&fa.n.hidden - fb);
     out[20] = (u64)((const char*)&fa.n.eps_bits - fb);
     out[21] = (u64)sizeof(TparFusedArgs);
+    out[24] = (u64)((const char*)&fa.n.scale - fb);
+    out[25] = (u64)((const char*)&fa.n.flags - fb);
     const char* b = (const char*)&a;
     const char* sb = (const char*)&s;
     out[0] = (u64)((const char*)&a.flags - b);

@@ -2,8 +2,10 @@
 // (stores the sum: every plain variant) and NormOut (the fused variant, -DTPAR_FUSED:
 // residual add + RMSNorm), and the residual add, the fixed-order sum of squares and the
 // normalisation that NormOut and the standalone add_rmsnorm.cu share (one copy of each).
-// Semantics, bit for bit: docs/cuda.md "Fused all-reduce + residual add + RMSNorm";
-// references: tpar::testing::expected_add_rmsnorm (Rust), tpar.testing (torch).
+// Semantics, bit for bit: docs/cuda.md "Fused all-reduce + residual add + RMSNorm" and its
+// "Fused all-reduce + RMSNorm family" (TparNorm.flags: with or without the residual add, the Gemma weight
+// offset, an FP8 e4m3 output); references: tpar::testing::rmsnorm_pattern (Rust),
+// tpar.testing (torch).
 //
 // A kernel with a fused variant (TPAR_FUSED_READY) hands every vector v of the message to
 // exactly one thread of this rank, in whatever mapping its algorithm has (grid-stride, block
@@ -174,15 +176,79 @@ __device__ __forceinline__ float inv_rms(float ss, u32 hidden, float eps) {
     return fdiv_rn(1.0f, fsqrt_rn(fadd_rn(fdiv_rn(ss, (float)hidden), eps)));
 }
 
-// One normalised vector: round((r_i * inv) * w_i) per lane.
+// One normalised vector: round((r_i * inv) * g_i) per lane, g_i = w_i, or with the Gemma
+// offset (TPAR_NORM_GEMMA) f32(w_i) + 1 rounded once.
 template <class D>
-__device__ __forceinline__ V16 norm_vec(V16 r, V16 w, float inv) {
+__device__ __forceinline__ V16 norm_vec(V16 r, V16 w, float inv, u32 flags) {
     float x[8], g[8];
     D::set(x, r);
     D::set(g, w);
+    const bool gemma = (flags & TPAR_NORM_GEMMA) != 0u;
 #pragma unroll
-    for (int i = 0; i < D::LANES; ++i) x[i] = fmul_rn(fmul_rn(x[i], inv), g[i]);
+    for (int i = 0; i < D::LANES; ++i) x[i] = fmul_rn(fmul_rn(x[i], inv), gemma ? fadd_rn(g[i], 1.0f) : g[i]);
     return D::pack(x);
+}
+
+// FP8 e4m3fn (OCP: bias 7, 3 mantissa bits, no infinities) of y, |y| <= 448 and not NaN (the
+// quantizer clamps first), round to nearest even, as the byte: normal magnitudes (>= 2^-6)
+// round f32's mantissa to 3 bits (the carry steps the exponent), smaller ones are multiples
+// of 2^-9 (y * 512 exact, rounded to an integer, ties to even; 8 is the smallest normal,
+// 0x08). The sign is kept (-0 and negatives that round to 0 give 0x80). Bit for bit
+// tpar::testing::fp8_e4m3_bits on that range.
+__device__ __forceinline__ u32 fp8_e4m3_rne(float y) {
+    const u32 b = f32_as_u32(y);
+    const u32 m = b & 0x7fffffffu;
+    u32 q;
+    if (m >= 0x3c800000u) {
+        q = ((m + 0x7ffffu + ((m >> 20) & 1u)) >> 20) - (120u << 3);
+    } else {
+        asm("cvt.rni.u32.f32 %0, %1;" : "=r"(q) : "f"(fmul_rn(u32_as_f32(m), 512.0f)));
+    }
+    return ((b >> 24) & 0x80u) | q;
+}
+
+// vLLM's static_scaled_fp8_quant of one value (qinv = 1 / scale, f32): y = x * qinv, clamped
+// as fmaxf(fminf(y, 448), -448) (NaN becomes +448: min.f32 returns the other operand), then
+// fp8_e4m3_rne.
+__device__ __forceinline__ u32 quant_fp8(float x, float qinv) {
+    float y = fmul_rn(x, qinv);
+    asm("min.f32 %0, %0, 0f43E00000;" : "+f"(y));  // 448
+    asm("max.f32 %0, %0, 0fC3E00000;" : "+f"(y));  // -448
+    return fp8_e4m3_rne(y);
+}
+
+// Stores vector v's normalised values (the dtype's, as rounded) quantized to FP8 at the
+// output: D::LANES bytes at output + v * D::LANES (whole vectors: the fused call's rows are).
+template <class D>
+__device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) {
+    float x[8];
+    D::set(x, o);
+    u32 lo = 0u, hi = 0u;
+#pragma unroll
+    for (int i = 0; i < D::LANES && i < 4; ++i) lo |= quant_fp8(x[i], qinv) << (8 * i);
+#pragma unroll
+    for (int i = 4; i < D::LANES; ++i) hi |= quant_fp8(x[i], qinv) << (8 * (i - 4));
+    if (D::LANES == 8) {
+        asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(output + v * 8u), "r"(lo), "r"(hi) : "memory");
+    } else {
+        asm volatile("st.global.u32 [%0], %1;" ::"l"(output + v * (u64)D::LANES), "r"(lo) : "memory");
+    }
+}
+
+// One normalised vector v (r the updated residual, w the weight) stored as the pattern asks:
+// the dtype, or FP8 with qinv.
+template <class D>
+__device__ __forceinline__ void store_norm(const TparArgs& a, const TparNorm& n, u64 v, V16 r, V16 w, float inv, float qinv) {
+    const V16 o = norm_vec<D>(r, w, inv, n.flags);
+    if (n.flags & TPAR_NORM_FP8) store_fp8<D>(a.output, v, o, qinv);
+    else store_output<D>(a, v, o);
+}
+
+// 1 / scale of an FP8 pattern (f32, rounded once, as vLLM's 1.0f / *scale).
+__device__ __forceinline__ float ld_scale(const TparNorm& n) {
+    float s;
+    asm volatile("ld.global.f32 %0, [%1];" : "=f"(s) : "l"(n.scale));
+    return s;
 }
 
 // The row's tiles inside a thread-block cluster (sm_90 and later; the launcher's choice,
@@ -302,6 +368,7 @@ struct NormOut {
     V16 kept_r, kept_w;
     u32 row;        // the row norm last waited for, and its 1 / rms
     float inv;
+    float qinv;     // FP8 patterns: 1 / scale
     u64 early_v;    // the vector stage() copied into shared memory (~0: none)
 #if TPAR_SPREAD
     u32 npend;      // tile words this warp keeps in tpar_pending (the same in every lane)
@@ -312,7 +379,7 @@ struct NormOut {
 #endif
 
     __device__ __forceinline__ explicit NormOut(const TparNorm& n_)
-        : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f) {
+        : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f), qinv(0.0f) {
         kept_r = kept_w = V16{0u, 0u, 0u, 0u};
         early_v = ~0ull;
 #if TPAR_SPREAD
@@ -332,7 +399,7 @@ struct NormOut {
     // the all-reduce, whose default variant uses 116-128 of a thread's 128).
     __device__ __forceinline__ void prefetch(const TparArgs& a, u64 v) {
         if (v >= vecs_for<D>(a.count)) return;
-        asm volatile("prefetch.global.L1 [%0];" ::"l"((const V16*)n.residual + v));
+        if (n.flags & TPAR_NORM_RESIDUAL) asm volatile("prefetch.global.L1 [%0];" ::"l"((const V16*)n.residual + v));
         asm volatile("prefetch.global.L1 [%0];" ::"l"(weight_of(v)));
     }
     // The other kernels' copy of their first vector's residual and weight into this
@@ -346,18 +413,19 @@ struct NormOut {
     __device__ __forceinline__ void stage(const TparArgs& a, u64 v) {
         if (v >= vecs_for<D>(a.count)) return;
         early_v = v;
-        cp_async_16(&tpar_early[0][threadIdx.x], (const V16*)n.residual + v);
+        if (n.flags & TPAR_NORM_RESIDUAL) cp_async_16(&tpar_early[0][threadIdx.x], (const V16*)n.residual + v);
         cp_async_16(&tpar_early[1][threadIdx.x], weight_of(v));
         cp_async_commit();
     }
 
+    // Without a residual (TPAR_NORM_RESIDUAL clear) r is the sum itself.
     __device__ __forceinline__ void transform(const TparArgs&, u64 v, V16& s) const {
         if (v == early_v) {
             cp_async_wait_all();  // this thread's own copies: no barrier needed
-            s = add_residual<D>(s, tpar_early[0][threadIdx.x]);
+            if (n.flags & TPAR_NORM_RESIDUAL) s = add_residual<D>(s, tpar_early[0][threadIdx.x]);
             return;
         }
-        s = add_residual<D>(s, ld_v16((const V16*)n.residual + v));
+        if (n.flags & TPAR_NORM_RESIDUAL) s = add_residual<D>(s, ld_v16((const V16*)n.residual + v));
     }
 
     // Stores the updated residual and publishes its tile's sum (lane 0). Every lane of the
@@ -502,7 +570,9 @@ struct NormOut {
         if (ncta > 1u) {  // one row, one vector a thread
             if (row == ~0u) {
                 row = 0u;
+                const float sc = (n.flags & TPAR_NORM_FP8) ? ld_scale(n) : 1.0f;  // in flight beside the wait
                 inv = row_inv_cluster(a, f);
+                qinv = fdiv_rn(1.0f, sc);
             }
         } else
 #endif
@@ -510,12 +580,14 @@ struct NormOut {
             const u32 rw = (u32)v / vrow;
             if (rw != row) {  // the same for the whole warp: a tile lies in one row
                 row = rw;
+                const float sc = (n.flags & TPAR_NORM_FP8) ? ld_scale(n) : 1.0f;  // in flight beside the polls
                 inv = row_inv(a, f, rw);
+                qinv = fdiv_rn(1.0f, sc);
             }
         }
         const bool kept = v == kept_v;
         const V16 r = kept ? kept_r : ld_v16((const V16*)n.residual_out + v);  // this thread's own store
         const V16 w = kept ? kept_w : ld_v16(weight_of(v));
-        store_output<D>(a, v, norm_vec<D>(r, w, inv));
+        store_norm<D>(a, n, v, r, w, inv, qinv);
     }
 };

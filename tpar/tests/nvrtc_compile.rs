@@ -260,9 +260,11 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     let what = format!("{} {d} (fused, {p:?}) for {arch}", src.file);
                     let u = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(u.ptx.contains(&entry), "{what}: no `{entry}`");
-                    // The entry takes the fused arguments (TparFusedArgs, 376 bytes).
-                    assert!(u.ptx.contains("_param_0[376]"), "{what}: the entry does not take TparFusedArgs");
+                    // The entry takes the fused arguments (TparFusedArgs, 392 bytes).
+                    assert!(u.ptx.contains("_param_0[392]"), "{what}: the entry does not take TparFusedArgs");
                     assert!(u.ptx.contains("shfl.sync.bfly.b32") && u.ptx.contains("sqrt.rn.f32"), "{what}: no norm epilogue");
+                    // The family's FP8 output (norm.cuh quant_fp8: the clamp and the rounding).
+                    assert!(u.ptx.contains("cvt.rni.u32.f32") && u.ptx.contains("min.f32") && u.ptx.contains("0fC3E00000"), "{what}: no FP8 output");
                     assert!(!u.ptx.contains("st.async") && !u.ptx.contains("barrier.cluster"), "{what}: the plain fused variant has the cluster path");
                     // Both fused variants stage a thread's first residual and weight in shared
                     // memory (norm.cuh `stage`) in every kernel but two-shot push.
@@ -286,7 +288,7 @@ fn every_fused_variant_compiles_with_nvrtc() {
                         continue;
                     }
                     let cu = cu.unwrap_or_else(|e| panic!("{cwhat}: {e}"));
-                    assert!(cu.ptx.contains(&entry) && cu.ptx.contains("_param_0[376]"), "{cwhat}: no fused entry");
+                    assert!(cu.ptx.contains(&entry) && cu.ptx.contains("_param_0[392]"), "{cwhat}: no fused entry");
                     for needle in ["st.async.shared::cluster", "mbarrier.try_wait.parity", "barrier.cluster.wait", "cp.async.cg.shared.global"] {
                         assert!(cu.ptx.contains(needle), "{cwhat}: no `{needle}`");
                     }
@@ -303,6 +305,7 @@ fn every_fused_variant_compiles_with_nvrtc() {
             let what = format!("add_rmsnorm.cu {d} for {arch}");
             let u = nvrtc::compile_unit("add_rmsnorm.cu", &kernels::add_rmsnorm_unit(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
             assert!(u.ptx.contains(&format!(".entry {}(", kernels::add_rmsnorm_entry(d))), "{what}: no entry");
+            assert!(u.ptx.contains("cvt.rni.u32.f32") && u.ptx.contains("0f43E00000"), "{what}: no FP8 output");
             dump_ptx(&format!("add_rmsnorm-{d}-{arch}"), &u.ptx);
             no_local_memory(&what, &u.ptx);
             no_spills(&what, &u.log);

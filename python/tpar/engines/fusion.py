@@ -55,14 +55,15 @@ def _tpar_of(ca) -> Optional[TparCustomAllreduce]:
 
 
 def takes(ca: Optional[TparCustomAllreduce], x, residual, weight) -> bool:
-    """Whether tpar runs this fused call: tpar's communicator, a kernel in its plan for x's
-    size (``should_custom_ar``), the weight and residual in x's dtype and shape, rows of
-    whole 16-byte vectors, contiguous tensors."""
+    """Whether tpar runs this fused call (any pattern of the family: ``residual`` None is the
+    no-residual form): tpar's communicator, a kernel in its plan for x's size
+    (``should_custom_ar``), the weight (and residual) in x's dtype (and shape), rows of whole
+    16-byte vectors, contiguous tensors."""
     if ca is None or not ca.should_custom_ar(x):
         return False
-    if x.dim() < 1 or weight.dim() != 1 or weight.numel() != x.shape[-1] or residual.shape != x.shape:
+    if x.dim() < 1 or weight.dim() != 1 or weight.numel() != x.shape[-1] or weight.dtype != x.dtype or not weight.is_contiguous():
         return False
-    if weight.dtype != x.dtype or residual.dtype != x.dtype or not (residual.is_contiguous() and weight.is_contiguous()):
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype or not residual.is_contiguous()):
         return False
     return (x.shape[-1] * x.element_size()) % 16 == 0
 

@@ -92,24 +92,19 @@ def _engine_fallback(x, residual, weight, eps, gemma, scale):
 
 def vllm_all_reduce_rmsnorm(x, residual, weight, eps: float, gemma: bool, scale, _group_ca=_group_ca):
     """One fused match: returns ``(out, residual_out)``. ``residual`` None: the no-residual
-    form, ``residual_out`` is the all-reduced sum. ``scale`` given: ``out`` is float8_e4m3fn."""
+    form, ``residual_out`` is the all-reduced sum. ``scale`` given: ``out`` is float8_e4m3fn.
+    Every pattern runs in tpar's fused kernels (``Communicator.all_reduce_rmsnorm``) where
+    :func:`tpar.engines.fusion.takes` the call."""
     import torch
 
     from tpar.engines.fusion import takes
 
     ca = _group_ca()
-    zeros = residual is None
-    res_in = torch.zeros_like(x) if zeros else residual
-    if takes(ca, x, res_in, weight):
-        comm = ca._comm
-        plain = not gemma and scale is None
-        if plain:
-            _stats["fused"] += 1
-            return comm.all_reduce_add_rmsnorm(x, res_in, weight, eps)
-        # The family's general entry: the Gemma offset and the static FP8 output (today tpar's
-        # all-reduce followed by the norm and the quantisation as torch ops: see docs/cuda.md).
+    if takes(ca, x, residual, weight):
         _stats["fused"] += 1
-        return comm.all_reduce_rmsnorm(x, weight, eps, residual=res_in, gemma=gemma, fp8_scale=scale)
+        # Without a residual the op returns the sum too: the kernel writes it there.
+        sum_out = torch.empty_like(x) if residual is None else None
+        return ca._comm.all_reduce_rmsnorm(x, weight, eps, residual=residual, gemma=gemma, fp8_scale=scale, residual_out=sum_out)
     _stats["fallback"] += 1
     return _engine_fallback(x, residual, weight, eps, gemma, scale)
 

@@ -1,19 +1,22 @@
-//! The fused all-reduce + residual add + RMSNorm on emulated ranks (docs/cuda.md "Fused"):
-//! its correctness sweep (`tpar selftest fused`) and its timings beside the all-reduce alone
-//! and the all-reduce followed by tpar's add-RMSNorm kernel (`tpar bench --fused`).
+//! The fused all-reduce + residual add + RMSNorm and its family (the call's `FusedPattern`)
+//! on emulated ranks (docs/cuda.md "Fused"): its correctness sweep (`tpar selftest fused`)
+//! and its timings beside the all-reduce alone and the all-reduce followed by tpar's
+//! add-RMSNorm kernel (`tpar bench --fused`).
 //!
 //! Every checked call: fresh random inputs (`tpar::testing::fused_inputs`: x per rank, the
 //! residual and weight shared), outputs poisoned (or, in place, the outputs are the inputs),
-//! every rank's two outputs held bit for bit to `tpar::testing::expected_add_rmsnorm` and to
-//! the f64 bound (`count_wrong_add_rmsnorm`), and compared across ranks.
+//! every rank's two outputs held bit for bit to `tpar::testing::expected_rmsnorm` (the FP8
+//! output's bytes to the reference's e4m3 bytes; without a residual, residual_out holds the
+//! sum: `tpar::testing::expected`), to the f64 bound (`count_wrong_add_rmsnorm`; patterns
+//! without Gemma or FP8), and compared across ranks.
 
 use super::gpu::{err, POISON_WORD, TIMING_WORD};
 use super::Timing;
 use std::time::Instant;
 use tpar::cuda::driver::{DeviceBuffer, Event};
-use tpar::cuda::{RankSet, FusedBufs, FusedCall, FusedPath, SetOptions};
+use tpar::cuda::{RankSet, FusedBufs, FusedCall, FusedPath, FusedPattern, SetOptions};
 use tpar::plan::CaptureMode;
-use tpar::testing::{bit_diffs, count_wrong_add_rmsnorm, expected_add_rmsnorm, fused_inputs};
+use tpar::testing::{bit_diffs, count_wrong_add_rmsnorm, expected_add_rmsnorm, expected_rmsnorm, fused_inputs, NormPattern};
 use tpar::{Algorithm, DType, Element, Transport};
 
 /// One rank's buffers of the largest call.
@@ -23,7 +26,13 @@ pub struct RankFused {
     pub weight: DeviceBuffer,
     pub norm_out: DeviceBuffer,
     pub residual_out: DeviceBuffer,
+    /// FP8 patterns' static scale (one f32, [`FP8_SCALE`]).
+    pub scale: DeviceBuffer,
 }
+
+/// The FP8 patterns' static scale: 1 / scale (about 76.9) is not a power of two, and the
+/// normalised outputs (up to about 6) reach the +-448 clamp.
+pub const FP8_SCALE: f32 = 0.013;
 
 /// What runs: the all-reduce alone (x into norm_out), the fused call (the fused kernel where
 /// it takes the call), the unfused path (the all-reduce, then tpar's add-RMSNorm kernel), or
@@ -48,8 +57,10 @@ impl Op {
 }
 
 /// Where a fused call's outputs go: new buffers; in place as vLLM's `fused_add_rms_norm`
-/// (the norm into x, the residual updated in place); or as vLLM's fusion pass asks when it
-/// gives a separate norm output (the norm apart, the updated residual into x).
+/// (the norm into x, the residual updated in place; FP8 output: the norm apart, as vLLM's
+/// FP8 pattern, and without a residual the sum into the residual's buffer); or as vLLM's
+/// fusion pass asks when it gives a separate norm output (the norm apart, the updated
+/// residual into x).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FusedIo {
     OutOfPlace,
@@ -119,26 +130,36 @@ impl FusedRanks {
         let mut bufs = Vec::with_capacity(world);
         for _ in 0..world {
             let b = |n: usize| DeviceBuffer::new(dev, n).map_err(err);
-            bufs.push(RankFused { input: b(bytes)?, residual: b(bytes)?, weight: b(wbytes)?, norm_out: b(bytes)?, residual_out: b(bytes)? });
+            let scale = b(16)?;
+            scale.upload(&[FP8_SCALE]).map_err(err)?;
+            bufs.push(RankFused { input: b(bytes)?, residual: b(bytes)?, weight: b(wbytes)?, norm_out: b(bytes)?, residual_out: b(bytes)?, scale });
         }
         Ok(FusedRanks { g, bufs, max_count: max_bytes / 4, last_launch: String::new() })
     }
 
-    /// Every rank's addresses for outputs placed as `io` says.
-    pub fn ptrs(&self, io: FusedIo) -> Vec<FusedBufs> {
+    /// Every rank's addresses for outputs placed as `io` says, for `pattern`'s buffers.
+    pub fn ptrs(&self, io: FusedIo, pattern: FusedPattern) -> Vec<FusedBufs> {
         self.bufs
             .iter()
             .map(|b| {
-                let (n, r) = Self::outputs(b, io);
-                FusedBufs { input: b.input.ptr, residual: b.residual.ptr, weight: b.weight.ptr, norm_out: n.ptr, residual_out: r.ptr }
+                let (n, r) = Self::outputs(b, io, pattern);
+                FusedBufs {
+                    input: b.input.ptr,
+                    residual: if pattern.residual { b.residual.ptr } else { 0 },
+                    weight: b.weight.ptr,
+                    norm_out: n.ptr,
+                    residual_out: r.ptr,
+                    scale: if pattern.fp8 { b.scale.ptr } else { 0 },
+                }
             })
             .collect()
     }
 
     /// The buffers that receive (norm_out, residual_out) under `io`.
-    fn outputs(b: &RankFused, io: FusedIo) -> (&DeviceBuffer, &DeviceBuffer) {
+    fn outputs(b: &RankFused, io: FusedIo, pattern: FusedPattern) -> (&DeviceBuffer, &DeviceBuffer) {
         match io {
             FusedIo::OutOfPlace => (&b.norm_out, &b.residual_out),
+            FusedIo::InPlace if pattern.fp8 => (&b.norm_out, &b.residual),
             FusedIo::InPlace => (&b.input, &b.residual),
             FusedIo::NormApart => (&b.norm_out, &b.input),
         }
@@ -173,35 +194,55 @@ impl FusedRanks {
             b.weight.upload(&f.weight).map_err(err)?;
             // Outputs that are not inputs are poisoned (an input aliased by an output must
             // change into the right output, which its input value is not).
-            if io != FusedIo::InPlace {
+            if io != FusedIo::InPlace || call.pattern.fp8 {
                 b.norm_out.fill_u32(POISON_WORD).map_err(err)?;
             }
             if io == FusedIo::OutOfPlace {
                 b.residual_out.fill_u32(POISON_WORD).map_err(err)?;
             }
+            if !call.pattern.residual && io == FusedIo::InPlace {
+                b.residual.fill_u32(POISON_WORD).map_err(err)?; // the sum's buffer there
+            }
         }
         Ok(f)
     }
 
-    /// Downloads and judges every rank's outputs against the exact reference and f64.
+    /// Downloads and judges every rank's outputs against the exact reference (the call's
+    /// pattern) and, for patterns without Gemma or FP8, f64.
     fn judge<T: Element>(&self, call: &FusedCall, f: &tpar::testing::FusedInputs<T>, io: FusedIo) -> Result<FusedVerdict, String> {
         let n = call.count();
-        let (want_norm, want_res) = expected_add_rmsnorm(&f.xs, &f.residual, &f.weight, call.hidden, call.eps);
+        let p = call.pattern;
+        let np = NormPattern { residual: p.residual, gemma: p.gemma, fp8_scale: p.fp8.then_some(FP8_SCALE) };
+        let want = expected_rmsnorm(&f.xs, p.residual.then_some(f.residual.as_slice()), &f.weight, call.hidden, call.eps, &np).map_err(err)?;
+        let want_res = want.residual_out.clone().unwrap_or_else(|| tpar::testing::expected(&f.xs));
+        // The f64 bound: the residual pattern as is; without a residual, a residual of zeros
+        // (the sum plus +0 is the sum, but for -0).
+        let f64_inputs = (!p.gemma && !p.fp8).then(|| if p.residual { f.clone() } else { tpar::testing::FusedInputs { residual: vec![T::from_f32(0.0); n], ..f.clone() } });
         let mut v = FusedVerdict { identical: true, ..Default::default() };
-        let mut first: Option<(Vec<T>, Vec<T>)> = None;
+        let mut first: Option<(Vec<T>, Vec<u8>, Vec<T>)> = None;
         for b in &self.bufs {
-            let mut norm = vec![T::from_f32(0.0); n];
+            let mut norm = vec![T::from_f32(0.0); if p.fp8 { 0 } else { n }];
+            let mut q = vec![0u8; if p.fp8 { n } else { 0 }];
             let mut res = vec![T::from_f32(0.0); n];
-            let (nb, rb) = Self::outputs(b, io);
-            nb.download(&mut norm).map_err(err)?;
+            let (nb, rb) = Self::outputs(b, io, p);
+            if p.fp8 {
+                nb.download(&mut q).map_err(err)?;
+                let wq = want.fp8.as_deref().unwrap_or_default();
+                v.inexact += q.iter().zip(wq).filter(|(a, b)| a != b).count() + wq.len().abs_diff(q.len());
+            } else {
+                nb.download(&mut norm).map_err(err)?;
+                v.inexact += bit_diffs(&norm, &want.out);
+            }
             rb.download(&mut res).map_err(err)?;
-            v.inexact += bit_diffs(&norm, &want_norm) + bit_diffs(&res, &want_res);
-            let (r, nm) = count_wrong_add_rmsnorm(&norm, &res, f, call.hidden, call.eps);
-            v.f64_bad.0 += r;
-            v.f64_bad.1 += nm;
+            v.inexact += bit_diffs(&res, &want_res);
+            if let Some(fi) = &f64_inputs {
+                let (r, nm) = count_wrong_add_rmsnorm(&norm, &res, fi, call.hidden, call.eps);
+                v.f64_bad.0 += r;
+                v.f64_bad.1 += nm;
+            }
             match &first {
-                None => first = Some((norm, res)),
-                Some((n0, r0)) => v.identical &= bit_diffs(&norm, n0) == 0 && bit_diffs(&res, r0) == 0,
+                None => first = Some((norm, q, res)),
+                Some((n0, q0, r0)) => v.identical &= bit_diffs(&norm, n0) == 0 && q == *q0 && bit_diffs(&res, r0) == 0,
             }
         }
         Ok(v)
@@ -219,8 +260,8 @@ impl FusedRanks {
     #[allow(clippy::too_many_arguments)]
     fn check_t<T: Element>(&mut self, algo: Algorithm, call: &FusedCall, seed: u64, idx: u64, io: FusedIo, mode: CaptureMode, unfused: bool, replays: usize) -> Result<(FusedPath, FusedVerdict), String> {
         let op = if unfused { Op::Unfused } else { Op::Fused };
-        let bufs = self.ptrs(io);
-        let what = |e: tpar::Error| format!("{algo} {} {} x {} ({mode}{}): {e}", call.dtype, call.rows, call.hidden, io.label());
+        let bufs = self.ptrs(io, call.pattern);
+        let what = |e: tpar::Error| format!("{algo} {} {} {} x {} ({mode}{}): {e}", call.pattern, call.dtype, call.rows, call.hidden, io.label());
         match mode {
             CaptureMode::Eager => {
                 let f = self.upload::<T>(call, seed, idx, io)?;
@@ -260,13 +301,13 @@ impl FusedRanks {
     /// captured in one graph), out of place on fixed inputs.
     pub fn time(&mut self, op: Op, algo: Algorithm, call: &FusedCall, t: Timing) -> Result<Vec<f64>, String> {
         self.fits(call)?;
-        let bufs = self.ptrs(FusedIo::OutOfPlace);
+        let bufs = self.ptrs(FusedIo::OutOfPlace, call.pattern);
         for b in &self.bufs {
             b.input.fill_u32(TIMING_WORD).map_err(err)?;
             b.residual.fill_u32(TIMING_WORD).map_err(err)?;
             b.weight.fill_u32(TIMING_WORD).map_err(err)?;
         }
-        let what = |e: tpar::Error| format!("{} {algo} {} {} x {}: {e}", op.label(), call.dtype, call.rows, call.hidden);
+        let what = |e: tpar::Error| format!("{} {algo} {} {} {} x {}: {e}", op.label(), call.pattern, call.dtype, call.rows, call.hidden);
         let inner = t.inner.max(1);
         // Compile and load everything first (nothing compiles inside a capture or a timing).
         self.g.take_launches();
@@ -349,6 +390,9 @@ impl FusedRanks {
     /// of fused calls.
     pub fn check_sequence(&mut self, algos: &[Algorithm], call: &FusedCall, seed: u64, calls: usize, replays: usize) -> Result<FusedVerdict, String> {
         self.fits(call)?;
+        if call.pattern != FusedPattern::ADD_RMSNORM {
+            return Err(format!("the mixed sequence runs the add_rmsnorm pattern, not {}", call.pattern));
+        }
         by_dtype!(call.dtype, T => self.sequence_t::<T>(algos, call, seed, calls, replays))
     }
 
@@ -383,7 +427,7 @@ impl FusedRanks {
             (0..world)
                 .map(|r| {
                     let i = &ins[k % SEQUENCE_SETS][r];
-                    FusedBufs { input: i[0].ptr, residual: i[1].ptr, weight: i[2].ptr, norm_out: outs[k][r][0].ptr, residual_out: outs[k][r][1].ptr }
+                    FusedBufs { input: i[0].ptr, residual: i[1].ptr, weight: i[2].ptr, norm_out: outs[k][r][0].ptr, residual_out: outs[k][r][1].ptr, scale: 0 }
                 })
                 .collect()
         };
@@ -488,14 +532,41 @@ pub fn fusable(runs: &[Algorithm]) -> Vec<Algorithm> {
 /// The dtype's f32-rounded eps for tests: 1e-6 (bf16, fp16 and f32 alike).
 pub const EPS: f32 = 1e-6;
 
-/// The call of `rows` x `hidden` of `d`.
-pub fn call(d: DType, rows: usize, hidden: usize) -> FusedCall {
-    FusedCall { dtype: d, rows, hidden, eps: EPS }
+/// The call of `rows` x `hidden` of `d`, `pattern`.
+pub fn call(d: DType, rows: usize, hidden: usize, pattern: FusedPattern) -> FusedCall {
+    FusedCall { dtype: d, rows, hidden, eps: EPS, pattern }
+}
+
+/// `--pattern`: a comma list of pattern names (`[add_]rmsnorm[_gemma][_fp8]`), or all.
+pub fn parse_patterns(s: &str) -> Result<Vec<FusedPattern>, String> {
+    if s.trim() == "all" {
+        return Ok(FusedPattern::all());
+    }
+    let mut v = Vec::new();
+    for name in s.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        let p = FusedPattern::parse(name).map_err(|e| format!("--pattern: {e}"))?;
+        if !v.contains(&p) {
+            v.push(p);
+        }
+    }
+    if v.is_empty() {
+        return Err("--pattern: empty".into());
+    }
+    Ok(v)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_list;
+    use super::{parse_list, parse_patterns};
+    use tpar::cuda::FusedPattern;
+
+    #[test]
+    fn pattern_lists() {
+        assert_eq!(parse_patterns("all").unwrap().len(), 8);
+        assert_eq!(parse_patterns("rmsnorm, add_rmsnorm_gemma_fp8,rmsnorm").unwrap(), vec![FusedPattern { residual: false, gemma: false, fp8: false }, FusedPattern { residual: true, gemma: true, fp8: true }]);
+        assert!(parse_patterns("plain").unwrap_err().contains("add_rmsnorm"));
+        assert!(parse_patterns(",").is_err());
+    }
 
     #[test]
     fn row_lists() {

@@ -70,15 +70,16 @@ pub struct TparIo {
     pub output: [u64; MAX_RANKS],
 }
 
-/// The fused call's arguments beyond the all-reduce's (all-reduce + residual add + RMSNorm,
+/// The fused call's arguments beyond the all-reduce's (all-reduce + RMSNorm family,
 /// docs/cuda.md "Fused"). Twin of `struct TparNorm` in common.cuh. The standalone add-RMSNorm
 /// kernel takes the same (with `TparArgs::input`, `output`, `count` only).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TparNorm {
-    /// Residual input, rows x hidden, 16-byte aligned.
+    /// Residual input, rows x hidden, 16-byte aligned ([`NORM_RESIDUAL`]; else 0).
     pub residual: u64,
-    /// The updated residual, 16-byte aligned (may equal `residual`).
+    /// The updated residual (without a residual: the all-reduce's sum), 16-byte aligned (may
+    /// equal `residual`).
     pub residual_out: u64,
     /// RMSNorm weight, `hidden` elements, 16-byte aligned.
     pub weight: u64,
@@ -86,7 +87,19 @@ pub struct TparNorm {
     pub hidden: u32,
     /// Epsilon as f32 bits.
     pub eps_bits: u32,
+    /// [`NORM_FP8`]: the device address of the f32 static scale (else 0).
+    pub scale: u64,
+    /// The pattern: [`NORM_RESIDUAL`] | [`NORM_GEMMA`] | [`NORM_FP8`].
+    pub flags: u32,
+    pub pad: u32,
 }
+
+/// [`TparNorm::flags`]: the residual add before the norm (common.cuh `TPAR_NORM_RESIDUAL`).
+pub const NORM_RESIDUAL: u32 = 1;
+/// [`TparNorm::flags`]: the Gemma weight offset, `f32(w) + 1` (`TPAR_NORM_GEMMA`).
+pub const NORM_GEMMA: u32 = 2;
+/// [`TparNorm::flags`]: the FP8 e4m3fn output, static scale (`TPAR_NORM_FP8`).
+pub const NORM_FP8: u32 = 4;
 
 /// A fused kernel's one argument: the all-reduce's (`output` is the normalised output) and
 /// the norm's. Twin of `struct TparFusedArgs`.
@@ -140,9 +153,21 @@ pub const DESC_FUSED: u32 = 0x8;
 /// [`DESC_KIND`] of a reduce-scatter.
 pub const DESC_REDUCE_SCATTER: u32 = 0xc;
 
-/// [`desc_code`] of a fused call.
-pub fn fused_desc_code(algo: Algorithm, dtype: DType) -> u32 {
-    desc_code(algo, dtype) | DESC_FUSED
+/// [`desc_code`] of a fused call of the pattern `flags` ([`TparNorm::flags`], in bits 8-10:
+/// ranks that call different patterns get a Mismatch).
+pub fn fused_desc_code(algo: Algorithm, dtype: DType, flags: u32) -> u32 {
+    desc_code(algo, dtype) | DESC_FUSED | (flags & 0x7) << 8
+}
+
+/// The fused pattern's name from [`TparNorm::flags`]: `[add_]rmsnorm[_gemma][_fp8]`
+/// (`tpar::testing::NormPattern::name`'s).
+pub fn pattern_name(flags: u32) -> String {
+    format!(
+        "{}rmsnorm{}{}",
+        if flags & NORM_RESIDUAL != 0 { "add_" } else { "" },
+        if flags & NORM_GEMMA != 0 { "_gemma" } else { "" },
+        if flags & NORM_FP8 != 0 { "_fp8" } else { "" }
+    )
 }
 
 /// [`desc_code`] of a call of `collective` (the all-reduce's is [`desc_code`]'s).
@@ -160,7 +185,7 @@ fn kind_name(code: u64) -> &'static str {
     match code as u32 & DESC_KIND {
         0 => "all-reduce",
         DESC_ALL_GATHER => "all-gather",
-        DESC_FUSED => "all-reduce fused with add-RMSNorm",
+        DESC_FUSED => "all-reduce fused with RMSNorm",
         _ => "reduce-scatter",
     }
 }
@@ -168,11 +193,14 @@ fn kind_name(code: u64) -> &'static str {
 /// Which field two differing calls (`count << 8 | desc_code`, [`pack_call`]) differ in.
 fn differing_field(ours: u64, theirs: u64) -> &'static str {
     let kinds = (ours as u32 & DESC_KIND, theirs as u32 & DESC_KIND);
+    if kinds == (DESC_FUSED, DESC_FUSED) && ours >> 56 != theirs >> 56 {
+        return "fused pattern (residual add, Gemma offset, FP8 output)";
+    }
     if kinds.0 != kinds.1 {
         if matches!(kinds, (0, DESC_FUSED) | (DESC_FUSED, 0)) {
-            "fused (the all-reduce alone, or fused with add-RMSNorm)"
+            "fused (the all-reduce alone, or fused with RMSNorm)"
         } else {
-            "collective (all-reduce, all-gather, reduce-scatter, or the all-reduce fused with add-RMSNorm)"
+            "collective (all-reduce, all-gather, reduce-scatter, or the all-reduce fused with RMSNorm)"
         }
     } else if ours >> 8 != theirs >> 8 {
         "count"
@@ -187,16 +215,19 @@ fn differing_field(ours: u64, theirs: u64) -> &'static str {
 /// count 21504".
 pub fn describe_call(packed: u64) -> (u64, String) {
     let code = packed & 0xff;
-    let count = packed >> 8;
+    let count = (packed >> 8) & ((1 << 48) - 1);
     let algo = Algorithm::from_code(code >> 4).map_or("unknown algorithm", |a| a.name());
     let dtype = DType::from_code(code & 0x3).map_or("unknown dtype", |d| d.name());
-    (count, format!("{algo} {} {dtype} count {count}", kind_name(code)))
+    let kind = if code as u32 & DESC_KIND == DESC_FUSED { format!("{} ({})", kind_name(code), pattern_name((packed >> 56) as u32)) } else { kind_name(code).to_string() };
+    (count, format!("{algo} {kind} {dtype} count {count}"))
 }
 
 /// A call as the kernels' descriptors, their mismatch records and checked captures pack it:
-/// `count << 8 | desc_code` ([`describe_call`] reads it back).
+/// `pattern << 56 | count << 8 | desc_code's low byte` (counts below 2^48; the pattern is a
+/// fused call's, `desc_code` bits 8-10; [`describe_call`] reads it back; desc.cuh packs the
+/// same).
 pub fn pack_call(count: usize, desc_code: u32) -> u64 {
-    ((count as u64) << 8) | u64::from(desc_code & 0xff)
+    (u64::from((desc_code >> 8) & 0xff) << 56) | (((count as u64) & ((1 << 48) - 1)) << 8) | u64::from(desc_code & 0xff)
 }
 
 /// Captured call sequences ([`pack_call`] per call, one sequence per rank) compared across
@@ -321,8 +352,10 @@ const _: () = {
     assert!(offset_of!(TparState, prev_nvec) == 328);
     assert!(offset_of!(TparState, prev_kind) == 344);
     assert!(size_of::<TparError>() == 48);
-    assert!(size_of::<TparNorm>() == 32);
-    assert!(size_of::<TparFusedArgs>() == 376);
+    assert!(size_of::<TparNorm>() == 48);
+    assert!(offset_of!(TparNorm, scale) == 32);
+    assert!(offset_of!(TparNorm, flags) == 40);
+    assert!(size_of::<TparFusedArgs>() == 392);
     assert!(offset_of!(TparFusedArgs, n) == 344);
     assert!(offset_of!(TparNorm, hidden) == 24);
     assert!(size_of::<TparState>() <= SCRATCH_OFFSET);
@@ -395,7 +428,7 @@ mod tests {
     fn a_mismatch_names_fused_or_the_collective() {
         let (a, d) = (Algorithm::OneshotPush, DType::BF16);
         let plain = u64::from(desc_code(a, d)) | 64 << 8;
-        let fused = u64::from(fused_desc_code(a, d)) | 64 << 8;
+        let fused = u64::from(fused_desc_code(a, d, NORM_RESIDUAL)) | 64 << 8;
         let gather = u64::from(collective_desc_code(a, d, Collective::AllGather)) | 64 << 8;
         let scatter = u64::from(collective_desc_code(a, d, Collective::ReduceScatter)) | 64 << 8;
         assert!(differing_field(plain, fused).starts_with("fused"));
@@ -404,6 +437,24 @@ mod tests {
         assert!(differing_field(gather, scatter).starts_with("collective"));
         assert!(differing_field(fused, scatter).starts_with("collective"));
         assert_eq!(differing_field(plain, plain + (1 << 8)), "count");
+    }
+
+    #[test]
+    fn fused_patterns_differ_in_the_descriptor_and_a_mismatch_names_them() {
+        let (a, d) = (Algorithm::TwoshotPush, DType::F16);
+        let codes: Vec<u32> = (0..8).map(|f| fused_desc_code(a, d, f)).collect();
+        for (i, x) in codes.iter().enumerate() {
+            assert_eq!(*x & 0xff, fused_desc_code(a, d, 0) & 0xff, "the low byte is the call's kind");
+            for y in &codes[i + 1..] {
+                assert_ne!(pack_call(1 << 40, *x), pack_call(1 << 40, *y));
+                let crate::error::Error::Mismatch { field, ours, theirs, .. } = mismatch_codes(*x, *y) else { panic!() };
+                assert!(field.starts_with("fused pattern"), "{field}");
+                assert!(ours.contains(&format!("({})", pattern_name(*x >> 8))) && theirs.contains(&format!("({})", pattern_name(*y >> 8))), "{ours} / {theirs}");
+            }
+        }
+        assert_eq!(pattern_name(NORM_RESIDUAL | NORM_GEMMA | NORM_FP8), "add_rmsnorm_gemma_fp8");
+        assert_eq!(pattern_name(0), "rmsnorm");
+        assert_eq!(describe_call(pack_call(1 << 40, fused_desc_code(a, d, NORM_FP8))).0, 1 << 40, "the pattern leaves the count alone");
     }
 
     #[test]
@@ -469,9 +520,9 @@ mod tests {
         let crate::error::Error::Mismatch { field, theirs, .. } = mismatch((Algorithm::OneshotPush, DType::BF16, 100), (Algorithm::OneshotPush, DType::BF16, 1 << 40)) else { panic!() };
         assert_eq!(field, "count");
         assert!(theirs.ends_with(&format!("count {}", 1u64 << 40)), "{theirs}");
-        let crate::error::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
+        let crate::error::Error::Mismatch { field, ours, .. } = mismatch_codes(fused_desc_code(Algorithm::OneshotPush, DType::BF16, NORM_RESIDUAL), desc_code(Algorithm::OneshotPush, DType::BF16)) else { panic!() };
         assert!(field.starts_with("fused"), "{field}");
-        assert!(ours.starts_with("oneshot-push all-reduce fused with add-RMSNorm bfloat16 count 100"), "{ours}");
+        assert!(ours.starts_with("oneshot-push all-reduce fused with RMSNorm (add_rmsnorm) bfloat16 count 100"), "{ours}");
         // Every pair of collectives differs in the kind bits, whatever the counts.
         let codes = Collective::ALL.map(|k| collective_desc_code(Algorithm::OneshotPush, DType::F16, k));
         for (i, a) in codes.iter().enumerate() {

@@ -116,7 +116,7 @@ pub struct GpuCommunicator {
     /// Calls resolved so far, per (collective, dtype, bytes per rank, capture mode).
     resolved: HashMap<(Collective, DType, u64, CaptureMode), Arc<Resolved>>,
     /// Fused calls resolved so far, per (dtype, rows, hidden, capture mode).
-    fused_resolved: HashMap<(DType, usize, usize, CaptureMode), Arc<FusedResolved>>,
+    fused_resolved: HashMap<(DType, usize, usize, super::fused::FusedPattern, CaptureMode), Arc<FusedResolved>>,
     /// Whether calls are checked across ranks (TPAR_CHECK_CALLS, on by default).
     pub(super) check_calls: bool,
     /// Between [`begin_capture_check`](Self::begin_capture_check) and

@@ -1,17 +1,18 @@
-//! The fused all-reduce + residual add + RMSNorm (docs/cuda.md "Fused all-reduce + residual
-//! add + RMSNorm"): a call's shape and buffers, their validation, and the one rule that says
+//! The fused all-reduce + residual add + RMSNorm and its family (docs/cuda.md "Fused
+//! all-reduce + residual add + RMSNorm", "Fused all-reduce + RMSNorm family": [`FusedPattern`]): a call's
+//! shape, pattern and buffers, their validation, and the one rule that says
 //! whether an algorithm's fused kernel takes the call or the unfused path does (the
 //! all-reduce into the normalised output, then tpar's add-RMSNorm kernel in place: the same
 //! bits).
 //!
-//! Owns: [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`FusedPath`],
+//! Owns: [`FusedPattern`], [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`FusedPath`],
 //! [`FusedRoute`] (a resolved fused call shape), [`FUSED_MAX_ROWS`].
 //! Must never decide differently on two ranks of the same call (it is a pure function of the
 //! call, the algorithm, the world, the workspace's size and `TPAR_FUSED`, all equal across
 //! ranks: the setting is in the plan digest), and
 //! never launch anything (`launch`, `emulated`, `ipc` and `comm` do).
 
-use super::abi::{TparNorm, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
+use super::abi::{self, TparNorm, NORM_FP8, NORM_GEMMA, NORM_RESIDUAL, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
 use super::kernels;
 use super::launch::Launch;
 use super::route::{Resolved, Route};
@@ -27,13 +28,66 @@ use std::fmt;
 /// message's own time dwarfs the second kernel's boundary (not measured).
 pub const FUSED_MAX_ROWS: usize = 64;
 
-/// The shape of a fused call: `rows` x `hidden` elements of `dtype`, and the norm's epsilon.
+/// Which member of the fused all-reduce + RMSNorm family a call is (docs/cuda.md "Fused
+/// all-reduce + RMSNorm family"; `tpar::testing::NormPattern` is its reference): with or without the
+/// residual add, the Gemma weight offset (`f32(w) + 1`), and an FP8 e4m3fn output quantized
+/// with a static per-tensor scale (vLLM's `static_scaled_fp8_quant`; the scale is a device
+/// f32, [`FusedBufs::scale`]). Every pattern runs in the same kernels (the pattern is
+/// [`TparNorm::flags`]) on every path the residual pattern takes, and is part of the call's
+/// descriptor: ranks that call different patterns get a Mismatch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FusedPattern {
+    /// The residual add before the norm (the updated residual is an output).
+    pub residual: bool,
+    /// The Gemma weight offset: the norm multiplies by `f32(w) + 1`.
+    pub gemma: bool,
+    /// The output is FP8 e4m3fn (1 byte an element), quantized with the static scale.
+    pub fp8: bool,
+}
+
+impl FusedPattern {
+    /// The residual add + RMSNorm (vLLM's `fused_add_rms_norm`).
+    pub const ADD_RMSNORM: FusedPattern = FusedPattern { residual: true, gemma: false, fp8: false };
+
+    /// Every pattern: {residual, none} x {plain, gemma} x {dtype, fp8}.
+    pub fn all() -> Vec<FusedPattern> {
+        (0..8u32).map(|f| FusedPattern { residual: f & 1 == 0, gemma: f & 2 != 0, fp8: f & 4 != 0 }).collect()
+    }
+
+    /// The kernels' [`TparNorm::flags`].
+    pub fn flags(self) -> u32 {
+        (if self.residual { NORM_RESIDUAL } else { 0 }) | (if self.gemma { NORM_GEMMA } else { 0 }) | (if self.fp8 { NORM_FP8 } else { 0 })
+    }
+
+    /// `[add_]rmsnorm[_gemma][_fp8]` (the CLI's `--pattern` values, `NormPattern::name`'s).
+    pub fn name(self) -> String {
+        abi::pattern_name(self.flags())
+    }
+
+    /// The pattern named `name` ([`name`](Self::name)'s form).
+    pub fn parse(name: &str) -> Result<FusedPattern> {
+        Self::all().into_iter().find(|p| p.name() == name).ok_or_else(|| {
+            let names: Vec<String> = Self::all().iter().map(|p| p.name()).collect();
+            Error::invalid("pattern", format!("{name:?}: one of {}", names.join(", ")))
+        })
+    }
+}
+
+impl fmt::Display for FusedPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
+/// The shape of a fused call: `rows` x `hidden` elements of `dtype`, the norm's epsilon, and
+/// the pattern.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct FusedCall {
     pub dtype: DType,
     pub rows: usize,
     pub hidden: usize,
     pub eps: f32,
+    pub pattern: FusedPattern,
 }
 
 impl FusedCall {
@@ -45,6 +99,20 @@ impl FusedCall {
     /// Bytes of x (the all-reduce's message).
     pub fn bytes(&self) -> usize {
         self.count().saturating_mul(self.dtype.size())
+    }
+
+    /// Bytes of the normalised output: 1 an element for FP8, else the dtype's.
+    pub fn out_bytes(&self) -> usize {
+        if self.pattern.fp8 {
+            self.count()
+        } else {
+            self.bytes()
+        }
+    }
+
+    /// The descriptor a fused kernel of `algo` announces for this call (`abi::fused_desc_code`).
+    pub fn desc_code(&self, algo: Algorithm) -> u32 {
+        abi::fused_desc_code(algo, self.dtype, self.pattern.flags())
     }
 
     /// Bytes of one row.
@@ -82,16 +150,30 @@ impl FusedCall {
 
     /// The norm's kernel arguments for `bufs`.
     pub fn norm_args(&self, bufs: &FusedBufs) -> TparNorm {
-        TparNorm { residual: bufs.residual, residual_out: bufs.residual_out, weight: bufs.weight, hidden: self.hidden as u32, eps_bits: self.eps.to_bits() }
+        TparNorm {
+            residual: bufs.residual,
+            residual_out: bufs.residual_out,
+            weight: bufs.weight,
+            hidden: self.hidden as u32,
+            eps_bits: self.eps.to_bits(),
+            scale: bufs.scale,
+            flags: self.pattern.flags(),
+            pad: 0,
+        }
     }
 }
 
 /// One rank's buffers of a fused call: device addresses, 16-byte aligned. `norm_out` may be
-/// `input` (in place, as vLLM's `fused_add_rms_norm`), `residual_out` may be `residual` or
-/// `input` (vLLM's fusion pass asks for the updated residual in the input when it gives a
-/// separate `norm_out`); no other two may overlap. Each alias is safe: an element of x or of
-/// the residual is read, by the thread that later writes it or (two-shot, another chunk) only
-/// by its owner, before the output that aliases it is written (docs/cuda.md "Fused").
+/// `input` (in place, as vLLM's `fused_add_rms_norm`; not for FP8 output), `residual_out` may
+/// be `residual` or `input` (vLLM's fusion pass asks for the updated residual in the input
+/// when it gives a separate `norm_out`); no other two may overlap. Each alias is safe: an
+/// element of x or of the residual is read, by the thread that later writes it or (two-shot,
+/// another chunk) only by its owner, before the output that aliases it is written
+/// (docs/cuda.md "Fused"). Without a residual (the pattern's), `residual` is 0 and
+/// `residual_out` receives the all-reduce's sum; with FP8 output, `norm_out` holds 1 byte an
+/// element and `scale` is the f32 scale's address (else 0). The unfused path of an FP8
+/// call all-reduces into `residual_out`, or into `input` where `residual_out` is the
+/// residual itself (x then holds the sum afterwards).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FusedBufs {
     /// x, this rank's partial sum (rows x hidden).
@@ -102,34 +184,65 @@ pub struct FusedBufs {
     pub weight: u64,
     /// The normalised output (rows x hidden).
     pub norm_out: u64,
-    /// The updated residual (rows x hidden).
+    /// The updated residual (rows x hidden); without a residual, the all-reduce's sum.
     pub residual_out: u64,
+    /// FP8 output: the device address of the static scale (one f32, 4-byte aligned); else 0.
+    pub scale: u64,
 }
 
 impl FusedBufs {
-    /// Alignment, non-null, and the aliasing rule (see the type).
+    /// Alignment, non-null, the pattern's buffers present (and only those), and the aliasing
+    /// rule (see the type).
     pub fn check(&self, call: &FusedCall) -> Result<()> {
         let n = call.bytes() as u64;
         let w = (call.hidden * call.dtype.size()) as u64;
-        let named = [("input", self.input, n), ("residual", self.residual, n), ("weight", self.weight, w), ("norm_out", self.norm_out, n), ("residual_out", self.residual_out, n)];
-        for (what, p, _) in named {
-            if p == 0 || p % VEC_BYTES as u64 != 0 {
-                return Err(Error::invalid(what, format!("address {p:#x} is null or not 16-byte aligned")));
+        let p = call.pattern;
+        if !p.residual && self.residual != 0 {
+            return Err(Error::invalid("residual", format!("pattern {p} takes no residual, got address {:#x}", self.residual)));
+        }
+        if p.fp8 {
+            if self.scale == 0 || self.scale % 4 != 0 {
+                return Err(Error::invalid("scale", format!("pattern {p}: the FP8 scale's address {:#x} is null or not 4-byte aligned", self.scale)));
+            }
+        } else if self.scale != 0 {
+            return Err(Error::invalid("scale", format!("pattern {p} has no FP8 output, got a scale at {:#x}", self.scale)));
+        }
+        let mut named = vec![("input", self.input, n), ("weight", self.weight, w), ("norm_out", self.norm_out, call.out_bytes() as u64), ("residual_out", self.residual_out, n)];
+        if p.residual {
+            named.insert(1, ("residual", self.residual, n));
+        }
+        for &(what, ptr, _) in &named {
+            if ptr == 0 || ptr % VEC_BYTES as u64 != 0 {
+                return Err(Error::invalid(what, format!("address {ptr:#x} is null or not 16-byte aligned")));
             }
         }
-        let allowed = |a: &str, b: &str| matches!((a, b), ("input", "norm_out") | ("input", "residual_out") | ("residual", "residual_out"));
+        let allowed = |a: &str, b: &str| matches!((a, b), ("input", "norm_out") if !p.fp8) || matches!((a, b), ("input", "residual_out") | ("residual", "residual_out"));
         for (i, (a, pa, na)) in named.iter().enumerate() {
             for (b, pb, nb) in &named[i + 1..] {
                 let overlap = pa < &(pb + nb) && pb < &(pa + na);
                 if overlap && !(allowed(a, b) && pa == pb) {
                     return Err(Error::invalid(
                         "buffers",
-                        format!("{a} ({pa:#x}, {na} B) overlaps {b} ({pb:#x}, {nb} B); only norm_out == input, residual_out == residual and residual_out == input may alias"),
+                        format!("{a} ({pa:#x}, {na} B) overlaps {b} ({pb:#x}, {nb} B); only norm_out == input (not for FP8 output), residual_out == residual and residual_out == input may alias"),
                     ));
                 }
             }
         }
         Ok(())
+    }
+
+    /// Where the unfused path all-reduces (then the add-RMSNorm kernel reads it as x, in
+    /// place): `norm_out`, or for FP8 output (1 byte an element) `residual_out`, or `input`
+    /// where `residual_out` is the residual (which the sum must not overwrite before it is
+    /// added).
+    pub fn unfused_sum(&self, call: &FusedCall) -> u64 {
+        if !call.pattern.fp8 {
+            self.norm_out
+        } else if call.pattern.residual && self.residual_out == self.residual {
+            self.input
+        } else {
+            self.residual_out
+        }
     }
 }
 
@@ -251,7 +364,7 @@ mod tests {
     use super::*;
 
     fn call(dtype: DType, rows: usize, hidden: usize) -> FusedCall {
-        FusedCall { dtype, rows, hidden, eps: 1e-6 }
+        FusedCall { dtype, rows, hidden, eps: 1e-6, pattern: FusedPattern::ADD_RMSNORM }
     }
 
     #[test]
@@ -299,7 +412,7 @@ mod tests {
         assert!(FusedCall { eps: f32::NAN, ..call(DType::F16, 1, 1024) }.validate().is_err());
         let c = call(DType::BF16, 2, 1024); // 4 KiB tensors, a 2 KiB weight
         let base = 1u64 << 32;
-        let ok = FusedBufs { input: base, residual: base + 4096, weight: base + 8192, norm_out: base + 12288, residual_out: base + 16384 };
+        let ok = FusedBufs { input: base, residual: base + 4096, weight: base + 8192, norm_out: base + 12288, residual_out: base + 16384, scale: 0 };
         assert!(ok.check(&c).is_ok());
         assert!(FusedBufs { norm_out: ok.input, residual_out: ok.residual, ..ok }.check(&c).is_ok(), "vLLM's in-place form");
         assert!(FusedBufs { residual_out: ok.input, ..ok }.check(&c).is_ok(), "vLLM's pass: norm_out apart, the residual into x");
@@ -308,5 +421,44 @@ mod tests {
         assert!(FusedBufs { norm_out: ok.input + 16, ..ok }.check(&c).is_err(), "a partial overlap");
         assert!(FusedBufs { weight: ok.input + 2048, ..ok }.check(&c).is_err());
         assert!(FusedBufs { residual_out: ok.residual + 8, ..ok }.check(&c).is_err(), "misaligned");
+        assert!(FusedBufs { scale: base + 20480, ..ok }.check(&c).is_err(), "a scale without FP8 output");
+        // Without a residual: no residual address; residual_out (the sum) still required.
+        let plain = FusedCall { pattern: FusedPattern { residual: false, gemma: true, fp8: false }, ..c };
+        assert!(ok.check(&plain).is_err(), "a residual the pattern does not take");
+        assert!(FusedBufs { residual: 0, ..ok }.check(&plain).is_ok());
+        assert!(FusedBufs { residual: 0, residual_out: 0, ..ok }.check(&plain).is_err());
+        assert!(FusedBufs { residual: 0, residual_out: ok.input, ..ok }.check(&plain).is_ok());
+        // FP8 output: a scale, 1 byte an element (norm_out may sit right before residual_out's
+        // 2 KiB), never in x.
+        let fp8 = FusedCall { pattern: FusedPattern { residual: true, gemma: false, fp8: true }, ..c };
+        assert!(ok.check(&fp8).is_err(), "no scale");
+        let q = FusedBufs { scale: base + 20480, norm_out: base + 16384 - 2048, ..ok };
+        assert!(q.check(&fp8).is_ok());
+        assert!(FusedBufs { scale: base + 20482, ..q }.check(&fp8).is_err(), "a misaligned scale");
+        assert!(FusedBufs { norm_out: ok.input, ..q }.check(&fp8).is_err(), "FP8 output in x");
+        assert!(FusedBufs { norm_out: base + 16384 - 1024, ..q }.check(&fp8).is_err(), "overlaps residual_out");
+        // The unfused path's sum: never in the FP8 output, never over the residual it adds.
+        assert_eq!(ok.unfused_sum(&c), ok.norm_out);
+        assert_eq!(q.unfused_sum(&fp8), q.residual_out);
+        assert_eq!(FusedBufs { residual_out: q.residual, ..q }.unfused_sum(&fp8), q.input);
+    }
+
+    #[test]
+    fn patterns_have_names_flags_and_parse_back() {
+        let all = FusedPattern::all();
+        assert_eq!(all.len(), 8);
+        let mut flags: Vec<u32> = all.iter().map(|p| p.flags()).collect();
+        flags.sort_unstable();
+        assert_eq!(flags, (0..8).collect::<Vec<_>>());
+        for p in &all {
+            assert_eq!(FusedPattern::parse(&p.name()).unwrap(), *p);
+            let r = crate::testing::NormPattern { residual: p.residual, gemma: p.gemma, fp8_scale: p.fp8.then_some(1.0) };
+            assert_eq!(r.name(), p.name(), "the reference's name");
+        }
+        assert_eq!(FusedPattern::ADD_RMSNORM.name(), "add_rmsnorm");
+        assert!(FusedPattern::parse("rmsnorm_fp8_gemma").unwrap_err().to_string().contains("add_rmsnorm_gemma_fp8"));
+        let c = call(DType::BF16, 2, 1024);
+        assert_ne!(c.desc_code(Algorithm::OneshotPush), FusedCall { pattern: FusedPattern { gemma: true, ..FusedPattern::ADD_RMSNORM }, ..c }.desc_code(Algorithm::OneshotPush));
+        assert_eq!(FusedCall { pattern: FusedPattern { fp8: true, ..FusedPattern::ADD_RMSNORM }, ..c }.out_bytes(), 2048);
     }
 }

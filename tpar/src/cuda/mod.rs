@@ -49,4 +49,4 @@ pub mod tune;
 
 pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route, Served};
 pub use rank_set::{RankPlacement, RankSet, SetOptions};
-pub use fused::{FusedBufs, FusedCall, FusedPath};
+pub use fused::{FusedBufs, FusedCall, FusedPath, FusedPattern};

@@ -90,6 +90,12 @@ pub struct BenchArgs {
     /// --fused: rows (tokens), counts and ranges such as 1-8,16 [default: 1,3,8]
     #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
     pub rows: Option<String>,
+    /// --fused: patterns of the family, a comma list or all [default: add_rmsnorm]:
+    /// add_rmsnorm (all-reduce + residual add + RMSNorm), rmsnorm (no residual),
+    /// add_rmsnorm_gemma, rmsnorm_gemma (weight + 1), add_rmsnorm_fp8, rmsnorm_fp8,
+    /// add_rmsnorm_gemma_fp8, rmsnorm_gemma_fp8 (FP8 e4m3 output, static scale)
+    #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
+    pub pattern: Option<String>,
 }
 
 /// The largest message `tpar bench` takes: the largest workspace tpar creates

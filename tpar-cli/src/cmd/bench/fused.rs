@@ -1,11 +1,12 @@
-//! `tpar bench --fused`: the fused all-reduce + residual add + RMSNorm timed in the same run
-//! as the all-reduce alone and as the all-reduce followed by tpar's add-RMSNorm kernel (what
-//! an engine runs: its all-reduce, then its fused_add_rms_norm), per (hidden, rows,
-//! algorithm, mode), on emulated ranks. Each point is checked first (one fused call on fresh
+//! `tpar bench --fused`: the fused all-reduce + residual add + RMSNorm (and, with --pattern,
+//! the rest of the family) timed in the same run as the all-reduce alone and as the
+//! all-reduce followed by tpar's add-RMSNorm kernel of the same pattern (what an engine runs:
+//! its all-reduce, then its fused_add_rms_norm / rms_norm, the FP8 quantization in the same
+//! kernel), per (pattern, hidden, rows, algorithm, mode), on emulated ranks. Each point is checked first (one fused call on fresh
 //! inputs, bit for bit: #wrong). Torch's unfused ops are timed by bench/compare/fused_torch.py.
 
 use super::args::BenchArgs;
-use crate::harness::fused::{call, fusable, parse_list, FusedIo, FusedRanks, Op};
+use crate::harness::fused::{call, fusable, parse_list, parse_patterns, FusedIo, FusedRanks, Op};
 use crate::harness::gpu::err;
 use crate::harness::{self, Target, Timing};
 use serde::Serialize;
@@ -25,6 +26,7 @@ struct FusedRecord {
     world: usize,
     transport: String,
     dtype: String,
+    pattern: String,
     hidden: usize,
     rows: usize,
     bytes: usize,
@@ -49,6 +51,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let hidden = parse_list(args.hidden.as_deref().unwrap_or("7168"), "--hidden")?;
     let rows = parse_list(args.rows.as_deref().unwrap_or("1,3,8"), "--rows")?;
     let dtypes = harness::parse_dtypes(&args.dtype)?;
+    let patterns = parse_patterns(args.pattern.as_deref().unwrap_or("add_rmsnorm"))?;
     let mode = if args.graph { Some("graph") } else { args.mode.as_deref() };
     let modes = harness::parse_modes(mode, &target)?;
     let runs = fusable(&algorithms_emulated(*transport));
@@ -75,16 +78,16 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     for &world in worlds {
         let mut fr = FusedRanks::new(args.ranks.device, world, max_bytes, max_hidden, *transport, args.ranks.skew_ns)?;
         for &d in &dtypes {
-            for &mode in &modes {
+            for (&mode, &pattern) in modes.iter().flat_map(|m| patterns.iter().map(move |p| (m, p))) {
                 println!("#");
-                println!("# {world} emulated ranks, transport {transport}, {d}, {mode}");
+                println!("# {world} emulated ranks, transport {transport}, {d}, {mode}, pattern {pattern}");
                 println!(
                     "# {:>6} {:>5} {:>9} {:>13} {:>20} {:>20} {:>20} {:>20} {:>8} {:>10} {:>6}",
                     "hidden", "rows", "bytes", "algorithm", "all-reduce", "fused", "AR + add-rmsnorm", "add-rmsnorm", "fused-AR", "unfused-f", "#wrong"
                 );
                 for &h in &hidden {
                     for &r in &rows {
-                        let fc = call(d, r, h);
+                        let fc = call(d, r, h, pattern);
                         fc.validate().map_err(err)?;
                         for &algo in &algos {
                             let wrong = if args.check != 0 {
@@ -107,6 +110,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                                     world,
                                     transport: transport.to_string(),
                                     dtype: d.name().into(),
+                                    pattern: pattern.name(),
                                     hidden: h,
                                     rows: r,
                                     bytes: fc.bytes(),

@@ -1,12 +1,13 @@
-//! `tpar selftest fused`: the fused all-reduce + residual add + RMSNorm on emulated ranks,
-//! checked over shapes, dtypes, algorithms, capture modes, in place and not, fused and unfused
-//! paths, then a mixed sequence in one graph (harness/fused.rs does each call).
+//! `tpar selftest fused`: the fused all-reduce + residual add + RMSNorm and its family
+//! (--pattern) on emulated ranks, checked over shapes, dtypes, algorithms, capture modes, in
+//! place and not, fused and unfused paths, then a mixed sequence in one graph
+//! (harness/fused.rs does each call).
 
 use super::{Common, FusedArgs};
-use crate::harness::fused::{call, fusable, parse_list, FusedIo, FusedRanks, FusedVerdict};
+use crate::harness::fused::{call, fusable, parse_list, parse_patterns, FusedIo, FusedRanks, FusedVerdict};
 use crate::harness::{self, Target};
 use tpar::algorithms::registry::algorithms_emulated;
-use tpar::cuda::FusedPath;
+use tpar::cuda::{FusedPath, FusedPattern};
 use tpar::plan::CaptureMode;
 use tpar::{Algorithm, DType, Transport};
 
@@ -23,6 +24,9 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     let hidden = parse_list(&a.hidden, "--hidden")?;
     let rows = parse_list(&a.rows, "--rows")?;
+    let patterns = parse_patterns(&a.pattern)?;
+    // Per pattern: calls, fused, failed.
+    let mut per_pattern: Vec<(FusedPattern, Tally)> = patterns.iter().map(|p| (*p, Tally::default())).collect();
     let modes: Vec<CaptureMode> = match a.mode.as_str() {
         "eager" => vec![CaptureMode::Eager],
         "graph" => vec![CaptureMode::Graph],
@@ -44,7 +48,15 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
     let max_bytes = (rows.iter().copied().max().unwrap_or(1).max(a.seq_rows) * max_hidden * 4).max(1 << 16);
     let mut bad: Vec<String> = Vec::new();
     let mut total = 0usize;
-    println!("# tpar selftest fused: algorithms {}, dtypes {}, hidden {:?}, rows {:?}, modes {:?}", algos.iter().map(|a| a.name()).collect::<Vec<_>>().join(","), c.dtype, hidden, rows, a.mode);
+    println!(
+        "# tpar selftest fused: algorithms {}, dtypes {}, hidden {:?}, rows {:?}, modes {:?}, patterns {} (in turn)",
+        algos.iter().map(|a| a.name()).collect::<Vec<_>>().join(","),
+        c.dtype,
+        hidden,
+        rows,
+        a.mode,
+        patterns.iter().map(|p| p.name()).collect::<Vec<_>>().join(",")
+    );
     println!("# {:>5} {:>13} {:>9} {:>6} {:>7} {:>6} {:>8} {:>7}", "world", "algorithm", "dtype", "mode", "calls", "fused", "unfused", "failed");
     for &world in worlds {
         let mut fr = FusedRanks::new(c.ranks.device, world, max_bytes, max_hidden, *transport, c.ranks.skew_ns)?;
@@ -59,7 +71,8 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
                     let mut t = Tally::default();
                     for &h in &hidden {
                         for &r in &rows {
-                            let fc = call(d, r, h);
+                            let pi = (n as usize) % patterns.len();
+                            let fc = call(d, r, h, patterns[pi]);
                             if fc.validate().is_err() {
                                 continue; // not whole 16-byte vectors of this dtype: refused by design
                             }
@@ -72,13 +85,22 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
                             for unfused in paths {
                                 let (path, v) = fr.check(algo, &fc, c.seed, n, io, mode, unfused, a.replays)?;
                                 t.calls += 1;
+                                let pt = &mut per_pattern[pi].1;
+                                pt.calls += 1;
                                 match path {
-                                    FusedPath::Fused(_) => t.fused += 1,
-                                    FusedPath::Unfused(_) => t.unfused += 1,
+                                    FusedPath::Fused(_) => {
+                                        t.fused += 1;
+                                        pt.fused += 1;
+                                    }
+                                    FusedPath::Unfused(_) => {
+                                        t.unfused += 1;
+                                        pt.unfused += 1;
+                                    }
                                 }
                                 if !v.ok() {
                                     t.failed += 1;
-                                    bad.push(describe(world, d, mode, r, h, io, path, &v));
+                                    pt.failed += 1;
+                                    bad.push(describe(world, d, mode, r, h, io, path, patterns[pi], &v));
                                 }
                             }
                         }
@@ -90,7 +112,7 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
         }
         if a.seq_calls > 0 {
             let d = if dtypes.contains(&DType::BF16) { DType::BF16 } else { dtypes[0] };
-            let fc = call(d, a.seq_rows, 7168);
+            let fc = call(d, a.seq_rows, 7168, FusedPattern::ADD_RMSNORM);
             let v = fr.check_sequence(&algos, &fc, c.seed, a.seq_calls, a.replays.max(2))?;
             println!(
                 "  {world:>5} sequence of {} calls in one graph (fused and plain, {}), {} x 7168 {d}, {} replays: {}",
@@ -113,10 +135,10 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
         let algo = algos[0];
         let d = dtypes[0];
         let mut fr = FusedRanks::new(c.ranks.device, world, 1 << 20, 7168, *transport, None)?;
-        let fc = call(d, 3, 7168);
+        let fc = call(d, 3, 7168, patterns[0]);
         fr.check(algo, &fc, c.seed, 1, FusedIo::OutOfPlace, CaptureMode::Eager, false, 1).map_err(|e| format!("mismatch check: the honest control call failed: {e}"))?;
         fr.g.set_desc_override_for_test(Some((world - 1, tpar::cuda::abi::desc_code(algo, d))));
-        let bufs = fr.ptrs(FusedIo::OutOfPlace);
+        let bufs = fr.ptrs(FusedIo::OutOfPlace, fc.pattern);
         let r = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs, 0, false).and_then(|_| fr.g.synchronize());
         fr.g.set_desc_override_for_test(None);
         let after = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs, 0, false).and_then(|_| fr.g.synchronize());
@@ -126,6 +148,23 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
             }
             _ => bad.push(format!("{world} ranks: a plain call among fused ones was not a Mismatch on `fused` then Poisoned: {r:?}, then {after:?}")),
         }
+        // Another pattern on one rank (its descriptor's pattern bits), on a fresh group.
+        let mut fr = FusedRanks::new(c.ranks.device, world, 1 << 20, 7168, *transport, None)?;
+        let other = FusedPattern { gemma: !fc.pattern.gemma, ..fc.pattern };
+        fr.check(algo, &fc, c.seed, 2, FusedIo::OutOfPlace, CaptureMode::Eager, false, 1).map_err(|e| format!("pattern mismatch check: the honest control call failed: {e}"))?;
+        fr.g.set_desc_override_for_test(Some((world - 1, call(d, 3, 7168, other).desc_code(algo))));
+        let r = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs_of(&fr, fc.pattern), 0, false).and_then(|_| fr.g.synchronize());
+        fr.g.set_desc_override_for_test(None);
+        let after = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs_of(&fr, fc.pattern), 0, false).and_then(|_| fr.g.synchronize());
+        match (&r, &after) {
+            (Err(tpar::Error::Mismatch { field, .. }), Err(_)) if field.starts_with("fused pattern") => {
+                println!("  {world:>5} a rank calling {other} among {} calls: {}; next call: {}", fc.pattern, r.as_ref().err().map_or(String::new(), |e| e.to_string()), after.as_ref().err().map_or(String::new(), |e| e.to_string()));
+            }
+            _ => bad.push(format!("{world} ranks: a {other} call among {} ones was not a Mismatch on `fused pattern` then Poisoned: {r:?}, then {after:?}", fc.pattern)),
+        }
+    }
+    for (p, t) in &per_pattern {
+        println!("# pattern {:<22} calls {:>6}  fused {:>6}  unfused {:>6}  failed {:>4}", p.name(), t.calls, t.fused, t.unfused, t.failed);
     }
     if !bad.is_empty() {
         for b in bad.iter().take(40) {
@@ -133,14 +172,18 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
         }
         return Err(format!("{} of {total} checked calls wrong (first ones above)", bad.len()));
     }
-    println!("PASS: {total} fused calls bit for bit the reference, within the f64 bound, every rank identical");
+    println!("PASS: {total} fused calls bit for bit the reference (FP8: the e4m3 bytes), within the f64 bound (patterns without Gemma or FP8), every rank identical");
     Ok(())
 }
 
+fn bufs_of(fr: &FusedRanks, p: FusedPattern) -> Vec<tpar::cuda::FusedBufs> {
+    fr.ptrs(FusedIo::OutOfPlace, p)
+}
+
 #[allow(clippy::too_many_arguments)]
-fn describe(world: usize, d: DType, mode: CaptureMode, rows: usize, hidden: usize, io: FusedIo, path: FusedPath, v: &FusedVerdict) -> String {
+fn describe(world: usize, d: DType, mode: CaptureMode, rows: usize, hidden: usize, io: FusedIo, path: FusedPath, p: FusedPattern, v: &FusedVerdict) -> String {
     format!(
-        "{world} ranks {path} {d} {rows} x {hidden} ({mode}{}): {} elements differ from the reference, {} residual / {} norm outside the f64 bound, ranks identical: {}",
+        "{world} ranks {path} {p} {d} {rows} x {hidden} ({mode}{}): {} elements differ from the reference, {} residual / {} norm outside the f64 bound, ranks identical: {}",
         io.label(),
         v.inexact,
         v.f64_bad.0,

@@ -111,8 +111,8 @@ pub enum Test {
     NcclRdzv(Common),
     /// NCCL with one rank on this GPU: proves the loader and the call path (not a baseline)
     NcclLocal(Common),
-    /// Emulated ranks: the fused all-reduce + residual add + RMSNorm, every (algorithm with a
-    /// fused kernel, dtype, hidden, rows), eager and in graphs, in place and not, fused and
+    /// Emulated ranks: the fused all-reduce + residual add + RMSNorm and its family (--pattern),
+    /// every (algorithm with a fused kernel, dtype, hidden, rows), eager and in graphs, in place and not, fused and
     /// unfused paths, then mixed fused and plain calls in one graph: bit for bit against the
     /// reference, within the f64 bound, every rank identical
     Fused {
@@ -136,6 +136,13 @@ pub struct FusedArgs {
     /// Algorithms: a comma list, or all (every one with a fused kernel these ranks run)
     #[arg(long, default_value = "all")]
     pub algo: String,
+    /// Patterns of the family, a comma list or all; the checked calls take them in turn (with
+    /// one pattern, every call is of it). Names: add_rmsnorm (all-reduce + residual add +
+    /// RMSNorm), rmsnorm (no residual), add_rmsnorm_gemma, rmsnorm_gemma (the Gemma weight
+    /// offset, weight + 1), add_rmsnorm_fp8, rmsnorm_fp8, add_rmsnorm_gemma_fp8,
+    /// rmsnorm_gemma_fp8 (the output FP8 e4m3, static per-tensor scale)
+    #[arg(long, default_value = "all")]
+    pub pattern: String,
     /// eager, graph or both
     #[arg(long, default_value = "both")]
     pub mode: String,
@@ -159,7 +166,8 @@ pub struct FusedArgs {
     #[arg(long)]
     pub epoch_start: Option<u32>,
     /// Last, on a group of its own: one rank calls the plain all-reduce among fused calls
-    /// (the descriptor's fused bit): every rank must get Mismatch, then Poisoned
+    /// (the descriptor's fused bit), then one calls another pattern (its pattern bits):
+    /// every rank must get Mismatch, then Poisoned
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub mismatch: bool,
 }

@@ -13,7 +13,7 @@ impl GpuCommunicator {
     /// two-shot pull's, or any under `TPAR_FUSED=0`; the same answers on every rank), else
     /// the all-reduce's own route followed by tpar's add-RMSNorm kernel (the same bits).
     pub fn resolve_fused(&mut self, call: &FusedCall, mode: CaptureMode) -> Result<Arc<FusedResolved>> {
-        let key = (call.dtype, call.rows, call.hidden, mode);
+        let key = (call.dtype, call.rows, call.hidden, call.pattern, mode);
         if let Some(r) = self.fused_resolved.get(&key) {
             return Ok(Arc::clone(r));
         }
@@ -28,7 +28,7 @@ impl GpuCommunicator {
         let route = match fits {
             Some(algorithm) if declined.is_none() => {
                 let launch = self.ws.resolve_fused(algorithm, call, ar.plan.blocks)?;
-                FusedRoute::Fused { algorithm, launch, desc_code: super::super::abi::fused_desc_code(algorithm, call.dtype) }
+                FusedRoute::Fused { algorithm, launch, desc_code: call.desc_code(algorithm) }
             }
             _ => FusedRoute::Unfused { all_reduce: ar.route, norm: self.ws.resolve_add_rmsnorm(call)? },
         };
@@ -49,9 +49,11 @@ impl GpuCommunicator {
     /// Enqueues a fused all-reduce + residual add + RMSNorm on [`stream`](Self::stream)
     /// (docs/cuda.md "Fused"): every rank's `bufs.input` summed in rank order, rounded once;
     /// `residual_out = round(sum + residual)`; `norm_out = round((residual_out * inv_rms) *
-    /// weight)` per row, the sum of squares in a fixed order. Returns the path taken (the
-    /// same bits either way). `residual`, `weight`, `eps` and `hidden` must be the same on
-    /// every rank, as under tensor parallelism.
+    /// weight)` per row, the sum of squares in a fixed order; `call.pattern` picks the member
+    /// of the family (no residual: `residual_out` is the sum; Gemma: `f32(w) + 1`; FP8: the
+    /// output quantized with the scale at `bufs.scale`). Returns the path taken (the
+    /// same bits either way). `residual`, `weight`, `eps`, `hidden` and the pattern must be
+    /// the same on every rank, as under tensor parallelism.
     ///
     /// # Safety
     /// As for [`all_reduce`](Self::all_reduce), for every buffer of `bufs` (x, the residual
@@ -94,7 +96,7 @@ impl GpuCommunicator {
         let route = match ar {
             Route::Kernel { algorithm, .. } if !unfused && self.ws.fused_unfit(algorithm, call).is_none() => {
                 let launch = self.ws.resolve_fused(algorithm, call, p.blocks)?;
-                FusedRoute::Fused { algorithm, launch, desc_code: super::super::abi::fused_desc_code(algorithm, call.dtype) }
+                FusedRoute::Fused { algorithm, launch, desc_code: call.desc_code(algorithm) }
             }
             all_reduce => FusedRoute::Unfused { all_reduce, norm: self.ws.resolve_add_rmsnorm(call)? },
         };
@@ -159,9 +161,11 @@ impl GpuCommunicator {
             }
             FusedRoute::Unfused { all_reduce, norm } => {
                 let ar = Resolved { plan: Arc::clone(&r.plan), route: all_reduce, collective: crate::kinds::Collective::AllReduce };
-                // SAFETY: the caller's contract covers x and norm_out for count elements.
-                let algo = unsafe { self.submit(stream, &ar, call.dtype, call.count(), bufs.input, bufs.norm_out, mode) }?;
-                let normed = FusedBufs { input: bufs.norm_out, ..*bufs };
+                let sum = bufs.unfused_sum(call);
+                // SAFETY: the caller's contract covers x and the sum's buffer (norm_out,
+                // residual_out or x: FusedBufs::unfused_sum) for count elements.
+                let algo = unsafe { self.submit(stream, &ar, call.dtype, call.count(), bufs.input, sum, mode) }?;
+                let normed = FusedBufs { input: sum, ..*bufs };
                 let own = stream.map(|s| {
                     // SAFETY: as above.
                     unsafe { self.ws.swap_stream(s as super::super::driver::sys::CUstream) }

@@ -1,8 +1,9 @@
-//! [`RankSet`]'s fused all-reduce + residual add + RMSNorm (docs/cuda.md "Fused"): the fused
+//! [`RankSet`]'s fused all-reduce + residual add + RMSNorm and its family (docs/cuda.md
+//! "Fused"; the call's [`FusedPattern`](super::super::fused::FusedPattern)): the fused
 //! kernel on every local rank, or the unfused path (the plain all-reduce, copy path, then
 //! tpar's add-RMSNorm kernel), and tpar's add-RMSNorm kernel alone.
 
-use super::super::abi::{self, TparNorm};
+use super::super::abi::TparNorm;
 use super::super::fused::{fused_unfit, FusedBufs, FusedCall, FusedPath};
 use super::super::launch::{CallSpec, Launch};
 use super::RankSet;
@@ -20,7 +21,8 @@ impl RankSet {
     /// Enqueues a fused call on every local rank (`bufs[i]`: local rank i's buffers):
     /// `algo`'s fused kernel where it takes the call ([`fused_unfit`](Self::fused_unfit))
     /// and `unfused` is false; else the unfused path, `algo`'s all-reduce into every rank's
-    /// `norm_out`, then tpar's add-RMSNorm kernel in place. The same bits either way.
+    /// `norm_out` (`FusedBufs::unfused_sum`: FP8 output elsewhere), then tpar's add-RMSNorm
+    /// kernel in place. The same bits either way.
     /// Returns the path taken.
     pub fn enqueue_add_rmsnorm(&mut self, algo: Algorithm, call: &FusedCall, bufs: &[FusedBufs], blocks: u32, unfused: bool) -> Result<FusedPath> {
         self.check_fused_args(call, bufs)?;
@@ -28,14 +30,15 @@ impl RankSet {
         let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
         let all = vec![true; self.ranks.len()];
         if unfused || self.fused_unfit(algo, call).is_some() {
-            self.enqueue_plain(algo, call.dtype, call.count(), (&inputs, &outputs), blocks, &all, false)?;
-            let normed: Vec<FusedBufs> = bufs.iter().map(|b| FusedBufs { input: b.norm_out, ..*b }).collect();
+            let sums: Vec<u64> = bufs.iter().map(|b| b.unfused_sum(call)).collect();
+            self.enqueue_plain(algo, call.dtype, call.count(), (&inputs, &sums), blocks, &all, false)?;
+            let normed: Vec<FusedBufs> = bufs.iter().zip(&sums).map(|(b, &s)| FusedBufs { input: s, ..*b }).collect();
             self.enqueue_norm_only(call, &normed)?;
             return Ok(FusedPath::Unfused(algo));
         }
-        let ptrs: Vec<u64> = bufs.iter().flat_map(|b| [b.input, b.residual, b.weight, b.norm_out, b.residual_out]).collect();
+        let ptrs: Vec<u64> = bufs.iter().flat_map(|b| [b.input, if call.pattern.residual { b.residual } else { b.input }, b.weight, b.norm_out, b.residual_out]).collect();
         let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks, registered: false, collective: crate::kinds::Collective::AllReduce }, call.row_bytes(), &ptrs)?;
-        let code = if self.check_calls { abi::fused_desc_code(algo, call.dtype) } else { 0 };
+        let code = if self.check_calls { call.desc_code(algo) } else { 0 };
         let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
         self.launch_all(&l, (call.count(), code), (&inputs, &outputs, None), &all, Some(&norm))?;
         Ok(FusedPath::Fused(algo))
@@ -43,7 +46,8 @@ impl RankSet {
 
     /// tpar's add-RMSNorm kernel alone on every local rank, no communication: `residual_out
     /// = input + residual`, `norm_out = rmsnorm(residual_out) * weight` (in place when
-    /// `norm_out == input`), as the engines' fused_add_rms_norm after an all-reduce.
+    /// `norm_out == input`), as the engines' fused_add_rms_norm after an all-reduce; the
+    /// call's pattern as the fused kernels (no residual: `residual_out = input`; Gemma; FP8).
     pub fn enqueue_norm_only(&mut self, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
         self.check_fused_args(call, bufs)?;
         let l = self.resolve_add_rmsnorm(call)?;
@@ -56,13 +60,13 @@ impl RankSet {
     pub fn resolve_fused(&mut self, algo: Algorithm, call: &FusedCall, blocks: u32) -> Result<Launch> {
         call.validate()?;
         if let Some(why) = self.fused_unfit(algo, call) {
-            return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm for {} x {} {}", call.rows, call.hidden, call.dtype), reason: why });
+            return Err(Error::Unsupported { what: format!("{algo} fused with {} for {} x {} {}", call.pattern, call.rows, call.hidden, call.dtype), reason: why });
         }
         self.launcher.resolve_fused(&self.dev, algo, call.dtype, call.bytes(), call.row_bytes(), blocks)
     }
 
     /// Launches a resolved fused call on every local rank (docs/cuda.md "Fused"):
-    /// `desc_code` is `abi::fused_desc_code` (0: no per-call check); the buffers are
+    /// `desc_code` is `FusedCall::desc_code` (0: no per-call check); the buffers are
     /// checked here.
     pub fn launch_fused_resolved(&mut self, l: &Launch, desc_code: u32, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
         self.check_connected()?;
