@@ -82,7 +82,8 @@ def test_the_python_doctor_hard_codes_no_engine_rule():
     or GPU architectures they read (a rule copied back into Python would name them)."""
     query = json.loads(_tpar.doctor_query())
     names = set(query["variables"]) | set(query["plugin_groups"])
-    with open(doctor.__file__, encoding="utf-8") as fh:
+    # The repository's copy: the one `tpar doctor` carries (include_str!) and the wheel installs.
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tpar", "doctor.py"), encoding="utf-8") as fh:
         tree = ast.parse(fh.read())
     consts = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and not (n.value.startswith(("``", '"""')) or "\n" in n.value)]
     for c in consts:
