@@ -153,6 +153,15 @@ STUBS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
         "the communicator path (CudaCommunicator with pynccl off, the custom all-reduce replaced by "
         "tpar's) calls none of them, and a call would fail loudly (the op is not registered).",
     ),
+    "vllm/vllm_flash_attn/_vllm_fa2_C.py": (
+        "vllm",
+        (),
+        "FlashAttention-2's CUDA kernels (a compiled extension of the vLLM wheel). On a GPU, "
+        "`vllm/v1/attention/backends/fa_utils.py` imports `vllm.vllm_flash_attn` at module level, whose "
+        "`__init__` refuses to import unless one FlashAttention extension imports; the compile passes "
+        "that the fusion stage loads reach fa_utils, but no attention runs (the layer is linear -> "
+        "all-reduce -> norm), and a call would fail loudly (`torch.ops._vllm_fa2_C` is not registered).",
+    ),
     "openai_harmony/openai_harmony.py": (
         "oss-harmony",
         ("HarmonyError", "PyHarmonyEncoding", "PyStreamableParser", "load_harmony_encoding", "get_tool_namespace_config"),
@@ -542,7 +551,7 @@ def trace(name: str, version: str, out_dir: str, world: int = 2) -> Set[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     tdir = tempfile.mkdtemp(prefix=f"tpar-trace-{name}-")
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "engine_harness.py"), name, str(world), "--device", "cpu",
-           "--stages", "settings,eager,compile,thread" + (",fusion" if name == "vllm" else ""), "--trace", tdir, "--out", out_dir]
+           "--stages", "settings,eager,compile,thread" + (",sp,fusion" if name == "vllm" else ""), "--trace", tdir, "--out", out_dir]
     r = subprocess.run(cmd, env=env)
     if r.returncode != 0:
         raise SystemExit(f"the harness failed on this machine's CPU for {name} {version} (logs in {out_dir}): fix that first")

@@ -29,7 +29,9 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
    must grow by the captured calls), replayed on fresh inputs;
 5. ``thread``: a call from a worker thread (vLLM's dual-batch overlap does this);
 6. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
-   error within 1 s, without ``check()``;
+   error within 1 s, without ``check()``. The survivors cycle through the all-reduce and the
+   engine's sequence-parallel gather and scatter (those tpar served before the death), so
+   the death is found by whichever collective is in flight;
 7. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
    up to 2048 tokens (beyond ``max_size``), through tpar and bitwise the reference.
 
@@ -483,6 +485,26 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
     if not ca.should_custom_ar(x):
         return {"error": "tpar does not take the kill stage's call (8 x 7168 bf16)"}
     eng.ar(x)
+    # The survivors cycle through the all-reduce and, where the engine has them, its
+    # sequence-parallel gather and scatter (one row per rank): a dead peer must be found by
+    # whichever collective is in flight. Only calls tpar served before the death are cycled
+    # (a call the engine sends to its own NCCL/gloo would wait on gloo's timeout, not tpar's).
+    cycle = [("all_reduce", lambda: eng.ar(x))]
+    try:
+        gather, scatter = eng.sp_functions()
+    except Exception:  # noqa: BLE001 - the engine has none (Skip): the all-reduce alone
+        gather = scatter = None
+    if gather is not None:
+        x2 = x.reshape(8, HIDDEN)
+        row = x2[:1].contiguous()
+        rows = x2.repeat((world + 7) // 8, 1)[:world].contiguous()  # one row per rank
+        sp = []
+        for name, fn in (("sp_all_gather", lambda: gather(row)), ("sp_reduce_scatter", lambda: scatter(rows))):
+            before = ca.served_calls
+            fn()
+            if ca.served_calls > before:
+                sp.append((name, fn))
+        cycle = sp + cycle  # the first call after the death is a sequence-parallel one
     pids = [None] * world
     dist.all_gather_object(pids, os.getpid(), group=group)
     dist.barrier(group=group)
@@ -509,14 +531,16 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
     threading.Thread(target=watch, daemon=True).start()
     calls = 0
     deadline = t0 + 30
+    cycled = [name for name, _ in cycle]
     while time.monotonic() < deadline:
+        name, fn = cycle[calls % len(cycle)]
         try:
-            eng.ar(x)
+            fn()
             calls += 1
         except tpar.TparError as e:
-            return {"raised": type(e).__name__, "message": str(e)[:300], "raised_at": time.time(), "after_s": round(time.monotonic() - t0, 3), "calls_before": calls, "dead_process": dict(gone)}
+            return {"raised": type(e).__name__, "message": str(e)[:300], "raised_at": time.time(), "after_s": round(time.monotonic() - t0, 3), "calls_before": calls, "raised_in": name, "cycled": cycled, "dead_process": dict(gone)}
         except BaseException as e:  # noqa: BLE001 - not tpar's error family: a failure
-            return {"error": f"not a TparError: {type(e).__name__}: {e}", "after_s": round(time.monotonic() - t0, 3)}
+            return {"error": f"not a TparError from {name}: {type(e).__name__}: {e}", "after_s": round(time.monotonic() - t0, 3), "cycled": cycled}
     return {"error": f"no error in {deadline - t0:.0f} s of calls with a dead peer ({calls} calls returned)"}
 
 
@@ -583,7 +607,7 @@ def judge(args, recs):
                 if "raised_at" in s and died:
                     s["after_death_s"] = round(s["raised_at"] - died, 3)
             fine = died is not None and recs[-1].get("returncode") == 3 and all(s.get("after_death_s", 1e9) <= DEAD_PEER_S for s in sts)
-            detail = "; ".join(f"r{r['rank']}: " + (f"{s['raised']} {s.get('after_death_s')} s after the death (its process: {s.get('dead_process')})" if "raised" in s else s.get("error", "?")) for r, s in zip(survivors, sts))
+            detail = "; ".join(f"r{r['rank']}: " + (f"{s['raised']} in {s.get('raised_in')} {s.get('after_death_s')} s after the death (cycling {'/'.join(s.get('cycled', []))}; its process: {s.get('dead_process')})" if "raised" in s else s.get("error", "?")) for r, s in zip(survivors, sts))
             msg = next((s.get("message") for s in sts if s.get("message")), "")
             lines.append(f"| {head} | kill | {'PASS' if fine else 'FAIL'} | {detail}; {msg[:120]!r} |")
             ok &= fine

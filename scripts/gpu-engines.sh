@@ -53,7 +53,7 @@ set -uo pipefail
 WHEELS="${1:?usage: gpu-engines.sh WHEELDIR [CARRYDIR]}"
 CARRY="${2:-.gpu/engines}"
 WORLDS="${WORLDS:-2 4 8}"
-STAGES="${STAGES:-settings,eager,compile,graph,thread,kill}"
+STAGES="${STAGES:-settings,eager,compile,graph,thread,sp,kill}"
 DEVICE="${DEVICE:-cuda}" # cpu: the same runs on tpar's CPU backend (checks this script without a GPU)
 OUT="${OUT:-.}"
 HERE="$(cd "$(dirname "$0")" && pwd)"

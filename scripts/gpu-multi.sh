@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The multi-GPU runs behind bench/results/h200-x4.md, for `run` calls on a machine with 2+ GPUs
+# The multi-GPU runs behind bench/results/2026-11-29-h200-x4-all-algorithms/README.md, for `run` calls on a machine with 2+ GPUs
 # (kinds nvidia-h200-x2/-x4/-x8). One stage per call, so each fits the 10-minute limit:
 #
 #   scripts/gpu-multi.sh check [BIN]   fabric, correctness sweeps (worlds 2..N), 10^4 random calls, dead peer

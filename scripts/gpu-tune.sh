@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The first-use tune on one H200, in one call (issue 23, "measured on first use").
+# The first-use tune on one GPU, in one call (issue 23, "measured on first use").
 #
 #   OUT=/some/dir bash scripts/gpu-tune.sh BIN WHEELDIR
 #
@@ -159,7 +159,7 @@ fi
 
 {
     echo
-    echo "## first-use tune on one H200 ($(date -u +%F))"
+    echo "## first-use tune on one $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) ($(date -u +%F))"
     echo
     echo "| check | result | figures |"
     echo "|---|---|---|"

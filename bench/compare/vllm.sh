@@ -1,26 +1,41 @@
 #!/usr/bin/env bash
-# vLLM's custom all-reduce kernel beside tpar's, in the same run and the same harness
-# (`tpar bench --compare vllm`). Nothing of vLLM is in this repository: its source distribution
-# is fetched by name with pip (pinned by sha256) and two headers of it are compiled, with
-# bench/compare/vllm_ar/peer.cu (tpar's small C API over vllm::CustomAllreduce), into a library
-# that `tpar bench` loads.
+# vLLM's custom all-reduce, all-gather and reduce-scatter kernels beside tpar's, in the same run
+# and the same harness (`tpar bench --compare vllm [--collective all-gather|reduce-scatter]`).
+# Nothing of vLLM is in this repository: its source distribution is fetched by name with pip
+# (pinned by sha256) and three headers of it are compiled, with bench/compare/vllm_ar/peer.cu
+# (tpar's small C API over vllm::CustomAllreduce and the all-gather and reduce-scatter kernels),
+# into a library that `tpar bench` loads.
 #
 #   bash bench/compare/vllm.sh fetch [SRC]     here, with a package index: pip fetches vllm's
 #                                              0.33.0 sdist by name (47 MB, sha256 pinned),
-#                                              the two headers go into SRC (default
-#                                              .gpu/vllm-src, about 25 KB)
-#   OUT=DIR bash bench/compare/vllm.sh run [--tpar BIN] [--src SRC] [--quick]
+#                                              the three headers go into SRC (default
+#                                              .gpu/vllm-src, about 50 KB)
+#   OUT=DIR bash bench/compare/vllm.sh run [--tpar BIN] [--src SRC] [--quick] [--collectives L]
 #                                              on the GPU machine: build with nvcc, then the
-#                                              comparison runs below; logs and tables under OUT
+#                                              comparison runs below; logs and tables under OUT.
+#                                              L: which steps, a comma list of all-reduce,
+#                                              all-gather, reduce-scatter (default all three)
 #   bash bench/compare/vllm.sh build [SRC]     only the nvcc build (prints the command and errors)
 #
-# `run` (one H200, about 5-7 minutes; --quick: the 8-rank sizes and the step only, about 2):
+# `run` (one H200: the all-reduce's steps about 5-7 minutes, the all-gather's and reduce-
+# scatter's about 2-3 more, so more than one 10-minute device call holds: run them as two,
+# --collectives all-reduce and --collectives all-gather,reduce-scatter; --quick: the 8-rank
+# sizes and the verify step only, about 2):
 #   build       nvcc -arch=sm_XY (the GPU's compute capability) -shared -Xcompiler -fPIC
 #   correct     every dtype, eager and graph, 2 and 8 emulated ranks, 1 KiB-4 MiB by x16 (both of
 #               vLLM's kernels; its eager copy path and its graph registration)
 #   pdl1, pdl0  the issue's run: 2/4/8 emulated ranks, 1 KiB-16 MiB by x4, bf16, CUDA graphs,
 #               plus the 122 x 42 KiB verify step; tpar with TPAR_PDL=1, then TPAR_PDL=0
 #   stage1/2    8 ranks, 64 KiB-4 MiB, vLLM forced to one kernel (VLLM_CUSTOM_ALLREDUCE_ALGO)
+#   ag-correct, rs-correct
+#               the all-gather and the reduce-scatter: every dtype, eager and graph, 2 and 8
+#               emulated ranks, 1 KiB-4 MiB per rank by x16 (vLLM's all-gather takes at most
+#               2 MiB per rank, its reduce-scatter at most 16 MiB of input: beyond, the table
+#               says so)
+#   ag-N, rs-N  the issue's run for them: N = 2, 4, 8 emulated ranks, 1 KiB-4 MiB per rank by x4
+#               (nccl-tests' size: N KiB-4N MiB), bf16, CUDA graphs
+#   ag-procs-2, rs-procs-2
+#               as procs below, for them: 2 rank processes sharing GPU 0 (correctness only)
 #   procs       vLLM one process per rank (CUDA IPC handles over tpar's control plane, graph
 #               inputs registered by IPC), 2 and 4 rank processes sharing GPU 0: a correctness
 #               test of that mode; the processes time-slice the GPU, so its times mean nothing
@@ -41,11 +56,11 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 # configured with) and checked by pip against this sha256 (--require-hashes) before pip
 # unpacks it. pip then prepares its metadata, which runs vLLM's setup.py: that needs torch
 # and CUDA, so on a machine without them it fails after unpacking; --no-clean keeps the
-# unpacked tree (in a private TMPDIR), and the two headers are taken from it. Where the
+# unpacked tree (in a private TMPDIR), and the three headers are taken from it. Where the
 # metadata step succeeds, pip saves the archive too, and it is checked again here.
 VLLM_VERSION=0.33.0
 VLLM_SDIST_SHA256=f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112
-HEADERS=(csrc/custom_all_reduce.cuh csrc/custom_collective_common.cuh)
+HEADERS=(csrc/custom_all_reduce.cuh csrc/custom_collective_common.cuh csrc/custom_all_gather_reduce_scatter.cuh)
 
 MODE="${1:-run}"; [ $# -gt 0 ] && shift
 
@@ -111,7 +126,7 @@ build() {
             return 3
         fi
     done
-    if [ -f "$src/SOURCE" ] && ! (cd "$src" && tail -n 2 SOURCE | sha256sum -c --status); then
+    if [ -f "$src/SOURCE" ] && ! (cd "$src" && tail -n ${#HEADERS[@]} SOURCE | sha256sum -c --status); then
         echo "FAIL: the headers in $src differ from the ones fetched (SOURCE)" | tee -a "$log"
         return 1
     fi
@@ -142,19 +157,24 @@ build)
     SRC="${1:-$ROOT/.gpu/vllm-src}"; OUT="${OUT:-$ROOT/.gpu/vllm-out}"; mkdir -p "$OUT"
     build "$SRC" "$ROOT/.gpu/vllm-build" "$OUT/nvcc.log"; exit $? ;;
 run) ;;
--h|--help) sed -n '2,36p' "$0"; exit 0 ;;
-*) echo "usage: vllm.sh fetch [SRC] | build [SRC] | run [--tpar BIN] [--src SRC] [--quick]" >&2; exit 2 ;;
+-h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+*) echo "usage: vllm.sh fetch [SRC] | build [SRC] | run [--tpar BIN] [--src SRC] [--quick] [--collectives LIST]" >&2; exit 2 ;;
 esac
 
-BIN="$ROOT/target/release/tpar"; SRC="$ROOT/.gpu/vllm-src"; QUICK=0
+BIN="$ROOT/target/release/tpar"; SRC="$ROOT/.gpu/vllm-src"; QUICK=0; COLLECTIVES=all-reduce,all-gather,reduce-scatter
 while [ $# -gt 0 ]; do
     case "$1" in
         --tpar) BIN="$2"; shift 2 ;;
         --src) SRC="$2"; shift 2 ;;
         --quick) QUICK=1; shift ;;
+        --collectives) COLLECTIVES="$2"; shift 2 ;;
         *) echo "unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+for c in ${COLLECTIVES//,/ }; do
+    case "$c" in all-reduce|all-gather|reduce-scatter) ;; *) echo "--collectives: unknown $c (all-reduce, all-gather, reduce-scatter)" >&2; exit 2 ;; esac
+done
+runs() { case ",$COLLECTIVES," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 OUT="${OUT:-$ROOT/.gpu/vllm-out}"; mkdir -p "$OUT"
 LOG="$OUT/vllm.log"; : >"$LOG"; : >"$OUT/nvcc.log"
 BUILD="$ROOT/.gpu/vllm-build"; LIB="$BUILD/libtpar_vllm_ar.so"
@@ -194,7 +214,9 @@ step() {
 : >"$OUT/compare.txt"
 V="vllm=$LIB"
 MAIN=(bench --mode graph -b 1K -e 16M -f 4 -d bfloat16 -n 50 -w 5 --sequence 122x43008 --compare "$V")
-if [ $QUICK -eq 1 ]; then
+if ! runs all-reduce; then
+    :
+elif [ $QUICK -eq 1 ]; then
     step pdl1-8 150 TPAR_PDL=1 -- "${MAIN[@]}" --emulate-ranks 8 --json "$OUT/pdl1-8.json"
     step pdl0-8 150 TPAR_PDL=0 -- "${MAIN[@]}" --emulate-ranks 8 --json "$OUT/pdl0-8.json"
 else
@@ -208,6 +230,23 @@ else
         step "procs-$w" 90 TPAR_TIMEOUT_MS=20000 -- bench --backend cuda --world $w --plan-topology h200-nvswitch-8 -b 1K -e 256K -f 16 -d bfloat16 -n 2 -w 1 --graph-inner 2 --algo oneshot-push --compare "$V"
     done
 fi
+# The all-gather and the reduce-scatter (sizes as nccl-tests gives them: the all-gather's
+# output, the reduce-scatter's input; per rank 1 KiB-4 MiB is N KiB-4N MiB at N ranks).
+for c in all-gather reduce-scatter; do
+    runs $c || continue
+    k=ag; [ "$c" = reduce-scatter ] && k=rs
+    if [ $QUICK -eq 0 ]; then
+        for w in 2 8; do
+            step "$k-correct-$w" 90 -- bench --collective $c --emulate-ranks $w --mode both -b $((w))K -e $((4 * w))M -f 16 -d all -n 3 -w 1 --algo oneshot-push --compare "$V"
+        done
+    fi
+    for w in $([ $QUICK -eq 1 ] && echo 8 || echo 2 4 8); do
+        step "$k-$w" 120 -- bench --collective $c --emulate-ranks $w --mode graph -b $((w))K -e $((4 * w))M -f 4 -d bfloat16 -n 50 -w 5 --algo oneshot-push --compare "$V" --json "$OUT/$k-$w.json"
+    done
+    if [ $QUICK -eq 0 ]; then
+        step "$k-procs-2" 90 TPAR_TIMEOUT_MS=20000 -- bench --collective $c --backend cuda --world 2 --plan-topology h200-nvswitch-8 -b 2K -e 512K -f 16 -d bfloat16 -n 2 -w 1 --graph-inner 2 --algo oneshot-push --compare "$V"
+    fi
+done
 printf '%s\n' "${summary[@]}" >"$OUT/summary.txt"
 echo "total $((SECONDS - T0)) s" >>"$OUT/summary.txt"
 cat "$OUT/summary.txt"; echo; cat "$OUT/compare.txt"

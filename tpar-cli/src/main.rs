@@ -94,7 +94,7 @@ fn main() -> ExitCode {
 /// CUDA_DEVICE_MAX_CONNECTIONS hardware queues (8 by default, read when CUDA starts), and
 /// ranks whose streams share a queue wait on each other until the timeout (16 emulated ranks
 /// did, on one H200). More queues cost CUDA's start time (32: about 0.33 s more on an H200,
-/// `bench/results/h200-1gpu-round3.md`), so the setting is raised only for a run with more
+/// `bench/results/2026-12-01-h200-check-tune-python/README.md`), so the setting is raised only for a run with more
 /// than 8 emulated ranks, to the largest of them (a `bench --compare` run: to what tpar's and
 /// the peer's streams need together), and never over the user's own.
 fn emulated_queues() {

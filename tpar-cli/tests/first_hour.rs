@@ -158,7 +158,7 @@ fn labels_agree_with_the_one_source_of_each_figure() {
     let out = run(&["plan", "-t", "cpu", "--backend", "cpu", "--world", "8", "-b", "42K"], &[]);
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(stdout.contains("bench/results/cpu-vs-mpi-2core.md"), "{stdout}");
+    assert!(stdout.contains("bench/results/2026-12-01-dev-2core-cpu-vs-mpi/README.md"), "{stdout}");
     assert!(!stdout.contains("predicted") && !stdout.contains("published"), "{stdout}");
     // A preset's copy-engine rates are its published figures, as the doctor's header says.
     let out = run(&["doctor", "--topology", "rtxpro6000-pcie-switch-8", "--no-python"], &[]);
@@ -193,7 +193,7 @@ fn the_doctor_says_what_start_will_do_and_each_fact_once() {
     let stdout = text(&out.stdout);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let tuned = stdout.lines().find(|l| l.starts_with("tuned profile: ")).unwrap_or_else(|| panic!("{stdout}"));
-    assert!(tuned.contains("TPAR_TUNE=auto (the default)") && tuned.contains("about 8 s") && tuned.contains("bench/results/h200-1gpu-round7/README.md"), "{tuned}");
+    assert!(tuned.contains("TPAR_TUNE=auto (the default)") && tuned.contains("about 8 s") && tuned.contains("bench/results/2026-12-02-h200-tune-engines-large/README.md"), "{tuned}");
     assert!(!tuned.contains("the plan uses its defaults;"), "not while a tune at start replaces them: {tuned}");
     let off = text(&run(&["doctor", "--no-python"], &[("TPAR_TUNE", "off")]).stdout);
     assert!(off.contains("no tune at start (TPAR_TUNE=off): the plan uses its defaults"), "{off}");

@@ -282,6 +282,14 @@ fn compare_names_what_is_missing_before_anything_runs() {
     assert!(!ok && err.contains("known peers: vllm"), "{err}");
     let (ok, _, err) = run(&["bench", "--emulate-ranks", "2", "--compare", "b12x"]);
     assert!(!ok && err.contains("peers_multi_gpu.py"), "{err}");
+    // The all-gather and the reduce-scatter are compared too (vLLM's kernels for them): the
+    // same way forward; only --sequence stays the all-reduce's.
+    for c in ["all-gather", "reduce-scatter"] {
+        let (ok, _, err) = run(&["bench", "--collective", c, "--emulate-ranks", "2", "--compare", "vllm=/nonexistent-dir/libx.so"]);
+        assert!(!ok && err.contains("/nonexistent-dir/libx.so") && err.contains("bench/compare/vllm.sh"), "{err}");
+        let (ok, _, err) = run(&["bench", "--collective", c, "--emulate-ranks", "2", "--sequence", "2x1K"]);
+        assert!(!ok && err.contains("--sequence times the all-reduce only"), "{err}");
+    }
 }
 
 #[test]

@@ -435,7 +435,7 @@ struct D16 {
     // Rounds the accumulators once (nearest even) and packs them: the hardware's
     // cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32, two lanes an instruction (sm_80+), where the
     // shifts and adds of a software bf16 rounding took about 60 instructions a vector: the registered
-    // reduce was bound by them (round 10). The same bits for every number; a NaN stays a
+    // reduce was bound by them (bench/results/2026-12-02-h200-registered-barriers-arithmetic/). The same bits for every number; a NaN stays a
     // quiet NaN (its payload the hardware's), the same on every rank, never the all-ones
     // empty word (canon_word).
     __device__ static __forceinline__ V16 pack(const float (&acc)[8]) {

@@ -45,7 +45,7 @@
 // there as cheaply as its own. One-shot writes its input into slot [me] of its own inbox,
 // hierarchical's first step likewise for its mates; each peer reads slot [q] of rank q's
 // inbox (SLOT_OWN_INBOX). At 4 ranks one-shot then writes a third of the bytes (23.3 -> 19.3
-// us per 42 KiB call on one H200; bench/results/h200-1gpu-hostpipe.md). Two-shot keeps one
+// us per 42 KiB call on one H200; bench/results/2026-12-01-h200-host-flags-write-once/README.md). Two-shot keeps one
 // copy per reader for its all-gather: written once it measured slower (18.0 -> 19.5 us at
 // 4 ranks, 30.4 -> 36.6 at 8): its stage-2 writes overlap its reads (the link is full
 // duplex), so fewer of them saved nothing, while peers reading the same lines at once cost.
@@ -54,7 +54,7 @@
 // A data store of the flag protocol: strong (st.volatile, unclobbered), the block's release
 // publishes it. Plain (weak) stores are as correct (the release is cumulative over them) and
 // measured the same within the spread, slightly slower at 4 ranks over host (18.2 against
-// 17.9 us, twoshot push, bench/results/h200-1gpu-hostproto.md).
+// 17.9 us, twoshot push, bench/results/2026-12-01-h200-host-flag-protocol/README.md).
 __device__ __forceinline__ void flag_data_st_v16(V16* p, V16 v) { st_send_v16(p, v); }
 
 // The vectors [lo, hi) of n that block blockIdx.x covers (the same on every rank).

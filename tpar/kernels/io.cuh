@@ -24,7 +24,8 @@
 //     buffers — the caller may overwrite its input, or read its output, as soon as the
 //     kernel ends. Two-shot: a release (its peers' stores into my output must be visible);
 //     one-shot: reads only (TPAR_BAR_READS_DONE, relaxed: a peer's signal follows its
-//     loads' values), about 0.5 us a call cheaper than a release on one H200 (round 10).
+//     loads' values), about 0.5 us a call cheaper than a release on one H200
+//     (bench/results/2026-12-02-h200-registered-barriers-arithmetic/barriers/).
 // Block b of every rank meets block b of every peer at both barriers; every rank launches
 // the same grid, so when all my blocks have passed the end barrier every block of every peer
 // has signalled it: all reads of my input and writes into my output are done (they precede
@@ -89,8 +90,8 @@ __device__ __forceinline__ void io_store(const TparArgs& a, u64 v, bool whole, V
 }
 
 // Loads a thread keeps in flight in the registered reduce: 8 vectors (32 registers). 16 (as
-// the default variant's one-group reduce) was 1-10% slower at 1-16 MiB on one H200 (round 9:
-// two-shot pull, 2 ranks, 64 blocks, 1 / 4 / 16 MiB 5.56 / 8.06 / 25.87 us with 16, 5.46 /
+// the default variant's one-group reduce) was 1-10% slower at 1-16 MiB on one H200
+// (bench/results/2026-12-02-h200-peer-loads-registered-reduce/README.md: two-shot pull, 2 ranks, 64 blocks, 1 / 4 / 16 MiB 5.56 / 8.06 / 25.87 us with 16, 5.46 /
 // 7.89 / 23.29 with 8); 4 in flight lost at 16 MiB (32 blocks: 34.61 us against 8's 32.28).
 #define TPAR_IO_SLOTS 8
 

@@ -55,10 +55,10 @@
 // the row's sums meet in distributed shared memory (below). Like the plain fused variant, it
 // copies the first vector's residual and weight into this block's shared memory before the
 // all-reduce's waits (stage: cp.async, one slot a thread, in flight beside the waits without
-// holding registers across them; holding them in registers slowed the reduction, round 12;
-// the plain fused variants staged from round 15 on, 0.15-0.35 us faster at 3 and 8 rows than
+// holding registers across them; holding them in registers slowed the reduction,
+// bench/results/2026-12-02-h200-fused-cluster/; staging is 0.15-0.35 us faster at 3 and 8 rows than
 // their L1 prefetch, which one-shot pull's barrier acquire invalidates:
-// bench/results/h200-1gpu-round15/).
+// bench/results/2026-12-03-h200-fused-launches-staging/).
 #if defined(TPAR_FUSED_CLUSTER)
 #if !TPAR_FUSED_ON || !defined(TPAR_CLUSTER_ROWS_READY)
 #error "-DTPAR_FUSED_CLUSTER needs -DTPAR_FUSED and a kernel with TPAR_CLUSTER_ROWS_READY"
@@ -83,7 +83,7 @@
 // its own puts (the release and acquire cost 1-3 us where threads normalise several
 // vectors). Two-shot pull maps every step onto the grid's first cvec threads, which in the
 // fused variant then normalised world vectors each, one after the other (7168 x 1 at 8
-// ranks: block 0 alone; bench/results/h200-1gpu-round16/).
+// ranks: block 0 alone; bench/results/2026-12-03-h200-fused-twoshot-spread/).
 #if TPAR_FUSED_ON && defined(TPAR_NORM_SPREAD)
 #define TPAR_SPREAD 1
 #define TPAR_PENDING_TILES 8u

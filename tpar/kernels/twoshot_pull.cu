@@ -102,7 +102,7 @@ __device__ void twoshot_pull(const TparArgs& a, O& out) {
     // idle, every vector of the message is normalised grid-stride over the whole grid
     // instead (a vector's residual may be another thread's put, visible through its row's
     // tiles: norm.cuh TPAR_NORM_SPREAD), else each thread normalises its own puts: step 2's,
-    // then step 3's (bench/results/h200-1gpu-round16/, calls 4-5: the spread up to 6.3 us
+    // then step 3's (bench/results/2026-12-03-h200-fused-twoshot-spread/README.md: the spread up to 6.3 us
     // faster where cvec is a fraction of the grid, its publication 1-3 us slower where cvec
     // exceeds half of it).
     if (O::fused()) {

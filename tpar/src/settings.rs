@@ -197,7 +197,7 @@ impl HostProtocol {
     /// once per peer, but add a round trip per stage (flag, then data). On one H200 (emulated
     /// ranks, 122 x 42 KiB, one-shot push, the plan's pick over host; sentinel vs flags):
     /// 2 ranks 7.37 vs 8.27 us, 3 ranks 15.65 vs 13.16, 4 ranks 23.3 vs 19.3, 8 ranks 93.8
-    /// vs 60.9 (bench/results/h200-1gpu-hostpipe.md; two-shot: h200-1gpu-hostproto.md).
+    /// vs 60.9 (bench/results/2026-12-01-h200-host-flags-write-once/README.md; two-shot: bench/results/2026-12-01-h200-host-flag-protocol/README.md).
     pub fn auto(world: usize) -> HostProtocol {
         if world >= Self::FLAGS_MIN_WORLD {
             HostProtocol::Flags

@@ -1,11 +1,20 @@
-// tpar's C API over vLLM's custom all-reduce (`vllm::CustomAllreduce`, csrc/custom_all_reduce.cuh),
-// so that `tpar bench --compare vllm` can time vLLM's kernel beside tpar's, in the same process,
+// tpar's C API over vLLM's custom collectives (`vllm::CustomAllreduce`, csrc/custom_all_reduce.cuh,
+// and the all-gather and reduce-scatter kernels of csrc/custom_all_gather_reduce_scatter.cuh), so
+// that `tpar bench --compare vllm` can time vLLM's kernels beside tpar's, in the same process,
 // with the same harness. Nothing of vLLM is in this repository: bench/compare/vllm.sh downloads
-// the vLLM source distribution (pinned by sha256), extracts the two headers and compiles this
+// the vLLM source distribution (pinned by sha256), extracts three headers and compiles this
 // file against them on the GPU machine:
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -shared -Xcompiler -fPIC -I<vllm>/csrc peer.cu
 //        -o libtpar_vllm_ar.so -L/usr/local/cuda/lib64/stubs -lcuda
+//
+// The all-gather and the reduce-scatter: vLLM launches their kernels from
+// CustomAllreduce::allgather / reduce_scatter, defined in custom_all_gather_reduce_scatter.cu,
+// a file that needs torch; this file launches the same kernels with the same grid (512
+// threads, blocks = min(block limit, the 16-byte vectors each thread takes)), over the same
+// registered buffers. As vLLM's custom_all_gather / custom_reduce_scatter do, every call first
+// copies its input into the rank's registered buffer, eagerly and inside a graph alike (vLLM
+// registers no graph inputs for these two).
 //
 // Contract. One handle drives the ranks of this process that belong to one group:
 //   * emulated ranks: every rank of the world, as streams of one GPU; "peer" pointers are plain
@@ -38,13 +47,16 @@
 #include <cuda_runtime.h>
 
 #include "custom_all_reduce.cuh"
+#include "custom_all_gather_reduce_scatter.cuh"
 
 namespace {
 
 // What this file's API looks like; tpar refuses a library with another number.
-constexpr int kAbi = 1;
+constexpr int kAbi = 2;
 // The dtype codes of tpar::DType::code().
 constexpr int kF32 = 1, kF16 = 2, kBf16 = 3;
+// The collective codes of tpar::Collective::code().
+constexpr int kAllReduce = 0, kAllGather = 1, kReduceScatter = 2;
 // vLLM's CustomAllreduce: rank_data of 8 MiB (custom_all_reduce.py: "enough for 65536 such
 // tuples"); every captured call takes one RankData per rank and vLLM never gives it back.
 constexpr size_t kRankDataBytes = 8u << 20;
@@ -82,6 +94,10 @@ struct Peer {
   size_t max_bytes = 0;
   bool full_nvlink = true;
   int block_limit = vllm::defaultBlockLimit;
+  // The all-gather's and the reduce-scatter's (their kernels' own residency); 0 when an
+  // explicit limit does not fit them, `agrs_error` saying why (the all-reduce still runs).
+  int block_limit_agrs = vllm::defaultBlockLimit;
+  std::string agrs_error;
   std::vector<Slot> slots;
   // Rank processes: the peers' buffers opened from their IPC handles (closed on destroy).
   std::vector<void*> opened;
@@ -142,6 +158,63 @@ int resident_for_world(int world, std::string& regs) {
   }
 }
 
+// The same for the all-gather kernel (one for every dtype) and the reduce-scatter kernel of
+// each dtype: the smallest resident blocks per SM, and their register counts.
+template <typename K>
+bool resident_kernel(K kernel, int& per_sm, std::string& regs) {
+  int n = 0;
+  cudaFuncAttributes a{};
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, 0) != cudaSuccess ||
+      cudaFuncGetAttributes(&a, kernel) != cudaSuccess)
+    return false;
+  regs += " " + std::to_string(a.numRegs);
+  if (n < per_sm) per_sm = n;
+  return true;
+}
+
+template <int N>
+int resident_agrs(std::string& regs) {
+  int per_sm = 1 << 30;
+  regs += " all-gather";
+  if (!resident_kernel(vllm::cross_device_all_gather<N>, per_sm, regs)) return -1;
+  regs += ", reduce-scatter f32,f16,bf16";
+  if (!resident_kernel(vllm::cross_device_reduce_scatter<float, N>, per_sm, regs) ||
+      !resident_kernel(vllm::cross_device_reduce_scatter<half, N>, per_sm, regs) ||
+      !resident_kernel(vllm::cross_device_reduce_scatter<nv_bfloat16, N>, per_sm, regs))
+    return -1;
+  return per_sm;
+}
+
+int resident_agrs_for_world(int world, std::string& regs) {
+  switch (world) {
+    case 2: return resident_agrs<2>(regs);
+    case 4: return resident_agrs<4>(regs);
+    case 6: return resident_agrs<6>(regs);
+    case 8: return resident_agrs<8>(regs);
+    default: return -1;
+  }
+}
+
+// The block limit of one family of kernels: `block_limit` (0: vLLM's default) where every
+// local rank's blocks are resident together, `spare` resident blocks left over; the default is
+// lowered to fit, an explicit limit that does not fit is refused. -1 with the message set when
+// not one block per rank fits.
+int fit_block_limit(int block_limit, int per_sm, int sms, int nlocal, int spare, const char* what) {
+  int fit = (per_sm * sms - spare) / nlocal;  // blocks per rank that can all be resident together
+  int limit = block_limit ? block_limit : vllm::defaultBlockLimit;
+  if (limit > fit) {
+    if (block_limit) {
+      return fail(std::string(what) + ": block limit " + std::to_string(block_limit) + " x " + std::to_string(nlocal) +
+                  " ranks on this GPU exceeds its resident blocks (" + std::to_string(per_sm * sms - spare) + ")");
+    }
+    limit = fit;
+  }
+  if (limit < 1)
+    return fail(std::string(what) + ": not one block per rank is resident: " + std::to_string(nlocal) + " ranks on " +
+                std::to_string(sms) + " SMs");
+  return limit;
+}
+
 int alloc_zeroed(void** p, size_t bytes) {
   TRY_CUDA(cudaMalloc(p, bytes));
   TRY_CUDA(cudaMemset(*p, 0, bytes));
@@ -163,6 +236,85 @@ int build(Peer& p, vllm::Signal** signals, void** staging) {
 template <typename T>
 void launch(vllm::CustomAllreduce* ar, cudaStream_t st, const void* in, void* out, size_t count, int blocks) {
   ar->allreduce<T>(st, (T*)in, (T*)out, (int)count, kThreads, blocks);
+}
+
+// vLLM's all-gather kernel for one world (CustomAllreduce::allgather's AG_CASE): `per_rank`
+// 16-byte vectors of every rank's registered buffer (`rd`) into `out`, in rank order.
+template <int N>
+void launch_ag(const vllm::CustomAllreduce* ar, cudaStream_t st, vllm::RankData* rd, void* out, int per_rank, int blocks) {
+  vllm::cross_device_all_gather<N><<<blocks, kThreads, 0, st>>>(rd, ar->sg_, ar->self_sg_,
+                                                                reinterpret_cast<vllm::CopyPack*>(out), ar->rank_, per_rank);
+}
+
+bool launch_ag_world(int world, const vllm::CustomAllreduce* ar, cudaStream_t st, vllm::RankData* rd, void* out, int per_rank,
+                     int blocks) {
+  switch (world) {
+    case 2: launch_ag<2>(ar, st, rd, out, per_rank, blocks); return true;
+    case 4: launch_ag<4>(ar, st, rd, out, per_rank, blocks); return true;
+    case 6: launch_ag<6>(ar, st, rd, out, per_rank, blocks); return true;
+    case 8: launch_ag<8>(ar, st, rd, out, per_rank, blocks); return true;
+    default: return false;
+  }
+}
+
+// vLLM's reduce-scatter kernel for one dtype and world (CustomAllreduce::reduce_scatter's
+// RS_CASE): this rank's `per_rank` 16-byte vectors, summed over every rank's registered buffer.
+template <typename T, int N>
+void launch_rs(const vllm::CustomAllreduce* ar, cudaStream_t st, vllm::RankData* rd, void* out, int per_rank, int blocks) {
+  vllm::cross_device_reduce_scatter<T, N><<<blocks, kThreads, 0, st>>>(rd, ar->sg_, ar->self_sg_, reinterpret_cast<T*>(out),
+                                                                       ar->rank_, per_rank);
+}
+
+template <typename T>
+bool launch_rs_world(int world, const vllm::CustomAllreduce* ar, cudaStream_t st, vllm::RankData* rd, void* out, int per_rank,
+                     int blocks) {
+  switch (world) {
+    case 2: launch_rs<T, 2>(ar, st, rd, out, per_rank, blocks); return true;
+    case 4: launch_rs<T, 4>(ar, st, rd, out, per_rank, blocks); return true;
+    case 6: launch_rs<T, 6>(ar, st, rd, out, per_rank, blocks); return true;
+    case 8: launch_rs<T, 8>(ar, st, rd, out, per_rank, blocks); return true;
+    default: return false;
+  }
+}
+
+// What the all-gather and the reduce-scatter check before their copy: a live slot, a dtype
+// vLLM takes, whole 16-byte vectors per rank (`shard` bytes), `staged` bytes (what the copy
+// puts into the registered buffer) within it, and vLLM's int sizes. Returns the slot's
+// registered buffer's RankData, or null with the message set.
+vllm::RankData* agrs_check(Peer& p, int slot, int dtype, size_t count, size_t staged, const char* what) {
+  if (slot < 0 || slot >= (int)p.slots.size() || !p.slots[slot].ar) {
+    fail("bad slot, or not connected");
+    return nullptr;
+  }
+  if (p.block_limit_agrs < 1) {
+    fail(p.agrs_error);
+    return nullptr;
+  }
+  if (!dtype_ok(dtype)) {
+    fail("dtype code " + std::to_string(dtype) + ": vLLM's " + what + " takes f32, f16 and bf16");
+    return nullptr;
+  }
+  size_t shard = count * elem_size(dtype);
+  if (count == 0 || shard % 16 != 0) {
+    fail(std::string("vLLM's ") + what + " needs a positive multiple of 16 bytes per rank, not " + std::to_string(shard));
+    return nullptr;
+  }
+  if (staged > p.max_bytes) {
+    fail(std::string(what) + " of " + std::to_string(staged) + " B staged is larger than the registered buffers (" +
+         std::to_string(p.max_bytes) + " B)");
+    return nullptr;
+  }
+  if (staged / 16 * (size_t)p.world > (size_t)INT32_MAX) {
+    fail(std::string("sizes do not fit vLLM's int"));
+    return nullptr;
+  }
+  Slot& s = p.slots[slot];
+  auto it = s.ar->buffers_.find(s.staging);
+  if (it == s.ar->buffers_.end()) {
+    fail("the registered buffer is not registered with vLLM");
+    return nullptr;
+  }
+  return it->second;
 }
 
 void write_u64(std::string& b, uint64_t v) { b.append((const char*)&v, 8); }
@@ -198,31 +350,33 @@ int tpar_peer_create(int device, int world, const int* ranks, int nlocal, size_t
   if (block_limit < 0 || block_limit > vllm::kMaxBlocks)
     return fail("block limit must be 0..=" + std::to_string(vllm::kMaxBlocks));
   TRY_CUDA(cudaSetDevice(device));
-  std::string regs;
+  std::string regs, regs_agrs;
   int per_sm = resident_for_world(world, regs);
-  if (per_sm < 0) return fail("cudaOccupancyMaxActiveBlocksPerMultiprocessor failed for vLLM's kernels");
+  int per_sm_agrs = resident_agrs_for_world(world, regs_agrs);
+  if (per_sm < 0 || per_sm_agrs < 0) return fail("cudaOccupancyMaxActiveBlocksPerMultiprocessor failed for vLLM's kernels");
   int sms = 0;
   TRY_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  int fit = per_sm * sms / nlocal;  // blocks per rank that can all be resident together
-  int limit = block_limit ? block_limit : vllm::defaultBlockLimit;
-  if (limit > fit) {
-    if (block_limit) {
-      return fail("block limit " + std::to_string(block_limit) + " x " + std::to_string(nlocal) +
-                  " ranks on this GPU exceeds its resident blocks (" + std::to_string(per_sm * sms) + ")");
-    }
-    limit = fit;
-  }
-  if (limit < 1) return fail("not one block per rank is resident: " + std::to_string(nlocal) + " ranks on " + std::to_string(sms) + " SMs");
+  int limit = fit_block_limit(block_limit, per_sm, sms, nlocal, 0, "all-reduce");
+  if (limit < 0) return -1;
+  // The all-gather and the reduce-scatter copy their input before their kernel in a graph
+  // too, while other ranks' kernels may already spin: one SM's worth of blocks stays free
+  // for a copy the GPU runs on its SMs (with one rank per process there is nothing to share).
+  int spare = nlocal > 1 ? per_sm_agrs : 0;
+  int limit_agrs = fit_block_limit(block_limit, per_sm_agrs, sms, nlocal, spare, "all-gather/reduce-scatter");
+  std::string agrs_error = limit_agrs < 0 ? g_error : std::string();
   Peer* p = new Peer();
   p->device = device;
   p->world = world;
   p->max_bytes = max_bytes;
   p->full_nvlink = full_nvlink != 0;
   p->block_limit = limit;
+  p->block_limit_agrs = limit_agrs < 0 ? 0 : limit_agrs;
+  p->agrs_error = agrs_error;
   p->info = "blocks per call <= " + std::to_string(limit) + " (vLLM's default " + std::to_string(vllm::defaultBlockLimit) +
             "; " + std::to_string(nlocal) + " local rank(s) x " + std::to_string(limit) + " <= " + std::to_string(per_sm) +
             " per SM x " + std::to_string(sms) + " SMs, all resident), registers 1stage/2stage per dtype f32,f16,bf16:" + regs +
-            ", full_nvlink " + (p->full_nvlink ? "true" : "false");
+            "; all-gather/reduce-scatter blocks <= " + (limit_agrs > 0 ? std::to_string(limit_agrs) : "none (" + agrs_error + ")") +
+            " (" + std::to_string(per_sm_agrs) + " per SM, one SM's worth left free for the input copies), registers" + regs_agrs + ", full_nvlink " + (p->full_nvlink ? "true" : "false");
   for (int i = 0; i < nlocal; i++) {
     Slot s;
     s.rank = ranks[i];
@@ -251,7 +405,15 @@ int tpar_peer_create(int device, int world, const int* ranks, int nlocal, size_t
 
 const char* tpar_peer_info(void* h) { return static_cast<Peer*>(h)->info.c_str(); }
 
-int tpar_peer_block_limit(void* h) { return static_cast<Peer*>(h)->block_limit; }
+// The block limit of `collective` (tpar::Collective::code()): the all-reduce's, or the
+// all-gather's and reduce-scatter's.
+int tpar_peer_block_limit(void* h, int collective) {
+  Peer& p = *static_cast<Peer*>(h);
+  if (collective == kAllReduce) return p.block_limit;
+  if (collective == kAllGather || collective == kReduceScatter)
+    return p.block_limit_agrs > 0 ? p.block_limit_agrs : fail(p.agrs_error);
+  return fail("unknown collective code " + std::to_string(collective));
+}
 
 // Emulated ranks: connects every rank to every other by plain pointers.
 int tpar_peer_connect_local(void* h) {
@@ -356,6 +518,53 @@ int tpar_peer_all_reduce(void* h, int slot, void* stream, int dtype, const void*
   } catch (const std::exception& e) {
     return fail(std::string("vLLM: ") + e.what());
   }
+  TRY_CUDA(cudaGetLastError());
+  return 0;
+}
+
+// One all-gather on local rank `slot`, enqueued on `stream`: `count` elements of this rank's
+// `in` to every rank, `out` (world x count elements) in rank order. vLLM's custom_all_gather:
+// the input copied into the registered buffer, then cross_device_all_gather.
+int tpar_peer_all_gather(void* h, int slot, void* stream, int dtype, const void* in, void* out, size_t count) {
+  Peer& p = *static_cast<Peer*>(h);
+  size_t bytes = count * elem_size(dtype);
+  vllm::RankData* rd = agrs_check(p, slot, dtype, count, bytes, "all-gather");
+  if (!rd) return -1;
+  if (!p.full_nvlink) return fail("vLLM's custom all-gather runs only with full NVLink");
+  cudaStream_t st = (cudaStream_t)stream;
+  Slot& s = p.slots[slot];
+  int per_rank = (int)(bytes / sizeof(vllm::CopyPack));
+  int total = per_rank * p.world;
+  int blocks = std::min(p.block_limit_agrs, (total + kThreads - 1) / kThreads);
+  TRY_CUDA(cudaMemcpyAsync(s.staging, in, bytes, cudaMemcpyDeviceToDevice, st));
+  if (!launch_ag_world(p.world, s.ar, st, rd, out, per_rank, blocks))
+    return fail("vLLM's custom all-gather runs 2, 4, 6 or 8 ranks");
+  TRY_CUDA(cudaGetLastError());
+  return 0;
+}
+
+// One reduce-scatter on local rank `slot`, enqueued on `stream`: `in` holds world x count
+// elements, `out` gets this rank's `count` of their sum over the ranks (slot `rank` of the
+// all-reduce). vLLM's custom_reduce_scatter: the input copied into the registered buffer,
+// then cross_device_reduce_scatter (an f32 sum in rank order, rounded once).
+int tpar_peer_reduce_scatter(void* h, int slot, void* stream, int dtype, const void* in, void* out, size_t count) {
+  Peer& p = *static_cast<Peer*>(h);
+  size_t staged = count * elem_size(dtype) * (size_t)p.world;
+  vllm::RankData* rd = agrs_check(p, slot, dtype, count, staged, "reduce-scatter");
+  if (!rd) return -1;
+  if (!p.full_nvlink) return fail("vLLM's custom reduce-scatter runs only with full NVLink");
+  cudaStream_t st = (cudaStream_t)stream;
+  Slot& s = p.slots[slot];
+  int per_rank = (int)(count * elem_size(dtype) / 16);
+  int blocks = std::min(p.block_limit_agrs, (per_rank + kThreads - 1) / kThreads);
+  TRY_CUDA(cudaMemcpyAsync(s.staging, in, staged, cudaMemcpyDeviceToDevice, st));
+  bool ok = false;
+  switch (dtype) {
+    case kF32: ok = launch_rs_world<float>(p.world, s.ar, st, rd, out, per_rank, blocks); break;
+    case kF16: ok = launch_rs_world<half>(p.world, s.ar, st, rd, out, per_rank, blocks); break;
+    default: ok = launch_rs_world<nv_bfloat16>(p.world, s.ar, st, rd, out, per_rank, blocks); break;
+  }
+  if (!ok) return fail("vLLM's custom reduce-scatter runs 2, 4, 6 or 8 ranks");
   TRY_CUDA(cudaGetLastError());
   return 0;
 }

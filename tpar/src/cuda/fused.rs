@@ -229,10 +229,10 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
 /// / 25.52, 4 ranks 24 / 32 / 48 rows 14.67 / 14.79 / 14.87 against 11.16 / 11.25 / 14.45,
 /// 2 ranks 64 rows 14.00 against 11.05 (the copy-path all-reduce `GpuCommunicator` runs);
 /// faster only at 64 rows of 4 and 8 ranks (15.07 vs 15.36, 27.60 vs 28.76;
-/// bench/results/h200-1gpu-round14/, calls 1-2). Round 16's spread norm (kernels/norm.cuh
+/// bench/results/2026-12-03-h200-fused-twoshot-barrier/). The spread norm (kernels/norm.cuh
 /// `TPAR_NORM_SPREAD`) took up to 6.3 us off it, not enough there: 8 ranks 16 / 32 rows
 /// 16.61 / 20.62 against 14.99 / 17.20, 4 ranks 32 rows 12.99 against 11.31
-/// (bench/results/h200-1gpu-round16/, call 5). Callers that name the path
+/// (bench/results/2026-12-03-h200-fused-twoshot-spread/README.md). Callers that name the path
 /// (`all_reduce_add_rmsnorm_with`, the emulated group) are not asked. The reason is logged
 /// under `TPAR_DEBUG=INFO`.
 pub fn fused_declined(algo: Algorithm, forced: Option<bool>) -> Option<String> {

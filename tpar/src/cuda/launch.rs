@@ -491,7 +491,7 @@ impl Launcher {
     /// 7.9-8.2 -> 8.4 us); and every rank's clusters are resident at once, with PDL wherever
     /// the plain fused launch has it. The row's sums then meet in distributed shared memory
     /// (kernels/norm.cuh): 8 emulated ranks, 7168 x 1 bf16, 5.36 -> 4.95 us
-    /// (bench/results/h200-1gpu-round12/, call 3).
+    /// (bench/results/2026-12-02-h200-fused-cluster/cluster-vs-686f732/).
     fn cluster_for(&mut self, dev: &Device, algo: Algorithm, dtype: DType, l: Launch, bytes: usize, row_bytes: usize) -> Result<Option<Launch>> {
         let c = row_cluster(l.grid, l.threads, bytes, row_bytes);
         if c < 2 || !self.can_cluster || !self.settings.fused_cluster || !kernels::has_cluster_rows(algo) || l.grid * self.ranks_on_device > self.sms {

@@ -216,7 +216,7 @@ impl RankSet {
         // Rank by rank, each rank's data, flags and state together: the layout the emulated
         // ranks were always timed with. Every rank's areas first, then the states, measured
         // 0.1-0.2 us slower for one-shot push at 2 ranks, 4-256 KiB in graphs
-        // (bench/results/h100-1gpu-rankset/).
+        // (bench/results/2026-12-06-h100-rank-set/).
         for rank in 0..world {
             data.push(areas::Mem::new(&dev, opts.transport, data_bytes)?);
             flags.push(areas::Mem::new(&dev, opts.transport, abi::FLAG_BYTES)?);

@@ -275,7 +275,7 @@ fn settings_status() -> (SettingsStatus, Overrides, Tune) {
 
 /// Where the first-use tune's time comes from (emulated 2, 4 and 8 ranks on one H200: the
 /// first start tuned in 7.5 / 8.1 / 8.0 s, the next read the cache in 0.3-0.6 ms).
-const TUNE_TIME_SOURCE: &str = "bench/results/h200-1gpu-round7/README.md";
+const TUNE_TIME_SOURCE: &str = "bench/results/2026-12-02-h200-tune-engines-large/README.md";
 
 /// What a GPU communicator starting here does for its plan when `TPAR_PROFILE` is unset: the
 /// first-use tune (`tune::start`), or why it skips it (the skips of a GPU communicator's

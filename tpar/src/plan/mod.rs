@@ -398,7 +398,7 @@ fn default_plan(s: u64, f: &Fabric, forced: Option<Transport>, reads_win: bool, 
             // it lives. The plan predicts no time for CPU ranks, so it carries no source: a
             // source names where a predicted time comes from, and there is none.
             let reason = format!(
-                "CPU ranks over shm: {size} {cmp} {} (the CPU one-shot limit, measured by tpar on CPU ranks: bench/results/cpu-vs-mpi-2core.md){why}",
+                "CPU ranks over shm: {size} {cmp} {} (the CPU one-shot limit, measured by tpar on CPU ranks: bench/results/2026-12-01-dev-2core-cpu-vs-mpi/README.md){why}",
                 human_bytes(CPU_ONESHOT_MAX_BYTES)
             );
             make(a, Transport::Shm, s, f, reason)

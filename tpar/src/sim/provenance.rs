@@ -117,8 +117,8 @@ impl Figure {
 }
 
 /// Where NVLink figures come from: NVLink 4 writes measured at 371-377 GB/s (nccl #1264), and
-/// tpar's own kernels timed on 2-4 H200s (bench/results/h200-x4.md).
-pub const NVLINK_CITE: &str = "NVLink writes 371-377 GB/s (nccl #1264); tpar's kernels on 2-4 H200s (bench/results/h200-x4.md)";
+/// tpar's own kernels timed on 2-4 H200s (bench/results/2026-11-29-h200-x4-all-algorithms/README.md).
+pub const NVLINK_CITE: &str = "NVLink writes 371-377 GB/s (nccl #1264); tpar's kernels on 2-4 H200s (bench/results/2026-11-29-h200-x4-all-algorithms/README.md)";
 
 /// What the probe's origin makes of a figure it carries: a preset's published figures, or
 /// tpar's own probe (a profile's probe is upgraded to [`Source::Profile`] by the caller, who

@@ -68,9 +68,10 @@ pub struct BenchArgs {
     /// GPUs: a whole verify step, CALLSxBYTES (e.g. 122x42K), per algorithm and mode
     #[arg(long, help_heading = "GPUs")]
     pub sequence: Option<String>,
-    /// GPUs: time other projects' all-reduce kernels beside tpar's, same group and harness,
-    /// and print tpar / peer per size: `vllm` (vLLM's custom all-reduce; bench/compare/vllm.sh
-    /// builds it), `vllm=LIB` for the library's path. With --json F, the peers go to F.peers.json
+    /// GPUs: time other projects' kernels for --collective beside tpar's, same group and
+    /// harness, and print tpar / peer per size: `vllm` (vLLM's custom all-reduce, all-gather
+    /// and reduce-scatter; bench/compare/vllm.sh builds it), `vllm=LIB` for the library's
+    /// path. With --json F, the peers go to F.peers.json
     #[arg(long, value_name = "PEER[=LIB],..", help_heading = "GPUs")]
     pub compare: Option<String>,
     /// GPU rank processes, one-GPU test: every rank on GPU 0, planning for this topology

@@ -32,10 +32,8 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     };
     let c = args.collective;
     let algos = harness::parse_algos_for(&args.algo, &target, c)?;
-    if c != Collective::AllReduce && (args.sequence.is_some() || args.compare.is_some()) {
-        return Err(format!(
-            "--collective {c}: --sequence and --compare time the all-reduce only"
-        ));
+    if c != Collective::AllReduce && args.sequence.is_some() {
+        return Err(format!("--collective {c}: --sequence times the all-reduce only"));
     }
     let p = Plan {
         sizes: args.sizes()?,
@@ -66,6 +64,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     #[cfg(feature = "cuda")]
     let mut peers = {
         let run = harness::peer::PeerRun {
+            collective: c,
             sizes: p.sizes.clone(),
             dtypes: p.dtypes.clone(),
             modes: p.modes.clone(),

@@ -1,8 +1,10 @@
-//! Peers: another project's all-reduce kernel timed beside tpar's, in the same run and the same
-//! group, by the same harness (`tpar bench --compare vllm`). Today one peer: vLLM's custom
-//! all-reduce (`vllm::CustomAllreduce`), through the small C API of
-//! `bench/compare/vllm_ar/peer.cu`, which `bench/compare/vllm.sh` compiles against vLLM's
-//! downloaded headers on the GPU machine; `vllm.rs` loads that library with libloading.
+//! Peers: another project's collective kernels timed beside tpar's, in the same run and the
+//! same group, by the same harness (`tpar bench --compare vllm`, with `--collective` for the
+//! all-gather and the reduce-scatter). Today one peer: vLLM's custom all-reduce
+//! (`vllm::CustomAllreduce`) and its custom all-gather and reduce-scatter kernels, through the
+//! small C API of `bench/compare/vllm_ar/peer.cu`, which `bench/compare/vllm.sh` compiles
+//! against vLLM's downloaded headers on the GPU machine; `vllm.rs` loads that library with
+//! libloading.
 //!
 //! Owns: loading a peer library, driving it on emulated ranks (streams of one GPU, the peers'
 //! pointers plain device pointers) or as one rank per GPU process (IPC handles exchanged over
@@ -14,7 +16,9 @@
 //! Must never: time a peer whose results were not checked in the same run (unless `-c 0`
 //! asked, as for tpar's blocks), run a peer's
 //! spin-waiting kernels with more blocks than one GPU holds at once (they would deadlock), or
-//! present a time-sliced run (rank processes sharing one GPU) as a measurement.
+//! present a time-sliced run (rank processes sharing one GPU) as a measurement, or time a size
+//! that vLLM itself would not give its kernel (its all-gather and reduce-scatter size limits:
+//! [`vllm_declines`]; such a size is said, not timed, and is no failure).
 
 mod vllm;
 
@@ -25,7 +29,7 @@ use tpar::cuda::driver::Device;
 use tpar::cuda::GpuCommunicator;
 use tpar::plan::CaptureMode;
 use tpar::units::Spread;
-use tpar::{Algorithm, DType};
+use tpar::{Algorithm, Collective, DType};
 use vllm::{Api, VllmRanks};
 
 /// Where `bench/compare/vllm.sh` puts the library, relative to the repository root (an
@@ -98,9 +102,37 @@ pub enum Site<'a> {
     Rank { comm: &'a mut GpuCommunicator, shared: bool },
 }
 
-/// What the peers run: the same sizes, dtypes, modes and timing as tpar's blocks.
+/// vLLM 0.33.0's largest custom all-gather: 2 MiB of input per rank
+/// (`CustomAllreduce._DEFAULT_ALL_GATHER_MAX_SIZE`, distributed/device_communicators/
+/// custom_all_reduce.py; larger calls go to NCCL there).
+pub const VLLM_ALL_GATHER_MAX: usize = 2 << 20;
+/// vLLM 0.33.0's largest custom reduce-scatter: 16 MiB of input per rank
+/// (`_DEFAULT_REDUCE_SCATTER_MAX_SIZE`, the same file).
+pub const VLLM_REDUCE_SCATTER_MAX: usize = 16 << 20;
+
+/// Why vLLM would not run its own kernel for a call of `c` with `count` elements of `d` per
+/// rank (as `Collective::io_elems` counts them) on `world` ranks, or None where it would: its
+/// Python class's gates (`should_custom_all_gather`, `_select_reduce_scatter_backend`: a
+/// positive size, whole 16-byte vectors per rank, at most its maximum input). The all-reduce
+/// is not gated here (tpar's run times it at every size it names, as before).
+pub fn vllm_declines(c: Collective, d: DType, count: usize, world: usize) -> Option<String> {
+    let shard = count * d.size();
+    let input = c.io_elems(count, world).0 * d.size();
+    let (name, max, limit) = match c {
+        Collective::AllReduce => return None,
+        Collective::AllGather => ("custom_all_gather", VLLM_ALL_GATHER_MAX, "input per rank"),
+        Collective::ReduceScatter => ("custom_reduce_scatter", VLLM_REDUCE_SCATTER_MAX, "input per rank (world x output)"),
+    };
+    if shard == 0 || shard % 16 != 0 {
+        return Some(format!("vLLM's {name} takes whole 16-byte vectors per rank, not {shard} B"));
+    }
+    (input > max).then(|| format!("vLLM does not take this size: {name} runs at most {} MiB of {limit}, this call {input} B (vLLM gives it to NCCL)", max >> 20))
+}
+
+/// What the peers run: the same collective, sizes, dtypes, modes and timing as tpar's blocks.
 #[derive(Clone, Debug)]
 pub struct PeerRun {
+    pub collective: Collective,
     pub sizes: Vec<usize>,
     pub dtypes: Vec<DType>,
     pub modes: Vec<CaptureMode>,
@@ -115,10 +147,13 @@ pub struct PeerRun {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct PeerRecord {
     pub peer: String,
+    pub collective: Collective,
     /// `cuda-emulated-p2p` or `cuda`; `-sequenceN` appended for a `--sequence` step.
     pub backend: String,
     pub dtype: DType,
     pub world: usize,
+    /// nccl-tests' size and count (the all-gather's output, the reduce-scatter's input), as
+    /// tpar's records.
     pub bytes: usize,
     pub count: usize,
     pub time_us: f64,
@@ -130,7 +165,8 @@ pub struct PeerRecord {
     pub wrong: i64,
     pub mode: CaptureMode,
     pub inner: usize,
-    /// The peer's own kernel choice for this size (vLLM: `1stage` or `2stage`).
+    /// The peer's own kernel for this size (vLLM: `1stage` or `2stage`; `all_gather`,
+    /// `reduce_scatter`).
     pub kernel: String,
     pub blocks_max: i32,
 }
@@ -139,6 +175,7 @@ pub struct PeerRecord {
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Comparison {
     pub peer: String,
+    pub collective: Collective,
     pub mode: CaptureMode,
     pub dtype: DType,
     pub world: usize,
@@ -227,23 +264,27 @@ impl Session {
 // ------------------------------------------------------------------------------------------
 
 /// tpar's pick for each point: the group's own plan where it has one (rank processes), else
-/// the plan for [`EMULATED_PLAN_PRESET`] at this world (emulated ranks).
-fn tpar_pick(g: &mut dyn Group, d: DType, bytes: usize, mode: CaptureMode) -> Algorithm {
-    if let Some(a) = g.planned(tpar::Collective::AllReduce, d, bytes, mode) {
+/// the plan for [`EMULATED_PLAN_PRESET`] at this world (emulated ranks). `bytes`: per rank, as
+/// `Collective::io_elems` counts them.
+fn tpar_pick(g: &mut dyn Group, c: Collective, d: DType, bytes: usize, mode: CaptureMode) -> Algorithm {
+    if let Some(a) = g.planned(c, d, bytes, mode) {
         return a;
     }
     let topology = tpar::Topology::load(EMULATED_PLAN_PRESET).unwrap_or_else(|_| tpar::Topology::cpu());
     let overrides = tpar::Overrides::from_env().unwrap_or_default();
-    tpar::plan(&tpar::PlanInput {
-        topology: &topology,
-        world: g.world(),
-        bytes: bytes as u64,
-        dtype: d,
-        capture: mode,
-        backend: tpar::Backend::Cuda,
-        profile: None,
-        overrides: &overrides,
-    })
+    tpar::plan::plan_collective(
+        c,
+        &tpar::PlanInput {
+            topology: &topology,
+            world: g.world(),
+            bytes: bytes as u64,
+            dtype: d,
+            capture: mode,
+            backend: tpar::Backend::Cuda,
+            profile: None,
+            overrides: &overrides,
+        },
+    )
     .algorithm
 }
 
@@ -253,7 +294,8 @@ fn peer_header(name: &str, world: usize, place: &str, modes: &[CaptureMode]) {
 
 fn peer_row(cells: &[PeerRecord], wrong: i64, kernel: &str) {
     let Some(f) = cells.first() else { return };
-    let mut s = format!("  {:>10} {:>12} {:>8} {:>6}", f.bytes, f.count, f.dtype.name(), "sum");
+    let redop = if f.collective == Collective::AllGather { "none" } else { "sum" };
+    let mut s = format!("  {:>10} {:>12} {:>8} {:>6}", f.bytes, f.count, f.dtype.name(), redop);
     for r in cells {
         s.push_str(&format!(" {:>10.2} {:>9.2} {:>9.2} {:>7.2} {:>7.2}", r.time_us, r.p10_us, r.p90_us, r.algbw, r.busbw));
     }
@@ -261,11 +303,57 @@ fn peer_row(cells: &[PeerRecord], wrong: i64, kernel: &str) {
     println!("{s} {wrong:>6}  {kernel}");
 }
 
+/// One measured point; `count`: nccl-tests' count (all-gather: output, reduce-scatter: input).
 #[allow(clippy::too_many_arguments)]
-fn record(peer: &str, backend: String, d: DType, world: usize, count: usize, s: Spread, wrong: i64, mode: CaptureMode, inner: usize, kernel: String, blocks_max: i32) -> PeerRecord {
+fn record(peer: &str, c: Collective, backend: String, d: DType, world: usize, count: usize, s: Spread, wrong: i64, mode: CaptureMode, inner: usize, kernel: String, blocks_max: i32) -> PeerRecord {
     let bytes = count * d.size();
-    let (algbw, busbw) = tpar::report::bandwidths(bytes, world, s.median);
-    PeerRecord { peer: peer.into(), backend, dtype: d, world, bytes, count, time_us: s.median, p10_us: s.p10, p90_us: s.p90, algbw, busbw, wrong, mode, inner, kernel, blocks_max }
+    let (algbw, busbw) = tpar::report::bandwidths_for(c, bytes, world, s.median);
+    PeerRecord { peer: peer.into(), collective: c, backend, dtype: d, world, bytes, count, time_us: s.median, p10_us: s.p10, p90_us: s.p90, algbw, busbw, wrong, mode, inner, kernel, blocks_max }
+}
+
+/// The per-rank elements of a call of nccl-tests' size `bytes` (as tpar's blocks take it),
+/// or why vLLM takes no call of that size.
+fn peer_count(c: Collective, d: DType, bytes: usize, world: usize) -> Result<usize, String> {
+    if c == Collective::AllReduce {
+        let count = bytes / d.size();
+        return if count == 0 || bytes % 16 != 0 || count * d.size() != bytes { Err("skipped: vLLM needs a positive multiple of 16 bytes".into()) } else { Ok(count) };
+    }
+    let count = super::per_rank_count(c, d, bytes, world);
+    match vllm_declines(c, d, count, world) {
+        Some(why) => Err(why),
+        None => Ok(count),
+    }
+}
+
+/// The header lines of vLLM's block for `c`.
+fn peer_description(c: Collective, lib: &Path, info: &str) {
+    match c {
+        Collective::AllReduce => {
+            println!("# peer: vllm, vLLM 0.33.0's custom all-reduce (vllm::CustomAllreduce of csrc/custom_all_reduce.cuh, built from its sdist by bench/compare/vllm.sh), library {}", lib.display());
+            println!("#   {info}");
+            println!("#   graph mode: inputs captured in the graph, registered after capture (zero copy); eager mode: a copy into its registered buffer, then the kernel (vLLM's eager path)");
+            println!("#   checked against vLLM's own summation order (rank order for 1stage; 2stage starts each part at its owner rank), bit for bit, and the f64 bound");
+        }
+        _ => {
+            let (what, kernel, max) = match c {
+                Collective::AllGather => ("all-gather", "cross_device_all_gather", format!("at most {} MiB of input per rank", VLLM_ALL_GATHER_MAX >> 20)),
+                _ => ("reduce-scatter", "cross_device_reduce_scatter", format!("at most {} MiB of input per rank", VLLM_REDUCE_SCATTER_MAX >> 20)),
+            };
+            println!(
+                "# peer: vllm, vLLM 0.33.0's custom {what} ({kernel} of csrc/custom_all_gather_reduce_scatter.cuh, launched with the grid of CustomAllreduce's own launcher, built from its sdist by bench/compare/vllm.sh), library {}",
+                lib.display()
+            );
+            println!("#   {info}");
+            println!("#   both modes as vLLM's custom_{}: a copy of the input into its registered buffer, then the kernel (in a graph too: vLLM registers no graph inputs for it)", what.replace('-', "_"));
+            println!("#   vLLM runs its kernel for {max} (its Python class's limit; larger calls go to NCCL there): beyond that, the row says vLLM does not take the size (not a failure)");
+            match c {
+                Collective::AllGather => println!("#   checked by tpar's verifier, as tpar's: every rank's output a bitwise copy of every rank's input in rank order"),
+                _ => println!(
+                    "#   checked by tpar's verifier, as tpar's: within the f64 reference's bound, and bit for bit against the rank-order f32 sum rounded once (vLLM's kernel adds the ranks in rank order in f32: packed_reduce)"
+                ),
+            }
+        }
+    }
 }
 
 /// Runs every peer of `peers` on group `g` (after tpar's blocks for it: `tpar` holds tpar's
@@ -281,24 +369,26 @@ fn compare(
 ) -> Result<i64, String> {
     let root = g.root();
     let world = g.world();
+    let c = run.collective;
     let label = g.label();
     let place = if label == "cuda" { "one process per GPU".to_string() } else { format!("emulated on one GPU, {}", label.trim_start_matches("cuda-emulated-")) };
-    // tpar's picks, asked before the peer borrows the group.
+    // tpar's picks (per rank bytes as the plan takes them), asked before the peer borrows the group.
     let mut picks = Vec::new();
     for &d in &run.dtypes {
         for &mode in &run.modes {
             for &bytes in run.sizes.iter().chain(run.sequence.as_ref().map(|s| &s.1)) {
-                picks.push(((d, mode, bytes), tpar_pick(g, d, bytes, mode)));
+                let per_rank = super::per_rank_count(c, d, bytes, world) * d.size();
+                picks.push(((d, mode, per_rank), tpar_pick(g, c, d, per_rank, mode)));
             }
         }
     }
-    let pick = |d: DType, mode: CaptureMode, bytes: usize| picks.iter().find(|(k, _)| *k == (d, mode, bytes)).map(|(_, a)| *a);
+    let pick = |d: DType, mode: CaptureMode, per_rank: usize| picks.iter().find(|(k, _)| *k == (d, mode, per_rank)).map(|(_, a)| *a);
     let max_bytes = run.sizes.iter().copied().chain(run.sequence.map(|s| s.1)).max().unwrap_or(16);
     let mut wrong_total = 0i64;
     for &(p, api) in peers {
         if ![2, 4, 6, 8].contains(&world) {
             if root {
-                println!("#\n# {}: skipped at {world} ranks (vLLM's custom all-reduce runs 2, 4, 6 or 8)", p.name);
+                println!("#\n# {}: skipped at {world} ranks (vLLM's custom {c} runs 2, 4, 6 or 8)", p.name);
             }
             continue;
         }
@@ -306,40 +396,52 @@ fn compare(
             return Err("--compare runs on GPUs (emulated ranks or one process per GPU)".into());
         };
         let mut v = VllmRanks::new(api, site, max_bytes)?;
-        let blocks = v.block_limit();
+        if c != Collective::AllReduce && !v.full_nvlink {
+            if root {
+                println!("#\n# {}: skipped: vLLM runs its custom {c} only where every pair of GPUs is on NVLink (it gives these calls to NCCL)", p.name);
+            }
+            continue;
+        }
+        let blocks = v.block_limit(c)?;
         if root {
             println!("#");
-            println!("# peer: vllm, vLLM 0.33.0's custom all-reduce (vllm::CustomAllreduce of csrc/custom_all_reduce.cuh, built from its sdist by bench/compare/vllm.sh), library {}", p.lib.display());
-            println!("#   {}", v.info());
-            println!("#   graph mode: inputs captured in the graph, registered after capture (zero copy); eager mode: a copy into its registered buffer, then the kernel (vLLM's eager path)");
-            println!("#   checked against vLLM's own summation order (rank order for 1stage; 2stage starts each part at its owner rank), bit for bit, and the f64 bound");
+            peer_description(c, &p.lib, &v.info());
             peer_header(&p.name, world, &place, &run.modes);
         }
         let mut mine: Vec<PeerRecord> = Vec::new();
         for &d in &run.dtypes {
             for &bytes in &run.sizes {
-                let count = bytes / d.size();
-                if count == 0 || bytes % 16 != 0 || count * d.size() != bytes {
-                    if root {
-                        println!("  {bytes:>10} {:>12} {:>8}  skipped: vLLM needs a positive multiple of 16 bytes", count, d.name());
+                let count = match peer_count(c, d, bytes, world) {
+                    Ok(n) => n,
+                    Err(why) => {
+                        if root {
+                            let total = c.io_elems(super::per_rank_count(c, d, bytes, world), world);
+                            println!("  {bytes:>10} {:>12} {:>8}  {why}", total.0.max(total.1), d.name());
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                let kernel = format!("{}stage", v.stage(bytes)?);
+                };
+                let (ins, outs) = c.io_elems(count, world);
+                let total = ins.max(outs);
+                let kernel = match c {
+                    Collective::AllReduce => format!("{}stage", v.stage(bytes)?),
+                    Collective::AllGather => "all_gather".to_string(),
+                    Collective::ReduceScatter => "reduce_scatter".to_string(),
+                };
                 let mut wrong = -1i64;
                 if run.check {
                     wrong = 0;
                     for (k, &mode) in run.modes.iter().enumerate() {
-                        let call = PEER_CALL_TAG ^ (bytes as u64) ^ ((k as u64) << 56);
-                        wrong += by_dtype!(d, T => v.checked::<T>(mode, call, count)?);
+                        let call = PEER_CALL_TAG ^ (bytes as u64) ^ ((k as u64) << 56) ^ (c.code() << 52);
+                        wrong += by_dtype!(d, T => v.checked_collective::<T>(c, mode, call, count)?);
                     }
                     wrong_total += wrong;
                 }
                 let mut row = Vec::new();
                 for &mode in &run.modes {
                     let t = Timing { mode, inner: run.inner, warmup: run.warmup, iters: run.iters };
-                    if let Some(s) = v.time(d, count, t)? {
-                        row.push(record(&p.name, v.label.clone(), d, world, count, s, wrong, mode, run.inner, kernel.clone(), blocks));
+                    if let Some(s) = v.time(c, d, count, t)? {
+                        row.push(record(&p.name, c, v.label.clone(), d, world, total, s, wrong, mode, run.inner, kernel.clone(), blocks));
                     }
                 }
                 if root {
@@ -348,7 +450,7 @@ fn compare(
                 mine.extend(row);
             }
         }
-        if let Some((calls, bytes)) = run.sequence {
+        if let (Some((calls, bytes)), Collective::AllReduce) = (run.sequence, c) {
             let d = if run.dtypes.contains(&DType::BF16) { DType::BF16 } else { run.dtypes[0] };
             let count = bytes / d.size();
             if count > 0 && bytes % 16 == 0 && count * d.size() == bytes {
@@ -368,12 +470,12 @@ fn compare(
                 }
                 for &mode in &run.modes {
                     let t = Timing { mode, inner: calls, warmup: run.warmup.min(3), iters: run.iters };
-                    if let Some(s) = v.time(d, count, t)? {
-                        let c = calls as f64;
+                    if let Some(s) = v.time(c, d, count, t)? {
+                        let k = calls as f64;
                         if root {
-                            println!("  {:>6} {:>14} {:>10.1} us [{:.1}-{:.1}]  {:>6.2} us per call", mode.name(), p.name, s.median * c, s.p10 * c, s.p90 * c, s.median);
+                            println!("  {:>6} {:>14} {:>10.1} us [{:.1}-{:.1}]  {:>6.2} us per call", mode.name(), p.name, s.median * k, s.p10 * k, s.p90 * k, s.median);
                         }
-                        mine.push(record(&p.name, format!("{}-sequence{calls}", v.label), d, world, count, s, wrong, mode, calls, kernel.clone(), blocks));
+                        mine.push(record(&p.name, c, format!("{}-sequence{calls}", v.label), d, world, count, s, wrong, mode, calls, kernel.clone(), blocks));
                     }
                 }
             } else if root {
@@ -382,8 +484,14 @@ fn compare(
         }
         drop(v);
         if root {
-            let here: Vec<Comparison> = mine.iter().map(|r| compare_one(r, tpar, &label, world, pick(r.dtype, r.mode, r.bytes))).collect();
-            print_comparison(&p.name, &here);
+            let here: Vec<Comparison> = mine
+                .iter()
+                .map(|r| {
+                    let per_rank = if c == Collective::AllReduce { r.bytes } else { r.bytes / world };
+                    compare_one(r, tpar, &label, world, pick(r.dtype, r.mode, per_rank))
+                })
+                .collect();
+            print_comparison(&p.name, c, &here);
             lines.extend(here);
         }
         out.extend(mine);
@@ -392,13 +500,20 @@ fn compare(
 }
 
 /// tpar against one peer record: the plan's pick and the fastest of tpar's blocks measured
-/// in this group at the same point (same mode, dtype, size; sequence steps against tpar's).
+/// in this group at the same point (same collective, mode, dtype, size; sequence steps
+/// against tpar's).
 fn compare_one(r: &PeerRecord, tpar: &[BenchRecord], label: &str, world: usize, pick: Option<Algorithm>) -> Comparison {
     let calls = if r.backend.contains("-sequence") { r.inner } else { 1 };
     let backend = if calls > 1 { format!("{label}-sequence{calls}") } else { label.to_string() };
     let here = || {
         tpar.iter().filter(|b| {
-            b.mode == r.mode && b.record.backend == backend && b.record.world == world && b.record.dtype == r.dtype && b.record.bytes == r.bytes && b.record.wrong <= 0
+            b.mode == r.mode
+                && b.record.collective == r.collective
+                && b.record.backend == backend
+                && b.record.world == world
+                && b.record.dtype == r.dtype
+                && b.record.bytes == r.bytes
+                && b.record.wrong <= 0
         })
     };
     let plan = pick.unwrap_or(Algorithm::Nccl);
@@ -407,6 +522,7 @@ fn compare_one(r: &PeerRecord, tpar: &[BenchRecord], label: &str, world: usize, 
     let ratio = |t: Option<f64>| t.filter(|_| r.time_us > 0.0).map(|t| t / r.time_us);
     Comparison {
         peer: r.peer.clone(),
+        collective: r.collective,
         mode: r.mode,
         dtype: r.dtype,
         world,
@@ -422,31 +538,31 @@ fn compare_one(r: &PeerRecord, tpar: &[BenchRecord], label: &str, world: usize, 
     }
 }
 
-fn print_comparison(peer: &str, lines: &[Comparison]) {
+fn print_comparison(peer: &str, c: Collective, lines: &[Comparison]) {
     let f = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.2}"));
     println!("#");
     println!(
-        "# tpar against {peer}, this group, same harness (median us per call; ratio = tpar / {peer}: below 1 tpar is faster). \
+        "# tpar against {peer}, {c}, this group, same harness (median us per call; size as nccl-tests gives it; ratio = tpar / {peer}: below 1 tpar is faster). \
          tpar's pick: the plan here, or on emulated ranks the plan for {EMULATED_PLAN_PRESET} at this world; '-': not measured in this run"
     );
     println!(
         "# {:>6} {:>9} {:>10} {:>5} {:>14} {:>9} {:>14} {:>9} {:>9} {:>9} {:>9}",
         "mode", "type", "size (B)", "calls", "tpar pick", "(us)", "tpar fastest", "(us)", peer, "pick/", "fastest/"
     );
-    for c in lines {
+    for l in lines {
         println!(
             "  {:>6} {:>9} {:>10} {:>5} {:>14} {:>9} {:>14} {:>9} {:>9.2} {:>9} {:>9}",
-            c.mode.name(),
-            c.dtype.name(),
-            c.bytes,
-            c.calls,
-            c.tpar_plan.name(),
-            f(c.tpar_plan_us),
-            c.tpar_fastest.map_or("-", |a| a.name()),
-            f(c.tpar_fastest_us),
-            c.peer_us,
-            f(c.plan_over_peer),
-            f(c.fastest_over_peer)
+            l.mode.name(),
+            l.dtype.name(),
+            l.bytes,
+            l.calls,
+            l.tpar_plan.name(),
+            f(l.tpar_plan_us),
+            l.tpar_fastest.map_or("-", |a| a.name()),
+            f(l.tpar_fastest_us),
+            l.peer_us,
+            f(l.plan_over_peer),
+            f(l.fastest_over_peer)
         );
     }
 }
@@ -464,6 +580,42 @@ mod tests {
         assert!(parse("flashinfer").unwrap_err().contains("peers_multi_gpu.py"));
         assert!(parse(" , ").is_err());
         assert!(check_libs(&parse("vllm=/no/such/lib.so").unwrap()).unwrap_err().contains("vllm.sh"));
+    }
+
+    #[test]
+    fn vllm_takes_what_its_python_class_gives_its_kernels() {
+        let (ag, rs, bf) = (Collective::AllGather, Collective::ReduceScatter, DType::BF16);
+        // All-gather: at most 2 MiB of input per rank, whatever the world.
+        assert_eq!(vllm_declines(ag, bf, (2 << 20) / 2, 8), None);
+        assert!(vllm_declines(ag, bf, (4 << 20) / 2, 2).unwrap().contains("does not take this size"));
+        // Reduce-scatter: at most 16 MiB of input (world x output) per rank.
+        assert_eq!(vllm_declines(rs, bf, (2 << 20) / 2, 8), None);
+        assert!(vllm_declines(rs, bf, (4 << 20) / 2, 8).unwrap().contains("16 MiB"));
+        assert_eq!(vllm_declines(rs, bf, (4 << 20) / 2, 4), None);
+        assert!(vllm_declines(rs, DType::F32, (4 << 20) / 4 + 4, 4).is_some());
+        // Whole 16-byte vectors per rank, and never an empty call.
+        assert!(vllm_declines(ag, bf, 4, 2).unwrap().contains("16-byte"));
+        assert!(vllm_declines(rs, bf, 0, 2).is_some());
+        // The all-reduce is not gated.
+        assert_eq!(vllm_declines(Collective::AllReduce, bf, 1 << 30, 8), None);
+    }
+
+    #[test]
+    fn peer_calls_take_tpars_per_rank_sizes() {
+        // nccl-tests' size: the all-gather's output, the reduce-scatter's input; per rank the
+        // size over the world, in whole 16-byte vectors, as tpar's blocks take it.
+        let (ag, rs, bf) = (Collective::AllGather, Collective::ReduceScatter, DType::BF16);
+        assert_eq!(peer_count(ag, bf, 8 << 10, 8), Ok(512));
+        assert_eq!(peer_count(rs, bf, 8 << 10, 8), Ok(512));
+        assert_eq!(peer_count(ag, bf, (8 << 10) + 40, 8), Ok(512));
+        assert!(peer_count(ag, bf, 8 << 20, 2).is_err());
+        assert_eq!(peer_count(rs, bf, 16 << 20, 4), Ok((4 << 20) / 2));
+        assert!(peer_count(rs, bf, 32 << 20, 8).is_err());
+        // Less than a vector per rank: nothing to call.
+        assert!(peer_count(ag, bf, 64, 8).unwrap_err().contains("16-byte"));
+        // The all-reduce as before: any whole multiple of 16 bytes.
+        assert_eq!(peer_count(Collective::AllReduce, DType::F32, 4096, 8), Ok(1024));
+        assert!(peer_count(Collective::AllReduce, DType::F32, 4100, 8).is_err());
     }
 
     #[test]

@@ -1,9 +1,11 @@
-//! vLLM's custom all-reduce as a peer: the C API of `bench/compare/vllm_ar/peer.cu` loaded
-//! with libloading, driven on emulated ranks or one rank per GPU process, its results checked
-//! against [`vllm_expected`] and timed as tpar is (the module above says how).
+//! vLLM's custom all-reduce, all-gather and reduce-scatter as a peer: the C API of
+//! `bench/compare/vllm_ar/peer.cu` loaded with libloading, driven on emulated ranks or one rank
+//! per GPU process, its results checked (the all-reduce against [`vllm_expected`], the
+//! all-gather and the reduce-scatter by the CLI's one verifier, `harness::verify::Judge`) and
+//! timed as tpar is (the module above says how).
 
 use super::Site;
-use crate::harness::verify::{err, POISON_WORD, TIMING_WORD};
+use crate::harness::verify::{err, Judge, Outcome, Verdict, POISON_WORD, TIMING_WORD};
 use crate::harness::Timing;
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_void, CStr};
@@ -13,10 +15,11 @@ use tpar::cuda::GpuCommunicator;
 use tpar::plan::CaptureMode;
 use tpar::testing::{all_inputs, bit_diffs, count_wrong, digest};
 use tpar::units::{percentiles, Spread};
-use tpar::{DType, Element};
+use tpar::kinds::Wire;
+use tpar::{Algorithm, Collective, DType, Element};
 
 /// The API version of `bench/compare/vllm_ar/peer.cu` this module speaks (its `kAbi`).
-const PEER_ABI: c_int = 1;
+const PEER_ABI: c_int = 2;
 
 // ------------------------------------------------------------------------------------------
 // The library.
@@ -29,12 +32,14 @@ pub(super) struct Api {
     last_error: unsafe extern "C" fn() -> *const c_char,
     create: unsafe extern "C" fn(c_int, c_int, *const c_int, c_int, usize, c_int, c_int, *mut Handle) -> c_int,
     info: unsafe extern "C" fn(Handle) -> *const c_char,
-    block_limit: unsafe extern "C" fn(Handle) -> c_int,
+    block_limit: unsafe extern "C" fn(Handle, c_int) -> c_int,
     connect_local: unsafe extern "C" fn(Handle) -> c_int,
     export: unsafe extern "C" fn(Handle, *mut u8, usize, *mut usize) -> c_int,
     connect: unsafe extern "C" fn(Handle, *const u8, usize) -> c_int,
     stage: unsafe extern "C" fn(Handle, usize) -> c_int,
     all_reduce: unsafe extern "C" fn(Handle, c_int, *mut c_void, c_int, *const c_void, *mut c_void, usize) -> c_int,
+    all_gather: unsafe extern "C" fn(Handle, c_int, *mut c_void, c_int, *const c_void, *mut c_void, usize) -> c_int,
+    reduce_scatter: unsafe extern "C" fn(Handle, c_int, *mut c_void, c_int, *const c_void, *mut c_void, usize) -> c_int,
     register_graph_local: unsafe extern "C" fn(Handle) -> c_int,
     graph_meta: unsafe extern "C" fn(Handle, *mut u8, usize, *mut usize) -> c_int,
     register_graph: unsafe extern "C" fn(Handle, *const *const u8, *const usize) -> c_int,
@@ -68,6 +73,8 @@ impl Api {
                 connect: *lib.get(b"tpar_peer_connect\0").map_err(what)?,
                 stage: *lib.get(b"tpar_peer_stage\0").map_err(what)?,
                 all_reduce: *lib.get(b"tpar_peer_all_reduce\0").map_err(what)?,
+                all_gather: *lib.get(b"tpar_peer_all_gather\0").map_err(what)?,
+                reduce_scatter: *lib.get(b"tpar_peer_reduce_scatter\0").map_err(what)?,
                 register_graph_local: *lib.get(b"tpar_peer_register_graph_local\0").map_err(what)?,
                 graph_meta: *lib.get(b"tpar_peer_graph_meta\0").map_err(what)?,
                 register_graph: *lib.get(b"tpar_peer_register_graph\0").map_err(what)?,
@@ -145,6 +152,10 @@ pub(super) struct VllmRanks<'a> {
     end: Event,
     ctl: Ctl<'a>,
     pub(super) label: String,
+    /// The bytes of every local rank's input and output buffer.
+    max_bytes: usize,
+    /// vLLM's `fully_connected` for this group (its all-gather and reduce-scatter need it).
+    pub(super) full_nvlink: bool,
     // Last: streams, events and buffers need the context it holds.
     dev: Device,
 }
@@ -204,7 +215,7 @@ impl<'a> VllmRanks<'a> {
         let rc = unsafe { (api.create)(ordinal as c_int, world as c_int, ranks_c.as_ptr(), ranks_c.len() as c_int, max_bytes, c_int::from(full_nvlink), tpar::settings::vllm_blocks().unwrap_or(0) as c_int, &mut h) };
         api.rc(rc, "create")?;
         // From here `me` owns h: dropping it destroys h.
-        let mut me = VllmRanks { api, h, world, locals, origin, fork, start, end, ctl, label, dev };
+        let mut me = VllmRanks { api, h, world, locals, origin, fork, start, end, ctl, label, max_bytes, full_nvlink, dev };
         me.connect()?;
         Ok(me)
     }
@@ -235,9 +246,10 @@ impl<'a> VllmRanks<'a> {
         unsafe { CStr::from_ptr((self.api.info)(self.h)) }.to_string_lossy().into_owned()
     }
 
-    pub(super) fn block_limit(&self) -> i32 {
+    /// vLLM's blocks per call of `c` (all resident with every local rank's).
+    pub(super) fn block_limit(&self, c: Collective) -> Result<i32, String> {
         // SAFETY: h is live.
-        unsafe { (self.api.block_limit)(self.h) }
+        self.api.rc(unsafe { (self.api.block_limit)(self.h, c.code() as c_int) }, "block_limit")
     }
 
     /// vLLM's kernel for a call of `bytes`: `1stage` or `2stage`.
@@ -254,9 +266,19 @@ impl<'a> VllmRanks<'a> {
         self.origin.is_some()
     }
 
-    /// One call of every local rank on its own stream. Eager and emulated: forked from and
-    /// joined into the origin stream, as `RankSet` launches tpar's ranks.
-    fn enqueue(&self, d: DType, count: usize, capturing: bool) -> Result<(), String> {
+    /// One call of every local rank on its own stream (`count` per rank as
+    /// `Collective::io_elems` takes it). Eager and emulated: forked from and joined into the
+    /// origin stream, as `RankSet` launches tpar's ranks.
+    fn enqueue(&self, c: Collective, d: DType, count: usize, capturing: bool) -> Result<(), String> {
+        let (entry, what) = match c {
+            Collective::AllReduce => (self.api.all_reduce, "all_reduce"),
+            Collective::AllGather => (self.api.all_gather, "all_gather"),
+            Collective::ReduceScatter => (self.api.reduce_scatter, "reduce_scatter"),
+        };
+        let (ins, outs) = c.io_elems(count, self.world);
+        if ins.max(outs).saturating_mul(d.size()) > self.max_bytes {
+            return Err(format!("vllm {what}: {count} elements per rank do not fit its {} B buffers", self.max_bytes));
+        }
         let fork_join = self.capturing_many() && !capturing;
         if fork_join {
             self.timing_stream().record(&self.fork).map_err(err)?;
@@ -265,11 +287,12 @@ impl<'a> VllmRanks<'a> {
             if fork_join {
                 l.stream.wait(&self.fork).map_err(err)?;
             }
-            // SAFETY: input and output are live device buffers of max_bytes >= count * size
-            // (the library checks the size against its own buffers of the same max_bytes); the
-            // stream is live; they outlive every enqueued call (synchronized before drop).
+            // SAFETY: input and output are live device buffers of max_bytes, which hold the
+            // call's input and output (checked above; the library checks its staged bytes
+            // against its own buffers of the same max_bytes); the stream is live; they outlive
+            // every enqueued call (synchronized before drop).
             let rc = unsafe {
-                (self.api.all_reduce)(
+                entry(
                     self.h,
                     slot as c_int,
                     l.stream.raw as *mut c_void,
@@ -279,7 +302,7 @@ impl<'a> VllmRanks<'a> {
                     count,
                 )
             };
-            self.api.rc(rc, "all_reduce")?;
+            self.api.rc(rc, what)?;
             if fork_join {
                 l.stream.record(&l.join).map_err(err)?;
                 self.timing_stream().wait(&l.join).map_err(err)?;
@@ -288,9 +311,11 @@ impl<'a> VllmRanks<'a> {
         Ok(())
     }
 
-    /// `calls` calls captured into one graph (zero copy: the inputs themselves), then
-    /// registered as vLLM registers a captured graph's inputs, before the graph can run.
-    fn capture(&mut self, d: DType, count: usize, calls: usize) -> Result<Graph, String> {
+    /// `calls` calls captured into one graph. The all-reduce's read the inputs themselves
+    /// (zero copy), registered after the capture as vLLM registers a captured graph's inputs,
+    /// before the graph can run; the all-gather's and reduce-scatter's copy their inputs into
+    /// the registered buffers inside the graph (vLLM registers nothing for them).
+    fn capture(&mut self, c: Collective, d: DType, count: usize, calls: usize) -> Result<Graph, String> {
         for l in &self.locals {
             l.stream.synchronize().map_err(err)?;
         }
@@ -305,7 +330,7 @@ impl<'a> VllmRanks<'a> {
             }
         }
         for _ in 0..calls {
-            body = body.and_then(|()| self.enqueue(d, count, true));
+            body = body.and_then(|()| self.enqueue(c, d, count, true));
         }
         if self.capturing_many() {
             for l in &self.locals {
@@ -317,7 +342,9 @@ impl<'a> VllmRanks<'a> {
         let graph = origin.end_capture().map_err(err);
         body?;
         let graph = graph?;
-        self.register_graph()?;
+        if c == Collective::AllReduce {
+            self.register_graph()?;
+        }
         Ok(graph)
     }
 
@@ -369,9 +396,9 @@ impl<'a> VllmRanks<'a> {
         // The graph lives until the synchronize below.
         let mut graph = None;
         match mode {
-            CaptureMode::Eager => self.enqueue(T::DTYPE, count, false)?,
+            CaptureMode::Eager => self.enqueue(Collective::AllReduce, T::DTYPE, count, false)?,
             CaptureMode::Graph => {
-                let g = self.capture(T::DTYPE, count, 1)?;
+                let g = self.capture(Collective::AllReduce, T::DTYPE, count, 1)?;
                 self.launch(graph.insert(g))?;
             }
         }
@@ -397,15 +424,61 @@ impl<'a> VllmRanks<'a> {
         Ok(i64::try_from(bad).unwrap_or(i64::MAX))
     }
 
-    /// Per-call microseconds per timed iteration, as tpar's emulated ranks and rank
+    /// One checked all-gather or reduce-scatter (`count` per rank as `Collective::io_elems`
+    /// takes it) in `mode` on fresh random inputs, outputs poisoned first, every rank's output
+    /// judged by the CLI's one verifier ([`Judge::for_collective`]) and the verdicts combined
+    /// as tpar's ([`Verdict::of_collective`]). The all-gather: a bitwise copy of every rank's
+    /// input in rank order. The reduce-scatter: rank q's slice of the rank-order f32 sum
+    /// rounded once, bit for bit, and within the f64 reference's bound, the contract tpar's
+    /// kernels are held to (not NCCL's looser one): vLLM's cross_device_reduce_scatter adds
+    /// the ranks' registered buffers in rank order in f32 and rounds once (`packed_reduce`,
+    /// the same sum as its one-stage all-reduce). Returns the `#wrong` of the run's table.
+    pub(super) fn checked_collective<T: Element>(&mut self, c: Collective, mode: CaptureMode, call: u64, count: usize) -> Result<i64, String> {
+        if c == Collective::AllReduce {
+            return self.checked::<T>(mode, call, count);
+        }
+        let (ins, outs) = c.io_elems(count, self.world);
+        let inputs = all_inputs::<T>(0xbe4c, call, self.world, ins);
+        for l in &self.locals {
+            l.input.upload(&inputs[l.rank]).map_err(err)?;
+            l.output.fill_u32(POISON_WORD).map_err(err)?;
+        }
+        self.ctl.barrier()?;
+        let mut graph = None;
+        match mode {
+            CaptureMode::Eager => self.enqueue(c, T::DTYPE, count, false)?,
+            CaptureMode::Graph => {
+                let g = self.capture(c, T::DTYPE, count, 1)?;
+                self.launch(graph.insert(g))?;
+            }
+        }
+        self.synchronize()?;
+        drop(graph);
+        // `OneshotPush`: the contract of tpar's kernels (see above), not an algorithm vLLM ran.
+        let judge = Judge::for_collective(c, &inputs, Algorithm::OneshotPush, &[], Wire::Exact);
+        let mut mine = Vec::new();
+        for l in &self.locals {
+            let mut out = vec![T::from_f32(0.0); outs];
+            l.output.download(&mut out).map_err(err)?;
+            mine.extend(judge.outcome_of(l.rank, &out).encode());
+        }
+        let all: Vec<u8> = self.ctl.all_gather(&mine)?.concat();
+        let outcomes: Vec<Outcome> = all.chunks(32).map(|b| Outcome::decode(b, outs)).collect();
+        if outcomes.len() != self.world {
+            return Err(format!("vllm: {} ranks' verdicts for a world of {}", outcomes.len(), self.world));
+        }
+        Ok(Verdict::of_collective(c, &outcomes, outs).bad_elements())
+    }
+
+    /// Per-call microseconds per timed iteration of `c`, as tpar's emulated ranks and rank
     /// processes time theirs (see the module's contract).
-    pub(super) fn time(&mut self, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
+    pub(super) fn time(&mut self, c: Collective, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
         for l in &self.locals {
             l.input.fill_u32(TIMING_WORD).map_err(err)?;
         }
         let inner = t.inner.max(1);
         let graph = match t.mode {
-            CaptureMode::Graph => Some(self.capture(d, count, inner)?),
+            CaptureMode::Graph => Some(self.capture(c, d, count, inner)?),
             CaptureMode::Eager => None,
         };
         // Emulated ranks warm up at least once (EmulatedRanks::time_op); rank processes as
@@ -419,7 +492,7 @@ impl<'a> VllmRanks<'a> {
                 Some(g) => self.launch(g)?,
                 None => {
                     for _ in 0..inner {
-                        self.enqueue(d, count, false)?;
+                        self.enqueue(c, d, count, false)?;
                     }
                 }
             }
@@ -473,6 +546,30 @@ mod tests {
             let f = all_inputs::<f32>(7, world as u64, world, 1000);
             assert_eq!(bit_diffs(&vllm_expected(&f, 1), &expected(&f)), 0);
         }
+    }
+
+    #[test]
+    fn reduce_scatter_is_held_to_its_rank_order_sum() {
+        // vLLM's cross_device_reduce_scatter sums rank q's slice as its one-stage all-reduce
+        // sums everything (packed_reduce: rank order, f32, rounded once): the verifier's
+        // reduce-scatter contract, bit for bit.
+        let (world, n) = (4, 8 * 64);
+        let rs = Collective::ReduceScatter;
+        let inputs = all_inputs::<tpar::bf16>(5, 11, world, n * world);
+        let judge = Judge::for_collective(rs, &inputs, Algorithm::OneshotPush, &[], Wire::Exact);
+        let sum = vllm_expected(&inputs, 1);
+        for q in 0..world {
+            let o = judge.outcome_of(q, &sum[q * n..(q + 1) * n]);
+            assert_eq!((o.wrong, o.inexact), (0, 0), "rank {q}");
+        }
+        // Another order (each slice started at its own rank, f32 shows it) is caught.
+        let f = all_inputs::<f32>(5, 12, world, n * world);
+        let judge = Judge::for_collective(rs, &f, Algorithm::OneshotPush, &[], Wire::Exact);
+        let rotated = vllm_expected(&f, 2);
+        let inexact: usize = (0..world).map(|q| judge.outcome_of(q, &rotated[q * n..(q + 1) * n]).inexact).sum();
+        assert!(inexact > 0);
+        // A slice of the wrong rank is wrong.
+        assert!(judge.outcome_of(1, &vllm_expected(&f, 1)[..n]).wrong > 0);
     }
 
     #[test]
