@@ -9,24 +9,20 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// Engine variables the doctor reads (removed, with every `TPAR_*` variable, so the caller's
-/// shell cannot change what the tests see).
-const ENGINE_VARS: [&str; 9] = [
-    "VLLM_ALLREDUCE_USE_FLASHINFER",
-    "VLLM_ALLREDUCE_USE_FLASHINFER_PCIE_IPC",
-    "VLLM_USE_NCCL_SYMM_MEM",
-    "VLLM_PLUGINS",
-    "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY",
-    "VLLM_BATCH_INVARIANT",
-    "SGLANG_PLUGINS",
-    "PYTHONPATH",
-    "PYTHONHOME",
-];
+/// Variables that change what the engine's Python reports (removed, with every `TPAR_*`
+/// variable and every engine variable the doctor's rules read, `tpar::doctor::rules::VARIABLES`,
+/// so the caller's shell cannot change what the tests see).
+const PYTHON_VARS: [&str; 2] = ["PYTHONPATH", "PYTHONHOME"];
+
+/// Every variable the tests clear.
+fn cleared() -> impl Iterator<Item = &'static str> {
+    tpar::settings::VARS.iter().map(|v| v.name).chain(tpar::doctor::rules::VARIABLES).chain(PYTHON_VARS)
+}
 
 fn doctor_cmd(args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_tpar"));
     c.arg("doctor").args(args);
-    for v in tpar::settings::VARS.iter().map(|v| v.name).chain(ENGINE_VARS) {
+    for v in cleared() {
         c.env_remove(v);
     }
     for (k, v) in env {
@@ -186,7 +182,7 @@ fn the_paste_lines_parse_back_through_tpars_settings() {
     let script = format!("set -e\n{}\nexec \"$0\" doctor --no-python --topology cpu --json", lines.join("\n"));
     let mut sh = Command::new("sh");
     sh.arg("-c").arg(&script).arg(env!("CARGO_BIN_EXE_tpar"));
-    for v in tpar::settings::VARS.iter().map(|v| v.name).chain(ENGINE_VARS) {
+    for v in cleared() {
         sh.env_remove(v);
     }
     let out = sh.output().unwrap();

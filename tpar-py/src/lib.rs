@@ -770,6 +770,8 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(debug_logging, m)?)?;
     m.add_function(wrap_pyfunction!(settings_table, m)?)?;
     m.add_function(wrap_pyfunction!(doctor::doctor, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor::doctor_query, m)?)?;
+    m.add_function(wrap_pyfunction!(doctor::doctor_engine, m)?)?;
     m.add_function(wrap_pyfunction!(set_library_dirs, m)?)?;
     m.add_function(wrap_pyfunction!(library_dirs, m)?)?;
     m.add_function(wrap_pyfunction!(find_nvrtc, m)?)?;

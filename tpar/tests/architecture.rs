@@ -195,3 +195,30 @@ fn every_module_imports_only_its_layer_or_below() {
     let stale: Vec<_> = allowed.difference(&seen_exceptions).collect();
     assert!(stale.is_empty(), "docs/architecture.md names exceptions the code no longer has: {stale:?}");
 }
+
+/// Every module the crate root declares has a row in lib.rs's tour (its doc comment) and in
+/// docs/architecture.md's module table (a row naming `name/`, `name.rs` or `` `name` ``), so
+/// neither map leaves a module out.
+#[test]
+fn every_module_has_a_row_in_the_tour_and_the_module_table() {
+    let lib = std::fs::read_to_string(root().join("tpar/src/lib.rs")).unwrap();
+    let tour: Vec<&str> = lib.lines().filter_map(|l| l.strip_prefix("//! | ")).collect();
+    let d = doc();
+    let table: Vec<&str> = d.lines().filter(|l| l.starts_with("| `")).collect();
+    let mut missing = Vec::new();
+    for l in lib.lines() {
+        let Some(name) = l.trim().strip_prefix("pub mod ").or_else(|| l.trim().strip_prefix("mod ")) else { continue };
+        let name = name.trim_end_matches(';');
+        let in_row = |row: &&str| {
+            let first = row.split(" | ").next().unwrap_or("");
+            [format!("`{name}`"), format!("`{name}/`"), format!("`{name}.rs`"), format!("[`{name}`]")].iter().any(|n| first.contains(n.as_str()))
+        };
+        if !tour.iter().any(in_row) {
+            missing.push(format!("{name}: no row in lib.rs's tour"));
+        }
+        if !table.iter().any(in_row) {
+            missing.push(format!("{name}: no row in docs/architecture.md's module table"));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}

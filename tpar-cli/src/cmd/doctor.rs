@@ -1,15 +1,15 @@
 //! `tpar doctor`: one report an engine user runs on the box — what tpar sees, what its plan
 //! would do with each of the engine's size classes and why, what the installed engine would do
 //! with `TPAR_ENABLE=1`, the libraries tpar could not find, the lines to paste, and the
-//! verify-step estimate. The report is the library's (`tpar::doctor`); this file parses the
-//! options and runs the engine part (`python/tpar/doctor.py`, carried in the binary) in the
-//! engine's Python.
+//! verify-step estimate. The report is the library's (`tpar::doctor`, whose `rules` judge the
+//! engine); this file parses the options and runs the engine facts' reporter
+//! (`python/tpar/doctor.py`, carried in the binary) in the engine's Python.
 
 use std::process::Command;
-use tpar::doctor::{EngineContext, EngineSection, Options, Report};
+use tpar::doctor::{rules, EngineContext, EngineSection, Options, Report};
 
-/// The engine inspection, run with `PYTHON -c` (standard library only: it works whether or
-/// not tpar is installed in that Python, and reports which).
+/// The engine facts' reporter, run with `PYTHON -c` (standard library only: it works whether
+/// or not tpar is installed in that Python, and reports which).
 const DOCTOR_PY: &str = include_str!("../../../python/tpar/doctor.py");
 
 #[derive(clap::Args, Debug)]
@@ -66,11 +66,14 @@ pub fn run(args: DoctorArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs doctor.py's engine part in `python`; its failure is a section saying why.
+/// Asks doctor.py in `python` for the facts the engine rules read, and judges them; a failure
+/// is a section saying why.
 fn inspect(python: &str, engine: &str, ctx: &EngineContext) -> EngineSection {
-    let out = Command::new(python)
-        .args(["-c", DOCTOR_PY, "--engine-json", "--engine", engine, "--tp", &ctx.tp.to_string(), "--arch", &ctx.archs.join(",")])
-        .output();
+    let query = match serde_json::to_string(&rules::query()) {
+        Ok(q) => q,
+        Err(e) => return EngineSection::unavailable(python, format!("the doctor's query: {e}")),
+    };
+    let out = Command::new(python).args(["-c", DOCTOR_PY, "--facts", &query]).output();
     match out {
         Err(e) => EngineSection::unavailable(python, format!("cannot run it: {e} (give --python PATH, or --no-python)")),
         Ok(o) if !o.status.success() => {
@@ -78,6 +81,6 @@ fn inspect(python: &str, engine: &str, ctx: &EngineContext) -> EngineSection {
             let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("no message");
             EngineSection::unavailable(python, format!("it exited with {}: {last}", o.status))
         }
-        Ok(o) => EngineSection::from_json(python, &String::from_utf8_lossy(&o.stdout)),
+        Ok(o) => rules::judge_answer(python, &String::from_utf8_lossy(&o.stdout), engine, ctx),
     }
 }

@@ -7,8 +7,8 @@
 //! A call is resolved once per shape ([`Launcher::resolve`]: algorithm, dtype, bytes, planned
 //! blocks); per call only its pointers are checked ([`check_pointers`]) before [`launch`].
 //!
-//! The call's shape (blocks where the plan did not size it, threads, lean, registered) is the
-//! plan's decision (`plan::call_shape`); this file applies it and adds only what the GPU and
+//! The call's shape (its blocks, `TPAR_BLOCKS` included, threads, lean, registered) is the
+//! plan's decision (`plan::call_shape`); this file reads it and adds only what the GPU and
 //! the kernels say: which variants a kernel has, how many blocks stay resident, PDL.
 //!
 //! Owns: the kernels' caps on the plan's shape ([`policy_blocks`], [`threads_for`]),
@@ -40,7 +40,8 @@ pub const P2P_MAX_BLOCKS: u32 = MAX_BLOCKS as u32;
 
 /// The block policy for calls the plan did not size (a forced algorithm, an emulated group's
 /// call with 0 blocks): the plan's ([`call_shape::policy_blocks`]), capped by the kernels'
-/// flag rows. `TPAR_BLOCKS` overrides it in [`Launcher::resolve`], as it overrides the plan's.
+/// flag rows. `TPAR_BLOCKS` overrides it, as it overrides the plan's: [`call_shape::call_blocks`]
+/// decides, [`Launcher::resolve`] reads the answer.
 pub fn policy_blocks(_algo: Algorithm, transport: Transport, bytes: usize, _world: usize) -> u32 {
     call_shape::policy_blocks(transport, bytes, P2P_MAX_BLOCKS)
 }
@@ -220,7 +221,7 @@ pub struct CallSpec {
     pub algo: Algorithm,
     pub dtype: DType,
     pub count: usize,
-    /// 0: the policy ([`policy_blocks`], or `TPAR_BLOCKS`).
+    /// 0: `TPAR_BLOCKS`, else the policy ([`call_shape::call_blocks`]).
     pub blocks: u32,
     /// The call's buffers are registered (it runs its kernel's zero-copy path, which only
     /// the default variant has: [`registers`]).
@@ -419,7 +420,7 @@ impl Launcher {
         let bytes = self.max_bytes;
         for (a, d) in calls {
             self.variant(dev, *a, *d, SizeClass::Default)?;
-            let planned = self.settings.blocks.unwrap_or_else(|| self.policy_grid(*a, bytes, false));
+            let planned = self.call_blocks(*a, bytes, 0, false).blocks();
             if self.class_for(dev, *a, *d, bytes, planned, threads_for(bytes, planned), false)? == SizeClass::Lean {
                 self.variant(dev, *a, *d, SizeClass::Lean)?;
             }
@@ -453,8 +454,9 @@ impl Launcher {
 
     /// Resolves a call shape once: validates the size and the blocks against this workspace
     /// and this GPU, chooses the variant ([`size_class`]), the grid, the threads and whether
-    /// it may use PDL. `blocks`: the plan's, or 0 for the policy ([`policy_blocks`], or
-    /// `TPAR_BLOCKS`). The same shape always resolves the same way, so callers memoise it.
+    /// it may use PDL. `blocks`: the plan's, or 0 for `TPAR_BLOCKS`, else the policy
+    /// ([`call_shape::call_blocks`]). The same shape always resolves the same way, so callers
+    /// memoise it.
     pub fn resolve(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, blocks: u32) -> Result<Launch> {
         self.resolve_call(dev, algo, dtype, bytes, blocks, false)
     }
@@ -556,11 +558,11 @@ impl Launcher {
             });
         }
         let (ranks, sms, pdl_on) = (self.ranks_on_device, self.sms, self.pdl());
-        let explicit = if call.blocks > 0 { Some(call.blocks) } else { self.settings.blocks };
-        // Threads follow the policy's blocks (the plan's, or the rule's): one vector per
-        // thread. The variant follows the size and the default's residency; residency is then
-        // checked for that variant and block shape.
-        let planned = explicit.unwrap_or_else(|| self.policy_grid(call.algo, bytes, fixed == Some(SizeClass::Fused)));
+        // Threads follow the call's blocks (held: the plan's, a caller's or TPAR_BLOCKS; or the
+        // rule's): one vector per thread. The variant follows the size and the default's
+        // residency; residency is then checked for that variant and block shape.
+        let blocks = self.call_blocks(call.algo, bytes, call.blocks, fixed == Some(SizeClass::Fused));
+        let planned = blocks.blocks();
         let threads = threads_for(bytes, planned);
         let class = match fixed {
             Some(c) => c,
@@ -570,19 +572,26 @@ impl Launcher {
         let f = self.entry(dev, call.algo, call.dtype, class, call.collective)?;
         let resident = per_sm * sms;
         let fits = (resident / ranks).max(1);
-        let grid = match explicit {
-            Some(b) if b * ranks > resident => {
+        let grid = match blocks {
+            call_shape::CallBlocks::Held(b) if b * ranks > resident => {
                 return Err(Error::Unsupported {
                     what: format!("{b} blocks per rank x {ranks} ranks on one GPU"),
                     reason: format!("only {resident} blocks of this kernel ({threads} threads) are resident at once on this GPU ({per_sm} per SM x {sms} SMs); the ranks wait on each other, so all must run at once"),
                 });
             }
-            Some(b) => b,
-            None => planned.min(fits),
+            call_shape::CallBlocks::Held(b) => b,
+            call_shape::CallBlocks::Rule(b) => b.min(fits),
         };
         // With PDL a rank's next grid may become resident while this one runs: both must fit.
         let pdl = pdl_on && holds_twice(grid, ranks, resident);
         Ok(Launch { f, grid, threads, pdl, cluster: 1 })
+    }
+
+    /// A call's blocks as the plan's call shape decides them ([`call_shape::call_blocks`]):
+    /// `given` (0: none), else `TPAR_BLOCKS` as this launcher's settings carry it, else the
+    /// policy's grid ([`policy_grid`](Self::policy_grid)).
+    fn call_blocks(&self, algo: Algorithm, bytes: usize, given: u32, fused: bool) -> call_shape::CallBlocks {
+        call_shape::call_blocks(given, self.settings.blocks, || self.policy_grid(algo, bytes, fused))
     }
 
     /// The grid of a call the plan did not size: the block policy ([`policy_blocks`]), for

@@ -1,13 +1,12 @@
-//! The engine part of `tpar doctor`, as `python/tpar/doctor.py` reports it from inside the
-//! engine's Python (installed distributions, entry points, environment variables, versions;
-//! nothing imported from the engines).
+//! The engine part of `tpar doctor`: what the engine's Python has (installed distributions,
+//! entry points, library files; nothing imported from the engines, as
+//! `python/tpar/doctor.py` reports it) and the engine settings judged by [`super::rules`].
 //!
-//! The JSON that `doctor.py --engine-json` prints is [`EngineSection`]; every field has a
-//! default, so a doctor.py of another release still parses. Owns: that schema and the
+//! [`EngineSection`] is that part of the report (text and JSON). Owns: that schema and the
 //! engine's problem lines (the lines to paste follow from the whole report: `paste.rs`).
-//! Must never: judge an engine setting itself (doctor.py does, from the engines' own source,
-//! and says where it read it), or know the rest of the report (`libs.rs` reads its
-//! [`Candidate`]s, so it stands below the library checks).
+//! Must never: judge an engine setting itself (`rules.rs` does, the one home of the engine
+//! rules), or know the rest of the report (`libs.rs` reads its [`Candidate`]s, so it stands
+//! below the library checks).
 
 use serde::{Deserialize, Serialize};
 
@@ -97,7 +96,7 @@ pub struct Finding {
     pub fix_kind: Option<String>,
 }
 
-/// What `python/tpar/doctor.py --engine-json` reports.
+/// The engine part of the report: the facts of the engine's Python, judged (`rules::judge`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EngineSection {
@@ -117,14 +116,6 @@ impl EngineSection {
     /// A section that says why the engine's Python could not be inspected.
     pub fn unavailable(python: &str, error: String) -> EngineSection {
         EngineSection { python: python.to_string(), error: Some(error), ..EngineSection::default() }
-    }
-
-    /// Parses doctor.py's JSON; a malformed answer is a section with the error.
-    pub fn from_json(python: &str, text: &str) -> EngineSection {
-        match serde_json::from_str::<EngineSection>(text) {
-            Ok(e) => e,
-            Err(err) => EngineSection::unavailable(python, format!("its answer is not the doctor's JSON ({err})")),
-        }
     }
 
     /// The installed engines.
@@ -172,13 +163,15 @@ pub fn install_hint(python: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::doctor::{rules, EngineContext};
 
     #[test]
     fn an_answer_from_another_release_still_parses_and_garbage_is_a_line() {
-        let e = EngineSection::from_json("py", r#"{"python": "/usr/bin/python3", "tpar": {"installed": false}, "future_field": 1}"#);
+        let ctx = EngineContext { tp: 8, archs: vec!["sm_90".into()] };
+        let e = rules::judge_answer("py", r#"{"python": "/usr/bin/python3", "tpar": {"installed": false}, "future_field": 1}"#, "all", &ctx);
         assert_eq!(e.python, "/usr/bin/python3");
         assert!(e.problems().iter().any(|p| p.contains("tpar is not installed") && p.contains("pip install")), "{:?}", e.problems());
-        let bad = EngineSection::from_json("py", "Traceback (most recent call last):");
+        let bad = rules::judge_answer("py", "Traceback (most recent call last):", "all", &ctx);
         assert!(bad.error.is_some() && bad.problems()[0].contains("could not inspect"), "{bad:?}");
     }
 

@@ -18,6 +18,10 @@ use std::path::Path;
 #[cfg(feature = "cuda")]
 use std::path::PathBuf;
 
+/// The library files tpar loads, by the kind a [`Candidate`] names (the engine's Python
+/// looks for them among its distributions' files: `rules::query`).
+pub const FILES: [(&str, &str); 3] = [("libnvrtc.so.13", "nvrtc"), ("libnccl.so.2", "nccl"), ("libcuda.so.1", "cuda")];
+
 /// How a library was found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

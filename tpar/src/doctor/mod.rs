@@ -8,19 +8,20 @@
 //! | the engine's size classes: the plan's pick, reason, times, gain, sources | `mod.rs` | `plan::plan` with the settings of this shell |
 //! | the verify-step estimate | [`estimate`] | `model` (its `default_case` without GPUs) |
 //! | run-time libraries and the kernel cache | [`libs`] | `cuda::{driver, nvrtc, nccl}`, `settings` |
-//! | the engine: installed engines, versions, plug-ins, pre-empting settings | [`engine`] | `python/tpar/doctor.py`, run in the engine's Python |
+//! | the engine: installed engines, versions, plug-ins, pre-empting settings | [`engine`] (the schema), [`rules`] (the judging) | the facts `python/tpar/doctor.py` reports from the engine's Python |
 //! | the lines to paste | [`paste`] | all of the above |
 //!
 //! Owns: the report's data and its gathering. Must never: fail or panic because something is
 //! missing (no GPU, driver, library, profile or Python: each is a line of the report; only
 //! malformed options are errors), read the environment except through `settings`, or import
-//! an engine (the engine part is data handed in by the caller).
+//! an engine (the engine part is judged from facts handed in by the caller).
 
 pub mod engine;
 pub mod estimate;
 pub mod libs;
 pub mod paste;
 mod render;
+pub mod rules;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -162,7 +163,8 @@ pub struct Report {
     pub estimate: estimate::Estimate,
     pub libraries: Vec<libs::Library>,
     pub cache: libs::CacheStatus,
-    /// The engine's Python, as `python/tpar/doctor.py` found it (absent: not inspected).
+    /// The engine's Python, as `python/tpar/doctor.py` found it and [`rules`] judged it
+    /// (absent: not inspected).
     pub engine: Option<EngineSection>,
     /// The environment lines (and server flags) to paste, each with its reason.
     pub paste: Vec<PasteLine>,
@@ -170,8 +172,7 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
-/// What the engine inspection needs from this report: the TP size and the GPUs'
-/// architectures (`doctor.py --tp N --arch sm_90,...`).
+/// What the engine rules need from this report: the TP size and the GPUs' architectures.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct EngineContext {
     pub tp: usize,
@@ -233,7 +234,7 @@ impl Report {
         })
     }
 
-    /// What `python/tpar/doctor.py` needs to judge the engine's settings.
+    /// What [`rules::judge`] needs of this report to judge the engine's settings.
     pub fn engine_context(&self) -> EngineContext {
         let mut archs: Vec<String> = self.machine.archs.iter().filter(|a| a.as_str() != "?").cloned().collect();
         archs.dedup();

@@ -515,12 +515,12 @@ fn first_time(line: &str) -> bool {
 }
 
 
-/// The last step of every plan (all-reduce and the other collectives): `TPAR_BLOCKS`, the one
-/// place it is applied to a planned kernel call (the launch applies it only to calls the plan
-/// did not size), and the notes appended to the reason.
+/// The last step of every plan (all-reduce and the other collectives): `TPAR_BLOCKS` on a
+/// planned kernel call ([`call_shape::call_blocks`], where it is applied to every call, planned
+/// or not), and the notes appended to the reason.
 fn finish_plan(mut p: Plan, o: &Overrides, mut notes: Vec<String>) -> Plan {
-    if let Some(b) = o.blocks {
-        if matches!(p.transport, Transport::P2p | Transport::Host) {
+    if matches!(p.transport, Transport::P2p | Transport::Host) {
+        if let call_shape::CallBlocks::Held(b) = call_shape::call_blocks(0, o.blocks, || p.blocks) {
             notes.push(format!("TPAR_BLOCKS={b} (default {})", p.blocks));
             p.blocks = b;
         }
