@@ -88,3 +88,66 @@ pub fn move_off(cpu: usize) -> bool {
 pub fn move_off(_cpu: usize) -> bool {
     false
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    fn affinity() -> Vec<usize> {
+        // SAFETY: as in `move_off`.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as in `move_off`.
+        assert_eq!(unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) }, 0);
+        // SAFETY: reads bits of a valid set.
+        (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+    }
+
+    #[test]
+    fn move_off_leaves_the_core_and_keeps_the_affinity() {
+        let before = affinity();
+        if before.len() < 2 {
+            eprintln!("skipped: move_off_leaves_the_core_and_keeps_the_affinity: this thread may run on {} core(s), a move needs 2", before.len());
+            return;
+        }
+        for _ in 0..4 {
+            // SAFETY: no arguments.
+            let here = unsafe { libc::sched_getcpu() } as usize;
+            assert!(move_off(here), "could not move off core {here} (allowed: {before:?})");
+            // SAFETY: no arguments.
+            let there = unsafe { libc::sched_getcpu() } as usize;
+            assert_ne!(there, here, "still on core {here} after the move");
+            assert!(before.contains(&there), "moved to core {there}, outside {before:?}");
+            assert_eq!(affinity(), before, "the affinity was not given back");
+        }
+    }
+
+    #[test]
+    fn a_wait_ends_at_its_timeout_or_at_a_wake() {
+        let word = Arc::new(AtomicU64::new(7));
+        // The word already differs: back at once.
+        let t = Instant::now();
+        wait(&word, 8, Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+        // Nobody wakes it: the timeout ends it.
+        let t = Instant::now();
+        wait(&word, 7, Duration::from_millis(30));
+        let took = t.elapsed();
+        assert!(took >= Duration::from_millis(25) && took < Duration::from_secs(2), "{took:?}");
+        // A wake from another thread ends it long before its 20 s timeout.
+        let w = word.clone();
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            w.fetch_add(1, Ordering::Release);
+            wake_all(&w);
+        });
+        let t = Instant::now();
+        while word.load(Ordering::Acquire) == 7 {
+            wait(&word, 7, Duration::from_secs(20));
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        waker.join().unwrap();
+    }
+}

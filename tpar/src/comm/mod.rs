@@ -31,13 +31,20 @@ const OVERSUBSCRIBED_SPINS: u32 = 4;
 /// A wait this long has outlasted a time slice: its peer is not running (descheduled behind
 /// another process, or waiting for this very core), and spinning on only keeps a core from
 /// it. The wait sleeps from here on. Not sooner: a sleeper's wake-up waits for a core, and
-/// on cores busy with other processes that is up to their time slice, where a yielding
-/// wait, still runnable, gets its turn (measured: sleeping after 100 us of a wait once
+/// on cores busy with other processes that is up to their time slice, where a polling
+/// wait, still runnable, keeps its turn (measured: sleeping after 100 us of a wait once
 /// contention had been seen made 8-byte calls whose peer was 50 us late take milliseconds).
 const SLICE: Duration = Duration::from_millis(1);
-/// At most one move off a shared core per this period (the scheduler may put the ranks
-/// together again; moving back and forth faster would only cost migrations).
-const MOVE_PERIOD: Duration = Duration::from_millis(10);
+/// A wait whose peer runs on another core yields only every this many pauses (tens of
+/// microseconds): a yield hands this core to whatever else wants it, a process beside the
+/// job included, and costs the wait a context switch (8-byte calls with one busy process
+/// beside the job: 4.5 us yielding at every pause, 0.5 us spinning). The rare yield still
+/// lets a peer that shares this core unnoticed (it has not paused here yet) run.
+const YIELD_EVERY: u32 = 16;
+/// At most one move off a shared core per this period. The scheduler puts the ranks together
+/// again each time they block on the control plane between calls (a benchmark does between
+/// sizes), so the period is short; a move costs one migration.
+const MOVE_PERIOD: Duration = Duration::from_millis(1);
 /// How often a waiter checks that the peer it waits for is alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 
@@ -70,9 +77,11 @@ struct WaitState {
 
 /// The bounded waiter behind every spin of the CPU backend.
 ///
-/// A wait spins [`crate::protocol::SPINS_PER_PAUSE`] polls, then pauses: it yields the core
-/// (after fewer polls where its peer shares its core, which it then leaves), and sleeps in a
-/// futex wait on the workspace's doorbell once the wait has outlasted a time slice. Every pause
+/// A wait spins [`crate::protocol::SPINS_PER_PAUSE`] polls, then pauses: it polls on,
+/// yielding the core every [`YIELD_EVERY`] pauses (at every pause, after fewer polls, where
+/// its peer shares its core, which the higher rank then leaves, or where ranks outnumber
+/// cores), and sleeps in a futex wait on the workspace's doorbell once the wait has outlasted
+/// a time slice. Every pause
 /// first checks the deadline, the abort flag and (each [`LIVENESS_PERIOD`]) the peer's
 /// liveness, and a sleep never outlasts the next of those checks.
 struct Spinner<'a> {
@@ -179,7 +188,7 @@ impl Wait for Spinner<'_> {
         // switch (a few microseconds) where ranks on two cores answer in a fraction of one.
         // The higher rank of the pair moves (both moving would swap them), unless ranks
         // outnumber cores (sharing is then certain) or it moved a moment ago.
-        if self.state.shares_core && self.rank > peer && !self.state.oversubscribed && self.state.moved_at.is_none_or(|t| now.duration_since(t) >= MOVE_PERIOD) {
+        if self.state.shares_core && self.rank > peer && !self.state.oversubscribed && !self.state.moved_at.is_some_and(|t| now.duration_since(t) < MOVE_PERIOD) {
             self.state.moved_at = Some(now);
             if futex::move_off(cpu as usize - 1) {
                 self.state.stats.moves += 1;
@@ -192,7 +201,7 @@ impl Wait for Spinner<'_> {
         if now.duration_since(self.wait_start) >= SLICE {
             let deadline = self.start + self.timeout;
             self.sleep(ready, now, next_check.min(deadline));
-        } else {
+        } else if self.state.oversubscribed || self.state.shares_core || round % YIELD_EVERY == YIELD_EVERY - 1 {
             std::thread::yield_now();
         }
         Ok(())
