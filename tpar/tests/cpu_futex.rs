@@ -2,7 +2,9 @@
 //! doorbell instead of holding a core, and the peer's next stores wake it. Asleep, it still
 //! ends its wait on every bound: a peer killed meanwhile is reported dead, and a peer that
 //! never comes is a timeout. `Communicator::wait_stats` shows the sleeps and wake-ups, so
-//! each test proves the wait went through the futex path, not around it.
+//! each test proves the wait went through the futex path, not around it. Ranks pinned to
+//! one core see that they share it (and the higher one cannot move off it); pinned to two,
+//! they never do.
 
 mod common;
 use common::*;
@@ -135,4 +137,64 @@ fn a_peer_killed_while_its_waiter_sleeps_is_reported_dead() {
     let left = tpar::transport::shm::leftover_segments(&format!("{job:016x}"));
     assert!(left.is_empty(), "shared memory left behind: {left:?}");
     let _ = std::fs::remove_dir_all(path.parent().unwrap());
+}
+
+/// The cores this thread may run on.
+fn allowed_cores() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain bits; pid 0 is this thread; the set lives on this frame.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: reads bits of a valid set.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// Pins this thread to `core` alone.
+fn pin(core: usize) {
+    // SAFETY: as in `allowed_cores`; `core` is below CPU_SETSIZE (it came from a set).
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::CPU_SET(core, &mut set) };
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) }, 0, "pin to core {core}");
+}
+
+/// Two ranks pinned to one core see it (their waits yield after a few polls), and the higher
+/// rank's move finds no other core to go to; pinned to two cores they never see a shared one.
+#[test]
+fn ranks_on_one_core_see_it_and_ranks_on_two_do_not() {
+    let cores = allowed_cores();
+    if cores.len() < 2 {
+        common::skip("cpu_futex::ranks_on_one_core_see_it_and_ranks_on_two_do_not", "this process may run on fewer than 2 cores");
+        return;
+    }
+    const CALLS: u64 = 300;
+    let n = 16;
+    for same in [true, false] {
+        let cs = cores.clone();
+        let results = run_group(2, |c| c.timeout = Duration::from_secs(30), move |comm| {
+            let rank = comm.rank();
+            // Pinned after the join: the ranks do not count as outnumbering the cores.
+            pin(if same { cs[0] } else { cs[rank] });
+            for call in 0..CALLS {
+                let ins = all_inputs::<f32>(31, call, 2, n);
+                let mut out = vec![0f32; n];
+                poison(&mut out);
+                comm.all_reduce_with(Algorithm::OneshotPush, &ins[rank], &mut out).unwrap();
+                assert_eq!(bit_diffs(&out, &expected(&ins)), 0, "call {call} on rank {rank}");
+            }
+            comm.wait_stats()
+        });
+        let stats: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+        if same {
+            // On one core every call makes one rank wait for the other, which is off the core.
+            let seen: u64 = stats.iter().map(|s| s.shared_core).sum();
+            assert!(seen >= CALLS / 2, "two ranks pinned to one core saw it in {seen} pauses of {CALLS} calls: {stats:?}");
+            assert_eq!(stats[1].moves, 0, "a rank pinned to one core cannot move: {stats:?}");
+        } else {
+            assert!(stats.iter().all(|s| s.shared_core == 0 && s.moves == 0), "ranks pinned to two cores saw a shared one: {stats:?}");
+        }
+    }
 }

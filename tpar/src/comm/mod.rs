@@ -56,6 +56,8 @@ pub struct WaitStats {
     pub sleeps: u64,
     /// Futex wake-ups this rank sent after its stores (a peer had announced it slept).
     pub wakes: u64,
+    /// Pauses that found the awaited peer last paused on this rank's core.
+    pub shared_core: u64,
     /// Times this rank moved itself off the core of the peer it waited for.
     pub moves: u64,
 }
@@ -184,6 +186,7 @@ impl Wait for Spinner<'_> {
             mine.store(cpu, Ordering::Relaxed);
         }
         self.state.shares_core = cpu != 0 && theirs.load(Ordering::Relaxed) == cpu;
+        self.state.stats.shared_core += u64::from(self.state.shares_core);
         // Two ranks on one core while another core is allowed: every wait costs a context
         // switch (a few microseconds) where ranks on two cores answer in a fraction of one.
         // The higher rank of the pair moves (both moving would swap them), unless ranks
