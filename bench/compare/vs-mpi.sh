@@ -53,7 +53,7 @@ built_here=""
 if [ -z "$tpar" ]; then
     built_here=1
     (cd "$root" && cargo build --release -q -p tpar-cli)
-    tpar="$root/target/release/tpar"
+    tpar="${CARGO_TARGET_DIR:-$root/target}/release/tpar"  # where cargo just built it
 fi
 mpirun_flags="--allow-run-as-root --oversubscribe --bind-to none"
 

@@ -3,7 +3,8 @@
 //! twin lives in `kernels/common.cuh`.
 //!
 //! ```text
-//! header (16 words): magic, version, world, cap, job id, abort, first epoch, total words
+//! header (16 words): magic, version, world, cap, job id, abort, first epoch, total words;
+//!                     on the next line, the CPU backend's sleepers count and futex doorbell
 //! rank block r (every region cache-line aligned; every flag on a line of its own):
 //!   status      [8]                       pid, entered descriptor, entered epoch, state
 //!   push_desc   [2 parity][world] x line  one-shot push: peers' call descriptors (flags),
@@ -63,6 +64,12 @@ pub mod hdr {
     pub const ABORT: usize = 5;
     pub const FIRST_EPOCH: usize = 6;
     pub const TOTAL: usize = 7;
+    /// CPU backend, on a line of their own (a writer reads it after every batch of flags, so
+    /// it must stay in every cache while nobody sleeps): how many ranks sleep in a futex wait
+    /// on [`DOORBELL`], which a writer that finds the count above zero bumps and wakes.
+    pub const SLEEPERS: usize = 8;
+    /// CPU backend: the futex word sleeping waiters wait on (its low 32 bits).
+    pub const DOORBELL: usize = 9;
 }
 
 /// Status word indices.
@@ -72,6 +79,9 @@ pub mod st {
     pub const DESC: usize = 1;
     /// Full epoch of that call.
     pub const EPOCH: usize = 2;
+    /// CPU backend: 1 + the core this rank last paused a wait on (0: none yet), so that a
+    /// waiting peer can see that the two share a core.
+    pub const CPU: usize = 3;
 }
 
 /// Words per 64-byte cache line.

@@ -80,7 +80,7 @@ fn pack_raw<T: Element>(lanes: &[T]) -> u64 {
 
 struct LoomWait;
 impl Wait for LoomWait {
-    fn pause(&mut self, _peer: usize, _phase: Phase, _round: u32) -> Result<()> {
+    fn pause(&mut self, _peer: usize, _phase: Phase, _round: u32, _ready: &dyn Fn() -> bool) -> Result<()> {
         loom::thread::yield_now();
         Ok(())
     }

@@ -33,6 +33,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, inpu
         W::store_plain(slot(p, me), input);
         ws.push_desc(p, parity, me).store_release(d);
     }
+    c.waiter.published();
     for i in 1..world {
         let s = (me + i) % world;
         take_descriptor(ws.push_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
@@ -57,6 +58,7 @@ pub(crate) fn all_gather<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S
         W::store_plain(slot(p, me), input);
         ws.push_desc(p, parity, me).store_release(d);
     }
+    c.waiter.published();
     let at = |s: usize| s * stride + offset;
     out[at(me)..at(me) + n].copy_from_slice(input);
     for i in 1..world {
@@ -83,6 +85,7 @@ pub(crate) fn reduce_scatter<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, 
         W::store_plain(slot(j, me), piece(j));
         ws.push_desc(j, parity, me).store_release(d);
     }
+    c.waiter.published();
     for i in 1..world {
         let s = (me + i) % world;
         take_descriptor(ws.push_desc(me, parity, s), &c.desc, me, s, c.waiter)?;

@@ -31,6 +31,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, inpu
         W::store_plain(ws.rs_data(j, parity, me), &input[a..b]);
         ws.rs_desc(j, parity, me).store_release(d);
     }
+    c.waiter.published();
     for i in 1..world {
         let s = (me + i) % world;
         take_descriptor(ws.rs_desc(me, parity, s), &c.desc, me, s, c.waiter)?;
@@ -46,6 +47,7 @@ pub(crate) fn run<W: Word, S: Wait, T: Element>(c: &mut Call<'_, '_, W, S>, inpu
         W::store_plain(&ws.ag_data(p, parity)[a / T::LANES..], &out[a..b]);
         ws.ag_desc(p, parity, me).store_release(d);
     }
+    c.waiter.published();
     for i in 1..world {
         let j = (me + i) % world;
         take_descriptor(ws.ag_desc(me, parity, j), &c.desc, me, j, c.waiter)?;

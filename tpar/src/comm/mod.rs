@@ -24,19 +24,68 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 pub use crate::config::{Config, DEFAULT_SHM_BYTES, DEFAULT_TIMEOUT};
+mod futex;
 /// Polls per pause when ranks outnumber cores: the peer a wait waits for may need this very
 /// core, so a wait yields after a few polls instead of `protocol::SPINS_PER_PAUSE`.
 const OVERSUBSCRIBED_SPINS: u32 = 4;
-/// Pauses (each after `protocol::SPINS_PER_PAUSE` vain polls, about 2-3 us) that yield
-/// the core before a wait starts sleeping. Yielding matters: ranks may outnumber cores (CI
-/// has 2 cores and runs 8 ranks), and a spinning rank there steals its peer's core.
-const YIELDS_BEFORE_SLEEP: u32 = 2048;
-/// Sleep per pause once a wait is long (the peer is late, not slow).
-const LONG_WAIT_SLEEP: Duration = Duration::from_micros(50);
+/// A wait this long has outlasted a time slice: its peer is not running (descheduled behind
+/// another process, or waiting for this very core), and spinning on only keeps a core from
+/// it. The wait sleeps from here on. Not sooner: a sleeper's wake-up waits for a core, and
+/// on cores busy with other processes that is up to their time slice, where a polling
+/// wait, still runnable, keeps its turn (measured: sleeping after 100 us of a wait once
+/// contention had been seen made 8-byte calls whose peer was 50 us late take milliseconds).
+const SLICE: Duration = Duration::from_millis(1);
+/// A wait whose peer runs on another core yields only every this many pauses (tens of
+/// microseconds): a yield hands this core to whatever else wants it, a process beside the
+/// job included, and costs the wait a context switch (8-byte calls with one busy process
+/// beside the job: 4.5 us yielding at every pause, 0.5 us spinning). The rare yield still
+/// lets a peer that shares this core unnoticed (it has not paused here yet) run.
+const YIELD_EVERY: u32 = 16;
+/// At most one move off a shared core per this period. The scheduler puts the ranks together
+/// again each time they block on the control plane between calls (a benchmark does between
+/// sizes), so the period is short; a move costs one migration.
+const MOVE_PERIOD: Duration = Duration::from_millis(1);
 /// How often a waiter checks that the peer it waits for is alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 
+/// How this rank's waits went: how often one slept in the kernel, woke a sleeping peer, or
+/// moved off a peer's core. For tests and diagnostics ([`Communicator::wait_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Futex waits this rank slept in (each up to the liveness period or the deadline).
+    pub sleeps: u64,
+    /// Futex wake-ups this rank sent after its stores (a peer had announced it slept).
+    pub wakes: u64,
+    /// Pauses that found the awaited peer last paused on this rank's core.
+    pub shared_core: u64,
+    /// Times this rank moved itself off the core of the peer it waited for.
+    pub moves: u64,
+}
+
+/// What a rank's waits have learnt, kept across calls.
+#[derive(Debug)]
+struct WaitState {
+    /// More ranks than cores: a spinning rank would hold the core its peer needs, so every
+    /// wait yields after [`OVERSUBSCRIBED_SPINS`] polls.
+    oversubscribed: bool,
+    /// The peer the last pause waited for had last paused on this very core: it needs the
+    /// core that spinning holds, so waits yield after [`OVERSUBSCRIBED_SPINS`] polls (kept
+    /// across calls: the next call's first wait would otherwise spin a full round first).
+    shares_core: bool,
+    /// When this rank last moved itself off a peer's core (at most once per [`MOVE_PERIOD`]).
+    moved_at: Option<Instant>,
+    stats: WaitStats,
+}
+
 /// The bounded waiter behind every spin of the CPU backend.
+///
+/// A wait spins [`crate::protocol::SPINS_PER_PAUSE`] polls, then pauses: it polls on,
+/// yielding the core every [`YIELD_EVERY`] pauses (at every pause, after fewer polls, where
+/// its peer shares its core, which the higher rank then leaves, or where ranks outnumber
+/// cores), and sleeps in a futex wait on the workspace's doorbell once the wait has outlasted
+/// a time slice. Every pause
+/// first checks the deadline, the abort flag and (each [`LIVENESS_PERIOD`]) the peer's
+/// liveness, and a sleep never outlasts the next of those checks.
 struct Spinner<'a> {
     rank: usize,
     ws: &'a Workspace<'a, AtomicU64>,
@@ -47,9 +96,9 @@ struct Spinner<'a> {
     /// When the next liveness check is due (one [`LIVENESS_PERIOD`] after the last).
     next_liveness: Option<Instant>,
     suspect: Option<usize>,
-    /// More ranks than cores: a spinning rank would hold the core its peer needs, so every
-    /// wait yields after [`OVERSUBSCRIBED_SPINS`] polls.
-    oversubscribed: bool,
+    /// When the current wait paused first (its round 0).
+    wait_start: Instant,
+    state: &'a mut WaitState,
 }
 
 impl Spinner<'_> {
@@ -71,10 +120,27 @@ impl Spinner<'_> {
             self.desc.epoch, self.desc.algorithm, self.desc.dtype, self.desc.count
         )
     }
+
+    /// Sleeps on the doorbell until a writer rings it or `until` (the next check) comes.
+    /// The announcement (the sleepers count) comes before the last look at the awaited word,
+    /// and a writer reads the count after its stores, both behind a full fence: either this
+    /// look sees the store, or the writer sees the count and rings (see `published`).
+    fn sleep(&mut self, ready: &dyn Fn() -> bool, now: Instant, until: Instant) {
+        let h = self.ws.header();
+        let (sleepers, bell) = (&h[hdr::SLEEPERS], &h[hdr::DOORBELL]);
+        sleepers.fetch_add(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let seq = bell.load(Ordering::Acquire) as u32;
+        if !ready() {
+            self.state.stats.sleeps += 1;
+            futex::wait(bell, seq, until.saturating_duration_since(now).max(Duration::from_micros(1)));
+        }
+        sleepers.fetch_sub(1, Ordering::Release);
+    }
 }
 
 impl Wait for Spinner<'_> {
-    fn pause(&mut self, peer: usize, phase: Phase, round: u32) -> Result<()> {
+    fn pause(&mut self, peer: usize, phase: Phase, round: u32, ready: &dyn Fn() -> bool) -> Result<()> {
         if self.suspect == Some(peer) {
             // The peer's lock was gone and a poll after that still found nothing.
             return Err(Error::PeerDied {
@@ -99,28 +165,67 @@ impl Wait for Spinner<'_> {
                 what: self.describe(peer, phase),
             });
         }
-        match self.next_liveness {
-            Some(t) if now < t => {}
+        let next_check = match self.next_liveness {
+            Some(t) if now < t => t,
             _ => {
-                self.next_liveness = Some(now + LIVENESS_PERIOD);
                 if !self.control.is_alive(peer) {
                     self.suspect = Some(peer);
                 }
+                now + LIVENESS_PERIOD
+            }
+        };
+        self.next_liveness = Some(next_check);
+        if round == 0 {
+            self.wait_start = now;
+        }
+        // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
+        let cpu = unsafe { libc::sched_getcpu() };
+        let cpu = if cpu >= 0 { cpu as u64 + 1 } else { 0 };
+        let (mine, theirs) = (&self.ws.status(self.rank)[st::CPU], &self.ws.status(peer)[st::CPU]);
+        if mine.load(Ordering::Relaxed) != cpu {
+            mine.store(cpu, Ordering::Relaxed);
+        }
+        self.state.shares_core = cpu != 0 && theirs.load(Ordering::Relaxed) == cpu;
+        self.state.stats.shared_core += u64::from(self.state.shares_core);
+        // Two ranks on one core while another core is allowed: every wait costs a context
+        // switch (a few microseconds) where ranks on two cores answer in a fraction of one.
+        // The higher rank of the pair moves (both moving would swap them), unless ranks
+        // outnumber cores (sharing is then certain) or it moved a moment ago.
+        if self.state.shares_core && self.rank > peer && !self.state.oversubscribed && !self.state.moved_at.is_some_and(|t| now.duration_since(t) < MOVE_PERIOD) {
+            self.state.moved_at = Some(now);
+            if futex::move_off(cpu as usize - 1) {
+                self.state.stats.moves += 1;
+                self.state.shares_core = false;
+                // SAFETY: as above.
+                let there = unsafe { libc::sched_getcpu() };
+                mine.store(if there >= 0 { there as u64 + 1 } else { 0 }, Ordering::Relaxed);
             }
         }
-        if round < YIELDS_BEFORE_SLEEP {
+        if now.duration_since(self.wait_start) >= SLICE {
+            let deadline = self.start + self.timeout;
+            self.sleep(ready, now, next_check.min(deadline));
+        } else if self.state.oversubscribed || self.state.shares_core || round % YIELD_EVERY == YIELD_EVERY - 1 {
             std::thread::yield_now();
-        } else {
-            std::thread::sleep(LONG_WAIT_SLEEP);
         }
         Ok(())
     }
 
     fn spins_per_pause(&self) -> u32 {
-        if self.oversubscribed {
+        if self.state.oversubscribed || self.state.shares_core {
             OVERSUBSCRIBED_SPINS
         } else {
             crate::protocol::SPINS_PER_PAUSE
+        }
+    }
+
+    fn published(&mut self) {
+        // Pairs with the fence in `sleep`: the stores before it, then the count after it.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let h = self.ws.header();
+        if h[hdr::SLEEPERS].load(Ordering::Relaxed) != 0 {
+            h[hdr::DOORBELL].fetch_add(1, Ordering::Release);
+            futex::wake_all(&h[hdr::DOORBELL]);
+            self.state.stats.wakes += 1;
         }
     }
 }
@@ -177,8 +282,8 @@ pub struct Communicator {
     timeout: Duration,
     poisoned: Option<String>,
     scratch: Vec<u64>,
-    /// More ranks than this process may run on cores (waits yield at once).
-    oversubscribed: bool,
+    /// What waits have learnt across calls (ranks outnumber cores, contention seen).
+    waits: WaitState,
 }
 
 impl std::fmt::Debug for Communicator {
@@ -237,7 +342,12 @@ impl Communicator {
             epoch: joined.first_epoch,
             timeout: cfg.timeout,
             poisoned: None,
-            oversubscribed: std::thread::available_parallelism().map_or(true, |c| cfg.world > c.get()),
+            waits: WaitState {
+                oversubscribed: std::thread::available_parallelism().map_or(true, |c| cfg.world > c.get()),
+                shares_core: false,
+                moved_at: None,
+                stats: WaitStats::default(),
+            },
         })
     }
 
@@ -257,6 +367,11 @@ impl Communicator {
 
     pub fn world(&self) -> usize {
         self.world
+    }
+
+    /// How this rank's waits have gone so far: kernel sleeps, wake-ups sent, contention seen.
+    pub fn wait_stats(&self) -> WaitStats {
+        self.waits.stats
     }
 
     /// The workspace layout (chunk capacity in words, sizes).
@@ -429,7 +544,7 @@ impl Communicator {
                 }
             };
             let (ws, control) = (Workspace::new(self.layout, self.shm.words())?, &self.control);
-            let r = Self::step(self.rank, self.timeout, self.oversubscribed, (&ws, control), Desc { epoch: self.epoch, algorithm: algo, dtype: T::DTYPE, collective: Collective::AllReduce, count: n as u64 }, |call| {
+            let r = Self::step(self.rank, self.timeout, &mut self.waits, (&ws, control), Desc { epoch: self.epoch, algorithm: algo, dtype: T::DTYPE, collective: Collective::AllReduce, count: n as u64 }, |call| {
                 run_chunk(algo, call, src, out)
             });
             self.epoch = self.epoch.wrapping_add(1);
@@ -458,7 +573,7 @@ impl Communicator {
             let (a, b) = (c * chunk, ((c + 1) * chunk).min(n));
             let (ws, control) = (Workspace::new(self.layout, self.shm.words())?, &self.control);
             let desc = Desc { epoch: self.epoch, algorithm: algo, dtype: T::DTYPE, collective, count: n as u64 };
-            let r = Self::step(self.rank, self.timeout, self.oversubscribed, (&ws, control), desc, |call| match collective {
+            let r = Self::step(self.rank, self.timeout, &mut self.waits, (&ws, control), desc, |call| match collective {
                 Collective::ReduceScatter => run_gather_scatter(collective, algo, call, (input, &mut output[a..b]), (n, a)),
                 _ => run_gather_scatter(collective, algo, call, (&input[a..b], output), (n, a)),
             });
@@ -476,7 +591,7 @@ impl Communicator {
     fn step(
         rank: usize,
         timeout: Duration,
-        oversubscribed: bool,
+        waits: &mut WaitState,
         (ws, control): (&Workspace<'_, AtomicU64>, &ControlPlane),
         desc: Desc,
         body: impl FnOnce(&mut Call<'_, '_, AtomicU64, Spinner<'_>>) -> Result<()>,
@@ -497,7 +612,8 @@ impl Communicator {
             // microseconds late would otherwise cost every call that much.
             next_liveness: Some(start + LIVENESS_PERIOD),
             suspect: None,
-            oversubscribed,
+            wait_start: start,
+            state: waits,
         };
         let mut call = Call { ws, rank, desc, waiter: &mut spinner };
         body(&mut call)

@@ -51,30 +51,35 @@ pub const SPINS_PER_PAUSE: u32 = 64;
 
 /// Called when a wait has spun [`SPINS_PER_PAUSE`] polls in vain; `round` counts such calls
 /// within this one wait (0, 1, 2, …), so the waiter can escalate from yielding to sleeping
-/// per wait rather than per call. Returns an error to abandon the wait (deadline passed,
-/// abort raised, peer dead).
+/// per wait rather than per call. `ready` polls the awaited word once more (true: the wait
+/// is over), for a waiter that goes to sleep: it must look again after announcing that it
+/// sleeps, or a writer that looked before the announcement would never wake it. Returns an
+/// error to abandon the wait (deadline passed, abort raised, peer dead).
 pub trait Wait {
-    fn pause(&mut self, peer: usize, phase: Phase, round: u32) -> Result<()>;
+    fn pause(&mut self, peer: usize, phase: Phase, round: u32, ready: &dyn Fn() -> bool) -> Result<()>;
     /// Polls per pause; a model checker wants 1, so that every poll is a scheduling point.
     fn spins_per_pause(&self) -> u32 {
         SPINS_PER_PAUSE
     }
+    /// Called after a rank stored (with release) words its peers may wait for: a waiter that
+    /// went to sleep is woken here. Once per batch of stores, not per store.
+    fn published(&mut self) {}
 }
 
 /// Spins until `ready(load())` or the waiter gives up; returns the last value loaded.
 #[inline(always)]
 fn spin_until<W: Word, S: Wait>(w: &W, ready: impl Fn(u64) -> bool, waiter: &mut S, peer: usize, phase: Phase) -> Result<u64> {
     let mut round = 0u32;
-    let spins = waiter.spins_per_pause().max(1);
     loop {
-        for _ in 0..spins {
+        // Asked each round: a waiter may learn in a pause that spinning is futile.
+        for _ in 0..waiter.spins_per_pause().max(1) {
             let v = w.load_acquire();
             if ready(v) {
                 return Ok(v);
             }
             std::hint::spin_loop();
         }
-        waiter.pause(peer, phase, round)?;
+        waiter.pause(peer, phase, round, &|| ready(w.load_acquire()))?;
         round = round.saturating_add(1);
     }
 }
@@ -215,6 +220,7 @@ pub fn barrier<W: Word, S: Wait>(ws: &Workspace<'_, W>, rank: usize, desc: &Desc
         let p = (rank + i) % world;
         ws.barrier_slot(p, rank).store_release(word);
     }
+    waiter.published();
     for i in 1..world {
         let p = (rank + i) % world;
         let v = spin_until(ws.barrier_slot(rank, p), |v| gen_reached(v as u32, gen), waiter, p, Phase::Barrier(k))?;
