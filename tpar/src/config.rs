@@ -37,7 +37,8 @@ pub struct Config {
     pub fingerprint: u64,
     /// The plan's settings (`TPAR_ALGO`, `TPAR_PROFILE`, `TPAR_DEBUG`, …).
     pub overrides: Overrides,
-    /// How tpar's kernels are launched (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN`).
+    /// How tpar's kernels are launched (`TPAR_PDL`, `TPAR_LEAN`, …; `TPAR_BLOCKS` is the
+    /// plan's, in `overrides`).
     pub launch: LaunchSettings,
     /// `TPAR_TOPOLOGY`: the fabric to plan for instead of the discovered one.
     pub topology: Option<String>,

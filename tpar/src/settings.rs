@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | job | `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV`, `TPAR_JOB_ID`, `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES` | [`crate::config::Config`] |
 //! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_WIRE`, `TPAR_EXACT`, `TPAR_FUSED` | [`Overrides`] (the plan's input), the communicators' init |
-//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_FUSED_CLUSTER`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher) |
+//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_FUSED_CLUSTER`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher); `TPAR_BLOCKS` alone in [`Overrides::blocks`], which the plan and the launcher both read |
 //! | libraries | `TPAR_NVRTC_LIB`, `TPAR_NCCL_LIB`, `TPAR_CACHE_DIR` | [`nvrtc_lib`], [`nccl_lib`], [`cache_dir`] |
 //! | logging | `TPAR_DEBUG` | [`Overrides::debug`] |
 //! | engines | `TPAR_ENABLE` | the Python plug-ins (the one value Python reads itself) |
@@ -239,7 +239,10 @@ pub struct Overrides {
     #[serde(skip)]
     pub profile: Option<PathBuf>,
     /// `TPAR_BLOCKS`: thread blocks per call of tpar's kernels (1 to [`MAX_KERNEL_BLOCKS`]),
-    /// instead of the size-based default. For measuring; NCCL calls are not affected.
+    /// instead of the size-based default. For measuring; NCCL calls are not affected. Its one
+    /// home: the plan applies it to the calls it sizes, and the CUDA launcher gets this value
+    /// (`cuda::SetOptions::blocks`) for the calls it did not (a forced algorithm's, the tune's,
+    /// an emulated group's). Part of the plan digest: ranks must agree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<u32>,
     /// `TPAR_CHECK_CALLS=0`: tpar's kernels stop comparing every call's count, dtype and
@@ -262,11 +265,10 @@ pub struct Overrides {
     pub fused: Option<bool>,
 }
 
-/// How tpar's kernels are launched (the CUDA launcher reads these).
+/// How tpar's kernels are launched (the CUDA launcher reads these). `TPAR_BLOCKS` is not
+/// here: it is the plan's as well, stored once in [`Overrides::blocks`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchSettings {
-    /// `TPAR_BLOCKS`, when set (also in [`Overrides::blocks`], where the plan applies it).
-    pub blocks: Option<u32>,
     /// `TPAR_PDL` (used where the device can: sm_90+).
     pub pdl: bool,
     /// `TPAR_LEAN`, when set (the size rule otherwise).
@@ -287,7 +289,7 @@ pub struct LaunchSettings {
 
 impl Default for LaunchSettings {
     fn default() -> Self {
-        Self { blocks: None, pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false, test_stamps: false, fused_cluster: true }
+        Self { pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false, test_stamps: false, fused_cluster: true }
     }
 }
 
@@ -445,7 +447,6 @@ impl Settings {
                     Some(parse_int(name, v, 1u32, MAX_KERNEL_BLOCKS).map_err(|_| bad(name, raw, format!("auto or 1 to {MAX_KERNEL_BLOCKS}")))?)
                 };
                 self.overrides.blocks = b;
-                self.launch.blocks = b;
             }
             "TPAR_PDL" => self.launch.pdl = parse_switch(name, raw)?,
             "TPAR_FUSED_CLUSTER" => self.launch.fused_cluster = parse_switch(name, raw)?,

@@ -173,7 +173,7 @@ impl GpuCommunicator {
         let check_calls = overrides.check_calls != Some(false);
         let islands = as_u32(&islands_for(&topology, cfg.world));
         let islands = if crate::algorithms::hierarchical::island_word(&islands, cfg.world).is_ok() { islands } else { Vec::new() };
-        let set_opts = SetOptions { transport, timeout: cfg.timeout, check_calls, islands, host_protocol: overrides.host_protocol, launch: cfg.launch, wire: overrides.wire.unwrap_or_default() };
+        let set_opts = SetOptions { islands, ..SetOptions::from_overrides(transport, cfg.timeout, &overrides, cfg.launch) };
         let mut ws = RankSet::process(device, cfg.rank, cfg.world, opts.max_bytes, cfg.job_id, set_opts)?;
         let blobs = control.all_gather_bytes(&ws.handle_blob()?)?;
         ws.connect(&blobs)?;

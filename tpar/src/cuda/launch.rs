@@ -248,6 +248,9 @@ pub struct Launcher {
     /// tpar's add-RMSNorm kernel per dtype (the unfused path), loaded on first use.
     norm: HashMap<DType, Variant>,
     settings: LaunchSettings,
+    /// `TPAR_BLOCKS` as the plan reads it (`Overrides::blocks`, passed in by the rank set:
+    /// `SetOptions::blocks`), for calls given no blocks.
+    blocks: Option<u32>,
     sms: u32,
     /// Ranks of this process whose kernels share the GPU and spin on each other (emulated
     /// ranks: the world; one rank per process: 1).
@@ -266,9 +269,10 @@ impl Launcher {
     /// device's struct offsets against abi.rs on `stream`. `host_protocol`: the push kernels'
     /// protocol over the host transport when the caller forces one (its
     /// `Overrides::host_protocol`), `None` for [`HostProtocol::auto`]; `settings`: the launch
-    /// settings the caller parsed (`crate::settings`).
+    /// settings the caller parsed (`crate::settings`); `blocks`: `TPAR_BLOCKS`, the plan's
+    /// `Overrides::blocks` (the one stored value), held by every call given no blocks.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(dev: &Device, stream: &Stream, world: usize, ranks_on_device: usize, transport: Transport, host_protocol: Option<HostProtocol>, max_bytes: usize, settings: LaunchSettings) -> Result<Self> {
+    pub fn new(dev: &Device, stream: &Stream, world: usize, ranks_on_device: usize, transport: Transport, host_protocol: Option<HostProtocol>, max_bytes: usize, settings: LaunchSettings, blocks: Option<u32>) -> Result<Self> {
         let arch = dev.arch();
         let driver = super::driver::driver_version();
         let probe = load_unit(dev, "common", &probe_unit(), &nvrtc::options(&arch, None), &arch, driver)?;
@@ -282,6 +286,7 @@ impl Launcher {
             variants: HashMap::new(),
             norm: HashMap::new(),
             settings,
+            blocks,
             sms,
             ranks_on_device: ranks_on_device.max(1) as u32,
             transport,
@@ -588,10 +593,10 @@ impl Launcher {
     }
 
     /// A call's blocks as the plan's call shape decides them ([`call_shape::call_blocks`]):
-    /// `given` (0: none), else `TPAR_BLOCKS` as this launcher's settings carry it, else the
-    /// policy's grid ([`policy_grid`](Self::policy_grid)).
+    /// `given` (0: none), else `TPAR_BLOCKS` as the plan's overrides carry it (`blocks`, given
+    /// at construction), else the policy's grid ([`policy_grid`](Self::policy_grid)).
     fn call_blocks(&self, algo: Algorithm, bytes: usize, given: u32, fused: bool) -> call_shape::CallBlocks {
-        call_shape::call_blocks(given, self.settings.blocks, || self.policy_grid(algo, bytes, fused))
+        call_shape::call_blocks(given, self.blocks, || self.policy_grid(algo, bytes, fused))
     }
 
     /// The grid of a call the plan did not size: the block policy ([`policy_blocks`]), for

@@ -28,7 +28,7 @@ use super::launch::{self, CallSpec, Launch, Launcher};
 use crate::error::{Error, Result};
 use crate::kinds::{Algorithm, Transport};
 use crate::plan::HostProtocol;
-use crate::settings::LaunchSettings;
+use crate::settings::{LaunchSettings, Overrides};
 use crate::dtype::DType;
 use std::time::Duration;
 
@@ -84,8 +84,12 @@ pub struct SetOptions {
     /// (`Overrides::host_protocol`, TPAR_HOST_PROTOCOL); `None`: [`HostProtocol::auto`].
     /// Every rank must pass the same (the plan digest carries it).
     pub host_protocol: Option<HostProtocol>,
-    /// How the kernels are launched (`TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_LEAN`).
+    /// How the kernels are launched (`TPAR_PDL`, `TPAR_LEAN`, `TPAR_ZERO_COPY`, …).
     pub launch: LaunchSettings,
+    /// `TPAR_BLOCKS`: the plan's [`Overrides::blocks`], given to the launcher for the calls
+    /// the plan did not size (0 blocks given: a forced algorithm's, the tune's, an emulated
+    /// group's). Every rank must pass the same (the plan digest carries it).
+    pub blocks: Option<u32>,
     /// What `ce-ring` puts on the wire (`TPAR_WIRE`; exact by default).
     pub wire: crate::kinds::Wire,
 }
@@ -94,7 +98,7 @@ impl Default for SetOptions {
     /// p2p, [`DEFAULT_TIMEOUT`], calls checked, the host protocol chosen by world size.
     /// Reads nothing from the environment: [`SetOptions::from_env`] does.
     fn default() -> Self {
-        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true, islands: Vec::new(), host_protocol: None, launch: LaunchSettings::default(), wire: crate::kinds::Wire::Exact }
+        Self { transport: Transport::P2p, timeout: DEFAULT_TIMEOUT, check_calls: true, islands: Vec::new(), host_protocol: None, launch: LaunchSettings::default(), blocks: None, wire: crate::kinds::Wire::Exact }
     }
 }
 
@@ -108,14 +112,23 @@ impl SetOptions {
 
     /// As [`from_env`](Self::from_env), from settings already parsed.
     pub fn from_settings(transport: Transport, s: &crate::settings::Settings) -> Self {
+        Self::from_overrides(transport, s.job.timeout.unwrap_or(DEFAULT_TIMEOUT), &s.overrides, s.launch)
+    }
+
+    /// The options of a rank set that runs what `overrides` plans: every plan setting the
+    /// launch reads (`TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_BLOCKS`, `TPAR_WIRE`)
+    /// taken from the overrides the plan digest covers, so that the launch and the plan read
+    /// one value; `launch`: the launch's own settings; one island.
+    pub fn from_overrides(transport: Transport, timeout: Duration, overrides: &Overrides, launch: LaunchSettings) -> Self {
         Self {
             transport,
-            timeout: s.job.timeout.unwrap_or(DEFAULT_TIMEOUT),
-            check_calls: s.overrides.check_calls != Some(false),
-            host_protocol: s.overrides.host_protocol,
-            launch: s.launch,
-            wire: s.overrides.wire.unwrap_or_default(),
-            ..Self::default()
+            timeout,
+            check_calls: overrides.check_calls != Some(false),
+            host_protocol: overrides.host_protocol,
+            launch,
+            blocks: overrides.blocks,
+            wire: overrides.wire.unwrap_or_default(),
+            islands: Vec::new(),
         }
     }
 }
@@ -207,7 +220,7 @@ impl RankSet {
         }
         let dev = Device::open(ordinal)?;
         let origin = Stream::new(&dev)?;
-        let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, opts.host_protocol, max_bytes, opts.launch)?;
+        let launcher = Launcher::new(&dev, &origin, world, world, opts.transport, opts.host_protocol, max_bytes, opts.launch, opts.blocks)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let data_bytes = abi::data_bytes(world, slot_vecs);
         let (mut data, mut flags) = (Vec::with_capacity(world), Vec::with_capacity(world));
@@ -249,7 +262,7 @@ impl RankSet {
         let dev = Device::open(ordinal)?;
         let stream = Stream::new(&dev)?;
         // One rank per process: its kernels share the GPU with no other rank of this process.
-        let launcher = Launcher::new(&dev, &stream, world, 1, opts.transport, opts.host_protocol, max_bytes, opts.launch)?;
+        let launcher = Launcher::new(&dev, &stream, world, 1, opts.transport, opts.host_protocol, max_bytes, opts.launch, opts.blocks)?;
         let slot_vecs = abi::slot_vecs(max_bytes);
         let ws = areas::Workspaces::process(&dev, opts.transport, rank, world, slot_vecs, job_id)?;
         let ranks = vec![LocalRank { rank, stream, state: DeviceBuffer::new(&dev, abi::state_bytes(slot_vecs))? }];
@@ -576,3 +589,6 @@ impl RankSet {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -71,6 +71,8 @@ pub struct Setup {
     pub host_protocol: Option<crate::plan::HostProtocol>,
     pub job_id: u64,
     pub launch: LaunchSettings,
+    /// `TPAR_BLOCKS`: the communicator's `Overrides::blocks`.
+    pub blocks: Option<u32>,
     pub check_calls: bool,
     pub island_word: u64,
     pub islands: Vec<Vec<usize>>,
@@ -384,7 +386,7 @@ impl<'a> TuneRanks<'a> {
         let Across::Processes { setup: s, .. } = &self.across else {
             return Ok(());
         };
-        let opts = SetOptions { transport: s.transport, timeout: Self::device_timeout(s), check_calls: s.check_calls, islands: Vec::new(), host_protocol: s.host_protocol, launch: s.launch, wire: crate::kinds::Wire::Exact };
+        let opts = SetOptions { transport: s.transport, timeout: Self::device_timeout(s), check_calls: s.check_calls, islands: Vec::new(), host_protocol: s.host_protocol, launch: s.launch, blocks: s.blocks, wire: crate::kinds::Wire::Exact };
         let (max_bytes, island_word) = (s.max_bytes, s.island_word);
         let made = RankSet::process(s.device.ordinal, s.rank, s.world, s.max_bytes, s.job_id ^ TUNE_JOB_SALT, opts);
         let blob = made.as_ref().map_err(|e| Error::invalid("tune workspace", e.to_string())).and_then(|w| w.handle_blob());
@@ -487,7 +489,7 @@ pub fn timing_settings(overrides: &crate::settings::Overrides, launch: &LaunchSe
     if transport == Transport::Host {
         v.push(format!("host_protocol={:?}", overrides.host_protocol));
     }
-    if let Some(b) = launch.blocks {
+    if let Some(b) = overrides.blocks {
         v.push(format!("TPAR_BLOCKS={b}"));
     }
     if !launch.pdl {

@@ -76,7 +76,7 @@ fn values_parse_as_documented() {
     assert_eq!(s.job.shm_bytes, Some(48 << 20));
     assert_eq!(s.overrides.max_bytes, Some(3 << 19));
     assert_eq!(s.job.timeout, Some(Duration::from_millis(250)));
-    assert_eq!((s.overrides.blocks, s.launch.blocks), (Some(12), Some(12)));
+    assert_eq!(s.overrides.blocks, Some(12));
     assert!(!s.launch.pdl);
     assert_eq!(s.launch.lean, None);
     assert_eq!(s.launch.zero_copy, Some(false));

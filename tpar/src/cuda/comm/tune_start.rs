@@ -94,6 +94,7 @@ impl GpuCommunicator {
             host_protocol: self.overrides.host_protocol,
             job_id: ctx.job_id,
             launch: ctx.launch,
+            blocks: self.overrides.blocks,
             check_calls: self.check_calls,
             island_word: crate::algorithms::hierarchical::island_word(&as_u32(&islands), world).unwrap_or(0),
             islands,
