@@ -69,7 +69,7 @@ fn the_block_policy_is_one_function_reading_no_environment() {
     use tpar::cuda::launch;
     use tpar::{Algorithm, Transport};
     // NVLink / one GPU: one block per 2 KiB, 128 threads each (one 16-byte vector per thread).
-    // TPAR_BLOCKS is applied by the plan and the launcher's settings, not here.
+    // TPAR_BLOCKS is applied by the plan and by the launcher (its `Overrides::blocks`), not here.
     assert_eq!(launch::policy_blocks(Algorithm::OneshotPush, Transport::P2p, 43008, 8), 21);
     assert_eq!(launch::threads_for(43008, 21), 128);
     assert_eq!(launch::policy_blocks(Algorithm::TwoshotPush, Transport::Host, 16 << 20, 8), launch::HOST_MAX_BLOCKS);
@@ -111,4 +111,35 @@ fn host_workspaces_across_processes_need_a_driver_and_refuse_other_transports() 
         Err(e) => assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "{e}"),
     }
     assert!(tpar::transport::shm::leftover_segments(&format!("{job:016x}")).is_empty());
+}
+
+/// `TPAR_BLOCKS` reaches the launcher from the overrides the plan reads (stored once): a call
+/// given no blocks (as a forced algorithm's, the tune's or an emulated group's) runs on the
+/// blocks the plan holds its calls to, and on the policy's without it. Needs a GPU and NVRTC
+/// for the launch itself; without them it says it skipped.
+#[test]
+fn a_call_given_no_blocks_runs_on_the_plans_tpar_blocks() {
+    use tpar::plan::{plan, PlanInput};
+    use tpar::{Algorithm, Backend, CaptureMode, DType, Settings, Transport};
+    let name = "cuda_no_gpu::a_call_given_no_blocks_runs_on_the_plans_tpar_blocks";
+    let bytes = 256usize << 10;
+    let grid = |s: &Settings| -> Result<u32, Error> {
+        let mut g = RankSet::emulated(0, 2, 1 << 20, SetOptions::from_settings(Transport::P2p, s))?;
+        Ok(g.resolve(Algorithm::OneshotPush, DType::F32, bytes, 0)?.grid)
+    };
+    let set = Settings::from_pairs([("TPAR_BLOCKS", "5"), ("TPAR_ALGO", "oneshot-push")]).unwrap();
+    let unset = Settings::from_pairs([("TPAR_ALGO", "oneshot-push")]).unwrap();
+    let topo = tpar::topology::presets::h200_nvswitch_8();
+    let planned = plan(&PlanInput { topology: &topo, world: 2, bytes: bytes as u64, dtype: DType::F32, capture: CaptureMode::Eager, backend: Backend::Cuda, profile: None, overrides: &set.overrides });
+    assert_eq!((planned.algorithm, planned.blocks), (Algorithm::OneshotPush, 5), "{planned}");
+    match (grid(&set), grid(&unset)) {
+        (Ok(held), Ok(policy)) => {
+            assert_eq!(held, planned.blocks, "the launcher's blocks for a call given none");
+            assert_ne!(policy, held, "without TPAR_BLOCKS the policy sizes the call");
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            assert!(matches!(e, Error::Library { .. } | Error::Cuda { .. }), "{e}");
+            common::skip(name, &format!("no GPU and NVRTC to launch on ({e}): the launcher's blocks are not checked (the options' are, in the unit tests)"));
+        }
+    }
 }
