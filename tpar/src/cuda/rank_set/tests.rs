@@ -17,8 +17,9 @@ fn the_launcher_holds_the_blocks_the_plan_holds() {
     for (blocks, algo) in [("auto", "auto"), ("auto", "oneshot-push"), ("5", "auto"), ("5", "oneshot-push"), ("12", "twoshot-pull"), ("64", "oneshot-pull")] {
         let s = Settings::from_pairs([("TPAR_BLOCKS", blocks), ("TPAR_ALGO", algo), ("TPAR_CHECK_CALLS", "0"), ("TPAR_HOST_PROTOCOL", "flags"), ("TPAR_WIRE", "fp8")]).unwrap();
         let timeout = Duration::from_millis(1234);
-        for opts in [SetOptions::from_settings(Transport::P2p, &s), SetOptions::from_overrides(Transport::P2p, timeout, &s.overrides, s.launch)] {
+        for (opts, want_timeout) in [(SetOptions::from_settings(Transport::P2p, &s), DEFAULT_TIMEOUT), (SetOptions::from_overrides(Transport::P2p, timeout, &s.overrides, s.launch), timeout)] {
             assert_eq!(opts.blocks, s.overrides.blocks, "TPAR_BLOCKS={blocks}");
+            assert_eq!((opts.transport, opts.timeout, opts.launch), (Transport::P2p, want_timeout, s.launch));
             assert!(opts.islands.is_empty());
             assert_eq!((opts.check_calls, opts.host_protocol, opts.wire), (false, Some(HostProtocol::Flags), Wire::Fp8));
             for bytes in [4096u64, 1 << 20] {
