@@ -10,11 +10,12 @@ What must hold for the replacement to be seen and to keep the engines' contract:
   ``flashinfer_trtllm_fused_allreduce_norm`` (looked up when ``AllReduceFusionPass`` registers
   them, after the plug-ins), vLLM registered ``call_trtllm_fused_allreduce_norm`` as that op
   with the parameters and mutated arguments tpar's op has (so ``auto_functionalized``'s
-  output indices keep their meaning), the plain pattern is
-  ``AllReduceFusionPattern.kARResidualRMSNorm`` (the quantised and Gemma ones, which tpar
-  hands back, differ by their pattern code or a ``weight_bias``), and the TP group's custom
-  all-reduce is ``get_tp_group().device_communicator.ca_comm``.
-- SGLang: ``flashinfer_allreduce_residual_rmsnorm`` has tpar's parameters, is imported
+  output indices keep their meaning), every call the replacements emit is a form tpar has
+  decided (``VLLM_FORMS``: the add + RMSNorm, plain or Gemma, and the static FP8 one taken,
+  NVFP4 handed back), and the TP group's custom all-reduce is
+  ``get_tp_group().device_communicator.ca_comm``.
+- SGLang: its one CUDA fused form is the residual add + RMSNorm (its FP8 one is ROCm's);
+  ``flashinfer_allreduce_residual_rmsnorm`` has tpar's parameters, is imported
   inside ``_forward_with_allreduce_fusion`` (per call, so the patch is seen) and nowhere at
   module level, returns (norm_out, residual_out), the caller accepts (None, None) as a
   decline, and ``resolve_fusion_group`` gives the group's coordinator, whose ``ca_comm`` is
@@ -88,7 +89,7 @@ def test_vllm_fusion_contract(version):
         codes.add((k.get("pattern_code"), k.get("weight_bias", "0.0"), k.get("quant_out", "None")))
     plain = "flashinfer_comm.AllReduceFusionPattern.kARResidualRMSNorm"
     assert (plain, "0.0", "None") in codes, f"vLLM {version}: the plain fused add-RMSNorm pattern is gone: {codes}"
-    assert any(w == "1.0" for _, w, _ in codes), "the Gemma patterns' weight_bias (which tpar hands back) changed"
+    assert any(w == "1.0" for _, w, _ in codes), "the Gemma patterns' weight_bias changed"
 
     # The replacements are traced when the pass registers them: in AllReduceFusionPass.__init__.
     cls = find(tree, ast.ClassDef, "AllReduceFusionPass")
