@@ -16,7 +16,9 @@ kernels forced with TPAR_ALGO and planned on a preset topology (TPAR_TOPOLOGY).
 The family (``comm.all_reduce_rmsnorm``: no residual, the Gemma offset, the static FP8 e4m3
 output, and their combinations) at hidden 4096/5120/7168/8192 and rows 1/3/8/16/32, bf16 and
 fp16, eager, and every pattern captured in one CUDA graph and replayed, bit for bit against
-``tpar.testing.reference_rmsnorm``.
+``tpar.testing.reference_rmsnorm``; then vLLM's fused all-reduce + RMSNorm op as tpar routes it
+(``tpar.engines.fusion.vllm_fused_allreduce_norm``, every form but NVFP4), counted with the
+family.
 EXPECT_PATH=fused: the 1 x 7168 call must take the algorithm's fused kernel; =unfused: every
 call the all-reduce followed by the add-RMSNorm kernel (TPAR_FUSED's rule, or =0).
 """
@@ -141,6 +143,44 @@ def rank_main(rank, world, out):
             fwrong += bad
             failures.append(f"family graph residual={rs} gemma={gm} fp8={f8}")
         fcases += 1
+    # The engines' emitted call routed (python/tpar/engines/fusion.py): vLLM's
+    # flashinfer_trtllm_fused_allreduce_norm in every form its pass emits but NVFP4 (with and
+    # without a residual, plain and Gemma, bf16 and static FP8 output), tpar's drop-in as the
+    # group's custom all-reduce, outputs poisoned; a call handed to the original is wrong here.
+    from tpar.engines import TparCustomAllreduce, fusion
+
+    ca = TparCustomAllreduce(group=dist.group.WORLD, device=dev)
+    fusion._vllm["code"], fusion._vllm["fp8_code"] = 1, 2  # FlashInfer's kARResidualRMSNorm, ...FP8Quant
+    handed = []
+    fusion._vllm["original"] = lambda *a, **k: handed.append(a[8])
+    for rows, hidden in ((1, 7168), (3, 4096), (16, 8192)):
+        seed += 1
+        xs, res, w = make_fused_inputs(seed, world, rows, hidden, torch.bfloat16)
+        wd, sd = w.to(dev), scale.to(dev)
+        for with_res in (True, False):
+            for wbias in (0.0, 1.0):
+                for fp8 in (False, True):
+                    r0 = res if with_res else torch.zeros_like(res)
+                    want_o, want_r = reference_rmsnorm(xs, w, eps, residual=r0, gemma=wbias == 1.0, fp8_scale=scale if fp8 else None)
+                    x, r = xs[rank].to(dev), r0.to(dev)
+                    n = None if with_res else torch.full_like(x, float("nan"))
+                    q = torch.full(x.shape, 7.0, device=dev).to(torch.float8_e4m3fn) if fp8 else None
+                    before = len(handed)
+                    fusion.vllm_fused_allreduce_norm(
+                        x, r, wd, eps, world, True, True, 64, 2 if fp8 else 1, norm_out=n, quant_out=q,
+                        scale_factor=sd if fp8 else None, weight_bias=wbias, _group_ca=lambda: ca,
+                    )
+                    torch.cuda.synchronize()
+                    ca._comm.check()
+                    out = q if fp8 else (x if with_res else n)
+                    res_out = r if with_res else x
+                    bad = (len(handed) != before) + (bits(out) != bits(want_o)) + (bits(res_out) != bits(want_r))
+                    if bad:
+                        fwrong += bad
+                        failures.append(f"routed vLLM op {rows}x{hidden} residual={with_res} weight_bias={wbias} fp8={fp8}")
+                    h.update(bits(out) + bits(res_out))
+                    fcases += 1
+    ca.close()
     rec.update(family_cases=fcases, family_wrong=fwrong)
     # A captured step: fused calls (7168 x 1 and x 3, bf16) and plain all-reduces alternating,
     # inside comm.capture(), replayed with fresh inputs copied in before each replay.

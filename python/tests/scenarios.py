@@ -221,27 +221,82 @@ def fusion_routing(rank, world):
 
     ca = TparCustomAllreduce(group=dist.group.WORLD, device="cpu", max_size=1 << 20)
     handed = []
-    fusion._vllm["code"] = 4
-    fusion._vllm["original"] = lambda *a, **k: handed.append(k.get("weight_bias") == 1.0 and "gemma" or k.get("quant_out") is not None and "quant" or "dtype")
+    # FlashInfer's AllReduceFusionPattern codes (kARResidualRMSNorm, ...FP8Quant,
+    # ...FP4Quant, ...OutFP8Quant), which install_vllm reads from flashinfer.comm.
+    PLAIN, FP8, FP4, OUT_FP8 = 1, 2, 3, 4
+    fusion._vllm["code"], fusion._vllm["fp8_code"] = PLAIN, FP8
+
+    def recorder(*a, **k):
+        handed.append(f"code{a[8]}-wb{k.get('weight_bias')}-q{None if k.get('quant_out') is None else k['quant_out'].dtype}-s{k.get('scale_factor') is not None}-so{k.get('scale_out') is not None}-w{a[2].dtype}")
+
+    fusion._vllm["original"] = recorder
     fusion._sglang["original"] = lambda *a: handed.append("sglang-declined") or (None, None)
     xs, res, w = make_fused_inputs(21, world, 3, 1024, torch.bfloat16)
     want_o, want_r = reference_add_rmsnorm(xs, res, w, 1e-6)
     rec = {}
     # vLLM, norm_out None: allreduce_in becomes the norm, residual the updated residual.
     x, r = xs[rank].clone(), res.clone()
-    fusion.vllm_fused_allreduce_norm(x, r, w, 1e-6, world, True, True, 64, 4, _group_ca=lambda: ca)
+    fusion.vllm_fused_allreduce_norm(x, r, w, 1e-6, world, True, True, 64, PLAIN, _group_ca=lambda: ca)
     rec["vllm_inplace"] = bits(x) == bits(want_o) and bits(r) == bits(want_r)
     # vLLM, norm_out given: the norm there, the updated residual into allreduce_in.
     x, r, n = xs[rank].clone(), res.clone(), torch.full_like(xs[rank], float("nan"))
-    fusion.vllm_fused_allreduce_norm(x, r, w, 1e-6, world, True, True, 64, 4, norm_out=n, _group_ca=lambda: ca)
+    fusion.vllm_fused_allreduce_norm(x, r, w, 1e-6, world, True, True, 64, PLAIN, norm_out=n, _group_ca=lambda: ca)
     rec["vllm_norm_out"] = bits(n) == bits(want_o) and bits(x) == bits(want_r) and bits(r) == bits(res)
-    # SGLang: new tensors.
-    o, ro = fusion.sglang_allreduce_residual_rmsnorm(xs[rank], res, w, 1e-6, _decide=lambda x, r, w, g: ca if fusion.takes(ca, x, r, w) else None)
+    # SGLang: new tensors; GemmaRMSNorm passes its gemma_weight (w + 1 in w's dtype).
+    decide = lambda x, r, w, g: ca if fusion.takes(ca, x, r, w) else None  # noqa: E731
+    o, ro = fusion.sglang_allreduce_residual_rmsnorm(xs[rank], res, w, 1e-6, _decide=decide)
     rec["sglang"] = bits(o) == bits(want_o) and bits(ro) == bits(want_r)
-    # Handed back: a Gemma weight offset, a quantised output, a weight of another dtype.
-    fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w, 1e-6, world, True, True, 64, 4, weight_bias=1.0, _group_ca=lambda: ca)
-    fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w, 1e-6, world, True, True, 64, 4, quant_out=torch.empty(1), _group_ca=lambda: ca)
-    fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), w.float(), 1e-6, world, True, True, 64, 4, _group_ca=lambda: ca)
+    gw = w.clone().add_(1.0)
+    gw_o, gw_r = reference_add_rmsnorm(xs, res, gw, 1e-6)
+    o, ro = fusion.sglang_allreduce_residual_rmsnorm(xs[rank], res, gw, 1e-6, _decide=decide)
+    rec["sglang_gemma"] = bits(o) == bits(gw_o) and bits(ro) == bits(gw_r) and bits(gw_o) != bits(want_o)
+    # vLLM's op, every pattern its pass emits but NVFP4 (the no-residual ones pass a zeroed
+    # residual and a norm_out), taken by tpar's family kernel: bit for bit the reference of
+    # that residual, the outputs poisoned first, the norm_out of the FP8 pattern untouched.
+    from tpar.testing import reference_rmsnorm
+
+    scale = torch.tensor([0.004], dtype=torch.float32)
+    forms = {}
+    for with_res in (True, False):
+        for wb in (0.0, 1.0):
+            for fp8 in (False, True):
+                r0 = res.clone() if with_res else torch.zeros_like(res)
+                want_o, want_r = reference_rmsnorm(xs, w, 1e-6, residual=r0, gemma=wb == 1.0, fp8_scale=scale if fp8 else None)
+                x, r = xs[rank].clone(), r0.clone()
+                n = None if with_res else torch.full_like(x, float("nan"))
+                q = torch.full(x.shape, 7.0).to(torch.float8_e4m3fn) if fp8 else None
+                before = len(handed)
+                fusion.vllm_fused_allreduce_norm(
+                    x, r, w, 1e-6, world, True, True, 64, FP8 if fp8 else PLAIN, norm_out=n, quant_out=q,
+                    scale_factor=scale if fp8 else None, weight_bias=wb, _group_ca=lambda: ca,
+                )
+                out = q if fp8 else (x if with_res else n)
+                res_out = r if with_res else x
+                ok = len(handed) == before and bits(out) == bits(want_o) and bits(res_out) == bits(want_r)
+                if not with_res:
+                    ok = ok and bits(r) == bits(r0) and (not fp8 or bool(torch.isnan(n).all()))
+                elif fp8:
+                    ok = ok and bits(x) == bits(xs[rank])  # the FP8 pattern writes no norm
+                forms[f"res{int(with_res)}-gemma{int(wb)}-fp8{int(fp8)}"] = ok
+    rec["vllm_forms"] = forms
+    # Handed back: NVFP4, the Out-FP8 pattern, another weight offset, a weight of another
+    # dtype, an FP8 pattern without a scale (dynamic) or with a quant_out tpar does not write,
+    # a plain pattern with a quant_out.
+    w32 = w.float()
+    fp4_out = torch.empty(3, 512, dtype=torch.uint8)
+    back = [
+        dict(code=FP4, quant_out=fp4_out, scale_out=torch.empty(64, dtype=torch.uint8), scale_factor=scale),
+        dict(code=OUT_FP8, norm_out=torch.empty_like(xs[rank]), quant_out=torch.empty(3, 1024, dtype=torch.float8_e4m3fn), scale_factor=scale),
+        dict(code=PLAIN, weight_bias=0.5),
+        dict(code=PLAIN, gamma=w32),
+        dict(code=FP8, quant_out=torch.empty(3, 1024, dtype=torch.float8_e4m3fn)),
+        dict(code=FP8, quant_out=torch.empty(3, 1024, dtype=torch.bfloat16), scale_factor=scale),
+        dict(code=FP8, quant_out=torch.empty(3, 1024, dtype=torch.float8_e4m3fn), scale_factor=scale.double()),
+        dict(code=PLAIN, quant_out=torch.empty(3, 1024, dtype=torch.float8_e4m3fn), scale_factor=scale),
+    ]
+    for b in back:
+        code, gamma = b.pop("code"), b.pop("gamma", w)
+        fusion.vllm_fused_allreduce_norm(xs[rank].clone(), res.clone(), gamma, 1e-6, world, True, True, 64, code, _group_ca=lambda: ca, **b)
     rec["handed_back"] = handed
     # tpar's own vLLM pass's op: every pattern of the family through the communicator's
     # all_reduce_rmsnorm (takes() accepts the no-residual form), bit for bit the reference;

@@ -12,10 +12,25 @@ backend for it. The plug-ins call :func:`install` from their ``register()``:
 
 Per call, tpar takes it where the engine's custom all-reduce of that group is tpar's
 (:class:`~tpar.engines.common.TparCustomAllreduce`), tpar's plan has a kernel for the size
-(``should_custom_ar``), and the call is the plain residual add + RMSNorm (no quantised
-output, no Gemma weight offset, the weight in x's dtype, rows of whole 16-byte vectors);
-everything else goes to the engine's original (FlashInfer). tpar's result is its own fixed
-arithmetic (bit for bit ``tpar.testing.reference_add_rmsnorm``), not FlashInfer's.
+(``should_custom_ar``), the weight is in x's dtype and rows are whole 16-byte vectors, and the
+call is a form of tpar's family (``Communicator.all_reduce_rmsnorm``):
+
+- vLLM's op: every pattern its pass emits but NVFP4. ``kARResidualRMSNorm`` with
+  ``weight_bias`` 0.0 (plain) or 1.0 (Gemma: ``float32(w) + 1``), with or without ``norm_out``
+  (the no-residual patterns pass a zeroed ``residual`` and a ``norm_out``: tpar adds that
+  residual, as FlashInfer does); ``kARResidualRMSNormFP8Quant`` with a ``float8_e4m3fn``
+  ``quant_out``, no ``scale_out`` and a 1-element float32 ``scale_factor`` (the static
+  per-tensor scale the pattern's ``static_scaled_fp8_quant`` divides by). The NVFP4 patterns
+  (``kARResidualRMSNormFP4Quant``), the ``Out`` quant patterns (vLLM emits none) and any other
+  ``weight_bias`` go to FlashInfer.
+- SGLang's function: its only CUDA form, all-reduce + residual add + RMSNorm; GemmaRMSNorm
+  calls it with its precomputed ``gemma_weight`` (``w + 1`` in the weight's dtype), which is
+  the plain form with that weight. SGLang has no CUDA call of an all-reduce fused with an FP8
+  quantisation (its fused all-reduce + RMSNorm + FP8 path is AITER's, ROCm, per-group dynamic
+  scales), so there is nothing FP8 to route there.
+
+Everything else goes to the engine's original (FlashInfer). tpar's result is its own fixed
+arithmetic (bit for bit ``tpar.testing.reference_rmsnorm``), not FlashInfer's.
 ``python/tests/test_fusion_contract.py`` checks these names and signatures against the pinned
 engines' source.
 """
@@ -43,7 +58,9 @@ VLLM_MUTATES = ["allreduce_in", "residual", "norm_out", "quant_out", "scale_out"
 SGLANG_MODULE = "sglang.srt.layers.flashinfer_comm_fusion"
 SGLANG_ATTR = "flashinfer_allreduce_residual_rmsnorm"
 
-_vllm = {"original": None, "code": None}
+#: vLLM's op's pattern codes (FlashInfer's ``AllReduceFusionPattern``), read at install:
+#: ``code`` the add + RMSNorm, ``fp8_code`` the add + RMSNorm + static FP8 quant.
+_vllm = {"original": None, "code": None, "fp8_code": None}
 _sglang = {"original": None}
 
 
@@ -81,6 +98,27 @@ def _vllm_group_ca():
         return None
 
 
+def _vllm_form(x, pattern_code, quant_out, scale_out, scale_factor, weight_bias):
+    """Which form of tpar's family vLLM's op call is: None for the add + RMSNorm (plain or
+    Gemma), the FP8 scale tensor for the add + RMSNorm + static FP8 quant, False for a call
+    tpar hands back (NVFP4, another pattern, another weight offset, an FP8 output tpar's
+    kernel does not write: another dtype or shape, non-contiguous, a dynamic or non-float32
+    scale)."""
+    if weight_bias not in (0.0, 1.0) or scale_out is not None:
+        return False
+    if pattern_code == _vllm["code"] and _vllm["code"] is not None:
+        return None if quant_out is None else False
+    if pattern_code != _vllm["fp8_code"] or _vllm["fp8_code"] is None or quant_out is None or scale_factor is None:
+        return False
+    import torch
+
+    if quant_out.dtype != torch.float8_e4m3fn or quant_out.shape != x.shape or quant_out.device != x.device or not quant_out.is_contiguous():
+        return False
+    if scale_factor.dtype != torch.float32 or scale_factor.numel() != 1 or scale_factor.device != x.device:
+        return False
+    return scale_factor
+
+
 def vllm_fused_allreduce_norm(
     allreduce_in,
     residual,
@@ -98,19 +136,25 @@ def vllm_fused_allreduce_norm(
     weight_bias: float = 0.0,
     _group_ca=_vllm_group_ca,
 ) -> None:
-    """vLLM's ``flashinfer_trtllm_fused_allreduce_norm`` contract, tpar's kernel where it
-    takes the call. Without ``norm_out``: ``allreduce_in`` becomes the normalised output and
-    ``residual`` the updated residual (vLLM's fused_add_rms_norm form); with ``norm_out``: the
-    normalised output goes there and the updated residual into ``allreduce_in`` (``residual``
-    untouched), as vLLM's own wrapper asks FlashInfer."""
+    """vLLM's ``flashinfer_trtllm_fused_allreduce_norm`` contract, tpar's family kernel where
+    it takes the call (the module says which forms). Without ``norm_out``: ``allreduce_in``
+    becomes the normalised output and ``residual`` the updated residual (vLLM's
+    fused_add_rms_norm form); with ``norm_out``: the normalised output goes there and the
+    updated residual into ``allreduce_in`` (``residual`` untouched), as vLLM's own wrapper asks
+    FlashInfer. The FP8 pattern writes ``quant_out`` instead of the normalised output."""
     ca = _group_ca()
-    plain = pattern_code == _vllm["code"] and weight_bias == 0.0 and quant_out is None and scale_out is None
-    if plain and takes(ca, allreduce_in, residual, rms_gamma):
-        x = allreduce_in
-        if norm_out is None:
-            ca._comm.all_reduce_add_rmsnorm(x, residual, rms_gamma, rms_eps, out=x, residual_out=residual)
+    fp8_scale = _vllm_form(allreduce_in, pattern_code, quant_out, scale_out, scale_factor, weight_bias)
+    if fp8_scale is not False and takes(ca, allreduce_in, residual, rms_gamma):
+        x, gemma = allreduce_in, weight_bias == 1.0
+        # FlashInfer's outputs: without norm_out the norm into allreduce_in (FP8: quant_out) and
+        # the updated residual into residual; with norm_out the norm there (FP8: quant_out,
+        # norm_out left as the FP8 pattern leaves it) and the updated residual into allreduce_in.
+        res_out = residual if norm_out is None else x
+        if fp8_scale is None:
+            out = x if norm_out is None else norm_out
         else:
-            ca._comm.all_reduce_add_rmsnorm(x, residual, rms_gamma, rms_eps, out=norm_out, residual_out=x)
+            out = quant_out
+        ca._comm.all_reduce_rmsnorm(x, rms_gamma, rms_eps, residual=residual, gemma=gemma, fp8_scale=fp8_scale, out=out, residual_out=res_out)
         return
     original = _vllm["original"]
     if original is None:
@@ -197,7 +241,9 @@ def install_vllm() -> None:
         logger.warning("tpar: vLLM's %s takes %s, not %s: fusion not routed to tpar", VLLM_FUNC_ATTR, list(theirs), list(ours))
         return
     _vllm["original"] = func
-    _vllm["code"] = int(m.flashinfer_comm.AllReduceFusionPattern.kARResidualRMSNorm)
+    patterns = m.flashinfer_comm.AllReduceFusionPattern
+    _vllm["code"] = int(patterns.kARResidualRMSNorm)
+    _vllm["fp8_code"] = int(patterns.kARResidualRMSNormFP8Quant)
     setattr(m, "_tpar_original_" + VLLM_OP_ATTR, op)
     setattr(m, VLLM_OP_ATTR, _register_vllm_op())
     logger.info("tpar: vLLM's all-reduce + RMSNorm fusion routed to tpar where its plan has a kernel (TPAR_ENABLE=1)")
