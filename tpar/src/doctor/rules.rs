@@ -393,10 +393,10 @@ fn sglang(f: &Facts, tp: usize, archs: &[String]) -> Vec<Finding> {
         "flashinfer_allreduce_fusion_backend",
         "the model's default (a server option: not visible from here)".into(),
         applies,
-        "FlashInfer's fused all-reduce + RMSNorm takes those all-reduces: they never reach tpar's class",
-        "sglang/srt/arg_groups/overrides.py _flashinfer_allreduce_fusion_auto_enable",
-        "pre-empts",
-        Some(("--enforce-disable-flashinfer-allreduce-fusion".into(), "flag")),
+        "SGLang fuses those all-reduces with the residual add + RMSNorm into FlashInfer's call; with TPAR_ENABLE=1 tpar's plug-in replaces that call (flashinfer_allreduce_residual_rmsnorm) by tpar's fused kernel wherever tpar's plan takes the size, and hands the rest to FlashInfer: leave it on",
+        "sglang/srt/arg_groups/overrides.py _flashinfer_allreduce_fusion_auto_enable; sglang/srt/layers/flashinfer_comm_fusion.py flashinfer_allreduce_residual_rmsnorm",
+        "note",
+        None,
     )];
     let raw = f.var("SGLANG_PLUGINS").unwrap_or("");
     let ok = f.allowed("SGLANG_PLUGINS");
@@ -499,6 +499,9 @@ mod tests {
         assert_eq!(all.engines.len(), 2);
         assert!(all.findings.iter().all(|x| x.engine == "SGLang"), "{:?}", all.findings);
         assert_eq!(by(&all, "flashinfer_allreduce_fusion_backend").applies, "unknown", "depends on the model");
+        // tpar's plug-in routes SGLang's fused call (docs/engines.md): a note, nothing to switch off.
+        let fusion = by(&all, "flashinfer_allreduce_fusion_backend");
+        assert_eq!((fusion.severity.as_str(), fusion.fix.as_deref()), ("note", None), "{fusion:?}");
         let v = judge(&f, "vllm", 8, &sm("sm_90")).unwrap();
         assert_eq!(v.engines.len(), 1);
         assert!(v.findings.iter().all(|x| x.engine == "vLLM"));
