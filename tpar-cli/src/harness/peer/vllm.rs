@@ -381,13 +381,10 @@ impl<'a> VllmRanks<'a> {
         Ok(())
     }
 
-    /// One checked call in `mode` on fresh random inputs, outputs poisoned first; judged
-    /// against vLLM's own summation order bit for bit and the f64 reference's bound, every
-    /// rank's output compared. Returns the `#wrong` of the run's table.
-    pub(super) fn checked<T: Element>(&mut self, mode: CaptureMode, call: u64, count: usize) -> Result<i64, String> {
-        let bytes = count * T::DTYPE.size();
-        let stage = self.stage(bytes)?;
-        let inputs = all_inputs::<T>(0xbe4c, call, self.world, count);
+    /// One call of `c` in `mode` (`count` per rank as `Collective::io_elems` takes it) on
+    /// `inputs` (every rank's), this process's ranks' outputs poisoned first; returns once it
+    /// finished on every local rank.
+    fn run_once<T: Element>(&mut self, c: Collective, mode: CaptureMode, count: usize, inputs: &[Vec<T>]) -> Result<(), String> {
         for l in &self.locals {
             l.input.upload(&inputs[l.rank]).map_err(err)?;
             l.output.fill_u32(POISON_WORD).map_err(err)?;
@@ -396,14 +393,25 @@ impl<'a> VllmRanks<'a> {
         // The graph lives until the synchronize below.
         let mut graph = None;
         match mode {
-            CaptureMode::Eager => self.enqueue(Collective::AllReduce, T::DTYPE, count, false)?,
+            CaptureMode::Eager => self.enqueue(c, T::DTYPE, count, false)?,
             CaptureMode::Graph => {
-                let g = self.capture(Collective::AllReduce, T::DTYPE, count, 1)?;
+                let g = self.capture(c, T::DTYPE, count, 1)?;
                 self.launch(graph.insert(g))?;
             }
         }
         self.synchronize()?;
         drop(graph);
+        Ok(())
+    }
+
+    /// One checked call in `mode` on fresh random inputs, outputs poisoned first; judged
+    /// against vLLM's own summation order bit for bit and the f64 reference's bound, every
+    /// rank's output compared. Returns the `#wrong` of the run's table.
+    pub(super) fn checked<T: Element>(&mut self, mode: CaptureMode, call: u64, count: usize) -> Result<i64, String> {
+        let bytes = count * T::DTYPE.size();
+        let stage = self.stage(bytes)?;
+        let inputs = all_inputs::<T>(0xbe4c, call, self.world, count);
+        self.run_once(Collective::AllReduce, mode, count, &inputs)?;
         let want = vllm_expected(&inputs, stage);
         let mut mine = Vec::new();
         for l in &self.locals {
@@ -439,21 +447,7 @@ impl<'a> VllmRanks<'a> {
         }
         let (ins, outs) = c.io_elems(count, self.world);
         let inputs = all_inputs::<T>(0xbe4c, call, self.world, ins);
-        for l in &self.locals {
-            l.input.upload(&inputs[l.rank]).map_err(err)?;
-            l.output.fill_u32(POISON_WORD).map_err(err)?;
-        }
-        self.ctl.barrier()?;
-        let mut graph = None;
-        match mode {
-            CaptureMode::Eager => self.enqueue(c, T::DTYPE, count, false)?,
-            CaptureMode::Graph => {
-                let g = self.capture(c, T::DTYPE, count, 1)?;
-                self.launch(graph.insert(g))?;
-            }
-        }
-        self.synchronize()?;
-        drop(graph);
+        self.run_once(c, mode, count, &inputs)?;
         // `OneshotPush`: the contract of tpar's kernels (see above), not an algorithm vLLM ran.
         let judge = Judge::for_collective(c, &inputs, Algorithm::OneshotPush, &[], Wire::Exact);
         let mut mine = Vec::new();
