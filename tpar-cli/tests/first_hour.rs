@@ -265,3 +265,21 @@ fn the_readme_bench_range_is_what_bench_runs() {
         .collect();
     assert_eq!((sizes.first().copied(), sizes.last().copied()), (Some(bytes(from)), Some(bytes(to))), "README: {line}\nbench:\n{stdout}");
 }
+
+/// The fused family's flags are refused (exit 2) naming the flag, before any GPU is asked
+/// for: a bad `--pattern`, `--rows` or `--mode` is a usage error, not a failed run.
+#[test]
+fn fused_flags_are_refused_before_any_gpu_is_asked_for() {
+    let cases: [(&[&str], &str); 4] = [
+        (&["selftest", "fused", "--emulate-ranks", "2", "--pattern", "bogus"], "--pattern"),
+        (&["selftest", "fused", "--emulate-ranks", "2", "--rows", "x"], "--rows"),
+        (&["selftest", "fused", "--emulate-ranks", "2", "--mode", "sometimes"], "--mode"),
+        (&["bench", "--fused", "--emulate-ranks", "2", "--pattern", "rmsnorm,nope"], "--pattern"),
+    ];
+    for (args, flag) in cases {
+        let out = run(args, &[]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} names {flag}: {err}");
+    }
+}

@@ -45,13 +45,18 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let Target::Emulated { worlds, transport } = &target else {
         return Err("--fused runs on emulated ranks (--emulate-ranks N): one-process-per-GPU fused timings are not wired into tpar bench yet (tpar.torch's all_reduce_add_rmsnorm runs there)".into());
     };
-    if args.iters == 0 {
-        return Err("-n must be at least 1".into());
-    }
-    let hidden = parse_list(args.hidden.as_deref().unwrap_or("7168"), "--hidden")?;
-    let rows = parse_list(args.rows.as_deref().unwrap_or("1,3,8"), "--rows")?;
-    let dtypes = harness::parse_dtypes(&args.dtype)?;
-    let patterns = parse_patterns(args.pattern.as_deref().unwrap_or("add_rmsnorm"))?;
+    // The flags' values, checked before any rank starts: a bad one is a refusal (exit 2).
+    let (hidden, rows, dtypes, patterns) = crate::exit::refusing(|| {
+        if args.iters == 0 {
+            return Err("-n must be at least 1".into());
+        }
+        Ok((
+            parse_list(args.hidden.as_deref().unwrap_or("7168"), "--hidden")?,
+            parse_list(args.rows.as_deref().unwrap_or("1,3,8"), "--rows")?,
+            harness::parse_dtypes(&args.dtype)?,
+            parse_patterns(args.pattern.as_deref().unwrap_or("add_rmsnorm"))?,
+        ))
+    })?;
     let mode = if args.graph { Some("graph") } else { args.mode.as_deref() };
     let modes = harness::parse_modes(mode, &target)?;
     let runs = fusable(&algorithms_emulated(*transport));

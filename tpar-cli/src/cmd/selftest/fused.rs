@@ -21,18 +21,18 @@ struct Tally {
 }
 
 pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &FusedArgs) -> Result<(), String> {
-    let dtypes = harness::parse_dtypes(&c.dtype)?;
-    let hidden = parse_list(&a.hidden, "--hidden")?;
-    let rows = parse_list(&a.rows, "--rows")?;
-    let patterns = parse_patterns(&a.pattern)?;
+    // The flags' values, checked before any rank starts: a bad one is a refusal (exit 2).
+    let (dtypes, hidden, rows, patterns, modes) = crate::exit::refusing(|| {
+        let modes: Vec<CaptureMode> = match a.mode.as_str() {
+            "eager" => vec![CaptureMode::Eager],
+            "graph" => vec![CaptureMode::Graph],
+            "both" => vec![CaptureMode::Eager, CaptureMode::Graph],
+            m => return Err(format!("--mode {m:?}: eager, graph or both")),
+        };
+        Ok((harness::parse_dtypes(&c.dtype)?, parse_list(&a.hidden, "--hidden")?, parse_list(&a.rows, "--rows")?, parse_patterns(&a.pattern)?, modes))
+    })?;
     // Per pattern: calls, fused, failed.
     let mut per_pattern: Vec<(FusedPattern, Tally)> = patterns.iter().map(|p| (*p, Tally::default())).collect();
-    let modes: Vec<CaptureMode> = match a.mode.as_str() {
-        "eager" => vec![CaptureMode::Eager],
-        "graph" => vec![CaptureMode::Graph],
-        "both" => vec![CaptureMode::Eager, CaptureMode::Graph],
-        m => return Err(format!("--mode {m:?}: eager, graph or both")),
-    };
     let target = Target::Emulated { worlds: worlds.clone(), transport: *transport };
     let runs = fusable(&algorithms_emulated(*transport));
     let algos: Vec<Algorithm> = if a.algo == "all" {
