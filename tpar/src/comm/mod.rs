@@ -178,9 +178,7 @@ impl Wait for Spinner<'_> {
         if round == 0 {
             self.wait_start = now;
         }
-        // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
-        let cpu = unsafe { libc::sched_getcpu() };
-        let cpu = if cpu >= 0 { cpu as u64 + 1 } else { 0 };
+        let cpu = cpu_word();
         let (mine, theirs) = (&self.ws.status(self.rank)[st::CPU], &self.ws.status(peer)[st::CPU]);
         if mine.load(Ordering::Relaxed) != cpu {
             mine.store(cpu, Ordering::Relaxed);
@@ -196,9 +194,7 @@ impl Wait for Spinner<'_> {
             if futex::move_off(cpu as usize - 1) {
                 self.state.stats.moves += 1;
                 self.state.shares_core = false;
-                // SAFETY: as above.
-                let there = unsafe { libc::sched_getcpu() };
-                mine.store(if there >= 0 { there as u64 + 1 } else { 0 }, Ordering::Relaxed);
+                mine.store(cpu_word(), Ordering::Relaxed);
             }
         }
         if now.duration_since(self.wait_start) >= SLICE {
@@ -228,6 +224,14 @@ impl Wait for Spinner<'_> {
             self.state.stats.wakes += 1;
         }
     }
+}
+
+/// The core this thread runs on as a status word publishes it: the core's number plus one, or
+/// 0 where it cannot be told.
+fn cpu_word() -> u64 {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours.
+    let cpu = unsafe { libc::sched_getcpu() };
+    if cpu >= 0 { cpu as u64 + 1 } else { 0 }
 }
 
 /// Elements per epoch for a call of `n` elements of `T` with `algo`, the same on every rank
