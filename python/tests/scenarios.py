@@ -305,6 +305,13 @@ def fusion_routing(rank, world):
     from tpar.testing import reference, reference_rmsnorm
 
     scale = torch.tensor([0.004], dtype=torch.float32)
+
+    def expected(r0, gemma, sc):
+        want_o, want_r = reference_rmsnorm(xs, w, 1e-6, residual=r0, gemma=gemma, fp8_scale=sc)
+        if want_r is None:  # no residual: the second output is the all-reduced sum
+            want_r = reference([t.reshape(-1) for t in xs], torch.bfloat16).reshape(xs[0].shape)
+        return want_o, want_r
+
     total = vllm_pass._stats["fused"]
     fam = []
     for residual in (True, False):
@@ -312,9 +319,7 @@ def fusion_routing(rank, world):
             for fp8 in (False, True):
                 r0 = res.clone() if residual else None
                 sc = scale if fp8 else None
-                want_o, want_r = reference_rmsnorm(xs, w, 1e-6, residual=r0, gemma=gemma, fp8_scale=sc)
-                if want_r is None:
-                    want_r = reference([t.reshape(-1) for t in xs], torch.bfloat16).reshape(xs[0].shape)
+                want_o, want_r = expected(r0, gemma, sc)
                 o, ro = vllm_pass.vllm_all_reduce_rmsnorm(xs[rank].clone(), r0, w, 1e-6, gemma, sc, _group_ca=lambda: ca)
                 fam.append(bits(o) == bits(want_o) and bits(ro) == bits(want_r) and (o.dtype == torch.float8_e4m3fn) == fp8)
     rec["vllm_pass_family"] = all(fam) and vllm_pass._stats["fused"] - total == 8 and fusion.takes(ca, xs[rank], None, w)
@@ -325,9 +330,7 @@ def fusion_routing(rank, world):
         for fp8 in (False, True):
             r0 = res.clone() if residual else None
             sc = scale if fp8 else None
-            want_o, want_r = reference_rmsnorm(xs, w, 1e-6, residual=r0, gemma=True, fp8_scale=sc)
-            if want_r is None:
-                want_r = reference([t.reshape(-1) for t in xs], torch.bfloat16).reshape(xs[0].shape)
+            want_o, want_r = expected(r0, True, sc)
             out = torch.full(xs[rank].shape, 7.0).to(torch.float8_e4m3fn if fp8 else torch.bfloat16)
             ro_buf = torch.full_like(xs[rank], float("nan"))
             o, ro = comm.all_reduce_rmsnorm(xs[rank].clone(), w, 1e-6, residual=r0, gemma=True, fp8_scale=sc, out=out, residual_out=ro_buf)
