@@ -159,15 +159,10 @@ pub fn fused_desc_code(algo: Algorithm, dtype: DType, flags: u32) -> u32 {
     desc_code(algo, dtype) | DESC_FUSED | (flags & 0x7) << 8
 }
 
-/// The fused pattern's name from [`TparNorm::flags`]: `[add_]rmsnorm[_gemma][_fp8]`
-/// (`tpar::testing::NormPattern::name`'s).
+/// The fused pattern's name from [`TparNorm::flags`] ([`crate::kinds::norm_pattern_name`],
+/// as `tpar::testing::NormPattern::name` names it).
 pub fn pattern_name(flags: u32) -> String {
-    format!(
-        "{}rmsnorm{}{}",
-        if flags & NORM_RESIDUAL != 0 { "add_" } else { "" },
-        if flags & NORM_GEMMA != 0 { "_gemma" } else { "" },
-        if flags & NORM_FP8 != 0 { "_fp8" } else { "" }
-    )
+    crate::kinds::norm_pattern_name(flags & NORM_RESIDUAL != 0, flags & NORM_GEMMA != 0, flags & NORM_FP8 != 0)
 }
 
 /// [`desc_code`] of a call of `collective` (the all-reduce's is [`desc_code`]'s).

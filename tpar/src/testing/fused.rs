@@ -78,12 +78,7 @@ impl NormPattern {
 
     /// A short name: `[add_]rmsnorm[_gemma][_fp8]` (the CLI's column and `--pattern` value).
     pub fn name(&self) -> String {
-        format!(
-            "{}rmsnorm{}{}",
-            if self.residual { "add_" } else { "" },
-            if self.gemma { "_gemma" } else { "" },
-            if self.fp8_scale.is_some() { "_fp8" } else { "" }
-        )
+        crate::kinds::norm_pattern_name(self.residual, self.gemma, self.fp8_scale.is_some())
     }
 }
 
