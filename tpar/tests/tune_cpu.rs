@@ -32,6 +32,7 @@ fn small_plan() -> TunePlan {
         rounds: Rounds { warmup: 0, iters: 2, inner: 2 },
         probe: false,
         max_seconds: 60.0,
+        collectives: Vec::new(),
     }
 }
 
@@ -150,7 +151,8 @@ fn a_corrupt_or_outdated_entry_is_re_tuned_with_the_reason() {
     let dir = cache_dir("stale");
     let cache = Cache::under(&dir);
     let k = cpu_key(2);
-    cache.write_raw_for_test(&k, b"# tpar tuned profile v1 fnv1a64=0123 bytes=5\nhello").unwrap();
+    let header = format!("# tpar tuned profile v{} fnv1a64=0123 bytes=5\nhello", tpar::plan::tuned::ENTRY_FORMAT);
+    cache.write_raw_for_test(&k, header.as_bytes()).unwrap();
     let d = dir.clone();
     let res = common::run_group(2, |_| {}, move |comm| start_on(comm, &d, Tune::Auto, &small_plan(), |_| {}));
     let first = res.into_iter().next().unwrap().unwrap();
