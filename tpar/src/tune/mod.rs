@@ -508,4 +508,30 @@ mod tests {
         assert_eq!(shared.sizes, vec![14336, 43008]);
         assert!(!shared.probe);
     }
+
+    #[test]
+    fn the_gather_and_scatter_are_the_engines_sequence_parallel_parts_in_bf16() {
+        let p = TunePlan::first_use(8 << 20, RankKind::GpuProcesses, &[CaptureMode::Eager, CaptureMode::Graph]);
+        let kinds: Vec<Collective> = p.collectives.iter().map(|c| c.collective).collect();
+        assert_eq!(kinds, vec![Collective::AllGather, Collective::ReduceScatter]);
+        assert!(p.collectives.iter().all(|c| c.dtypes == vec![DType::BF16] && c.totals == vec![14336, 8 * 14336, 32 * 14336, 128 * 14336, 512 * 14336]));
+        assert!(p.describe().contains("; all-gather, reduce-scatter: 5 tensors (14 KiB to 7 MiB) x bfloat16;"), "{}", p.describe());
+        // Per rank: the tensor over the world, whole 16-byte vectors.
+        let work = p.work(8);
+        assert_eq!(work[0], (Collective::AllReduce, p.dtypes.clone(), p.sizes.clone()), "the all-reduce first, as before");
+        assert_eq!(work[1].2, vec![1792, 8 * 1792, 32 * 1792, 128 * 1792, 512 * 1792]);
+        let three = p.work(3);
+        assert_eq!(three[1].2[0], 4768, "14336 / 3 = 4778.7, down to whole vectors");
+        assert!(three.iter().skip(1).all(|(_, _, s)| s.iter().all(|b| b % 16 == 0 && *b > 0)));
+        // Clipped to the tune's buffers; none where not even one token fits.
+        assert_eq!(TunePlan::first_use(64 << 10, RankKind::Cpu, &[CaptureMode::Eager]).collectives[0].totals, vec![14336]);
+        assert!(TunePlan::first_use(8 << 10, RankKind::Cpu, &[CaptureMode::Eager]).collectives.is_empty());
+        let shared = TunePlan::first_use(8 << 20, RankKind::SharedGpu, &[CaptureMode::Eager]);
+        assert!(shared.collectives.iter().all(|c| c.totals == vec![14336]));
+        // A plan of an older `tpar tune` (no collectives) still reads: the all-reduce alone.
+        let mut v = serde_json::to_value(&p).unwrap();
+        v.as_object_mut().unwrap().remove("collectives");
+        let old: TunePlan = serde_json::from_value(v).unwrap();
+        assert!(old.collectives.is_empty() && old.work(8).len() == 1);
+    }
 }

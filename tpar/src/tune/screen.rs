@@ -127,4 +127,32 @@ mod tests {
         let isl = s.promised(Algorithm::Hierarchical, &[vec![0], vec![1, 2]]).to_vec();
         assert_eq!(isl.len(), 100);
     }
+
+    #[test]
+    fn the_gather_is_the_inputs_and_the_scatter_the_sums_slice() {
+        use crate::testing::{all_inputs, expected_all_gather, expected_reduce_scatter};
+        let (world, n) = (3, 40);
+        let mut c = ScreenCache::default();
+        // The all-gather: n elements a rank in, every rank's in rank order out.
+        let s = c.get::<bf16>(world, n, 11).unwrap();
+        let g = s.promised_for(Collective::AllGather, Algorithm::OneshotPush, &[], 1, n).to_vec();
+        assert_eq!(g, expected_all_gather(&all_inputs::<bf16>(11, 0, world, n)));
+        assert_eq!(g.len(), world * n);
+        assert_eq!(&g[n..2 * n], &s.inputs[1][..], "a bitwise copy");
+        // The reduce-scatter: world x n in, slice q of the all-reduce's sum out.
+        let s = c.get::<bf16>(world, world * n, 12).unwrap();
+        let all = s.expected.clone();
+        for q in 0..world {
+            let mine = s.promised_for(Collective::ReduceScatter, Algorithm::OneshotPush, &[], q, n).to_vec();
+            assert_eq!(mine, expected_reduce_scatter(&s.inputs, q), "rank {q}");
+            assert_eq!(mine, all[q * n..(q + 1) * n], "rank {q}: the all-reduce's bits");
+            assert_eq!(judge(&mine, &mine).off, 0);
+        }
+        // Another rank's slice is judged wrong; a rank past the world gets nothing to match.
+        let other = s.promised_for(Collective::ReduceScatter, Algorithm::OneshotPush, &[], 0, n).to_vec();
+        assert!(judge(&other, s.promised_for(Collective::ReduceScatter, Algorithm::OneshotPush, &[], 1, n)).off > 0);
+        assert_eq!(judge(&other, s.promised_for(Collective::ReduceScatter, Algorithm::OneshotPush, &[], world, n)).off, n as u64);
+        // The all-reduce is the rank-order sum, as before.
+        assert_eq!(s.promised_for(Collective::AllReduce, Algorithm::OneshotPush, &[], 2, world * n), &all[..]);
+    }
 }
