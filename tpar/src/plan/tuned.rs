@@ -261,8 +261,9 @@ impl Tuned {
     /// was timed; equal neighbours merge into one bucket ([`Profile::from_measurements`]). A
     /// candidate rejected for a collective has its points of that collective dropped at
     /// every mode, dtype and size. Without NCCL timings the all-gather and the reduce-scatter
-    /// get tables only on CPU ranks (no NCCL to lose to); elsewhere the plan's simulator keeps
-    /// deciding them.
+    /// get tables only on CPU ranks (no NCCL to lose to) and on ranks whose tables never
+    /// decide ([`RankKind::not_fabric`]: kept to show what the mechanism measured); elsewhere
+    /// the plan's simulator keeps deciding them.
     pub fn decide(d: Decision<'_>) -> Tuned {
         let banned = |c: Collective, a: Algorithm| d.rejected.iter().any(|r| r.collective == c && r.algorithm == a);
         let mut modes: Vec<CaptureMode> = d.points.iter().map(|p| p.mode).collect();
@@ -277,8 +278,9 @@ impl Tuned {
                 if d.nccl.is_err() {
                     // Without NCCL's times a kernel would "win" where NCCL may be faster: keep
                     // only the all-reduce's sizes below the first the defaults give to NCCL,
-                    // and the other collectives only where there is no NCCL (CPU ranks).
-                    if d.key.backend != Backend::Cpu {
+                    // and the other collectives only where there is no NCCL (CPU ranks) or
+                    // the tables never decide.
+                    if d.key.backend != Backend::Cpu && d.key.ranks.not_fabric().is_none() {
                         points.retain(|p| p.collective == Collective::AllReduce);
                     }
                     let mut cut: Vec<(DType, u64)> = Vec::new();
@@ -549,6 +551,9 @@ mod tests {
         // decides them), and do on CPU ranks (there is no NCCL to lose to).
         let no_nccl = decide(&t, &gather_scatter_points(), Vec::new(), Err("not joined".into()), RankKind::GpuProcesses);
         assert!(no_nccl.profiles.iter().all(|p| p.tables.iter().all(|t| t.collective == Collective::AllReduce)));
+        let emulated = decide(&t, &gather_scatter_points(), Vec::new(), Err("emulated".into()), RankKind::Emulated);
+        assert!(emulated.profile(CaptureMode::Graph).unwrap().table(Collective::AllGather, DType::BF16).is_some(), "kept to show what was measured");
+        assert!(emulated.plan_profile(CaptureMode::Graph).is_err(), "and never handed to the plan");
         let fp = |m| ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, 8, m);
         let never = |_, _, _| false;
         let cpu = Tuned::decide(Decision {
