@@ -16,7 +16,8 @@
 //!
 //! Screening and timing are the same code for both, for the all-reduce, the all-gather and
 //! the reduce-scatter alike: every local rank's input uploaded and output poisoned and judged,
-//! the same rounds on the set's origin stream, one figure for every local rank. What differs is only [`Across`]: how the ranks' bytes meet (the control
+//! the same rounds on the set's origin stream, one figure for every local rank. What differs
+//! is only [`Across`]: how the ranks' bytes meet (the control
 //! plane, or one process that holds them all), how a call is issued and captured (a resolved
 //! launch or NCCL on the rank's stream, or the set's own enqueue and capture across its
 //! streams), how the stream is waited for (bounded, watching the peers, or the set's

@@ -5,10 +5,10 @@
 //! ([`Tuned::to_entry`] / [`Tuned::from_entry`]: TOML under a checksummed header) live here,
 //! so that they build and are tested without the `cuda` feature.
 //!
-//! Owns: the key's fields and their comparison, the per-mode decision from measured points,
-//! the entry format. Must never: measure anything (`crate::tune` drives the ranks), let a
-//! candidate that failed the screen choose anything (it is dropped from every mode, dtype and
-//! size), or trust an entry whose checksum, format or key does not match (it is refused with
+//! Owns: the key's fields and their comparison, the per-mode and per-collective decision from
+//! measured points, the entry format. Must never: measure anything (`crate::tune` drives the
+//! ranks), let a candidate that failed the screen for a collective choose anything for it (it
+//! is dropped from that collective's tables at every mode, dtype and size), or trust an entry whose checksum, format or key does not match (it is refused with
 //! the reason, and the caller re-tunes).
 //!
 //! A tune measured on ranks that share a GPU (rank processes on one GPU, or emulated ranks)
@@ -213,9 +213,9 @@ pub struct Cost {
     pub probe_seconds: f64,
     /// Of which joining NCCL for the tune, seconds.
     pub nccl_seconds: f64,
-    /// Candidate x dtype x size screens run.
+    /// Candidate x collective x dtype x size screens run.
     pub screens: usize,
-    /// Points timed (candidate or NCCL x dtype x size x mode).
+    /// Points timed (candidate or NCCL x collective x dtype x size x mode).
     pub points: usize,
     /// The budget it ran under (sizes, dtypes, modes, rounds), in words.
     pub budget: String,

@@ -1,7 +1,8 @@
 //! The first-use tune: when a communicator starts on a machine whose tune cache has no
 //! profile for it, the ranks measure it together — the link probe, a bit-exact screen of
 //! every candidate at the engines' message sizes, and timings of the survivors against NCCL
-//! in eager and graph mode — rank 0 decides ([`Tuned::decide`]), stores the result in the
+//! in eager and graph mode, for the all-reduce and then the all-gather and the reduce-scatter
+//! ([`TunePlan::collectives`]) — rank 0 decides ([`Tuned::decide`]), stores the result in the
 //! cache and every rank adopts the same bytes. Later starts read the cache in milliseconds.
 //!
 //! | file | owns |
@@ -182,8 +183,8 @@ impl TunePlan {
     /// The budget of a communicator's first start: the engines' sizes up to `max_bytes`, bf16
     /// and f16 (the engines' dtypes), every mode in `modes`, [`FIRST_USE_ROUNDS`], the link
     /// probe; then the all-gather and the reduce-scatter at [`GATHER_SCATTER_TOKENS`] in bf16
-    /// alone (one-shot push and NCCL only: a few percent of the all-reduce's screens and
-    /// points). Ranks that share a GPU run the mechanism on [`SHARED_TOKENS`] (and
+    /// alone (one-shot push and NCCL only: 10 screens and at most 40 points, under a tenth
+    /// of the all-reduce's). Ranks that share a GPU run the mechanism on [`SHARED_TOKENS`] (and
     /// [`SHARED_GATHER_SCATTER_TOKENS`]) in bf16 with [`SHARED_ROUNDS`] and no probe (there
     /// is no link to measure).
     pub fn first_use(max_bytes: u64, kind: RankKind, modes: &[CaptureMode]) -> TunePlan {
