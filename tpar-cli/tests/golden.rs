@@ -141,6 +141,42 @@ fn plan_uses_a_matching_profile_and_ignores_another() {
     let _ = std::fs::remove_file(&path);
 }
 
+/// `tpar plan --collective all-gather --profile FILE`: a tuned all-gather table decides (both
+/// measured figures in the reason) where the simulator would have picked otherwise.
+#[test]
+fn plan_takes_a_tuned_all_gather_table() {
+    use tpar::kinds::Collective;
+    use tpar::plan::{Backend, CaptureMode};
+    use tpar::profile::{Profile, ProfileFingerprint};
+    use tpar::report::Record;
+    let t = tpar::topology::presets::rtxpro6000_pcie_switch_8();
+    // 4 KiB a rank at 8 ranks: the records count every rank's part, as nccl-tests does.
+    let rec = |a, us| Record::measured_for(Collective::AllGather, a, "cuda", tpar::DType::BF16, 8, 4096 / 2 * 8, (us, us, us), 0);
+    let records = [rec(tpar::Algorithm::OneshotPush, 31.0), rec(tpar::Algorithm::Nccl, 11.5)];
+    let p = Profile::from_measurements(&records, ProfileFingerprint::new(&t, None, Backend::Cuda, 8, CaptureMode::Graph));
+    let path = std::env::temp_dir().join(format!("tpar-cli-ag-profile-{}.toml", std::process::id()));
+    p.save(&path).unwrap();
+    let args = |profile: bool| {
+        let mut v = vec!["plan", "-t", "rtxpro6000-pcie-switch-8", "--world", "8", "--bytes", "4K", "--json", "--graph", "--collective", "all-gather"];
+        if profile {
+            v.extend(["--profile", path.to_str().unwrap()]);
+        }
+        v
+    };
+    let (ok, out, err) = tpar(&args(false));
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["algorithm"], "oneshot-push", "the simulator's pick: {out}");
+    let (ok, out, err) = tpar(&args(true));
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["algorithm"], "nccl", "{out}");
+    let reason = v["reason"].as_str().unwrap();
+    assert!(reason.starts_with("tuned: all-gather of 4 KiB per rank") && reason.contains("NCCL 11.5 us vs one-shot push 31.0 us"), "{out}");
+    assert!(err.contains("all-gather bfloat16: nccl <= 4 KiB"), "{err}");
+    let _ = std::fs::remove_file(&path);
+}
+
 /// The README explains every algorithm the tools print: its table is the registry's.
 #[test]
 fn readme_explains_every_algorithm_from_the_registry() {

@@ -120,3 +120,24 @@ fn tune_off_keeps_the_defaults_and_says_so() {
     assert!(forced.status.success() && text(&forced).contains("(TPAR_TUNE=force;"), "{}", text(&forced));
     let _ = std::fs::remove_dir_all(cache);
 }
+
+#[test]
+fn a_start_measures_the_all_gather_and_the_reduce_scatter_and_stores_their_tables() {
+    let cache = cache_dir("agrs");
+    // 16 KiB holds one sequence-parallel tensor (1 token x 7168 x bf16): 7 KiB a rank at 2.
+    let out = start(&cache, "16K").output().unwrap();
+    let t = text(&out);
+    assert!(out.status.success() && t.contains("tuned this machine in"), "{t}");
+    assert!(t.contains("all-gather, reduce-scatter: 1 tensors (14 KiB to 14 KiB) x bfloat16"), "the budget names them: {t}");
+    for c in ["all-gather", "reduce-scatter"] {
+        assert!(t.lines().any(|l| l == format!("eager {c} bfloat16: oneshot-push <= 7 KiB")), "{c}: {t}");
+    }
+    // The stored entry holds them; the next start reads it back, tables and all.
+    let stored = Cache::under(&cache);
+    let Lookup::Hit { tuned, .. } = stored.read(&cpu_key(2), 1) else { panic!("no entry: {t}") };
+    let p = tuned.profile(tpar::plan::CaptureMode::Eager).unwrap();
+    assert!(p.table(tpar::kinds::Collective::ReduceScatter, tpar::DType::BF16).is_some(), "{:?}", p.tables);
+    let again = start(&cache, "16K").output().unwrap();
+    assert!(text(&again).contains("read from the cache in") && text(&again).contains("eager all-gather bfloat16: oneshot-push <= 7 KiB"), "{}", text(&again));
+    let _ = std::fs::remove_dir_all(cache);
+}

@@ -9,11 +9,12 @@
 //! must agree, so a plan the checker accepts is one the dispatch runs.
 
 use proptest::prelude::*;
-use tpar::plan::{plan, Backend, CaptureMode, Overrides, Plan, PlanInput};
+use tpar::plan::{plan, plan_collective, Backend, CaptureMode, Overrides, Plan, PlanInput};
 use tpar::profile::{Bucket, Profile, ProfileFingerprint, Table};
 use tpar::topology::{presets, Topology};
 use tpar::algorithms::registry;
 use tpar::sim::{Launch, Params, Simulator, Source};
+use tpar::kinds::Collective;
 use tpar::{Algorithm, DType, Transport};
 
 const GIB: u64 = 1 << 30;
@@ -160,9 +161,9 @@ fn profile_for(t: &Topology, world: usize, backend: Backend, capture: CaptureMod
     let buckets = algs
         .iter()
         .enumerate()
-        .map(|(k, &algorithm)| Bucket { max_bytes: 1u64 << (6 + 3 * k), algorithm, median_us: 1.0 + k as f64 })
+        .map(|(k, &algorithm)| Bucket { max_bytes: 1u64 << (6 + 3 * k), algorithm, median_us: 1.0 + k as f64, rival: None })
         .collect();
-    Profile { reads_beat_writes: reads, fingerprint, tables: vec![Table { dtype: DType::BF16, buckets }], probe: None }
+    Profile { reads_beat_writes: reads, fingerprint, tables: vec![Table { dtype: DType::BF16, collective: Collective::AllReduce, buckets }], probe: None }
 }
 
 proptest! {
@@ -231,6 +232,51 @@ proptest! {
         if with_profile && !matching && o.algorithm.is_none() && !o.disable {
             prop_assert!(!p.reason.starts_with("profile:"), "{}", p);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 1000, .. ProptestConfig::default() })]
+
+    /// The all-gather's and the reduce-scatter's plan with a profile whose tables for them name
+    /// arbitrary winners: always one-shot push or NCCL, correct on the fabric, a tuned pick
+    /// only from a matching profile, and the all-reduce's plan unchanged by those tables.
+    #[test]
+    fn gather_scatter_plans_take_a_tune_only_where_it_holds(
+        ti in any::<prop::sample::Index>(),
+        world in 0usize..=16,
+        bytes in prop_oneof![0u64..=GIB, (0u32..=30).prop_map(|k| 1u64 << k)],
+        graph in any::<bool>(),
+        cuda in any::<bool>(),
+        o in overrides(),
+        matching in any::<bool>(),
+        scatter in any::<bool>(),
+        algs in prop::collection::vec(algorithm(), 0..6),
+    ) {
+        let all = topologies();
+        let t = &all[ti.index(all.len())];
+        let backend = if cuda { Backend::Cuda } else { Backend::Cpu };
+        let capture = if graph { CaptureMode::Graph } else { CaptureMode::Eager };
+        let collective = if scatter { Collective::ReduceScatter } else { Collective::AllGather };
+        let mut profile = profile_for(t, world, backend, capture, matching, &[], false);
+        let mut ours = profile_for(t, world, backend, capture, matching, &algs, false).tables.remove(0);
+        ours.collective = collective;
+        profile.tables.push(ours);
+        let input = PlanInput { topology: t, world, bytes, dtype: DType::BF16, capture, backend, profile: Some(&profile), overrides: &o };
+        let p = plan_collective(collective, &input);
+        prop_assert!(p.algorithm == Algorithm::OneshotPush || p.algorithm == Algorithm::Nccl, "{}", p);
+        if let Err(why) = preconditions_hold(&p, t, world, backend) {
+            return Err(TestCaseError::fail(format!("{}: world {world}, {bytes} B, {backend}: {p}: {why}", t.name)));
+        }
+        prop_assert_eq!(plan_collective(collective, &input), p.clone(), "deterministic");
+        if p.reason.starts_with("tuned:") {
+            prop_assert!(matching, "a mismatched profile is never used: {}", p);
+            prop_assert_eq!(p.source, Some(Source::Profile));
+        }
+        let mut stripped = profile.clone();
+        stripped.tables.retain(|t| t.collective == Collective::AllReduce);
+        let without = PlanInput { profile: Some(&stripped), ..input };
+        prop_assert_eq!(plan(&input), plan(&without), "an all-gather or reduce-scatter table never moves the all-reduce");
     }
 }
 
@@ -373,7 +419,7 @@ fn ce_ring_is_simulated_on_pcie_but_picked_only_when_measured() {
             let profile = Profile {
                 reads_beat_writes: false,
                 fingerprint: ProfileFingerprint::new(&t, None, Backend::Cuda, world, capture),
-                tables: vec![Table { dtype: DType::BF16, buckets: vec![Bucket { max_bytes: GIB, algorithm: Algorithm::CeRing, median_us: 900.0 }] }],
+                tables: vec![Table { dtype: DType::BF16, collective: Collective::AllReduce, buckets: vec![Bucket { max_bytes: GIB, algorithm: Algorithm::CeRing, median_us: 900.0, rival: None }] }],
                 probe: None,
             };
             let q = plan(&PlanInput { profile: Some(&profile), ..input });

@@ -9,13 +9,13 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Barrier};
-use tpar::kinds::{Backend, CaptureMode};
+use tpar::kinds::{Backend, CaptureMode, Collective};
 use tpar::plan::profile::ProfileFingerprint;
 use tpar::plan::{plan, Overrides, PlanInput};
 use tpar::settings::Tune;
 use tpar::tune::cache::Cache;
 use tpar::tune::cpu::{cpu_key, CpuRanks};
-use tpar::tune::{start, Outcome, Rounds, StartSpec, TunePlan};
+use tpar::tune::{start, CollectiveSizes, Outcome, Rounds, StartSpec, TunePlan};
 use tpar::{Algorithm, Communicator, DType, Topology};
 
 fn cache_dir(tag: &str) -> PathBuf {
@@ -32,7 +32,15 @@ fn small_plan() -> TunePlan {
         rounds: Rounds { warmup: 0, iters: 2, inner: 2 },
         probe: false,
         max_seconds: 60.0,
+        collectives: Vec::new(),
     }
+}
+
+/// [`small_plan`] with the all-gather and the reduce-scatter of tensors of 3 and 48 KiB (1 and
+/// 16 KiB a rank at 3 ranks).
+fn gather_scatter_plan() -> TunePlan {
+    let collectives = [Collective::AllGather, Collective::ReduceScatter].map(|collective| CollectiveSizes { collective, totals: vec![3 * 1024, 3 * 16384], dtypes: vec![DType::F32] }).to_vec();
+    TunePlan { collectives, ..small_plan() }
 }
 
 /// One start on this rank, as a communicator's init would run it.
@@ -150,7 +158,8 @@ fn a_corrupt_or_outdated_entry_is_re_tuned_with_the_reason() {
     let dir = cache_dir("stale");
     let cache = Cache::under(&dir);
     let k = cpu_key(2);
-    cache.write_raw_for_test(&k, b"# tpar tuned profile v1 fnv1a64=0123 bytes=5\nhello").unwrap();
+    let header = format!("# tpar tuned profile v{} fnv1a64=0123 bytes=5\nhello", tpar::plan::tuned::ENTRY_FORMAT);
+    cache.write_raw_for_test(&k, header.as_bytes()).unwrap();
     let d = dir.clone();
     let res = common::run_group(2, |_| {}, move |comm| start_on(comm, &d, Tune::Auto, &small_plan(), |_| {}));
     let first = res.into_iter().next().unwrap().unwrap();
@@ -186,4 +195,61 @@ fn two_jobs_starting_at_once_tune_once() {
     let cached = outcomes.iter().filter(|o| matches!(o, Outcome::Cached { .. })).count();
     assert_eq!((tuned, cached), (2, 2), "{:?}", outcomes.iter().map(Outcome::line).collect::<Vec<_>>());
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_tune_measures_the_all_gather_and_the_reduce_scatter_and_decides_each() {
+    let dir = cache_dir("agrs");
+    let d = dir.clone();
+    let res = common::run_group(3, |_| {}, move |comm| {
+        let with = start_on(comm, &d, Tune::Force, &gather_scatter_plan(), |_| {});
+        let without = start_on(comm, &d, Tune::Force, &small_plan(), |_| {});
+        (with, without)
+    });
+    let per_rank: Vec<(Outcome, Outcome)> = res.into_iter().map(|r| r.unwrap()).collect();
+    let e = entry(&per_rank[0].0);
+    assert!(per_rank.iter().all(|(o, _)| entry(o) == e), "every rank adopts rank 0's bytes");
+    let (with, without) = (per_rank[0].0.tuned().unwrap(), per_rank[0].1.tuned().unwrap());
+    assert!(with.rejected.is_empty(), "{:?}", with.rejected);
+    // One candidate (one-shot push; CPU ranks have no NCCL) x 2 sizes x 2 collectives, eager.
+    assert_eq!((with.cost.screens, with.cost.points), (without.cost.screens + 4, without.cost.points + 4), "{:?} vs {:?}", with.cost, without.cost);
+    assert!(with.cost.budget.contains(&format!("all-gather, reduce-scatter: 2 tensors (3 KiB to 48 KiB) x {}", DType::F32)), "{}", with.cost.budget);
+    let p = with.plan_profile(CaptureMode::Eager).unwrap();
+    for c in [Collective::AllGather, Collective::ReduceScatter] {
+        let t = p.table(c, DType::F32).unwrap_or_else(|| panic!("{c}: {:?}", p.tables));
+        let b: Vec<(u64, Algorithm)> = t.buckets.iter().map(|b| (b.max_bytes, b.algorithm)).collect();
+        assert_eq!(b, vec![(16384, Algorithm::OneshotPush)], "{c}: per rank, the larger of 1 and 16 KiB");
+        assert!(t.buckets.iter().all(|b| b.median_us > 0.0 && b.rival.is_none()), "{c}: nothing else timed: {t:?}");
+    }
+    // The all-reduce's table is the all-reduce's alone: its sizes, up to 16 KiB (its winners
+    // are timings of two runs, free to differ).
+    let ar = |t: &tpar::plan::tuned::Tuned| t.plan_profile(CaptureMode::Eager).unwrap().table(Collective::AllReduce, DType::F32).and_then(|t| t.buckets.last().map(|b| b.max_bytes));
+    assert_eq!((ar(with), ar(without)), (Some(16384), Some(16384)));
+    assert!(with.describe().iter().any(|l| l.starts_with(&format!("eager all-gather {}: oneshot-push <= 16 KiB", DType::F32))), "{:?}", with.describe());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_all_gather_or_reduce_scatter_computing_a_wrong_result_is_rejected_for_that_collective_alone() {
+    for broken in [Collective::AllGather, Collective::ReduceScatter] {
+        let dir = cache_dir("agrs-reject");
+        let d = dir.clone();
+        let res = common::run_group(2, |_| {}, move |comm| start_on(comm, &d, Tune::Auto, &gather_scatter_plan(), |r| r.corrupt_collective_for_test(broken, Algorithm::OneshotPush)));
+        for o in res {
+            let o = o.unwrap();
+            let t = o.tuned().unwrap_or_else(|| panic!("{}", o.line()));
+            assert_eq!(t.rejected.len(), 1, "{:?}", t.rejected);
+            let r = t.rejection_for(broken, Algorithm::OneshotPush).expect("rejected");
+            assert!(r.wrong >= 1, "{r:?}");
+            // The all-gather's ranks must agree bitwise; the reduce-scatter's hold different slices.
+            assert_eq!(r.identical, broken == Collective::ReduceScatter, "{r:?}");
+            let p = t.plan_profile(CaptureMode::Eager).unwrap();
+            assert!(p.table(broken, DType::F32).is_none(), "{broken}: no survivor, no table: {:?}", p.tables);
+            let other = if broken == Collective::AllGather { Collective::ReduceScatter } else { Collective::AllGather };
+            assert!(p.table(other, DType::F32).is_some_and(|t| t.buckets.iter().all(|b| b.algorithm == Algorithm::OneshotPush)), "{other}: {:?}", p.tables);
+            assert!(p.table(Collective::AllReduce, DType::F32).is_some());
+            assert!(o.line().contains("rejected by the bit-exact screen") && o.line().contains(&format!("oneshot-push {broken}")), "{}", o.line());
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -30,7 +30,9 @@ const CLI_MAX_SECONDS: f64 = 3600.0;
 /// Each candidate is then checked bit-exactly: every rank's output of seeded random inputs
 /// against the rank-order f32 sum (every rank regenerates every rank's input) and against
 /// every other rank's; one that fails is never chosen and is reported. Survivors (and NCCL on
-/// GPUs) are timed per size and the fastest per size bucket is kept. Use the result with
+/// GPUs) are timed per size and the fastest per size bucket is kept. The all-gather and the
+/// reduce-scatter follow (one-shot push against NCCL, at the engines' sequence-parallel
+/// tensors of 1 to 512 tokens within -e, split over the ranks). Use the result with
 /// TPAR_PROFILE=FILE (or `tpar plan --profile FILE`).
 ///
 /// --cache runs a communicator's start instead: this machine's tune from the tune cache
@@ -112,8 +114,10 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
             output::check_writable("--topology-out", &args.topology_path())?;
         }
     }
+    let largest = sizes.iter().copied().max().unwrap_or(0) as u64;
     let plan = TunePlan {
         sizes: sizes.iter().map(|&s| s as u64).collect(),
+        collectives: tpar::tune::gather_scatter(&tpar::tune::GATHER_SCATTER_TOKENS, largest, &dtypes),
         dtypes,
         modes: vec![capture],
         rounds: Rounds { warmup: args.warmup, iters: args.iters, inner: if target == Target::Cpu { 1 } else { args.graph_inner.max(1) } },

@@ -98,8 +98,8 @@ pub struct GpuCommunicator {
     /// The profile the plan takes for calls of each capture mode (`tune_start::mode_index`): the
     /// first-use tune's tables, or `TPAR_PROFILE`'s in both.
     pub(super) profiles: [Option<Profile>; 2],
-    /// Candidates this machine's bit-exact screen rejected: never run (the plan's pick of
-    /// one goes to NCCL).
+    /// Candidates this machine's bit-exact screen rejected, per collective: never run for it
+    /// (the plan's pick of one goes to NCCL).
     pub(super) rejected: Vec<crate::plan::tuned::Rejection>,
     /// How this start's tune went.
     pub(super) tune: crate::tune::Outcome,
@@ -335,7 +335,7 @@ impl GpuCommunicator {
                 p = Arc::new(k);
             }
         }
-        match self.rejected.iter().find(|r| r.algorithm == p.algorithm) {
+        match self.rejected.iter().find(|r| r.collective == collective && r.algorithm == p.algorithm) {
             None => p,
             Some(r) => Arc::new(Plan {
                 algorithm: Algorithm::Nccl,

@@ -14,9 +14,10 @@
 //!   machine with one GPU. They measure kernel cost on one GPU, not a fabric: the key says so
 //!   ([`RankKind::Emulated`]), and the plan never takes such a tune's buckets.
 //!
-//! Screening and timing are the same code for both: every local rank's input uploaded and
-//! output poisoned and judged, the same rounds on the set's origin stream, one figure for
-//! every local rank. What differs is only [`Across`]: how the ranks' bytes meet (the control
+//! Screening and timing are the same code for both, for the all-reduce, the all-gather and
+//! the reduce-scatter alike: every local rank's input uploaded and output poisoned and judged,
+//! the same rounds on the set's origin stream, one figure for every local rank. What differs
+//! is only [`Across`]: how the ranks' bytes meet (the control
 //! plane, or one process that holds them all), how a call is issued and captured (a resolved
 //! launch or NCCL on the rank's stream, or the set's own enqueue and capture across its
 //! streams), how the stream is waited for (bounded, watching the peers, or the set's
@@ -38,7 +39,7 @@ use crate::algorithms::Algorithm;
 use crate::control::ControlPlane;
 use crate::dtype::{by_dtype, DType, Element};
 use crate::error::{Error, Result};
-use crate::kinds::{Backend, CaptureMode, Transport};
+use crate::kinds::{Backend, CaptureMode, Collective, Transport};
 use crate::plan::feasibility::{check, Fabric};
 use crate::plan::profile::ProfileFingerprint;
 use crate::plan::tuned::{RankKind, TuneKey};
@@ -106,7 +107,9 @@ impl Set<'_> {
     }
 }
 
-/// What the tune allocates: the set, one input and output per local rank, the timing events.
+/// What the tune allocates: the set, one input and output per local rank (each of the
+/// largest call's bytes: an all-gather's output and a reduce-scatter's input are every rank's
+/// parts together, a tensor the tune keeps within it), the timing events.
 struct State<'a> {
     set: Set<'a>,
     inputs: Vec<DeviceBuffer>,
@@ -133,16 +136,31 @@ impl<'a> State<'a> {
     fn ptrs(&self) -> (Vec<u64>, Vec<u64>) {
         (self.inputs.iter().map(|b| b.ptr).collect(), self.outputs.iter().map(|b| b.ptr).collect())
     }
+
+    /// Whether a call of `collective` of `count` elements per rank fits the buffers, or why not.
+    fn fits(&self, collective: Collective, dtype: DType, count: usize, world: usize) -> Result<()> {
+        let (ins, outs) = collective.io_elems(count, world);
+        let (need_in, need_out) = (ins.saturating_mul(dtype.size()), outs.saturating_mul(dtype.size()));
+        let have = |v: &[DeviceBuffer]| v.iter().map(|b| b.bytes).min().unwrap_or(0);
+        if need_in > have(&self.inputs) || need_out > have(&self.outputs) {
+            return Err(Error::invalid(
+                "tune",
+                format!("a {collective} of {count} elements per rank needs {need_in} B in and {need_out} B out; the tune's buffers hold {} B", have(&self.inputs).min(have(&self.outputs))),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// One call as the tune issues it (see [`TuneRanks::call_of`]).
 enum Call {
-    /// A kernel resolved once per shape, launched on the rank's stream (rank processes).
+    /// A kernel resolved once per shape (for its collective), launched on the rank's stream
+    /// (rank processes).
     Resolved(Launch),
-    /// The tune's NCCL (rank processes).
-    Nccl,
-    /// The set's own enqueue, forked across its streams (emulated ranks).
-    Enqueue(Algorithm),
+    /// The tune's NCCL computing the collective (rank processes).
+    Nccl(Collective),
+    /// The set's own enqueue of the collective, forked across its streams (emulated ranks).
+    Enqueue(Collective, Algorithm),
 }
 
 /// The tune's ranks on a [`RankSet`] (see the module's contract).
@@ -235,21 +253,24 @@ impl<'a> TuneRanks<'a> {
         }
     }
 
-    /// How calls of `algo` are issued here: rank processes resolve a kernel once per shape
-    /// (or take the tune's NCCL); emulated ranks go through the set's enqueue.
-    fn call_of(&mut self, algo: Algorithm, dtype: DType, bytes: usize) -> Result<Call> {
+    /// How calls of `algo` computing `collective` (`bytes` per rank) are issued here: rank
+    /// processes resolve a kernel once per shape (or take the tune's NCCL); emulated ranks go
+    /// through the set's enqueue.
+    fn call_of(&mut self, collective: Collective, algo: Algorithm, dtype: DType, bytes: usize) -> Result<Call> {
         match self.across {
-            Across::OneProcess => Ok(Call::Enqueue(algo)),
-            Across::Processes { .. } if algo == Algorithm::Nccl => Ok(Call::Nccl),
-            Across::Processes { .. } => Ok(Call::Resolved(self.state()?.ws().resolve(algo, dtype, bytes, 0)?)),
+            Across::OneProcess => Ok(Call::Enqueue(collective, algo)),
+            Across::Processes { .. } if algo == Algorithm::Nccl => Ok(Call::Nccl(collective)),
+            Across::Processes { .. } if collective == Collective::AllReduce => Ok(Call::Resolved(self.state()?.ws().resolve(algo, dtype, bytes, 0)?)),
+            Across::Processes { .. } => Ok(Call::Resolved(self.state()?.ws().resolve_collective(collective, algo, dtype, bytes, 0)?)),
         }
     }
 
     /// The descriptor a resolved call announces (`TPAR_CHECK_CALLS`; the set's enqueue
-    /// makes its own).
-    fn desc(&self, algo: Algorithm, dtype: DType) -> u32 {
+    /// makes its own): the collective's (`abi::collective_desc_code`, the all-reduce's is
+    /// `abi::desc_code`).
+    fn desc(&self, collective: Collective, algo: Algorithm, dtype: DType) -> u32 {
         match &self.across {
-            Across::Processes { setup, .. } if setup.check_calls && algo != Algorithm::Nccl => abi::desc_code(algo, dtype),
+            Across::Processes { setup, .. } if setup.check_calls && algo != Algorithm::Nccl => abi::collective_desc_code(algo, dtype, collective),
             _ => 0,
         }
     }
@@ -260,11 +281,13 @@ impl<'a> TuneRanks<'a> {
         let (i, o) = st.ptrs();
         match call {
             Call::Resolved(l) => st.ws().launch_resolved(l, desc, count, &i, &o),
-            Call::Enqueue(algo) => st.ws().enqueue(*algo, dtype, count, &i, &o, 0),
-            Call::Nccl => match &self.across {
-                // SAFETY: both buffers hold max_bytes >= count * dtype.size() bytes (the tune's
-                // sizes are within max_bytes) and live until the stream is waited for.
-                Across::Processes { nccl: Some(Ok(n)), .. } => unsafe { n.all_reduce(i[0], o[0], count, dtype, st.ws().stream()) },
+            Call::Enqueue(collective, algo) => st.ws().enqueue_collective(*collective, *algo, dtype, count, &i, &o, 0),
+            Call::Nccl(collective) => match &self.across {
+                // SAFETY: the input and output buffers hold the call's `io_elems(count, world)`
+                // elements (checked by `State::fits` before every screen and timing), are
+                // separate allocations, and live until the stream is waited for; the stream
+                // is the workspace's live stream on the NCCL communicator's device.
+                Across::Processes { nccl: Some(Ok(n)), .. } => unsafe { n.collective_raw(*collective, i[0], o[0], count, dtype, st.ws().stream().raw as u64) },
                 Across::Processes { nccl: Some(Err(why)), .. } => Err(Error::Unsupported { what: format!("timing {}", Algorithm::Nccl), reason: why.clone() }),
                 _ => Err(Error::Unsupported { what: format!("timing {}", Algorithm::Nccl), reason: "no NCCL was joined for this tune".into() }),
             },
@@ -275,10 +298,10 @@ impl<'a> TuneRanks<'a> {
     /// inside a graph. Rank processes capture on the rank's stream; emulated ranks through the
     /// set's capture (fork/join across its streams, calls checked across ranks).
     fn capture(&mut self, call: &Call, dtype: DType, count: usize, inner: usize) -> Result<Graph> {
-        if let Call::Enqueue(algo) = call {
+        if let Call::Enqueue(collective, algo) = call {
             let st = self.state()?;
             let (i, o) = st.ptrs();
-            return st.ws().capture(|g| (0..inner).try_for_each(|_| g.enqueue(*algo, dtype, count, &i, &o, 0)));
+            return st.ws().capture(|g| (0..inner).try_for_each(|_| g.enqueue_collective(*collective, *algo, dtype, count, &i, &o, 0)));
         }
         self.state()?.ws().stream().begin_capture()?;
         let mut r = Ok(());
@@ -290,9 +313,12 @@ impl<'a> TuneRanks<'a> {
         g
     }
 
-    fn screen_t<T: Element + Send + 'static>(&mut self, algo: Algorithm, count: usize, seed: u64) -> Result<Vec<Judged>> {
+    fn screen_t<T: Element + Send + 'static>(&mut self, collective: Collective, algo: Algorithm, count: usize, seed: u64) -> Result<Vec<Judged>> {
         let bytes = count * T::DTYPE.size();
-        let set = self.screen.get::<T>(self.world, count, seed)?;
+        let world = self.world;
+        let (ins, outs) = collective.io_elems(count, world);
+        self.state()?.fits(collective, T::DTYPE, count, world)?;
+        let set = self.screen.get::<T>(world, ins, seed)?;
         let st = self.state.as_mut().ok_or_else(|| Error::invalid("tune", "not prepared"))?;
         for (b, &r) in st.inputs.iter().zip(&self.local) {
             b.upload(&set.inputs[r])?;
@@ -300,30 +326,34 @@ impl<'a> TuneRanks<'a> {
         for b in &st.outputs {
             b.fill_u32(POISON_WORD)?;
         }
-        let call = self.call_of(algo, T::DTYPE, bytes)?;
-        let desc = self.desc(algo, T::DTYPE);
+        let call = self.call_of(collective, algo, T::DTYPE, bytes)?;
+        let desc = self.desc(collective, algo, T::DTYPE);
         self.issue(&call, desc, T::DTYPE, count)?;
         self.wait()?;
-        let set = self.screen.get::<T>(self.world, count, seed)?;
-        let promised = set.promised(algo, &self.islands).to_vec();
+        let set = self.screen.get::<T>(world, ins, seed)?;
+        // What each local rank was promised (the reduce-scatter's slice is each rank's own).
+        let promised: Vec<Vec<T>> = self.local.iter().map(|&r| set.promised_for(collective, algo, &self.islands, r, count).to_vec()).collect();
         let st = self.state()?;
-        let mut out = vec![T::from_f32(0.0); count];
+        let mut out = vec![T::from_f32(0.0); outs];
         st.outputs
             .iter()
-            .map(|b| {
+            .zip(&promised)
+            .map(|(b, p)| {
                 b.download(&mut out)?;
-                Ok(judge(&out, &promised))
+                Ok(judge(&out, p))
             })
             .collect()
     }
 
-    fn time_op(&mut self, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
+    fn time_op(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
         let inner = rounds.inner.max(1);
+        let world = self.world;
+        self.state()?.fits(collective, dtype, count, world)?;
         for b in &self.state()?.inputs {
             b.fill_u32(TIMING_WORD)?;
         }
-        let call = self.call_of(algo, dtype, count * dtype.size())?;
-        let desc = self.desc(algo, dtype);
+        let call = self.call_of(collective, algo, dtype, count * dtype.size())?;
+        let desc = self.desc(collective, algo, dtype);
         let graph: Option<Graph> = match mode {
             CaptureMode::Eager => None,
             CaptureMode::Graph => Some(self.capture(&call, dtype, count, inner)?),
@@ -449,11 +479,11 @@ impl Ranks for TuneRanks<'_> {
     fn prepare(&mut self) -> Result<()> {
         self.prepare_process()
     }
-    fn screen_local(&mut self, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Vec<Judged>> {
-        by_dtype!(dtype, T => self.screen_t::<T>(algo, count, seed))
+    fn screen_local(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Vec<Judged>> {
+        by_dtype!(dtype, T => self.screen_t::<T>(collective, algo, count, seed))
     }
-    fn time_local(&mut self, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
-        self.time_op(algo, dtype, count, mode, rounds)
+    fn time_local(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
+        self.time_op(collective, algo, dtype, count, mode, rounds)
     }
     /// Rank processes: the links between the ranks' GPUs through CUDA IPC. Emulated ranks:
     /// the one GPU against its own memory and host memory (GPUs 0 to the group's ordinal, as

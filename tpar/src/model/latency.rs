@@ -181,9 +181,7 @@ impl ProfileLatency {
     /// Latency for `dtype` from `profile`; an error if the profile has no table for it.
     pub fn new(profile: &Profile, dtype: DType) -> Result<Self> {
         let t = profile
-            .tables
-            .iter()
-            .find(|t| t.dtype == dtype)
+            .table(crate::kinds::Collective::AllReduce, dtype)
             .ok_or_else(|| Error::invalid("profile", format!("the profile has no {dtype} table")))?;
         let pts = t
             .buckets

@@ -2,6 +2,11 @@
 //! and where NCCL does, with the reason. A pure function of the same inputs as the
 //! all-reduce's plan, plus the collective; the same on every rank.
 //!
+//! Where a tuned profile measured here has a bucket for the call (the first-use tune times
+//! one-shot push against NCCL at the engines' sequence-parallel sizes), the measurement
+//! decides and the reason names both figures ("tuned"); elsewhere the simulator does, with
+//! NCCL's ring assumed.
+//!
 //! Sizes are per rank, as nccl-tests and [`Collective::io_elems`] count them (the
 //! all-gather's input, the reduce-scatter's output): the bytes each rank sends to each peer.
 //! Owns: [`plan_collective`]. Must never pick a kernel that cannot run on the fabric
@@ -9,6 +14,7 @@
 //! vectors per rank (the kernels place each rank's part at a vector boundary).
 
 use super::feasibility::{check, natural_transport, transport_usable, Fabric};
+use super::profile::ProfileFingerprint;
 use super::{finish_plan, human_bytes, make, nccl, plan, Plan, PlanInput};
 use crate::kinds::{Algorithm, Backend, CaptureMode, Collective, Transport};
 use crate::sim::{Launch, Params, Simulator, Source};
@@ -76,6 +82,34 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
     if forced == Some(PUSH) {
         return finish(make(PUSH, t, s, &f, format!("TPAR_ALGO={PUSH} forced")), notes);
     }
+    // A tune's measurement on this machine, where it has a bucket for this call (a profile
+    // that measured no such call says nothing here).
+    if let Some(p) = input.profile.filter(|p| p.tables.iter().any(|t| t.collective == collective)) {
+        let here = ProfileFingerprint::of_input(input.topology, world, input.backend, input.capture);
+        match p.mismatch(&here) {
+            Some(why) => notes.push(format!("profile ignored: {why}")),
+            None => match p.lookup_for(collective, input.dtype, s) {
+                Some(b) if b.algorithm == PUSH || b.algorithm == Algorithm::Nccl => {
+                    let within = format!("{collective} of {size} per rank <= {} ({world} ranks, {})", human_bytes(b.max_bytes), input.dtype);
+                    let rival = b.rival.filter(|r| r.algorithm != b.algorithm);
+                    let vs = match rival {
+                        Some(r) => format!(" vs {} {:.1} us", name(r.algorithm), r.median_us),
+                        None => " (nothing else timed)".to_string(),
+                    };
+                    let nccl_us = if b.algorithm == Algorithm::Nccl { Some(b.median_us) } else { rival.filter(|r| r.algorithm == Algorithm::Nccl).map(|r| r.median_us) };
+                    let nccl_source = nccl_us.map(|_| Source::Profile);
+                    let p = if b.algorithm == PUSH {
+                        make(PUSH, t, s, &f, format!("tuned: {within}: one-shot push {:.1} us{vs} (measured here)", b.median_us))
+                    } else {
+                        nccl(format!("tuned: {within}: NCCL {:.1} us{vs} (measured here): NCCL", b.median_us))
+                    };
+                    return finish(p.timed(Some(b.median_us), Source::Profile, nccl_us, nccl_source), notes);
+                }
+                Some(b) => notes.push(format!("profile's {} ignored for the {collective}: only one-shot push and NCCL compute it", b.algorithm)),
+                None => notes.push(format!("profile has no {collective} bucket for {size} per rank {} at {world} ranks: simulator", input.dtype)),
+            },
+        }
+    }
     // The simulator: tpar's pushes against NCCL's ring (n - 1 steps of the per-rank bytes).
     let launch = if input.capture == CaptureMode::Graph { Launch::Graph } else { Launch::Eager };
     let fabric = if f.nvlink { "NVLink" } else if t == Transport::Host { "PCIe through host memory" } else { "PCIe" };
@@ -96,6 +130,17 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
             finish(nccl(why).timed(Some(theirs), Source::Assumed, Some(theirs), Some(Source::Assumed)), notes)
         }
         Err(e) => finish(nccl(format!("the simulator cannot time this fabric ({e}): NCCL")), notes),
+    }
+}
+
+/// An algorithm as the reasons name it.
+fn name(a: Algorithm) -> &'static str {
+    if a == PUSH {
+        "one-shot push"
+    } else if a == Algorithm::Nccl {
+        "NCCL"
+    } else {
+        a.name()
     }
 }
 
@@ -143,5 +188,61 @@ mod tests {
         // The all-reduce is the all-reduce's plan.
         let ar = input(&t, &o, 4, 4096, Backend::Cuda);
         assert_eq!(plan_collective(Collective::AllReduce, &ar), plan(&ar));
+    }
+
+    /// A tune's profile of the switch box, graph mode: the all-gather's push measured slower
+    /// than NCCL up to 8 KiB per rank and faster up to 64 KiB (the simulator says push at
+    /// 4 KiB: the measurement overrides it), and an all-reduce table.
+    fn tuned_profile(t: &Topology) -> crate::plan::profile::Profile {
+        use crate::plan::profile::{Profile, ProfileFingerprint};
+        use crate::report::Record;
+        let rec = |c: Collective, a: Algorithm, per_rank: usize, us: f64| Record::measured_for(c, a, "cuda", DType::BF16, 8, per_rank / 2 * if c == Collective::AllReduce { 1 } else { 8 }, (us, us, us), 0);
+        let records = vec![
+            rec(Collective::AllGather, PUSH, 8192, 30.0),
+            rec(Collective::AllGather, Algorithm::Nccl, 8192, 12.5),
+            rec(Collective::AllGather, PUSH, 65536, 20.0),
+            rec(Collective::AllGather, Algorithm::Nccl, 65536, 40.0),
+            rec(Collective::AllReduce, Algorithm::OneshotPush, 65536, 9.0),
+            rec(Collective::AllReduce, Algorithm::Nccl, 65536, 30.0),
+        ];
+        Profile::from_measurements(&records, ProfileFingerprint::new(t, None, Backend::Cuda, 8, CaptureMode::Graph))
+    }
+
+    #[test]
+    fn a_tuned_bucket_decides_with_both_figures_and_the_simulator_keeps_the_rest() {
+        let t = presets::rtxpro6000_pcie_switch_8();
+        let o = Overrides::default();
+        let p = tuned_profile(&t);
+        let with = |bytes, capture| PlanInput { profile: Some(&p), capture, ..input(&t, &o, 8, bytes, Backend::Cuda) };
+        // The simulator picks push at 4 KiB per rank; the tune measured NCCL faster there.
+        assert_eq!(plan_collective(Collective::AllGather, &input(&t, &o, 8, 4096, Backend::Cuda)).algorithm, PUSH);
+        let got = plan_collective(Collective::AllGather, &with(4096, CaptureMode::Graph));
+        assert_eq!(got.algorithm, Algorithm::Nccl, "{got}");
+        assert!(got.reason.starts_with("tuned:") && got.reason.contains("NCCL 12.5 us vs one-shot push 30.0 us"), "{}", got.reason);
+        assert_eq!((got.predicted_us, got.nccl_us, got.source), (Some(12.5), Some(12.5), Some(Source::Profile)));
+        let got = plan_collective(Collective::AllGather, &with(65536, CaptureMode::Graph));
+        assert_eq!((got.algorithm, got.transport), (PUSH, Transport::P2p), "{got}");
+        assert!(got.reason.contains("one-shot push 20.0 us vs NCCL 40.0 us"), "{}", got.reason);
+        assert_eq!((got.predicted_us, got.nccl_us), (Some(20.0), Some(40.0)));
+        // Above the largest tuned size, the simulator, and the reason says why.
+        let above = plan_collective(Collective::AllGather, &with(1 << 20, CaptureMode::Graph));
+        assert!(above.reason.contains("(simulator; NCCL's ring assumed)") && above.reason.contains("profile has no all-gather bucket"), "{}", above.reason);
+        // No reduce-scatter table: the simulator's plan, unchanged, without a note.
+        let rs = plan_collective(Collective::ReduceScatter, &with(4096, CaptureMode::Graph));
+        assert_eq!(rs, plan_collective(Collective::ReduceScatter, &input(&t, &o, 8, 4096, Backend::Cuda)));
+        // Measured in graph mode: an eager call ignores it, and says so.
+        let eager = plan_collective(Collective::AllGather, &with(4096, CaptureMode::Eager));
+        assert_eq!(eager.algorithm, PUSH, "{eager}");
+        assert!(eager.reason.contains("profile ignored: tuned in graph mode, not eager"), "{}", eager.reason);
+        // Settings still come first.
+        let off = Overrides { disable: true, ..Overrides::default() };
+        let d = plan_collective(Collective::AllGather, &PlanInput { profile: Some(&p), ..input(&t, &off, 8, 65536, Backend::Cuda) });
+        assert!(d.reason.starts_with("TPAR_DISABLE"), "{}", d.reason);
+        // The all-reduce's decisions with this profile are those with its all-reduce table alone.
+        let mut ar_only = p.clone();
+        ar_only.tables.retain(|t| t.collective == Collective::AllReduce);
+        for bytes in [4096, 65536, 1 << 20] {
+            assert_eq!(plan(&with(bytes, CaptureMode::Graph)), plan(&PlanInput { profile: Some(&ar_only), ..with(bytes, CaptureMode::Graph) }), "{bytes}");
+        }
     }
 }

@@ -21,11 +21,22 @@
 //! [[tables]]
 //! dtype = "bfloat16"
 //! buckets = [ { max_bytes = 65536, algorithm = "oneshot-push", median_us = 9.1 }, ... ]
+//! [[tables]]
+//! dtype = "bfloat16"
+//! collective = "all-gather"
+//! buckets = [ { max_bytes = 28672, algorithm = "oneshot-push", median_us = 6.2, rival = { algorithm = "nccl", median_us = 14.8 } }, ... ]
 //! ```
+//!
+//! A table decides one collective at one dtype (`collective` absent: the all-reduce, as in
+//! profiles written before the all-gather and the reduce-scatter were tuned). The all-gather's
+//! and the reduce-scatter's tables are keyed by bytes per rank (the plan's bytes for them,
+//! [`Collective::io_elems`]'s count) and carry the measured rival of each bucket's winner
+//! (one-shot push against NCCL), so that the plan's reason names both figures.
 
 use crate::algorithms::Algorithm;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::kinds::Collective;
 use crate::plan::{human_bytes, Backend, CaptureMode};
 use crate::report::Record;
 use crate::topology::probe::Probe;
@@ -73,13 +84,34 @@ pub struct Bucket {
     pub algorithm: Algorithm,
     /// Median time of the winner at `max_bytes`, us (for reasons; not used to decide).
     pub median_us: f64,
+    /// The fastest other algorithm measured at `max_bytes` (the all-gather's and the
+    /// reduce-scatter's tables: one-shot push against NCCL), for the plan's reason; absent in
+    /// the all-reduce's tables and where nothing else was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rival: Option<Rival>,
 }
 
-/// Crossovers for one dtype: buckets in ascending `max_bytes`, neighbours never equal.
+/// A bucket's runner-up at its `max_bytes`: the algorithm and its median, us.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Rival {
+    pub algorithm: Algorithm,
+    pub median_us: f64,
+}
+
+/// Crossovers for one collective and dtype: buckets in ascending `max_bytes`, neighbours
+/// never equal.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Table {
     pub dtype: DType,
+    /// What the table decides (absent: the all-reduce, as every table was before the
+    /// all-gather and the reduce-scatter were tuned).
+    #[serde(default, skip_serializing_if = "is_all_reduce")]
+    pub collective: Collective,
     pub buckets: Vec<Bucket>,
+}
+
+fn is_all_reduce(c: &Collective) -> bool {
+    *c == Collective::AllReduce
 }
 
 /// A tuned profile.
@@ -101,47 +133,64 @@ pub struct Profile {
 
 impl Profile {
     /// Builds a profile from bench records. Only records with `wrong == 0` (checked and
-    /// correct) of the fingerprint's backend and world count. Per (dtype, size) the
-    /// algorithm with the lowest median wins (repeated records of one algorithm and size
-    /// are combined by their median); equal neighbouring winners merge into one bucket.
+    /// correct) of the fingerprint's backend and world count. Per collective, dtype and size
+    /// the algorithm with the lowest median wins (repeated records of one algorithm and size
+    /// are combined by their median); equal neighbouring winners merge into one bucket. The
+    /// all-gather's and the reduce-scatter's records (whose `bytes` are every rank's part, as
+    /// nccl-tests counts them) make tables keyed by bytes per rank, whose buckets carry the
+    /// runner-up ([`Bucket::rival`]).
     pub fn from_measurements(records: &[Record], fingerprint: ProfileFingerprint) -> Profile {
-        // (dtype, bytes) -> algorithm -> times
-        let mut by_point: BTreeMap<(DType, u64), BTreeMap<Algorithm, Vec<f64>>> = BTreeMap::new();
+        // (collective, dtype, bytes per rank) -> algorithm -> times
+        let mut by_point: BTreeMap<(Collective, DType, u64), BTreeMap<Algorithm, Vec<f64>>> = BTreeMap::new();
+        let world = fingerprint.world.max(1) as u64;
         for r in records.iter().filter(|r| {
             r.wrong == 0 && r.world == fingerprint.world && r.backend.eq_ignore_ascii_case(fingerprint.backend.name()) && r.time_us.is_finite() && r.time_us >= 0.0
         }) {
-            by_point.entry((r.dtype, r.bytes as u64)).or_default().entry(r.algorithm).or_default().push(r.time_us);
+            let bytes = match r.collective {
+                Collective::AllReduce => r.bytes as u64,
+                Collective::AllGather | Collective::ReduceScatter => r.bytes as u64 / world,
+            };
+            by_point.entry((r.collective, r.dtype, bytes)).or_default().entry(r.algorithm).or_default().push(r.time_us);
         }
-        let mut tables: BTreeMap<DType, Vec<Bucket>> = BTreeMap::new();
+        let mut tables: BTreeMap<(Collective, DType), Vec<Bucket>> = BTreeMap::new();
         let (mut pull_wins, mut comparisons) = (0usize, 0usize);
-        for ((dtype, bytes), algs) in &by_point {
+        for ((collective, dtype, bytes), algs) in &by_point {
             let medians: BTreeMap<Algorithm, f64> = algs.iter().map(|(a, ts)| (*a, median(ts))).collect();
-            for (pull, push) in [(Algorithm::OneshotPull, Algorithm::OneshotPush), (Algorithm::TwoshotPull, Algorithm::TwoshotPush)] {
-                if let (Some(r), Some(w)) = (medians.get(&pull), medians.get(&push)) {
-                    comparisons += 1;
-                    pull_wins += usize::from(r < w);
+            if *collective == Collective::AllReduce {
+                for (pull, push) in [(Algorithm::OneshotPull, Algorithm::OneshotPush), (Algorithm::TwoshotPull, Algorithm::TwoshotPush)] {
+                    if let (Some(r), Some(w)) = (medians.get(&pull), medians.get(&push)) {
+                        comparisons += 1;
+                        pull_wins += usize::from(r < w);
+                    }
                 }
             }
             // Ties go to the earlier algorithm in Algorithm order (stable across runs).
-            let best = medians.iter().fold(None::<(Algorithm, f64)>, |acc, (&a, &t)| match acc {
-                Some((_, bt)) if bt <= t => acc,
-                Some(_) | None => Some((a, t)),
-            });
-            if let Some((algorithm, median_us)) = best {
-                let buckets = tables.entry(*dtype).or_default();
+            let fastest = |skip: Option<Algorithm>| {
+                medians.iter().filter(|(a, _)| Some(**a) != skip).fold(None::<(Algorithm, f64)>, |acc, (&a, &t)| match acc {
+                    Some((_, bt)) if bt <= t => acc,
+                    Some(_) | None => Some((a, t)),
+                })
+            };
+            if let Some((algorithm, median_us)) = fastest(None) {
+                let rival = match collective {
+                    Collective::AllReduce => None,
+                    Collective::AllGather | Collective::ReduceScatter => fastest(Some(algorithm)).map(|(algorithm, median_us)| Rival { algorithm, median_us }),
+                };
+                let buckets = tables.entry((*collective, *dtype)).or_default();
                 match buckets.last_mut() {
                     Some(last) if last.algorithm == algorithm => {
                         last.max_bytes = *bytes;
                         last.median_us = median_us;
+                        last.rival = rival;
                     }
-                    Some(_) | None => buckets.push(Bucket { max_bytes: *bytes, algorithm, median_us }),
+                    Some(_) | None => buckets.push(Bucket { max_bytes: *bytes, algorithm, median_us, rival }),
                 }
             }
         }
         Profile {
             reads_beat_writes: comparisons > 0 && 2 * pull_wins > comparisons,
             fingerprint,
-            tables: tables.into_iter().map(|(dtype, buckets)| Table { dtype, buckets }).collect(),
+            tables: tables.into_iter().map(|((collective, dtype), buckets)| Table { dtype, collective, buckets }).collect(),
             probe: None,
         }
     }
@@ -160,10 +209,21 @@ impl Profile {
         Some(with)
     }
 
-    /// The bucket covering `bytes` of `dtype`: the first with `bytes <= max_bytes`. None
-    /// above the largest measured size or for an unmeasured dtype.
+    /// The all-reduce's bucket covering `bytes` of `dtype`: the first with `bytes <=
+    /// max_bytes`. None above the largest measured size or for an unmeasured dtype.
     pub fn lookup(&self, dtype: DType, bytes: u64) -> Option<&Bucket> {
-        self.tables.iter().find(|t| t.dtype == dtype)?.buckets.iter().find(|b| bytes <= b.max_bytes)
+        self.lookup_for(Collective::AllReduce, dtype, bytes)
+    }
+
+    /// As [`lookup`](Self::lookup), in `collective`'s table (`bytes` per rank, as the plan
+    /// takes them).
+    pub fn lookup_for(&self, collective: Collective, dtype: DType, bytes: u64) -> Option<&Bucket> {
+        self.table(collective, dtype)?.buckets.iter().find(|b| bytes <= b.max_bytes)
+    }
+
+    /// The table of `collective` at `dtype`, if one was measured.
+    pub fn table(&self, collective: Collective, dtype: DType) -> Option<&Table> {
+        self.tables.iter().find(|t| t.dtype == dtype && t.collective == collective)
     }
 
     /// Why this profile does not apply to `here`, or None when it does. The driver version
@@ -210,9 +270,12 @@ impl Profile {
             // GPU indices are checked against the topology when the probe is used.
             probe.validate(usize::MAX)?;
         }
-        for t in &p.tables {
+        for (i, t) in p.tables.iter().enumerate() {
             if t.buckets.windows(2).any(|w| w[0].max_bytes >= w[1].max_bytes) {
-                return Err(Error::invalid("profile", format!("{} buckets must have strictly ascending max_bytes", t.dtype)));
+                return Err(Error::invalid("profile", format!("{} {} buckets must have strictly ascending max_bytes", t.collective, t.dtype)));
+            }
+            if p.tables[..i].iter().any(|u| u.collective == t.collective && u.dtype == t.dtype) {
+                return Err(Error::invalid("profile", format!("two {} {} tables", t.collective, t.dtype)));
             }
         }
         Ok(p)
@@ -228,13 +291,18 @@ impl Profile {
         std::fs::write(path, text).map_err(|e| Error::io(0, format!("writing profile {}", path.display()), e))
     }
 
-    /// A one-line summary per table: `bfloat16: oneshot-push <= 64 KiB < staged-push <= 1 MiB`.
+    /// A one-line summary per table: `bfloat16: oneshot-push <= 64 KiB < staged-push <= 1 MiB`
+    /// (the all-reduce), `all-gather bfloat16: oneshot-push <= 224 KiB < nccl <= 896 KiB`
+    /// (bytes per rank).
     pub fn describe(&self) -> Vec<String> {
         self.tables
             .iter()
             .map(|t| {
                 let parts: Vec<String> = t.buckets.iter().map(|b| format!("{} <= {}", b.algorithm, human_bytes(b.max_bytes))).collect();
-                format!("{}: {}", t.dtype, parts.join(" < "))
+                match t.collective {
+                    Collective::AllReduce => format!("{}: {}", t.dtype, parts.join(" < ")),
+                    c => format!("{c} {}: {}", t.dtype, parts.join(" < ")),
+                }
             })
             .collect()
     }

@@ -5,10 +5,10 @@
 //! ([`Tuned::to_entry`] / [`Tuned::from_entry`]: TOML under a checksummed header) live here,
 //! so that they build and are tested without the `cuda` feature.
 //!
-//! Owns: the key's fields and their comparison, the per-mode decision from measured points,
-//! the entry format. Must never: measure anything (`crate::tune` drives the ranks), let a
-//! candidate that failed the screen choose anything (it is dropped from every mode, dtype and
-//! size), or trust an entry whose checksum, format or key does not match (it is refused with
+//! Owns: the key's fields and their comparison, the per-mode and per-collective decision from
+//! measured points, the entry format. Must never: measure anything (`crate::tune` drives the
+//! ranks), let a candidate that failed the screen for a collective choose anything for it (it
+//! is dropped from that collective's tables at every mode, dtype and size), or trust an entry whose checksum, format or key does not match (it is refused with
 //! the reason, and the caller re-tunes).
 //!
 //! A tune measured on ranks that share a GPU (rank processes on one GPU, or emulated ranks)
@@ -20,7 +20,7 @@
 use crate::algorithms::Algorithm;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kinds::{Backend, CaptureMode, Transport};
+use crate::kinds::{Backend, CaptureMode, Collective, Transport};
 use crate::plan::human_bytes;
 use crate::plan::profile::{Profile, ProfileFingerprint};
 use crate::report::Record;
@@ -28,8 +28,12 @@ use crate::topology::probe::Probe;
 use crate::units::fnv1a64;
 use serde::{Deserialize, Serialize};
 
-/// Version of the entry format (the header names it; another version is re-tuned).
-pub const ENTRY_FORMAT: u32 = 1;
+/// Version of the entry format (the header names it; another version is re-tuned). 2: the
+/// tune measures the all-gather and the reduce-scatter beside the all-reduce (points,
+/// rejections and tables name their collective); an entry of format 1 holds the all-reduce
+/// alone, so it is re-tuned rather than read, or the plan would never get those tables on a
+/// machine whose cache predates them.
+pub const ENTRY_FORMAT: u32 = 2;
 const HEADER_MAGIC: &str = "# tpar tuned profile v";
 
 /// What ran the ranks of a tune.
@@ -153,8 +157,12 @@ impl TuneKey {
 }
 
 /// One timed point: the median per-call time of `algorithm` (per round the slowest rank).
+/// `bytes` per rank, as the plan takes them ([`Collective::io_elems`]'s count).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Point {
+    /// What the call computed (absent: the all-reduce).
+    #[serde(default)]
+    pub collective: Collective,
     pub mode: CaptureMode,
     pub dtype: DType,
     pub bytes: u64,
@@ -162,21 +170,33 @@ pub struct Point {
     pub median_us: f64,
 }
 
-/// A candidate the bit-exact screen rejected: it is never chosen by this tune.
+/// A candidate the bit-exact screen rejected for one collective: it is never chosen for that
+/// collective by this tune.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rejection {
+    /// The collective it computed wrong (absent: the all-reduce).
+    #[serde(default)]
+    pub collective: Collective,
     pub algorithm: Algorithm,
     pub dtype: DType,
     pub bytes: u64,
-    /// Elements that differed from the rank-order f32 sum, over every rank.
+    /// Elements that differed from what the collective promises (the rank-order f32 sum, its
+    /// slice, or the ranks' inputs), over every rank.
     pub wrong: u64,
-    /// Whether every rank's output was bitwise the same.
+    /// Whether every rank's output was bitwise the same (the reduce-scatter, whose ranks
+    /// hold different slices: true).
     pub identical: bool,
 }
 
 impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {} {}: {} elements off the rank-order f32 sum", self.algorithm, self.dtype, human_bytes(self.bytes), self.wrong)?;
+        match self.collective {
+            Collective::AllReduce => write!(f, "{} {} {}: {} elements off the rank-order f32 sum", self.algorithm, self.dtype, human_bytes(self.bytes), self.wrong)?,
+            Collective::AllGather => write!(f, "{} all-gather {} {} per rank: {} elements off the ranks' inputs", self.algorithm, self.dtype, human_bytes(self.bytes), self.wrong)?,
+            Collective::ReduceScatter => {
+                write!(f, "{} reduce-scatter {} {} per rank: {} elements off the rank-order f32 sum's slices", self.algorithm, self.dtype, human_bytes(self.bytes), self.wrong)?
+            }
+        }
         if !self.identical {
             write!(f, ", ranks' outputs differ")?;
         }
@@ -193,9 +213,9 @@ pub struct Cost {
     pub probe_seconds: f64,
     /// Of which joining NCCL for the tune, seconds.
     pub nccl_seconds: f64,
-    /// Candidate x dtype x size screens run.
+    /// Candidate x collective x dtype x size screens run.
     pub screens: usize,
-    /// Points timed (candidate or NCCL x dtype x size x mode).
+    /// Points timed (candidate or NCCL x collective x dtype x size x mode).
     pub points: usize,
     /// The budget it ran under (sizes, dtypes, modes, rounds), in words.
     pub budget: String,
@@ -236,12 +256,16 @@ pub struct Decision<'a> {
 }
 
 impl Tuned {
-    /// Rank 0's decision: per mode, dtype and size the fastest candidate that passed the
-    /// screen (ties to the earlier in `Algorithm` order), NCCL among them when it was timed;
-    /// equal neighbours merge into one bucket ([`Profile::from_measurements`]). A rejected
-    /// candidate's points are dropped at every mode, dtype and size.
+    /// Rank 0's decision: per mode, collective, dtype and size the fastest candidate that
+    /// passed the screen (ties to the earlier in `Algorithm` order), NCCL among them when it
+    /// was timed; equal neighbours merge into one bucket ([`Profile::from_measurements`]). A
+    /// candidate rejected for a collective has its points of that collective dropped at
+    /// every mode, dtype and size. Without NCCL timings the all-gather and the reduce-scatter
+    /// get tables only on CPU ranks (no NCCL to lose to) and on ranks whose tables never
+    /// decide ([`RankKind::not_fabric`]: kept to show what the mechanism measured); elsewhere
+    /// the plan's simulator keeps deciding them.
     pub fn decide(d: Decision<'_>) -> Tuned {
-        let banned = |a: Algorithm| d.rejected.iter().any(|r| r.algorithm == a);
+        let banned = |c: Collective, a: Algorithm| d.rejected.iter().any(|r| r.collective == c && r.algorithm == a);
         let mut modes: Vec<CaptureMode> = d.points.iter().map(|p| p.mode).collect();
         modes.sort();
         modes.dedup();
@@ -250,12 +274,17 @@ impl Tuned {
         let profiles = modes
             .into_iter()
             .map(|mode| {
-                let mut points: Vec<&Point> = d.points.iter().filter(|p| p.mode == mode && !banned(p.algorithm)).collect();
+                let mut points: Vec<&Point> = d.points.iter().filter(|p| p.mode == mode && !banned(p.collective, p.algorithm)).collect();
                 if d.nccl.is_err() {
                     // Without NCCL's times a kernel would "win" where NCCL may be faster: keep
-                    // only the sizes below the first the defaults give to NCCL.
+                    // only the all-reduce's sizes below the first the defaults give to NCCL,
+                    // and the other collectives only where there is no NCCL (CPU ranks) or
+                    // the tables never decide.
+                    if d.key.backend != Backend::Cpu && d.key.ranks.not_fabric().is_none() {
+                        points.retain(|p| p.collective == Collective::AllReduce);
+                    }
                     let mut cut: Vec<(DType, u64)> = Vec::new();
-                    for p in &points {
+                    for p in points.iter().filter(|p| p.collective == Collective::AllReduce) {
                         if (d.default_is_nccl)(mode, p.dtype, p.bytes) {
                             match cut.iter_mut().find(|(dt, _)| *dt == p.dtype) {
                                 Some(c) => c.1 = c.1.min(p.bytes),
@@ -263,13 +292,16 @@ impl Tuned {
                             }
                         }
                     }
-                    points.retain(|p| !cut.iter().any(|&(dt, b)| dt == p.dtype && p.bytes >= b));
+                    points.retain(|p| p.collective != Collective::AllReduce || !cut.iter().any(|&(dt, b)| dt == p.dtype && p.bytes >= b));
                 }
                 let records: Vec<Record> = points
                     .iter()
                     .map(|p| {
-                        let count = (p.bytes as usize) / p.dtype.size();
-                        Record::measured(p.algorithm, backend, p.dtype, world, count, (p.median_us, p.median_us, p.median_us), 0)
+                        // A record counts as nccl-tests does: every rank's part of the
+                        // all-gather and the reduce-scatter (the profile keys them per rank).
+                        let per_rank = (p.bytes as usize) / p.dtype.size();
+                        let count = if p.collective == Collective::AllReduce { per_rank } else { per_rank * world };
+                        Record::measured_for(p.collective, p.algorithm, backend, p.dtype, world, count, (p.median_us, p.median_us, p.median_us), 0)
                     })
                     .collect();
                 let mut profile = Profile::from_measurements(&records, (d.fingerprint)(mode));
@@ -298,9 +330,14 @@ impl Tuned {
         self.profile(mode).ok_or_else(|| format!("the tune measured no {mode} calls"))
     }
 
-    /// The screen's rejection of `algorithm`, if it was rejected.
+    /// The screen's rejection of `algorithm` (for any collective), if it was rejected.
     pub fn rejection(&self, algorithm: Algorithm) -> Option<&Rejection> {
         self.rejected.iter().find(|r| r.algorithm == algorithm)
+    }
+
+    /// The screen's rejection of `algorithm` for `collective`, if it was rejected.
+    pub fn rejection_for(&self, collective: Collective, algorithm: Algorithm) -> Option<&Rejection> {
+        self.rejected.iter().find(|r| r.collective == collective && r.algorithm == algorithm)
     }
 
     /// Whether this tune serves a start with `key` whose messages go up to `max_bytes`, or
@@ -371,6 +408,7 @@ impl Tuned {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::profile::Table;
     use crate::plan::{plan, Overrides, PlanInput};
     use crate::topology::presets;
     use crate::topology::Topology;
@@ -391,7 +429,7 @@ mod tests {
     }
 
     fn pt(mode: CaptureMode, bytes: u64, a: Algorithm, us: f64) -> Point {
-        Point { mode, dtype: DType::BF16, bytes, algorithm: a, median_us: us }
+        Point { collective: Collective::AllReduce, mode, dtype: DType::BF16, bytes, algorithm: a, median_us: us }
     }
 
     fn decide(t: &Topology, points: &[Point], rejected: Vec<Rejection>, nccl: std::result::Result<(), String>, ranks: RankKind) -> Tuned {
@@ -432,7 +470,7 @@ mod tests {
     }
 
     fn rejected_pull() -> Vec<Rejection> {
-        vec![Rejection { algorithm: Algorithm::OneshotPull, dtype: DType::F16, bytes: 1 << 20, wrong: 3, identical: true }]
+        vec![Rejection { collective: Collective::AllReduce, algorithm: Algorithm::OneshotPull, dtype: DType::F16, bytes: 1 << 20, wrong: 3, identical: true }]
     }
 
     #[test]
@@ -460,6 +498,94 @@ mod tests {
             assert_eq!(got.algorithm, want, "{mode} {bytes}: {got}");
             assert!(got.reason.starts_with("profile:"), "{got}");
         }
+    }
+
+    /// The all-gather's and reduce-scatter's points beside the all-reduce's (bytes per rank):
+    /// push wins the small all-gather, NCCL the large one; the reduce-scatter's push is fastest
+    /// everywhere but computed a wrong slice.
+    fn gather_scatter_points() -> Vec<Point> {
+        use Algorithm::*;
+        let mut v = points();
+        for mode in [CaptureMode::Eager, CaptureMode::Graph] {
+            for (c, bytes, a, us) in [
+                (Collective::AllGather, 1792, OneshotPush, 4.0),
+                (Collective::AllGather, 1792, Nccl, 15.0),
+                (Collective::AllGather, 57344, OneshotPush, 60.0),
+                (Collective::AllGather, 57344, Nccl, 35.0),
+                (Collective::ReduceScatter, 1792, OneshotPush, 3.0),
+                (Collective::ReduceScatter, 1792, Nccl, 16.0),
+            ] {
+                v.push(Point { collective: c, ..pt(mode, bytes, a, us) });
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn buckets_and_rejections_are_per_collective() {
+        let t = presets::h200_nvswitch_8();
+        let mut rejected = rejected_pull();
+        rejected.push(Rejection { collective: Collective::ReduceScatter, algorithm: Algorithm::OneshotPush, dtype: DType::BF16, bytes: 1792, wrong: 7, identical: true });
+        let tuned = decide(&t, &gather_scatter_points(), rejected, Ok(()), RankKind::GpuProcesses);
+        let table = |m, c| tuned.profile(m).unwrap().table(c, DType::BF16).unwrap().buckets.iter().map(|b| (b.max_bytes, b.algorithm, b.rival.map(|r| r.algorithm))).collect::<Vec<_>>();
+        for m in CaptureMode::ALL {
+            assert_eq!(table(m, Collective::AllGather), vec![(1792, Algorithm::OneshotPush, Some(Algorithm::Nccl)), (57344, Algorithm::Nccl, Some(Algorithm::OneshotPush))]);
+            // Push failed the reduce-scatter's screen: NCCL alone there, push still in the all-reduce.
+            assert_eq!(table(m, Collective::ReduceScatter), vec![(1792, Algorithm::Nccl, None)]);
+            assert!(tuned.profile(m).unwrap().tables.iter().any(|t| t.collective == Collective::AllReduce && t.buckets.iter().any(|b| b.algorithm == Algorithm::OneshotPush)));
+        }
+        // The all-reduce's tables are what they were without the other collectives.
+        let alone = decide(&t, &points(), rejected_pull(), Ok(()), RankKind::GpuProcesses);
+        for m in CaptureMode::ALL {
+            let ar: Vec<&Table> = tuned.profile(m).unwrap().tables.iter().filter(|t| t.collective == Collective::AllReduce).collect();
+            assert_eq!(ar, alone.profile(m).unwrap().tables.iter().collect::<Vec<_>>());
+        }
+        assert!(tuned.rejection_for(Collective::ReduceScatter, Algorithm::OneshotPush).is_some());
+        assert!(tuned.rejection_for(Collective::AllReduce, Algorithm::OneshotPush).is_none());
+        let said = tuned.rejected[1].to_string();
+        assert!(said.contains("reduce-scatter") && said.contains("7 elements"), "{said}");
+        assert!(tuned.describe().iter().any(|l| l == "graph all-gather bfloat16: oneshot-push <= 1.8 KiB < nccl <= 56 KiB"), "{:?}", tuned.describe());
+        // The entry keeps every table.
+        assert_eq!(Tuned::from_entry(&tuned.to_entry().unwrap()).unwrap(), tuned);
+        // Without NCCL timings the other collectives keep no table on GPUs (the simulator
+        // decides them), and do on CPU ranks (there is no NCCL to lose to).
+        let no_nccl = decide(&t, &gather_scatter_points(), Vec::new(), Err("not joined".into()), RankKind::GpuProcesses);
+        assert!(no_nccl.profiles.iter().all(|p| p.tables.iter().all(|t| t.collective == Collective::AllReduce)));
+        let emulated = decide(&t, &gather_scatter_points(), Vec::new(), Err("emulated".into()), RankKind::Emulated);
+        assert!(emulated.profile(CaptureMode::Graph).unwrap().table(Collective::AllGather, DType::BF16).is_some(), "kept to show what was measured");
+        assert!(emulated.plan_profile(CaptureMode::Graph).is_err(), "and never handed to the plan");
+        let fp = |m| ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, 8, m);
+        let never = |_, _, _| false;
+        let cpu = Tuned::decide(Decision {
+            key: TuneKey { backend: Backend::Cpu, ranks: RankKind::Cpu, ..key(RankKind::Cpu) },
+            max_bytes: 8 << 20,
+            points: &gather_scatter_points(),
+            rejected: Vec::new(),
+            nccl: Err("CPU ranks have no NCCL".into()),
+            fingerprint: &fp,
+            default_is_nccl: &never,
+            probe: None,
+            cost: Cost::default(),
+            unix_time: 1,
+        });
+        assert!(cpu.profile(CaptureMode::Eager).unwrap().table(Collective::AllGather, DType::BF16).is_some());
+    }
+
+    #[test]
+    fn a_profile_without_collectives_reads_as_the_all_reduce_and_an_old_entry_is_re_tuned() {
+        let t = presets::h200_nvswitch_8();
+        let tuned = decide(&t, &points(), Vec::new(), Ok(()), RankKind::GpuProcesses);
+        let p = tuned.profile(CaptureMode::Eager).unwrap();
+        let text = p.to_toml().unwrap();
+        assert!(!text.contains("collective") && !text.contains("rival"), "the all-reduce's tables are written as before: {text}");
+        assert_eq!(Profile::from_toml(&text).unwrap(), *p);
+        let entry = tuned.to_entry().unwrap();
+        let old = entry.replacen(&format!("v{ENTRY_FORMAT} "), "v1 ", 1);
+        assert!(Tuned::from_entry(&old).unwrap_err().to_string().contains(&format!("format 1, this tpar reads {ENTRY_FORMAT}")));
+        // Two tables of one collective and dtype are refused.
+        let mut twice = p.clone();
+        twice.tables.push(twice.tables[0].clone());
+        assert!(Profile::from_toml(&twice.to_toml().unwrap()).unwrap_err().to_string().contains("two all-reduce bfloat16 tables"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::algorithms::Algorithm;
 use crate::comm::Communicator;
 use crate::dtype::{by_dtype, DType, Element};
 use crate::error::Result;
-use crate::kinds::{Backend, CaptureMode, Transport};
+use crate::kinds::{Backend, CaptureMode, Collective, Transport};
 use crate::plan::profile::ProfileFingerprint;
 use crate::plan::tuned::{RankKind, TuneKey};
 use crate::topology::Topology;
@@ -24,8 +24,8 @@ use std::time::Instant;
 pub struct CpuRanks<'a> {
     comm: &'a mut Communicator,
     screen: ScreenCache,
-    /// Test hook: this algorithm's output is damaged on the last rank before it is judged.
-    corrupt: Option<Algorithm>,
+    /// Test hook: these calls' output is damaged on the last rank before it is judged.
+    corrupt: Vec<(Collective, Algorithm)>,
     /// Test hook: this rank's screens fail locally after this many.
     fail_after: Option<usize>,
     screens: usize,
@@ -33,15 +33,22 @@ pub struct CpuRanks<'a> {
 
 impl<'a> CpuRanks<'a> {
     pub fn new(comm: &'a mut Communicator) -> CpuRanks<'a> {
-        CpuRanks { comm, screen: ScreenCache::default(), corrupt: None, fail_after: None, screens: 0 }
+        CpuRanks { comm, screen: ScreenCache::default(), corrupt: Vec::new(), fail_after: None, screens: 0 }
     }
 
-    /// Test hook: flips one bit of `algo`'s output on the last rank before the screen judges
-    /// it (what a kernel with a race would do), so tests can show that a candidate failing
-    /// the screen is reported and never chosen.
+    /// Test hook: flips one bit of `algo`'s all-reduce output on the last rank before the
+    /// screen judges it (what a kernel with a race would do), so tests can show that a
+    /// candidate failing the screen is reported and never chosen.
     #[doc(hidden)]
     pub fn corrupt_for_test(&mut self, algo: Algorithm) {
-        self.corrupt = Some(algo);
+        self.corrupt_collective_for_test(Collective::AllReduce, algo);
+    }
+
+    /// Test hook: as [`corrupt_for_test`](Self::corrupt_for_test), for `algo`'s calls of
+    /// `collective`.
+    #[doc(hidden)]
+    pub fn corrupt_collective_for_test(&mut self, collective: Collective, algo: Algorithm) {
+        self.corrupt.push((collective, algo));
     }
 
     /// Test hook: this rank's screens fail (a local error, as a failed copy of the output
@@ -52,36 +59,38 @@ impl<'a> CpuRanks<'a> {
         self.fail_after = Some(n);
     }
 
-    fn screen_t<T: Element + Send + 'static>(&mut self, algo: Algorithm, count: usize, seed: u64) -> Result<Vec<Judged>> {
+    fn screen_t<T: Element + Send + 'static>(&mut self, collective: Collective, algo: Algorithm, count: usize, seed: u64) -> Result<Vec<Judged>> {
         let (rank, world) = (self.comm.rank(), self.comm.world());
-        let set = self.screen.get::<T>(world, count, seed)?;
-        let mut out = vec![T::from_f32(0.0); count];
+        let (ins, outs) = collective.io_elems(count, world);
+        let set = self.screen.get::<T>(world, ins, seed)?;
+        let mut out = vec![T::from_f32(0.0); outs];
         poison(&mut out);
-        self.comm.all_reduce_with(algo, &set.inputs[rank], &mut out)?;
+        self.comm.collective(collective, Some(algo), &set.inputs[rank], &mut out)?;
         // After the call, so that the peers' calls complete (a rank that fails before a
         // call leaves its peers waiting in it until their timeout).
         self.screens += 1;
         if self.fail_after.is_some_and(|n| self.screens > n) {
             return Err(crate::error::Error::invalid("tune test hook", format!("rank {rank} fails its screen {}", self.screens)));
         }
-        if self.corrupt == Some(algo) && rank + 1 == world {
+        if self.corrupt.contains(&(collective, algo)) && rank + 1 == world {
             if let Some(x) = out.first_mut() {
                 *x = T::from_lane(x.to_lane() ^ 1);
             }
         }
-        Ok(vec![judge(&out, set.promised(algo, &[]))])
+        Ok(vec![judge(&out, set.promised_for(collective, algo, &[], rank, count))])
     }
 
-    fn time_t<T: Element>(&mut self, algo: Algorithm, count: usize, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
-        let input = vec![T::from_f32(1.0); count];
-        let mut out = vec![T::from_f32(0.0); count];
+    fn time_t<T: Element>(&mut self, collective: Collective, algo: Algorithm, count: usize, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
+        let (ins, outs) = collective.io_elems(count, self.comm.world());
+        let input = vec![T::from_f32(1.0); ins];
+        let mut out = vec![T::from_f32(0.0); outs];
         let inner = rounds.inner.max(1);
         let mut times = Vec::with_capacity(rounds.iters);
         for k in 0..rounds.warmup + rounds.iters {
             self.sync()?;
             let t0 = Instant::now();
             for _ in 0..inner {
-                self.comm.all_reduce_with(algo, &input, &mut out)?;
+                self.comm.collective(collective, Some(algo), &input, &mut out)?;
             }
             if k >= rounds.warmup {
                 times.push(t0.elapsed().as_secs_f64() * 1e6 / inner as f64);
@@ -110,11 +119,11 @@ impl Ranks for CpuRanks<'_> {
     fn nccl(&self) -> std::result::Result<(), String> {
         Err("CPU ranks have no NCCL".into())
     }
-    fn screen_local(&mut self, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Vec<Judged>> {
-        by_dtype!(dtype, T => self.screen_t::<T>(algo, count, seed))
+    fn screen_local(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Vec<Judged>> {
+        by_dtype!(dtype, T => self.screen_t::<T>(collective, algo, count, seed))
     }
-    fn time_local(&mut self, algo: Algorithm, dtype: DType, count: usize, _mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
-        by_dtype!(dtype, T => self.time_t::<T>(algo, count, rounds))
+    fn time_local(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, _mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>> {
+        by_dtype!(dtype, T => self.time_t::<T>(collective, algo, count, rounds))
     }
 }
 

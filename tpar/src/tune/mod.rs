@@ -1,7 +1,8 @@
 //! The first-use tune: when a communicator starts on a machine whose tune cache has no
 //! profile for it, the ranks measure it together — the link probe, a bit-exact screen of
 //! every candidate at the engines' message sizes, and timings of the survivors against NCCL
-//! in eager and graph mode — rank 0 decides ([`Tuned::decide`]), stores the result in the
+//! in eager and graph mode, for the all-reduce and then the all-gather and the reduce-scatter
+//! ([`TunePlan::collectives`]) — rank 0 decides ([`Tuned::decide`]), stores the result in the
 //! cache and every rank adopts the same bytes. Later starts read the cache in milliseconds.
 //!
 //! | file | owns |
@@ -35,7 +36,8 @@ pub use start::{start, Outcome, StartSpec};
 use crate::algorithms::Algorithm;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kinds::CaptureMode;
+use crate::algorithms::registry::computes;
+use crate::kinds::{CaptureMode, Collective};
 use crate::plan::human_bytes;
 use crate::plan::tuned::{Point, RankKind, Rejection};
 use crate::topology::probe::Probe;
@@ -54,6 +56,12 @@ pub const POW4_FROM: u64 = 256;
 /// Token sizes tuned on ranks that share a GPU (1 and 3 tokens: the 14 and 42 KiB calls the
 /// project's GPU checks use): enough to run every step of the mechanism.
 pub const SHARED_TOKENS: [u64; 2] = [1, 3];
+/// Tokens of the engines' sequence-parallel all-gathers and reduce-scatters the first-use tune
+/// measures (each rank holds tokens / world of them): decode batches to prefill chunks, a
+/// factor of 4 apart, so that push's crossover against NCCL falls between two of them.
+pub const GATHER_SCATTER_TOKENS: [u64; 5] = [1, 8, 32, 128, 512];
+/// The same on ranks that share a GPU: one size, enough to run the mechanism.
+pub const SHARED_GATHER_SCATTER_TOKENS: [u64; 1] = [1];
 /// Hard bound on a tune's wall time: past it rank 0 stops the tune and the defaults stay
 /// (the target on 8 GPUs is under 10 s; docs/tune.md has what it measured).
 pub const TUNE_MAX_SECONDS: f64 = 60.0;
@@ -105,16 +113,52 @@ pub const FIRST_USE_ROUNDS: Rounds = Rounds { warmup: 1, iters: 5, inner: 8 };
 /// call with rank processes on one H200, /work notes in docs/cuda.md), so two rounds of one.
 pub const SHARED_ROUNDS: Rounds = Rounds { warmup: 0, iters: 2, inner: 1 };
 
-/// What a tune measures: sizes, dtypes, modes, rounds, whether it probes the links, and its
-/// bound. The budget is explicit so that what a tune costs can be said and bounded.
+/// What a tune measures: the all-reduce's sizes and dtypes, the other collectives', modes,
+/// rounds, whether it probes the links, and its bound. The budget is explicit so that what a
+/// tune costs can be said and bounded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TunePlan {
+    /// The all-reduce's sizes, bytes per rank.
     pub sizes: Vec<u64>,
+    /// The all-reduce's dtypes.
     pub dtypes: Vec<DType>,
     pub modes: Vec<CaptureMode>,
     pub rounds: Rounds,
     pub probe: bool,
     pub max_seconds: f64,
+    /// The all-gather and the reduce-scatter, measured after the all-reduce (none: the
+    /// all-reduce alone).
+    #[serde(default)]
+    pub collectives: Vec<CollectiveSizes>,
+}
+
+/// One collective besides the all-reduce that a tune measures: the engines' sequence-parallel
+/// calls, a tensor of `tokens x hidden` split across the ranks. Its candidates are the
+/// kernels that compute it (`registry::computes`: one-shot push) and NCCL.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveSizes {
+    pub collective: Collective,
+    /// Whole tensors, bytes (every rank's part together: the all-gather's output, the
+    /// reduce-scatter's input). Each rank's part, what the points and the plan count, is this
+    /// over the world in whole 16-byte vectors ([`per_rank_bytes`]).
+    pub totals: Vec<u64>,
+    pub dtypes: Vec<DType>,
+}
+
+/// Each rank's part of a `total`-byte tensor split over `world` ranks, rounded down to whole
+/// 16-byte vectors (tpar's kernels place each rank's part at a vector; 0: too small to split).
+pub fn per_rank_bytes(total: u64, world: usize) -> u64 {
+    total / (world.max(1) as u64) / 16 * 16
+}
+
+/// The all-gather and the reduce-scatter at `tokens` x [`ENGINE_HIDDEN`] bf16 elements, the
+/// tensors no larger than `max_bytes` (the tune's buffers hold `max_bytes`).
+pub fn gather_scatter(tokens: &[u64], max_bytes: u64, dtypes: &[DType]) -> Vec<CollectiveSizes> {
+    let totals: Vec<u64> = tokens.iter().map(|t| t * ENGINE_HIDDEN * 2).filter(|&b| b <= max_bytes).collect();
+    if totals.is_empty() {
+        return Vec::new();
+    }
+    [Collective::AllGather, Collective::ReduceScatter].map(|collective| CollectiveSizes { collective, totals: totals.clone(), dtypes: dtypes.to_vec() }).to_vec()
 }
 
 /// The engines' size classes up to `max_bytes`: tokens x [`ENGINE_HIDDEN`] bf16 elements,
@@ -138,8 +182,11 @@ pub fn engine_sizes(max_bytes: u64) -> Vec<u64> {
 impl TunePlan {
     /// The budget of a communicator's first start: the engines' sizes up to `max_bytes`, bf16
     /// and f16 (the engines' dtypes), every mode in `modes`, [`FIRST_USE_ROUNDS`], the link
-    /// probe. Ranks that share a GPU run the mechanism on [`SHARED_TOKENS`] in bf16 with
-    /// [`SHARED_ROUNDS`] and no probe (there is no link to measure).
+    /// probe; then the all-gather and the reduce-scatter at [`GATHER_SCATTER_TOKENS`] in bf16
+    /// alone (one-shot push and NCCL only: 10 screens and at most 40 points, under a tenth
+    /// of the all-reduce's). Ranks that share a GPU run the mechanism on [`SHARED_TOKENS`] (and
+    /// [`SHARED_GATHER_SCATTER_TOKENS`]) in bf16 with [`SHARED_ROUNDS`] and no probe (there
+    /// is no link to measure).
     pub fn first_use(max_bytes: u64, kind: RankKind, modes: &[CaptureMode]) -> TunePlan {
         match kind {
             RankKind::SharedGpu => TunePlan {
@@ -149,6 +196,7 @@ impl TunePlan {
                 rounds: SHARED_ROUNDS,
                 probe: false,
                 max_seconds: TUNE_MAX_SECONDS,
+                collectives: gather_scatter(&SHARED_GATHER_SCATTER_TOKENS, max_bytes, &[DType::BF16]),
             },
             RankKind::GpuProcesses | RankKind::Emulated | RankKind::Cpu => TunePlan {
                 sizes: engine_sizes(max_bytes),
@@ -157,19 +205,40 @@ impl TunePlan {
                 rounds: FIRST_USE_ROUNDS,
                 probe: kind == RankKind::GpuProcesses,
                 max_seconds: TUNE_MAX_SECONDS,
+                collectives: gather_scatter(&GATHER_SCATTER_TOKENS, max_bytes, &[DType::BF16]),
             },
         }
     }
 
-    /// In words: `18 sizes (256 B to 8 MiB) x bfloat16, float16 x eager, graph; rounds 1 + 5 x 8`.
+    /// In words: `18 sizes (256 B to 8 MiB) x bfloat16, float16 x eager, graph; all-gather,
+    /// reduce-scatter: 5 tensors (14 KiB to 7 MiB) x bfloat16; rounds 1 + 5 x 8`.
     pub fn describe(&self) -> String {
-        let (lo, hi) = (self.sizes.first().copied().unwrap_or(0), self.sizes.last().copied().unwrap_or(0));
+        let range = |v: &[u64]| {
+            let (lo, hi) = (v.iter().copied().min().unwrap_or(0), v.iter().copied().max().unwrap_or(0));
+            format!("{} to {}", human_bytes(lo), human_bytes(hi))
+        };
         let names = |v: Vec<String>| v.join(", ");
+        let mut others = String::new();
+        // Collectives measured at the same tensors and dtypes are named together.
+        let mut said: Vec<&CollectiveSizes> = Vec::new();
+        for c in &self.collectives {
+            if said.iter().any(|d| d.totals == c.totals && d.dtypes == c.dtypes) {
+                continue;
+            }
+            let same: Vec<String> = self.collectives.iter().filter(|d| d.totals == c.totals && d.dtypes == c.dtypes).map(|d| d.collective.to_string()).collect();
+            others.push_str(&format!(
+                "; {}: {} tensors ({}) x {}",
+                same.join(", "),
+                c.totals.len(),
+                range(&c.totals),
+                names(c.dtypes.iter().map(|d| d.to_string()).collect())
+            ));
+            said.push(c);
+        }
         format!(
-            "{} sizes ({} to {}) x {} x {}; rounds {} + {} x {}{}",
+            "{} sizes ({}) x {} x {}{others}; rounds {} + {} x {}{}",
             self.sizes.len(),
-            human_bytes(lo),
-            human_bytes(hi),
+            range(&self.sizes),
             names(self.dtypes.iter().map(|d| d.to_string()).collect()),
             names(self.modes.iter().map(|m| m.to_string()).collect()),
             self.rounds.warmup,
@@ -178,10 +247,25 @@ impl TunePlan {
             if self.probe { "; link probe" } else { "" }
         )
     }
+
+    /// What [`measure`] runs, in order: the all-reduce at `sizes`, then each of
+    /// `collectives` at its tensors split over `world` ranks; per collective its dtypes and
+    /// sizes in bytes per rank (ascending, whole 16-byte vectors, none 0).
+    pub fn work(&self, world: usize) -> Vec<(Collective, Vec<DType>, Vec<u64>)> {
+        let mut v = vec![(Collective::AllReduce, self.dtypes.clone(), self.sizes.clone())];
+        for c in &self.collectives {
+            let mut sizes: Vec<u64> = c.totals.iter().map(|&t| per_rank_bytes(t, world)).filter(|&b| b > 0).collect();
+            sizes.sort_unstable();
+            sizes.dedup();
+            v.push((c.collective, c.dtypes.clone(), sizes));
+        }
+        v
+    }
 }
 
-/// One rank's verdict on one screened call: elements that differ from the rank-order f32
-/// sum (bitwise), and a digest of its output (ranks must agree bitwise).
+/// One rank's verdict on one screened call: elements that differ bitwise from what the
+/// collective promises ([`screen::ScreenSet::promised_for`]), and a digest of its output
+/// (ranks must agree bitwise where their outputs are the same: not the reduce-scatter's).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Judged {
     pub off: u64,
@@ -204,12 +288,15 @@ pub trait Ranks {
     fn candidates(&self) -> Vec<Algorithm>;
     /// Whether NCCL is timed beside them (the same answer on every process), or why not.
     fn nccl(&self) -> std::result::Result<(), String>;
-    /// Runs `algo` once on every local rank's input regenerated from `seed`
-    /// (`testing::all_inputs`), outputs poisoned first; judges each local rank's output.
-    fn screen_local(&mut self, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Vec<Judged>>;
-    /// Times `algo` (or NCCL): for each local rank, per timed round, microseconds per call.
-    /// Rounds are separated by [`sync`](Self::sync).
-    fn time_local(&mut self, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>>;
+    /// Runs `algo` once as `collective` of `count` elements per rank ([`Collective::io_elems`]'s
+    /// count) on every local rank's input regenerated from `seed` (`testing::all_inputs`, the
+    /// input's length per rank), outputs poisoned first; judges each local rank's output
+    /// against [`screen::ScreenSet::promised_for`].
+    fn screen_local(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Vec<Judged>>;
+    /// Times `algo` (or NCCL) as `collective` of `count` elements per rank: for each local
+    /// rank, per timed round, microseconds per call. Rounds are separated by
+    /// [`sync`](Self::sync).
+    fn time_local(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<Vec<Vec<f64>>>;
     /// Allocates what the tune needs (collective; may exchange, announcing its own failures
     /// with [`step`]). Called once, before anything is measured.
     fn prepare(&mut self) -> Result<()> {
@@ -275,18 +362,21 @@ pub struct Screened {
     pub identical: bool,
 }
 
-fn screen<R: Ranks + ?Sized>(r: &mut R, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Screened> {
-    let local = r.screen_local(algo, dtype, count, seed).map(|js| js.iter().flat_map(|j| [j.off.to_le_bytes(), j.digest.to_le_bytes()]).flatten().collect());
+fn screen<R: Ranks + ?Sized>(r: &mut R, collective: Collective, algo: Algorithm, dtype: DType, count: usize, seed: u64) -> Result<Screened> {
+    let local = r.screen_local(collective, algo, dtype, count, seed).map(|js| js.iter().flat_map(|j| [j.off.to_le_bytes(), j.digest.to_le_bytes()]).flatten().collect());
     let all = step(r, local)?;
     let words: Vec<u64> = all.iter().flat_map(|b| b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])))).collect();
     let off = words.iter().step_by(2).fold(0u64, |a, &w| a.saturating_add(w));
     let digests: Vec<u64> = words.iter().skip(1).step_by(2).copied().collect();
-    let identical = digests.len() == r.world() && digests.windows(2).all(|w| w[0] == w[1]);
+    // Every rank answered; where the collective gives every rank the same output, the same
+    // bits (a reduce-scatter's ranks hold different slices, each judged against its own).
+    let same = collective == Collective::ReduceScatter || digests.windows(2).all(|w| w[0] == w[1]);
+    let identical = digests.len() == r.world() && same;
     Ok(Screened { off, identical })
 }
 
-fn time<R: Ranks + ?Sized>(r: &mut R, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<f64> {
-    let local = r.time_local(algo, dtype, count, mode, rounds).map(|per_rank| {
+fn time<R: Ranks + ?Sized>(r: &mut R, collective: Collective, algo: Algorithm, dtype: DType, count: usize, mode: CaptureMode, rounds: &Rounds) -> Result<f64> {
+    let local = r.time_local(collective, algo, dtype, count, mode, rounds).map(|per_rank| {
         let mut v = Vec::new();
         for times in per_rank {
             v.extend_from_slice(&(times.len() as u64).to_le_bytes());
@@ -313,9 +403,12 @@ fn time<R: Ranks + ?Sized>(r: &mut R, algo: Algorithm, dtype: DType, count: usiz
     Ok(crate::units::percentiles(&mut worst).median)
 }
 
-/// The inputs of one (dtype, size)'s screen: the same on every rank.
-fn screen_seed(dtype: DType, bytes: u64) -> u64 {
-    crate::units::fnv1a64(format!("tpar tune screen {dtype} {bytes}").as_bytes())
+/// The inputs of one (collective, dtype, size)'s screen: the same on every rank.
+fn screen_seed(collective: Collective, dtype: DType, bytes: u64) -> u64 {
+    match collective {
+        Collective::AllReduce => crate::units::fnv1a64(format!("tpar tune screen {dtype} {bytes}").as_bytes()),
+        c => crate::units::fnv1a64(format!("tpar tune screen {c} {dtype} {bytes}").as_bytes()),
+    }
 }
 
 /// What the ranks measured.
@@ -331,10 +424,12 @@ pub struct Measured {
     pub probe_seconds: f64,
 }
 
-/// Measures `plan` on `r`: the probe, then per dtype and size a bit-exact screen of every
-/// candidate not yet rejected and timings of the survivors and NCCL in each mode. A
-/// candidate rejected once is neither timed nor screened again. An error is agreed by every
-/// rank (`Error::Tune`), or a broken control plane.
+/// Measures `plan` on `r`: the probe, then per collective ([`TunePlan::work`]: the
+/// all-reduce first), dtype and size a bit-exact screen of every candidate that computes it
+/// and is not yet rejected for it, and timings of the survivors and NCCL in each mode. A
+/// candidate rejected once for a collective is neither timed nor screened again for it. The
+/// budget is checked before every size of every collective. An error is agreed by every rank
+/// (`Error::Tune`), or a broken control plane.
 pub fn measure<R: Ranks + ?Sized>(r: &mut R, plan: &TunePlan) -> Result<Measured> {
     let t0 = Instant::now();
     let prepared = r.prepare().map(|()| Vec::new());
@@ -353,32 +448,38 @@ pub fn measure<R: Ranks + ?Sized>(r: &mut R, plan: &TunePlan) -> Result<Measured
     let modes: Vec<CaptureMode> = r.modes().into_iter().filter(|x| plan.modes.contains(x)).collect();
     let kernels: Vec<Algorithm> = r.candidates().into_iter().filter(|&a| a != Algorithm::Nccl).collect();
     let nccl = matches!(m.nccl, Some(Ok(())));
-    for &dtype in &plan.dtypes {
-        for &bytes in &plan.sizes {
-            let count = (bytes as usize) / dtype.size();
-            if count == 0 {
-                continue;
-            }
-            // Rank 0 keeps the budget: every rank stops at this exchange when it is spent.
-            let over = r.is_root() && t0.elapsed().as_secs_f64() > plan.max_seconds;
-            let local = if over { Err(Error::invalid("tune", format!("past its bound of {:.0} s", plan.max_seconds))) } else { Ok(Vec::new()) };
-            step(r, local)?;
-            for &a in &kernels {
-                if m.rejected.iter().any(|x| x.algorithm == a) {
+    for (collective, dtypes, sizes) in plan.work(r.world()) {
+        let kernels: Vec<Algorithm> = kernels.iter().copied().filter(|&a| computes(a, collective).is_ok()).collect();
+        if kernels.is_empty() && !nccl {
+            continue;
+        }
+        for &dtype in &dtypes {
+            for &bytes in &sizes {
+                let count = (bytes as usize) / dtype.size();
+                if count == 0 {
                     continue;
                 }
-                let s = screen(r, a, dtype, count, screen_seed(dtype, bytes))?;
-                m.screens += 1;
-                if s.off != 0 || !s.identical {
-                    m.rejected.push(Rejection { algorithm: a, dtype, bytes, wrong: s.off, identical: s.identical });
+                // Rank 0 keeps the budget: every rank stops at this exchange when it is spent.
+                let over = r.is_root() && t0.elapsed().as_secs_f64() > plan.max_seconds;
+                let local = if over { Err(Error::invalid("tune", format!("past its bound of {:.0} s", plan.max_seconds))) } else { Ok(Vec::new()) };
+                step(r, local)?;
+                let rejected = |m: &Measured, a: Algorithm| m.rejected.iter().any(|x| x.collective == collective && x.algorithm == a);
+                for &a in &kernels {
+                    if rejected(&m, a) {
+                        continue;
+                    }
+                    let s = screen(r, collective, a, dtype, count, screen_seed(collective, dtype, bytes))?;
+                    m.screens += 1;
+                    if s.off != 0 || !s.identical {
+                        m.rejected.push(Rejection { collective, algorithm: a, dtype, bytes, wrong: s.off, identical: s.identical });
+                    }
                 }
-            }
-            let timed: Vec<Algorithm> =
-                kernels.iter().copied().filter(|&a| !m.rejected.iter().any(|x| x.algorithm == a)).chain(nccl.then_some(Algorithm::Nccl)).collect();
-            for &mode in &modes {
-                for &a in &timed {
-                    let us = time(r, a, dtype, count, mode, &plan.rounds)?;
-                    m.points.push(Point { mode, dtype, bytes, algorithm: a, median_us: us });
+                let timed: Vec<Algorithm> = kernels.iter().copied().filter(|&a| !rejected(&m, a)).chain(nccl.then_some(Algorithm::Nccl)).collect();
+                for &mode in &modes {
+                    for &a in &timed {
+                        let us = time(r, collective, a, dtype, count, mode, &plan.rounds)?;
+                        m.points.push(Point { collective, mode, dtype, bytes, algorithm: a, median_us: us });
+                    }
                 }
             }
         }
@@ -407,5 +508,31 @@ mod tests {
         let shared = TunePlan::first_use(8 << 20, RankKind::SharedGpu, &[CaptureMode::Eager]);
         assert_eq!(shared.sizes, vec![14336, 43008]);
         assert!(!shared.probe);
+    }
+
+    #[test]
+    fn the_gather_and_scatter_are_the_engines_sequence_parallel_parts_in_bf16() {
+        let p = TunePlan::first_use(8 << 20, RankKind::GpuProcesses, &[CaptureMode::Eager, CaptureMode::Graph]);
+        let kinds: Vec<Collective> = p.collectives.iter().map(|c| c.collective).collect();
+        assert_eq!(kinds, vec![Collective::AllGather, Collective::ReduceScatter]);
+        assert!(p.collectives.iter().all(|c| c.dtypes == vec![DType::BF16] && c.totals == vec![14336, 8 * 14336, 32 * 14336, 128 * 14336, 512 * 14336]));
+        assert!(p.describe().contains("; all-gather, reduce-scatter: 5 tensors (14 KiB to 7 MiB) x bfloat16;"), "{}", p.describe());
+        // Per rank: the tensor over the world, whole 16-byte vectors.
+        let work = p.work(8);
+        assert_eq!(work[0], (Collective::AllReduce, p.dtypes.clone(), p.sizes.clone()), "the all-reduce first, as before");
+        assert_eq!(work[1].2, vec![1792, 8 * 1792, 32 * 1792, 128 * 1792, 512 * 1792]);
+        let three = p.work(3);
+        assert_eq!(three[1].2[0], 4768, "14336 / 3 = 4778.7, down to whole vectors");
+        assert!(three.iter().skip(1).all(|(_, _, s)| s.iter().all(|b| b % 16 == 0 && *b > 0)));
+        // Clipped to the tune's buffers; none where not even one token fits.
+        assert_eq!(TunePlan::first_use(64 << 10, RankKind::Cpu, &[CaptureMode::Eager]).collectives[0].totals, vec![14336]);
+        assert!(TunePlan::first_use(8 << 10, RankKind::Cpu, &[CaptureMode::Eager]).collectives.is_empty());
+        let shared = TunePlan::first_use(8 << 20, RankKind::SharedGpu, &[CaptureMode::Eager]);
+        assert!(shared.collectives.iter().all(|c| c.totals == vec![14336]));
+        // A plan of an older `tpar tune` (no collectives) still reads: the all-reduce alone.
+        let mut v = serde_json::to_value(&p).unwrap();
+        v.as_object_mut().unwrap().remove("collectives");
+        let old: TunePlan = serde_json::from_value(v).unwrap();
+        assert!(old.collectives.is_empty() && old.work(8).len() == 1);
     }
 }

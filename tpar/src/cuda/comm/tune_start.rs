@@ -197,7 +197,7 @@ mod tests {
         let t = presets::h200_nvswitch_8();
         let points: Vec<Point> = CaptureMode::ALL
             .iter()
-            .flat_map(|&mode| [(Algorithm::OneshotPush, 5.0), (Algorithm::Nccl, 20.0)].map(|(algorithm, us)| Point { mode, dtype: DType::BF16, bytes: 43008, algorithm, median_us: us }))
+            .flat_map(|&mode| [(Algorithm::OneshotPush, 5.0), (Algorithm::Nccl, 20.0)].map(|(algorithm, us)| Point { collective: crate::kinds::Collective::AllReduce, mode, dtype: DType::BF16, bytes: 43008, algorithm, median_us: us }))
             .collect();
         let fp = |m| ProfileFingerprint::new(&t, None, Backend::Cuda, 8, m);
         let never = |_, _, _| false;
