@@ -120,7 +120,8 @@ pub struct BenchLatency {
 }
 
 impl BenchLatency {
-    /// Curves for `world` ranks of the algorithms `keep` accepts; records that failed the
+    /// All-reduce curves for `world` ranks of the algorithms `keep` accepts; records of other
+    /// collectives (a bench file may hold all-gathers) and records that failed the
     /// correctness check (`wrong > 0`) are dropped.
     pub fn from_records(records: &[Record], world: usize, keep: impl Fn(Algorithm) -> bool) -> Result<Self> {
         let mut tables = Vec::new();
@@ -130,7 +131,7 @@ impl BenchLatency {
             }
             let pts: Vec<(f64, f64)> = records
                 .iter()
-                .filter(|r| r.algorithm == a && r.world == world && r.wrong <= 0)
+                .filter(|r| r.collective == crate::kinds::Collective::AllReduce && r.algorithm == a && r.world == world && r.wrong <= 0)
                 .map(|r| (r.bytes as f64, r.time_us))
                 .collect();
             if !pts.is_empty() {

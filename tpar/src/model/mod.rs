@@ -384,6 +384,8 @@ mod tests {
             rec(Algorithm::TwoshotPush, 16384, 12.0, 0),
             rec(Algorithm::TwoshotPush, 65536, 14.0, 0),
             rec(Algorithm::OneshotPull, 16384, 1.0, 3), // wrong results: never chosen
+            // Another collective's record (an all-gather's bench): never an all-reduce's curve.
+            Record { collective: crate::kinds::Collective::AllGather, ..rec(Algorithm::OneshotPush, 16384, 0.5, 0) },
         ];
         let plan = BenchLatency::from_records(&recs, 8, |a| a != Algorithm::Nccl).unwrap();
         let (us, src) = plan.latency(16384).unwrap();
