@@ -211,6 +211,12 @@ C_OP_STUBS: Dict[str, Tuple[Optional[object], str]] = {
     "rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor weight, Tensor scale, float epsilon) -> ()": (None, "rms_quant_fusion FUSED_OPS at import; the RMSNorm + quant fusion pass is not configured in the stage"),
     "fused_add_rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor! residual, Tensor weight, Tensor scale, float epsilon) -> ()": (None, "as rms_norm_static_fp8_quant"),
     "rms_norm_dynamic_per_token_quant(Tensor! result, Tensor input, Tensor weight, Tensor! scale, float epsilon, Tensor? scale_ub, Tensor!? residual) -> ()": (None, "as rms_norm_static_fp8_quant"),
+    # Named without a hasattr guard where vLLM's platform is CUDA (never on CPU): the pass
+    # manager then imports qk_norm_rope_fusion and act_quant_fusion, and FixFunctionalizationPass
+    # compares every auto-functionalized node against them.
+    "rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()": (None, "FixFunctionalizationPass's chain compares against it; the layer's norm is vLLM's IR op (native)"),
+    "silu_and_mul_quant(Tensor! result, Tensor input, Tensor scale) -> ()": (None, "act_quant_fusion FUSED_OPS at import (CUDA only) and FixFunctionalizationPass; no activation in the fusion layer"),
+    "fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v, int head_dim, float eps, Tensor q_weight, Tensor k_weight, Tensor cos_sin_cache, bool is_neox, Tensor position_ids, int forced_token_heads_per_warp=-1) -> ()": (None, "qk_norm_rope_fusion at import (CUDA only) and FixFunctionalizationPass; no attention in the fusion layer"),
 }
 
 _c_lib = []

@@ -172,13 +172,13 @@ def rank_main(rank, world, out):
                     )
                     torch.cuda.synchronize()
                     ca._comm.check()
-                    out = q if fp8 else (x if with_res else n)
+                    got = q if fp8 else (x if with_res else n)
                     res_out = r if with_res else x
-                    bad = (len(handed) != before) + (bits(out) != bits(want_o)) + (bits(res_out) != bits(want_r))
+                    bad = (len(handed) != before) + (bits(got) != bits(want_o)) + (bits(res_out) != bits(want_r))
                     if bad:
                         fwrong += bad
                         failures.append(f"routed vLLM op {rows}x{hidden} residual={with_res} weight_bias={wbias} fp8={fp8}")
-                    h.update(bits(out) + bits(res_out))
+                    h.update(bits(got) + bits(res_out))
                     fcases += 1
     ca.close()
     rec.update(family_cases=fcases, family_wrong=fwrong)
