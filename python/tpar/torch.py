@@ -17,7 +17,7 @@ torch's current stream: no host synchronisation, no event, and the same call wor
 ``torch.cuda.is_current_stream_capturing()`` and the plan switches to graph mode). Where
 tpar's plan says NCCL, the call goes to ``torch.distributed.all_reduce`` on ``nccl_group`` (or,
 without one, to the NCCL that tpar joined itself). CPU tensors go through tpar's
-shared-memory backend (``tpar::Communicator``) with the same API.
+shared-memory backend (``tpar::CpuCommunicator``) with the same API.
 
 Sums run in float32 in rank order and are rounded once, so every rank's output is bitwise
 identical. Errors are exceptions of the ``tpar.TparError`` family with tpar's message: bad

@@ -8,7 +8,7 @@
 //!
 //! | class | wraps |
 //! |---|---|
-//! | [`CpuComm`] | `tpar::Communicator`: CPU rank processes, POSIX shared memory |
+//! | [`CpuComm`] | `tpar::CpuCommunicator`: CPU rank processes, POSIX shared memory |
 //! | [`GpuComm`] | `tpar::cuda::GpuCommunicator`: one process per GPU, launches on the caller's stream |
 //!
 //! Contract: every `tpar::Error` becomes an exception of the `TparError` family carrying
@@ -26,7 +26,7 @@ use std::time::Duration;
 use std::sync::{Mutex, MutexGuard};
 use tpar::cuda::fused::FusedRoute;
 use tpar::cuda::{FusedBufs, FusedCall, FusedPath, FusedPattern, GpuCommunicator, GpuOptions, NcclUse, Route, Served};
-use tpar::{bf16, f16, Algorithm, CaptureMode, Collective, Communicator, Config, DType, Element, Error, Settings};
+use tpar::{bf16, f16, Algorithm, CaptureMode, Collective, CpuCommunicator, Config, DType, Element, Error, Settings};
 
 create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
 create_exception!(tpar, TparTimeoutError, TparError, "A bounded wait ran out (tpar::Error::Timeout); the communicator is poisoned.");
@@ -75,7 +75,7 @@ fn collective_of(name: &str) -> PyResult<Collective> {
 /// `input` and `output` must be valid for `collective.io_elems(count, world)` elements of `T`
 /// (reads; reads and writes) for the duration of the call, disjoint, and untouched by anything
 /// else meanwhile.
-unsafe fn cpu_collective<T: Element>(comm: &mut Communicator, collective: Collective, algo: Algorithm, count: usize, input: u64, output: u64) -> Result<(), Error> {
+unsafe fn cpu_collective<T: Element>(comm: &mut CpuCommunicator, collective: Collective, algo: Algorithm, count: usize, input: u64, output: u64) -> Result<(), Error> {
     let (ins, outs) = collective.io_elems(count, comm.world());
     if ins == 0 && outs == 0 {
         return comm.collective::<T>(collective, Some(algo), &[], &mut []);
@@ -129,7 +129,7 @@ fn check_address<T>(field: &'static str, addr: u64) -> Result<(), Error> {
 /// # Safety
 /// `input` and `output` must be valid for `count` elements of `T` (reads, and reads and
 /// writes) for the duration of the call, and nothing else may access them meanwhile.
-unsafe fn cpu_all_reduce<T: Element>(comm: &mut Communicator, algo: Option<Algorithm>, count: usize, input: u64, output: u64) -> Result<(), Error> {
+unsafe fn cpu_all_reduce<T: Element>(comm: &mut CpuCommunicator, algo: Option<Algorithm>, count: usize, input: u64, output: u64) -> Result<(), Error> {
     if count == 0 {
         // Every rank still takes part (an empty call is a barrier).
         let mut empty: [T; 0] = [];
@@ -166,16 +166,16 @@ unsafe fn cpu_all_reduce<T: Element>(comm: &mut Communicator, algo: Option<Algor
     }
 }
 
-/// One rank of a CPU job: `tpar::Communicator` (POSIX shared memory, Unix-socket rendezvous).
+/// One rank of a CPU job: `tpar::CpuCommunicator` (POSIX shared memory, Unix-socket rendezvous).
 #[pyclass(module = "tpar._tpar")]
 pub struct CpuComm {
-    inner: Option<Communicator>,
+    inner: Option<CpuCommunicator>,
     rank: usize,
     world: usize,
 }
 
 impl CpuComm {
-    fn comm(&mut self) -> PyResult<&mut Communicator> {
+    fn comm(&mut self) -> PyResult<&mut CpuCommunicator> {
         let rank = self.rank;
         self.inner.as_mut().ok_or_else(|| PoisonedError::new_err(format!("rank {rank}: communicator is closed")))
     }
@@ -188,7 +188,7 @@ impl CpuComm {
     #[pyo3(signature = (rank, world, path, timeout_ms=None, shm_bytes=None))]
     fn new(py: Python<'_>, rank: usize, world: usize, path: PathBuf, timeout_ms: Option<i64>, shm_bytes: Option<i64>) -> PyResult<Self> {
         let cfg = config(rank, world, path, timeout_ms, shm_bytes)?;
-        let comm = py.detach(|| Communicator::init(&cfg)).map_err(py_err)?;
+        let comm = py.detach(|| CpuCommunicator::init(&cfg)).map_err(py_err)?;
         Ok(CpuComm { inner: Some(comm), rank, world })
     }
 

@@ -1,6 +1,6 @@
 //! [`Config`]: how a rank joins its job — rank, world, rendezvous, job id, timeout, the CPU
 //! workspace's size — and the settings every backend reads at init (plan overrides, launch
-//! settings, topology, tuning). Both backends take it: the CPU [`crate::Communicator`] and
+//! settings, topology, tuning). Both backends take it: the CPU [`crate::CpuCommunicator`] and
 //! the GPU communicator.
 //!
 //! Owns: the defaults and the checks that need no peer. Must never read the environment

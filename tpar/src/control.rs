@@ -1,5 +1,5 @@
 //! The control plane: the rendezvous, host-side gather / all-gather / broadcast / barrier,
-//! and peer liveness. Used by the CPU backend ([`crate::Communicator`]) and by the GPU
+//! and peer liveness. Used by the CPU backend ([`crate::CpuCommunicator`]) and by the GPU
 //! communicator alike; it knows nothing of workspaces.
 //!
 //! A backend that shares memory between ranks brings a [`DataPlane`]: rank 0 creates it

@@ -6,7 +6,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`doctor`] | `tpar doctor`: what tpar sees on this box and would do inside an engine (text and JSON) |
-//! | [`comm`] | the public [`Communicator`]: join, all-reduce, poisoning |
+//! | [`comm`] | the public [`CpuCommunicator`]: join, all-reduce, poisoning |
 //! | [`config`] | [`Config`]: how a rank joins its job |
 //! | [`settings`] | every `TPAR_*` environment variable, declared and parsed once |
 //! | [`topology`] | what the fabric is: GPUs, per-pair links and P2P, switches, islands; NVML discovery, presets, JSON |
@@ -65,7 +65,7 @@ pub mod workspace;
 
 pub use algorithms::{Algorithm, Transport};
 pub use kinds::Collective;
-pub use comm::Communicator;
+pub use comm::CpuCommunicator;
 pub use config::Config;
 pub use settings::Settings;
 pub use dtype::{DType, Element};

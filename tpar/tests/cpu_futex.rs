@@ -1,7 +1,7 @@
 //! A CPU rank whose wait outlasts a time slice sleeps in a futex wait on the workspace's
 //! doorbell instead of holding a core, and the peer's next stores wake it. Asleep, it still
 //! ends its wait on every bound: a peer killed meanwhile is reported dead, and a peer that
-//! never comes is a timeout. `Communicator::wait_stats` shows the sleeps and wake-ups, so
+//! never comes is a timeout. `CpuCommunicator::wait_stats` shows the sleeps and wake-ups, so
 //! each test proves the wait went through the futex path, not around it. Ranks pinned to
 //! one core see that they share it (and the higher one cannot move off it); pinned to two,
 //! they never do.
@@ -13,7 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tpar::testing::{all_inputs, bit_diffs, expected, poison};
-use tpar::{Algorithm, Communicator, Error};
+use tpar::{Algorithm, CpuCommunicator, Error};
 
 #[test]
 fn a_late_peer_is_awaited_asleep_and_its_stores_wake_the_sleeper() {
@@ -96,7 +96,7 @@ fn child_rank() {
     let mut c = config(1, 2, std::path::Path::new(path));
     c.job_id = u64::from_str_radix(job, 16).unwrap();
     c.timeout = Duration::from_secs(60);
-    let mut comm = Communicator::init(&c).unwrap();
+    let mut comm = CpuCommunicator::init(&c).unwrap();
     let mut out = [0f32; 16];
     comm.all_reduce_with(Algorithm::OneshotPush, &[2.0; 16], &mut out).unwrap();
     println!("READY");
@@ -113,7 +113,7 @@ fn a_peer_killed_while_its_waiter_sleeps_is_reported_dead() {
     let mut c = config(0, 2, &path);
     c.job_id = job;
     c.timeout = TIMEOUT;
-    let mut comm = Communicator::init(&c).unwrap();
+    let mut comm = CpuCommunicator::init(&c).unwrap();
     let mut out = [0f32; 16];
     comm.all_reduce_with(Algorithm::OneshotPush, &[1.0; 16], &mut out).unwrap();
     assert!(out.iter().all(|&x| x == 3.0), "{out:?}");

@@ -9,7 +9,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tpar::rendezvous::{encode_frame, Hello, Kind};
 use tpar::testing::{all_inputs, bit_diffs, expected, poison, SplitMix};
-use tpar::{bf16, f16, Algorithm, Communicator, Config, Error};
+use tpar::{bf16, f16, Algorithm, CpuCommunicator, Config, Error};
 
 #[test]
 fn ten_thousand_calls_of_changing_sizes_cross_epoch_wrap() {
@@ -97,10 +97,10 @@ fn mismatched_count_or_dtype_is_an_error_naming_the_field() {
 fn bad_world_and_rank_are_refused_before_any_io() {
     let p = rdzv_path("bad");
     for world in [0usize, 1, 17] {
-        let e = Communicator::init(&Config::new(0, world, p.clone())).unwrap_err();
+        let e = CpuCommunicator::init(&Config::new(0, world, p.clone())).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument { field: "world", .. }), "world {world}: {e}");
     }
-    let e = Communicator::init(&Config::new(4, 4, p.clone())).unwrap_err();
+    let e = CpuCommunicator::init(&Config::new(4, 4, p.clone())).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument { field: "rank", .. }), "{e}");
     assert!(!p.exists(), "nothing may be created for a refused config");
 }
@@ -115,7 +115,7 @@ fn two_ranks_claiming_one_rank() {
             std::thread::spawn(move || {
                 let mut c = config(r, 3, &path);
                 c.timeout = Duration::from_millis(1500);
-                Communicator::init(&c).map(|_| ())
+                CpuCommunicator::init(&c).map(|_| ())
             })
         })
         .collect();
@@ -137,11 +137,11 @@ fn stale_job_id_and_plan_fingerprint_are_refused() {
         let host = std::thread::spawn(move || {
             let mut c = config(0, 2, &p0);
             c.timeout = Duration::from_millis(800);
-            Communicator::init(&c).map(|_| ())
+            CpuCommunicator::init(&c).map(|_| ())
         });
         let mut c = config(1, 2, &path);
         tweak(&mut c);
-        let e = Communicator::init(&c).unwrap_err();
+        let e = CpuCommunicator::init(&c).unwrap_err();
         assert!(matches!(&e, Error::Rendezvous { field: f, rank: 1, .. } if *f == field), "{e}");
         let e0 = host.join().unwrap().unwrap_err();
         assert!(e0.to_string().contains(field), "rank 0's timeout names the refusal: {e0}");
@@ -155,7 +155,7 @@ fn garbled_and_truncated_messages_are_refused_and_the_job_still_forms() {
     let host = std::thread::spawn(move || {
         let mut c = config(0, 2, &p0);
         c.timeout = Duration::from_secs(10);
-        let mut comm = Communicator::init(&c)?;
+        let mut comm = CpuCommunicator::init(&c)?;
         let mut out = [0f32; 3];
         comm.all_reduce(&[1.0, 2.0, 3.0], &mut out)?;
         Ok::<_, Error>(out)
@@ -187,7 +187,7 @@ fn garbled_and_truncated_messages_are_refused_and_the_job_still_forms() {
     s.shutdown(std::net::Shutdown::Write).unwrap();
     assert!(reply(s).contains("frame header"));
     // Then the real rank 1.
-    let mut comm = Communicator::init(&config(1, 2, &path)).unwrap();
+    let mut comm = CpuCommunicator::init(&config(1, 2, &path)).unwrap();
     let mut out = [0f32; 3];
     comm.all_reduce(&[1.0, 2.0, 3.0], &mut out).unwrap();
     assert_eq!(out, [2.0, 4.0, 6.0]);
@@ -298,7 +298,7 @@ fn the_plan_picks_and_overrides_force_and_ranks_must_agree() {
     // Forcing what the CPU backend cannot run is an error at init, before any rendezvous.
     let mut c = Config::new(0, 2, rdzv_path("force"));
     c.overrides.algorithm = Some(Algorithm::StagedPush);
-    let e = Communicator::init(&c).unwrap_err();
+    let e = CpuCommunicator::init(&c).unwrap_err();
     assert!(matches!(e, Error::Unsupported { .. }), "{e}");
     // Ranks with different overrides would plan differently: refused at rendezvous.
     let path = rdzv_path("agree");
@@ -306,11 +306,11 @@ fn the_plan_picks_and_overrides_force_and_ranks_must_agree() {
     let host = std::thread::spawn(move || {
         let mut c = config(0, 2, &p0);
         c.timeout = Duration::from_millis(800);
-        Communicator::init(&c).map(|_| ())
+        CpuCommunicator::init(&c).map(|_| ())
     });
     let mut c = config(1, 2, &path);
     c.overrides.algorithm = Some(Algorithm::OneshotPull);
-    let e = Communicator::init(&c).unwrap_err();
+    let e = CpuCommunicator::init(&c).unwrap_err();
     assert!(e.to_string().contains("plan fingerprint") && e.to_string().contains("rank 1"), "{e}");
     assert!(host.join().unwrap().is_err());
 }

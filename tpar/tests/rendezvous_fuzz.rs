@@ -28,7 +28,7 @@ use tpar::rendezvous::wire::{parse_header, Reject, HEADER_LEN};
 use tpar::rendezvous::{encode_frame, DataPlane, Hello, JoinSpec, Kind};
 use tpar::transport::shm::{leftover_segments, ShmSegment};
 use tpar::comm::shm_workspace::ShmWorkspace;
-use tpar::{Communicator, Error};
+use tpar::{CpuCommunicator, Error};
 
 /// One target at a time: the descriptor count is per process.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -141,7 +141,7 @@ fn rank0_survives_hostile_frames_and_still_forms_the_job() {
         let host = std::thread::spawn(move || {
             let mut c = config(0, 2, &p0);
             c.shm_budget = 1 << 16;
-            let mut comm = Communicator::init(&c)?;
+            let mut comm = CpuCommunicator::init(&c)?;
             let mut out = [0f32; 5];
             comm.all_reduce(&[1.0, 2.0, 3.0, 4.0, 5.0], &mut out)?;
             Ok::<_, Error>(out)
@@ -173,7 +173,7 @@ fn rank0_survives_hostile_frames_and_still_forms_the_job() {
         }
         let mut c = config(1, 2, &path);
         c.timeout = Duration::from_secs(20);
-        let joined = Communicator::init(&c).and_then(|mut comm| {
+        let joined = CpuCommunicator::init(&c).and_then(|mut comm| {
             let mut out = [0f32; 5];
             comm.all_reduce(&[1.0, 2.0, 3.0, 4.0, 5.0], &mut out).map(|_| out)
         });
@@ -282,7 +282,7 @@ fn a_joining_rank_survives_a_hostile_rank0() {
         let guest = std::thread::spawn(move || {
             let mut c = config(1, 2, &p1);
             c.timeout = Duration::from_millis(500);
-            let _ = tx.send(Communicator::init(&c).map(|_| ()));
+            let _ = tx.send(CpuCommunicator::init(&c).map(|_| ()));
         });
         // The joining rank's deadline is 0.5 s; 30 s only catches a hang.
         let outcome = rx.recv_timeout(Duration::from_secs(30)).map_err(|_| TestCaseError::fail("the joining rank panicked or hung"))?;
@@ -341,7 +341,7 @@ fn a_joining_rank_meets_its_deadline_against_a_trickling_rank0() {
     let mut c = config(1, 2, &path);
     c.timeout = DEADLINE;
     let t = std::time::Instant::now();
-    let joined = Communicator::init(&c);
+    let joined = CpuCommunicator::init(&c);
     let took = t.elapsed();
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let sent = fake.join().unwrap();

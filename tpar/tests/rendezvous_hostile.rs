@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use tpar::rendezvous::{encode_frame, Hello, Kind, MAX_LISTED, MAX_PENDING};
 use tpar::transport::shm::{leftover_segments, ShmSegment};
 use tpar::workspace::Layout;
-use tpar::{Communicator, Error};
+use tpar::{CpuCommunicator, Error};
 
 fn connect(path: &Path) -> UnixStream {
     let t = Instant::now();
@@ -34,7 +34,7 @@ fn rank0(path: &Path, timeout_ms: u64) -> JoinHandle<Result<[f32; 3], Error>> {
     std::thread::spawn(move || {
         let mut c = config(0, 2, &p);
         c.timeout = Duration::from_millis(timeout_ms);
-        let mut comm = Communicator::init(&c)?;
+        let mut comm = CpuCommunicator::init(&c)?;
         let mut out = [0f32; 3];
         comm.all_reduce(&[1.0, 2.0, 3.0], &mut out)?;
         Ok(out)
@@ -44,7 +44,7 @@ fn rank0(path: &Path, timeout_ms: u64) -> JoinHandle<Result<[f32; 3], Error>> {
 fn rank1_joins(path: &Path, timeout_ms: u64) {
     let mut c = config(1, 2, path);
     c.timeout = Duration::from_millis(timeout_ms);
-    let mut comm = Communicator::init(&c).unwrap();
+    let mut comm = CpuCommunicator::init(&c).unwrap();
     let mut out = [0f32; 3];
     comm.all_reduce(&[1.0, 2.0, 3.0], &mut out).unwrap();
     assert_eq!(out, [2.0, 4.0, 6.0]);
@@ -196,7 +196,7 @@ fn fake_rank0(path: &Path, reply: impl FnOnce(&mut UnixStream) + Send + 'static)
 fn rank1_error(path: &Path) -> Error {
     let mut c = config(1, 2, path);
     c.timeout = Duration::from_secs(10);
-    Communicator::init(&c).unwrap_err()
+    CpuCommunicator::init(&c).unwrap_err()
 }
 
 #[test]

@@ -16,7 +16,7 @@ use tpar::settings::Tune;
 use tpar::tune::cache::Cache;
 use tpar::tune::cpu::{cpu_key, CpuRanks};
 use tpar::tune::{start, CollectiveSizes, Outcome, Rounds, StartSpec, TunePlan};
-use tpar::{Algorithm, Communicator, DType, Topology};
+use tpar::{Algorithm, CpuCommunicator, DType, Topology};
 
 fn cache_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tpar-tune-cpu-{tag}-{}-{}", std::process::id(), common::rand_u32()));
@@ -44,7 +44,7 @@ fn gather_scatter_plan() -> TunePlan {
 }
 
 /// One start on this rank, as a communicator's init would run it.
-fn start_on(comm: &mut Communicator, dir: &Path, tune: Tune, plan: &TunePlan, hook: impl FnOnce(&mut CpuRanks)) -> Outcome {
+fn start_on(comm: &mut CpuCommunicator, dir: &Path, tune: Tune, plan: &TunePlan, hook: impl FnOnce(&mut CpuRanks)) -> Outcome {
     let world = comm.world();
     let fp = move |m| ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, world, m);
     let never = |_, _, _| false;

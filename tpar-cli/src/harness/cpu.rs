@@ -1,4 +1,4 @@
-//! CPU rank processes: this process is one rank of a [`tpar::Communicator`] over POSIX
+//! CPU rank processes: this process is one rank of a [`tpar::CpuCommunicator`] over POSIX
 //! shared memory (started by [`super::launch`] or an outside launcher).
 
 use super::verify::{Judge, Outcome, Verdict};
@@ -8,10 +8,10 @@ use tpar::algorithms::registry::algorithms_on;
 use tpar::plan::{Backend, CaptureMode};
 use tpar::testing::{all_inputs, fill_input, poison};
 use tpar::units::Spread;
-use tpar::{Algorithm, Collective, Communicator, DType, Element, Transport};
+use tpar::{Algorithm, Collective, CpuCommunicator, DType, Element, Transport};
 
 pub struct CpuGroup {
-    comm: Communicator,
+    comm: CpuCommunicator,
 }
 
 fn err(e: tpar::Error) -> String {
@@ -20,7 +20,7 @@ fn err(e: tpar::Error) -> String {
 
 impl CpuGroup {
     pub fn join() -> Result<CpuGroup, String> {
-        Ok(CpuGroup { comm: Communicator::from_env().map_err(err)? })
+        Ok(CpuGroup { comm: CpuCommunicator::from_env().map_err(err)? })
     }
 
     /// A control-plane error, named by its cause when a peer has died (its liveness lock is

@@ -1,4 +1,4 @@
-//! The public [`Communicator`]: join a job, then all-reduce.
+//! The public [`CpuCommunicator`]: join a job, then all-reduce.
 //!
 //! Owns: the per-call chunk loop, the bounded waiter, poisoning (how a rank joins:
 //! `crate::config`). Every call either reduces correctly or returns an error; after
@@ -49,7 +49,7 @@ const MOVE_PERIOD: Duration = Duration::from_millis(1);
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 
 /// How this rank's waits went: how often one slept in the kernel, woke a sleeping peer, or
-/// moved off a peer's core. For tests and diagnostics ([`Communicator::wait_stats`]).
+/// moved off a peer's core. For tests and diagnostics ([`CpuCommunicator::wait_stats`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WaitStats {
     /// Futex waits this rank slept in (each up to the liveness period or the deadline).
@@ -275,7 +275,7 @@ struct Dispatch {
 
 
 /// A member of an all-reduce group on the CPU shared-memory backend.
-pub struct Communicator {
+pub struct CpuCommunicator {
     dispatch: Dispatch,
     rank: usize,
     world: usize,
@@ -290,9 +290,9 @@ pub struct Communicator {
     waits: WaitState,
 }
 
-impl std::fmt::Debug for Communicator {
+impl std::fmt::Debug for CpuCommunicator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Communicator")
+        f.debug_struct("CpuCommunicator")
             .field("rank", &self.rank)
             .field("world", &self.world)
             .field("epoch", &self.epoch)
@@ -302,9 +302,9 @@ impl std::fmt::Debug for Communicator {
     }
 }
 
-impl Communicator {
+impl CpuCommunicator {
     /// Joins the job: rendezvous, shared workspace, liveness lock.
-    pub fn init(cfg: &Config) -> Result<Communicator> {
+    pub fn init(cfg: &Config) -> Result<CpuCommunicator> {
         cfg.validate()?;
         let topology = Topology::cpu();
         // A forced algorithm or transport that cannot run here is an error now, not a
@@ -330,7 +330,7 @@ impl Communicator {
             .try_reserve_exact(joined.layout.cap)
             .map_err(|e| Error::invalid("workspace", format!("{} words of scratch: {e}", joined.layout.cap)))?;
         scratch.resize(joined.layout.cap, 0);
-        Ok(Communicator {
+        Ok(CpuCommunicator {
             dispatch: Dispatch {
                 topology,
                 profile,
@@ -356,8 +356,8 @@ impl Communicator {
     }
 
     /// Joins the job described by the environment (see [`Config::from_env`]).
-    pub fn from_env() -> Result<Communicator> {
-        Communicator::init(&Config::from_env()?)
+    pub fn from_env() -> Result<CpuCommunicator> {
+        CpuCommunicator::init(&Config::from_env()?)
     }
 
     pub fn rank(&self) -> usize {

@@ -1,4 +1,4 @@
-//! CPU rank processes (`crate::Communicator` over shared memory) as the tune's [`Ranks`]:
+//! CPU rank processes (`crate::CpuCommunicator` over shared memory) as the tune's [`Ranks`]:
 //! what `tpar tune --backend cpu` measures, and how the tune's protocol (screen, agreement,
 //! decision, cache) is tested on machines without a GPU, across real rank processes and
 //! threads.
@@ -10,7 +10,7 @@ use super::screen::{judge, ScreenCache};
 use super::{Judged, Outcome, Ranks, Rounds, StartOptions, StartSpec, TunePlan};
 use crate::algorithms::registry::{algorithms_on, spec, Role};
 use crate::algorithms::Algorithm;
-use crate::comm::Communicator;
+use crate::comm::CpuCommunicator;
 use crate::dtype::{by_dtype, DType, Element};
 use crate::error::Result;
 use crate::kinds::{Backend, CaptureMode, Collective, Transport};
@@ -22,7 +22,7 @@ use std::time::Instant;
 
 /// One rank of a CPU group, driven by the tune.
 pub struct CpuRanks<'a> {
-    comm: &'a mut Communicator,
+    comm: &'a mut CpuCommunicator,
     screen: ScreenCache,
     /// Test hook: these calls' output is damaged on the last rank before it is judged.
     corrupt: Vec<(Collective, Algorithm)>,
@@ -32,7 +32,7 @@ pub struct CpuRanks<'a> {
 }
 
 impl<'a> CpuRanks<'a> {
-    pub fn new(comm: &'a mut Communicator) -> CpuRanks<'a> {
+    pub fn new(comm: &'a mut CpuCommunicator) -> CpuRanks<'a> {
         CpuRanks { comm, screen: ScreenCache::default(), corrupt: Vec::new(), fail_after: None, screens: 0 }
     }
 
@@ -145,7 +145,7 @@ pub fn cpu_key(world: usize) -> TuneKey {
 
 /// A start of CPU ranks (`tpar tune --backend cpu`): as a communicator's, with `opts`, for
 /// messages up to `max_bytes`.
-pub fn start_cpu(comm: &mut Communicator, max_bytes: u64, opts: StartOptions) -> Result<Outcome> {
+pub fn start_cpu(comm: &mut CpuCommunicator, max_bytes: u64, opts: StartOptions) -> Result<Outcome> {
     let world = comm.world();
     let fingerprint = |m| ProfileFingerprint::new(&Topology::cpu(), None, Backend::Cpu, world, m);
     let no_nccl = |_, _, _| false;

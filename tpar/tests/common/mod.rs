@@ -10,7 +10,7 @@ pub use skip::skip;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use tpar::{Communicator, Config};
+use tpar::{CpuCommunicator, Config};
 
 /// A private directory (0700) holding the rendezvous socket, under this test process's own
 /// directory, which is removed when the process exits (so the suite leaves nothing in /tmp).
@@ -62,7 +62,7 @@ pub fn config(rank: usize, world: usize, path: &std::path::Path) -> Config {
 pub fn run_group<R: Send + 'static>(
     world: usize,
     tweak: impl Fn(&mut Config) + Send + Sync + 'static,
-    f: impl Fn(&mut Communicator) -> R + Send + Sync + 'static,
+    f: impl Fn(&mut CpuCommunicator) -> R + Send + Sync + 'static,
 ) -> Vec<Result<R, tpar::Error>> {
     let path = rdzv_path("g");
     let f = Arc::new(f);
@@ -73,7 +73,7 @@ pub fn run_group<R: Send + 'static>(
             std::thread::spawn(move || {
                 let mut c = config(r, world, &path);
                 tweak(&mut c);
-                let mut comm = Communicator::init(&c)?;
+                let mut comm = CpuCommunicator::init(&c)?;
                 Ok(f(&mut comm))
             })
         })
