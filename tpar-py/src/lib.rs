@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use std::sync::{Mutex, MutexGuard};
 use tpar::cuda::fused::FusedRoute;
-use tpar::cuda::{FusedBufs, FusedCall, FusedPath, FusedPattern, GpuCommunicator, GpuOptions, NcclUse, Route, Served};
+use tpar::cuda::{Call, FusedBufs, FusedCall, FusedPath, FusedPattern, GpuCommunicator, GpuOptions, NcclCalls, NcclUse, Route, Served};
 use tpar::{bf16, f16, Algorithm, CaptureMode, Collective, CpuCommunicator, Config, DType, Element, Error, Settings};
 
 create_exception!(tpar, TparError, PyException, "Any error of tpar; the message is tpar's own.");
@@ -304,6 +304,16 @@ struct SendGpu(GpuCommunicator);
 // calling thread first (`Device::bind`). The mutex in `GpuComm` gives one thread at a time.
 unsafe impl Send for SendGpu {}
 
+/// Where a call the plan gives to NCCL goes: `nccl` (the binding's flag): on tpar's own NCCL
+/// where it joined one; else always the caller's (torch's NCCL group).
+fn nccl_calls(nccl: bool) -> NcclCalls {
+    if nccl {
+        NcclCalls::CallersIfNone
+    } else {
+        NcclCalls::Callers
+    }
+}
+
 fn mode(graph: bool) -> CaptureMode {
     if graph {
         CaptureMode::Graph
@@ -426,8 +436,8 @@ impl GpuComm {
             if !graph {
                 c.check_errors()?;
             }
-            // SAFETY: the caller's contract (see the doc comment) is submit_on's.
-            match unsafe { c.submit_on(stream, d, count, input, output, m, !nccl) }? {
+            // SAFETY: the caller's contract (see the doc comment) is GpuCommunicator::call's.
+            match unsafe { c.call(&Call::all_reduce(d, count, input, output).mode(m).on_stream(stream).nccl(nccl_calls(nccl))) }? {
                 Served::Ran(a) => Ok(a.name()),
                 Served::ToCaller => Ok("caller"),
             }
@@ -457,8 +467,8 @@ impl GpuComm {
             if !graph {
                 g.check_errors()?;
             }
-            // SAFETY: the caller's contract (see the doc comment) is submit_collective_on's.
-            match unsafe { g.submit_collective_on(stream, c, d, count, input, output, m, !nccl) }? {
+            // SAFETY: the caller's contract (see the doc comment) is GpuCommunicator::call's.
+            match unsafe { g.call(&Call::new(c, d, count, input, output).mode(m).on_stream(stream).nccl(nccl_calls(nccl))) }? {
                 Served::Ran(a) => Ok(a.name()),
                 Served::ToCaller => Ok("caller"),
             }

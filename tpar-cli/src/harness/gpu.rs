@@ -7,7 +7,7 @@ use super::verify::{Judge, Outcome, Verdict};
 use super::{launch, Group, Io, Timing};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event, Graph, Stream};
-use tpar::cuda::{GpuCommunicator, GpuOptions};
+use tpar::cuda::{Call, GpuCommunicator, GpuOptions, Served};
 use tpar::plan::CaptureMode;
 use tpar::testing::all_inputs;
 use tpar::units::Spread;
@@ -132,15 +132,9 @@ impl GpuGroup {
         let (i, o) = (self.input.ptr, out_buf.ptr);
         // SAFETY: both buffers hold max_bytes >= count * d.size() bytes (the callers keep
         // counts within it) and live until synchronize below returns.
-        let used = unsafe {
-            match algo {
-                Some(a) => self
-                    .comm
-                    .collective_with(c, a, d, count, i, o, CaptureMode::Eager),
-                None => self.comm.collective(c, d, count, i, o, CaptureMode::Eager),
-            }
-        }
-        .map_err(|x| what(x.to_string()))?;
+        let used = unsafe { self.comm.call(&Call::new(c, d, count, i, o).forced(algo)) }
+            .and_then(Served::ran)
+            .map_err(|x| what(x.to_string()))?;
         let mut out = vec![T::from_f32(0.0); outs];
         if via_caller {
             // The output is read once the caller's stream is done: signal_to must have made
@@ -183,9 +177,10 @@ impl GpuGroup {
                 for _ in 0..inner {
                     // SAFETY: both buffers hold max_bytes >= count * d.size() bytes and
                     // outlive the graph (dropped at the end of this function).
-                    cap = cap.and_then(|_| unsafe {
-                        self.comm
-                            .collective_with(c, algo, d, count, i, o, CaptureMode::Graph)
+                    cap = cap.and_then(|_| {
+                        // SAFETY: as above.
+                        unsafe { self.comm.call(&Call::new(c, d, count, i, o).mode(CaptureMode::Graph).forced(Some(algo))) }
+                            .and_then(Served::ran)
                     });
                 }
                 let g = self.comm.stream().end_capture().map_err(err);
@@ -204,11 +199,9 @@ impl GpuGroup {
                 None => {
                     for _ in 0..inner {
                         // SAFETY: as above; synchronize below waits for every call.
-                        unsafe {
-                            self.comm
-                                .collective_with(c, algo, d, count, i, o, CaptureMode::Eager)
-                        }
-                        .map_err(err)?;
+                        unsafe { self.comm.call(&Call::new(c, d, count, i, o).forced(Some(algo))) }
+                            .and_then(Served::ran)
+                            .map_err(err)?;
                     }
                 }
             }

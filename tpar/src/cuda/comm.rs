@@ -17,8 +17,9 @@
 //!
 //! Owns: the dispatch from a resolved call to a kernel, an NCCL call, or the caller's NCCL.
 //! Must never launch nothing: every route is matched, and a call routed to the caller's NCCL
-//! is refused by [`all_reduce_on`](GpuCommunicator::all_reduce_on) (callers ask
-//! [`route`](GpuCommunicator::route) first).
+//! is refused by [`call`](GpuCommunicator::call) under [`NcclCalls::Tpars`] and handed back
+//! ([`Served::ToCaller`]) under the others (callers may ask [`route`](GpuCommunicator::route)
+//! first).
 
 use super::driver::{Event, Stream};
 use super::rank_set::{RankSet, SetOptions};
@@ -82,6 +83,70 @@ pub struct GpuOptions {
     pub topology: Option<Topology>,
     /// Whether tpar joins NCCL itself.
     pub nccl: NcclUse,
+}
+
+/// Where a call goes that the plan gives to NCCL ([`Call::nccl`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum NcclCalls {
+    /// On tpar's own NCCL; a communicator that joined none ([`NcclUse::Caller`]) refuses
+    /// the call (`Error::Unsupported`; [`GpuCommunicator::route`] says which calls those are).
+    #[default]
+    Tpars,
+    /// On tpar's own NCCL where it joined one, else handed back ([`Served::ToCaller`]):
+    /// framework bindings, whose framework has an NCCL of its own.
+    CallersIfNone,
+    /// Always handed back ([`Served::ToCaller`]): the caller prefers its own NCCL even where
+    /// tpar joined one.
+    Callers,
+}
+
+/// One call of [`GpuCommunicator::call`]: `count` elements of `dtype` per rank as
+/// [`Collective::io_elems`] counts them (an all-gather's `input` holds `count`, its `output`
+/// `world x count`; a reduce-scatter's the other way round), device pointers `input` and
+/// `output`. Built with [`Call::new`] / [`Call::all_reduce`]; the rest defaults to an eager
+/// call on the communicator's own stream, the plan's algorithm, NCCL calls on tpar's NCCL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub collective: Collective,
+    pub dtype: DType,
+    pub count: usize,
+    pub input: u64,
+    pub output: u64,
+    /// Whether the stream is being captured into a CUDA graph.
+    pub mode: CaptureMode,
+    /// The caller's stream (`None`: [`GpuCommunicator::stream`]).
+    pub stream: Option<u64>,
+    /// An algorithm forced instead of the plan's (`None`: the plan's).
+    pub algorithm: Option<Algorithm>,
+    pub nccl: NcclCalls,
+}
+
+impl Call {
+    pub fn new(collective: Collective, dtype: DType, count: usize, input: u64, output: u64) -> Call {
+        Call { collective, dtype, count, input, output, mode: CaptureMode::Eager, stream: None, algorithm: None, nccl: NcclCalls::Tpars }
+    }
+
+    /// A sum all-reduce of `count` elements (`output` may equal `input`).
+    pub fn all_reduce(dtype: DType, count: usize, input: u64, output: u64) -> Call {
+        Call::new(Collective::AllReduce, dtype, count, input, output)
+    }
+
+    pub fn mode(self, mode: CaptureMode) -> Call {
+        Call { mode, ..self }
+    }
+
+    pub fn on_stream(self, stream: u64) -> Call {
+        Call { stream: Some(stream), ..self }
+    }
+
+    /// `algorithm` instead of the plan's; `None` leaves the plan's.
+    pub fn forced(self, algorithm: Option<Algorithm>) -> Call {
+        Call { algorithm, ..self }
+    }
+
+    pub fn nccl(self, nccl: NcclCalls) -> Call {
+        Call { nccl, ..self }
+    }
 }
 
 /// One rank of a multi-process GPU group.
@@ -421,123 +486,58 @@ impl GpuCommunicator {
         }
     }
 
-    /// Enqueues a sum all-reduce of `count` elements on [`stream`](Self::stream) and returns
-    /// the algorithm that runs. `mode`: whether the stream is being captured into a CUDA
-    /// graph. Every rank must make the same calls in the same order.
+    /// Enqueues one call ([`Call`]: the collective, dtype and count, the buffers, the capture
+    /// mode, the stream, a forced algorithm, where the plan's NCCL calls go) and says what
+    /// ran: [`Served::Ran`] with the algorithm, or [`Served::ToCaller`] where the call is the
+    /// caller's NCCL to run (only under [`NcclCalls::CallersIfNone`] or
+    /// [`NcclCalls::Callers`]: never a silent no-op). The one entry for every collective,
+    /// eager or captured, on this communicator's stream or the caller's. Every rank must make
+    /// the same calls in the same order.
+    ///
+    /// Resolution is memoised per (collective, dtype, bytes, mode); a forced algorithm
+    /// (benchmarks, comparisons with NCCL in the same run) replaces the plan's pick and is
+    /// resolved the same way (the block count then the launch policy's). On the caller's
+    /// stream no event pair ([`wait_for`](Self::wait_for) / [`signal_to`](Self::signal_to)) is
+    /// needed: the call runs after the work enqueued there before and before the work
+    /// enqueued after, inside and outside CUDA graph capture, and
+    /// [`synchronize`](Self::synchronize) then only reads the kernels' error records.
     ///
     /// # Safety
     /// `input` and `output` must be device pointers on this rank's GPU, 16-byte aligned,
-    /// valid for `count` elements of `dtype` until the stream's work completes (`output` may
-    /// equal `input`). The input must be complete when the call runs on
-    /// [`stream`](Self::stream): enqueue the work that writes it there, or call
-    /// [`wait_for`](Self::wait_for) with the stream it runs on. The stream is non-blocking,
-    /// so it does not wait for the legacy default stream (a plain `cuMemcpyHtoD` from
-    /// pageable memory may still be landing when it returns).
-    pub unsafe fn all_reduce(&mut self, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.collective(Collective::AllReduce, dtype, count, input, output, mode) }
-    }
-
-    /// As [`all_reduce`](Self::all_reduce), for any collective: `count` elements per rank as
-    /// [`Collective::io_elems`] counts them (an all-gather's `input` holds `count`, its
-    /// `output` `world x count`; a reduce-scatter's the other way round), resolved by the
-    /// plan for that collective. An all-gather's or reduce-scatter's output never overlaps
-    /// its input.
-    ///
-    /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce), for the collective's input and output sizes.
-    pub unsafe fn collective(&mut self, collective: Collective, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
-        let r = self.resolve_for(collective, dtype, count.saturating_mul(dtype.size()), mode)?;
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.submit(None, &r, dtype, count, input, output, mode) }
-    }
-
-    /// As [`all_reduce`](Self::all_reduce), directly on the caller's `stream`: no event pair
-    /// ([`wait_for`](Self::wait_for) / [`signal_to`](Self::signal_to)) is needed, since the
-    /// kernel (or NCCL) runs after the work enqueued there before and before the work
-    /// enqueued after. What framework bindings use (PyTorch's current stream), inside and
-    /// outside CUDA graph capture. [`synchronize`](Self::synchronize) then only reads the
-    /// kernels' error records: to wait for the calls themselves, [`wait_for`](Self::wait_for)
-    /// the caller's stream first. A call the plan gives to NCCL on a communicator without
-    /// NCCL of its own ([`NcclUse::Caller`]) is refused: ask [`route`](Self::route) first.
-    ///
-    /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce), and `stream` must be a live stream of this
-    /// rank's device (or 0, the legacy stream).
-    pub unsafe fn all_reduce_on(&mut self, stream: u64, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
-        let r = self.resolve(dtype, count.saturating_mul(dtype.size()), mode)?;
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.submit(Some(stream), &r, dtype, count, input, output, mode) }
-    }
-
-    /// One call from a framework binding, as it has it: `count` elements of `dtype` on the
-    /// caller's `stream`, being captured or not (`mode`). Resolves (memoised) and runs it,
-    /// unless the resolution routes it to NCCL and that NCCL is the caller's: with no NCCL
-    /// of tpar's own ([`NcclUse::Caller`]), or `nccl_to_caller` (the caller prefers its own
-    /// NCCL even where tpar joined one). Then nothing is enqueued and the answer says so:
-    /// [`Served::ToCaller`], never a silent no-op. The byte count is computed here, once.
-    ///
-    /// # Safety
-    /// As for [`all_reduce_on`](Self::all_reduce_on).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn submit_on(&mut self, stream: u64, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode, nccl_to_caller: bool) -> Result<Served> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.submit_collective_on(stream, Collective::AllReduce, dtype, count, input, output, mode, nccl_to_caller) }
-    }
-
-    /// As [`submit_on`](Self::submit_on), for any collective (`count` per rank as
-    /// [`Collective::io_elems`] counts it).
-    ///
-    /// # Safety
-    /// As for [`collective`](Self::collective), and `stream` as for
-    /// [`all_reduce_on`](Self::all_reduce_on).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn submit_collective_on(&mut self, stream: u64, collective: Collective, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode, nccl_to_caller: bool) -> Result<Served> {
-        let r = self.resolve_for(collective, dtype, count.saturating_mul(dtype.size()), mode)?;
-        match r.route {
-            Route::Caller => return Ok(Served::ToCaller),
-            Route::Nccl if nccl_to_caller => return Ok(Served::ToCaller),
-            Route::Nccl | Route::Kernel { .. } | Route::CopyEngine { .. } => {}
+    /// valid for the collective's input and output ([`Collective::io_elems`] of `count`
+    /// elements of `dtype`) until the stream's work completes. An all-reduce's `output` may
+    /// equal its `input`; an all-gather's or reduce-scatter's never overlaps it. The input
+    /// must be complete when the call runs: on [`stream`](Self::stream), enqueue the work
+    /// that writes it there or [`wait_for`](Self::wait_for) the stream it runs on (that
+    /// stream is non-blocking, so it does not wait for the legacy default stream). `stream`,
+    /// where given, must be a live stream of this rank's device (or 0, the legacy stream).
+    pub unsafe fn call(&mut self, c: &Call) -> Result<Served> {
+        let bytes = c.count.saturating_mul(c.dtype.size());
+        let r = match c.algorithm {
+            None => self.resolve_for(c.collective, c.dtype, bytes, c.mode)?,
+            Some(algo) => {
+                let planned = self.plan_for(c.collective, c.dtype, bytes, c.mode);
+                if planned.algorithm == algo {
+                    self.resolve_for(c.collective, c.dtype, bytes, c.mode)?
+                } else {
+                    let p = planned.replaced(algo, self.transport(), format!("forced by the caller (the plan said {}: {})", planned.algorithm, planned.reason));
+                    let route = self.route_of(&p, c.collective, c.dtype, bytes)?;
+                    Arc::new(Resolved { plan: Arc::new(p), route, collective: c.collective })
+                }
+            }
+        };
+        match (r.route, c.nccl) {
+            (Route::Caller, NcclCalls::CallersIfNone | NcclCalls::Callers) | (Route::Nccl, NcclCalls::Callers) => return Ok(Served::ToCaller),
+            _ => {}
         }
         // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.submit(Some(stream), &r, dtype, count, input, output, mode) }.map(Served::Ran)
-    }
-
-    /// As [`all_reduce`](Self::all_reduce) with `algo` forced (benchmarks, comparisons with
-    /// NCCL in the same run): the plan's decision with the algorithm replaced, resolved the
-    /// same way (the block count is then the launch policy's).
-    ///
-    /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce).
-    pub unsafe fn all_reduce_with(&mut self, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.collective_with(Collective::AllReduce, algo, dtype, count, input, output, mode) }
-    }
-
-    /// As [`collective`](Self::collective) with `algo` forced (benchmarks, comparisons with
-    /// NCCL in the same run), as [`all_reduce_with`](Self::all_reduce_with).
-    ///
-    /// # Safety
-    /// As for [`collective`](Self::collective).
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn collective_with(&mut self, collective: Collective, algo: Algorithm, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
-        let bytes = count.saturating_mul(dtype.size());
-        let planned = self.plan_for(collective, dtype, bytes, mode);
-        let r = if planned.algorithm == algo {
-            self.resolve_for(collective, dtype, bytes, mode)?
-        } else {
-            let p = planned.replaced(algo, self.transport(), format!("forced by the caller (the plan said {}: {})", planned.algorithm, planned.reason));
-            let route = self.route_of(&p, collective, dtype, bytes)?;
-            Arc::new(Resolved { plan: Arc::new(p), route, collective })
-        };
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.submit(None, &r, dtype, count, input, output, mode) }
+        unsafe { self.submit(c.stream, &r, c.dtype, c.count, c.input, c.output, c.mode) }.map(Served::Ran)
     }
 
     /// Runs a resolved call: on `stream` (the caller's) or this communicator's own.
     ///
     /// # Safety
-    /// As for [`all_reduce_on`](Self::all_reduce_on).
+    /// As for [`call`](Self::call).
     #[allow(clippy::too_many_arguments)]
     unsafe fn submit(&mut self, stream: Option<u64>, r: &Resolved, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
         self.ws.check_poisoned()?;

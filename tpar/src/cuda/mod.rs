@@ -47,6 +47,6 @@ pub mod rank_set;
 pub mod route;
 pub mod tune;
 
-pub use comm::{GpuCommunicator, GpuOptions, NcclUse, Resolved, Route, Served};
+pub use comm::{Call, GpuCommunicator, GpuOptions, NcclCalls, NcclUse, Resolved, Route, Served};
 pub use rank_set::{RankPlacement, RankSet, SetOptions};
 pub use fused::{FusedBufs, FusedCall, FusedPath, FusedPattern};

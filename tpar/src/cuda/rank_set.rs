@@ -573,7 +573,7 @@ impl RankSet {
     }
 
     /// Points a rank process's launches at `stream` and returns the stream they used
-    /// before. [`GpuCommunicator::submit_on`](super::GpuCommunicator::submit_on) swaps a
+    /// before. [`GpuCommunicator::call`](super::GpuCommunicator::call) swaps a
     /// caller's stream in for one call and back, so that the call's kernel runs on the
     /// caller's stream with no event between them.
     ///

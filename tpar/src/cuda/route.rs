@@ -45,11 +45,47 @@ impl Resolved {
     }
 }
 
-/// What [`GpuCommunicator::submit_on`](super::GpuCommunicator::submit_on) did with a call.
+/// What [`GpuCommunicator::call`](super::GpuCommunicator::call) did with a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Served {
-    /// Enqueued on the caller's stream: tpar's kernel, or NCCL on tpar's own communicator.
+    /// Enqueued: tpar's kernel, or NCCL on tpar's own communicator.
     Ran(Algorithm),
     /// Routed to NCCL, which is the caller's to run: nothing was enqueued.
     ToCaller,
+}
+
+impl Served {
+    /// The algorithm that ran; a call handed back to the caller's NCCL is an error here (for
+    /// callers that run every call themselves: [`NcclCalls::Tpars`](super::NcclCalls::Tpars)
+    /// never hands one back).
+    pub fn ran(self) -> crate::error::Result<Algorithm> {
+        match self {
+            Served::Ran(a) => Ok(a),
+            Served::ToCaller => Err(crate::error::Error::Unsupported { what: "a call handed back to the caller's NCCL".into(), reason: "this caller runs no NCCL of its own: call with NcclCalls::Tpars".into() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Call, NcclCalls};
+    use super::*;
+    use crate::kinds::{CaptureMode, Collective};
+    use crate::DType;
+
+    #[test]
+    fn a_call_defaults_to_eager_on_the_own_stream_with_the_plans_pick_and_tpars_nccl() {
+        let c = Call::all_reduce(DType::BF16, 8, 0x1000, 0x2000);
+        assert_eq!((c.collective, c.mode, c.stream, c.algorithm, c.nccl), (Collective::AllReduce, CaptureMode::Eager, None, None, NcclCalls::Tpars));
+        let g = Call::new(Collective::AllGather, DType::F16, 4, 1, 2).mode(CaptureMode::Graph).on_stream(7).forced(Some(Algorithm::OneshotPush)).nccl(NcclCalls::Callers);
+        assert_eq!((g.collective, g.mode, g.stream, g.algorithm, g.nccl), (Collective::AllGather, CaptureMode::Graph, Some(7), Some(Algorithm::OneshotPush), NcclCalls::Callers));
+        assert_eq!(g.forced(None).algorithm, None);
+    }
+
+    #[test]
+    fn a_handed_back_call_is_an_error_to_callers_that_run_every_call() {
+        assert_eq!(Served::Ran(Algorithm::Nccl).ran().unwrap(), Algorithm::Nccl);
+        let e = Served::ToCaller.ran().unwrap_err().to_string();
+        assert!(e.contains("handed back") && e.contains("NcclCalls::Tpars"), "{e}");
+    }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use tpar::cuda::abi::VEC_BYTES;
 use tpar::cuda::driver::{DeviceBuffer, Event};
 use tpar::cuda::kernels::kernel_algorithms;
+use tpar::cuda::{Call, Served};
 use tpar::testing::all_inputs;
 use tpar::units::percentiles;
 use tpar::{bf16, f16, Algorithm, DType, Element};
@@ -79,7 +80,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
         }
         let t = Instant::now();
         // SAFETY: both buffers hold max(bytes, 16) B >= count bf16 elements and live past synchronize.
-        let res = unsafe { r.comm.all_reduce(d, count, i, o, tpar::CaptureMode::Eager) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
+        let res = unsafe { r.comm.call(&Call::all_reduce(d, count, i, o)) }.and_then(Served::ran).map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
         calls += 1;
         if let Err(x) = res {
             let waited = t.elapsed();
@@ -89,7 +90,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
                 cfg.timeout.as_millis()
             ));
             // SAFETY: as above.
-            let again = unsafe { r.comm.all_reduce(d, count, i, o, tpar::CaptureMode::Eager) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
+            let again = unsafe { r.comm.call(&Call::all_reduce(d, count, i, o)) }.and_then(Served::ran).map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
             say_err(format!("[rank {rank}] fault test: the next call: {}", again.as_ref().err().map_or("succeeded", |s| s.as_str())));
             if again.is_ok() {
                 return Err(format!("rank {rank}: a call after the failure succeeded; the group should be poisoned"));
@@ -124,7 +125,7 @@ pub fn mismatch(c: &Common) -> Result<(), String> {
     let (i, o) = (r.input.ptr, r.output.ptr);
     let call = |r: &mut GpuGroup, d: DType, n: usize| {
         // SAFETY: both buffers hold 64 KiB >= n elements of d; synchronize follows.
-        unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, n, i, o, tpar::CaptureMode::Eager) }.map_err(err).and_then(|_| r.comm.synchronize().map_err(err))
+        unsafe { r.comm.call(&Call::all_reduce(d, n, i, o).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran).map_err(err).and_then(|_| r.comm.synchronize().map_err(err))
     };
     call(&mut r, DType::BF16, count).map_err(|e| format!("rank {rank}: the honest call failed: {e}"))?;
     let d = if last { DType::BF16 } else { DType::F16 };
@@ -152,7 +153,7 @@ fn mismatch_graph(shared: Option<&tpar::Topology>, world: usize) -> Result<(), S
     for k in 0..8 {
         let d = if k == 5 && rank + 1 == world { DType::BF16 } else { DType::F16 };
         // SAFETY: both buffers hold 64 KiB >= count elements; the graph is never launched.
-        cap = cap.and_then(|_| unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, d, count, i, o, tpar::CaptureMode::Graph) });
+        cap = cap.and_then(|_| unsafe { r.comm.call(&Call::all_reduce(d, count, i, o).mode(tpar::CaptureMode::Graph).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran));
     }
     let g = r.comm.stream().end_capture();
     let checked = r.comm.end_capture_check();
@@ -163,7 +164,7 @@ fn mismatch_graph(shared: Option<&tpar::Topology>, world: usize) -> Result<(), S
         Err(e @ tpar::Error::Mismatch { .. }) => {
             say_err(format!("[rank {rank}] mismatch test, graph: {e}"));
             // SAFETY: as above; the call must be refused before anything is enqueued.
-            match unsafe { r.comm.all_reduce_with(Algorithm::OneshotPush, DType::F16, count, i, o, tpar::CaptureMode::Eager) } {
+            match unsafe { r.comm.call(&Call::all_reduce(DType::F16, count, i, o).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran) {
                 Ok(_) => Err(format!("rank {rank}: a call after the captured mismatch was accepted")),
                 Err(_) => Ok(()),
             }

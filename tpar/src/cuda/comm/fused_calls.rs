@@ -56,7 +56,7 @@ impl GpuCommunicator {
     /// the same on every rank, as under tensor parallelism.
     ///
     /// # Safety
-    /// As for [`all_reduce`](Self::all_reduce), for every buffer of `bufs` (x, the residual
+    /// As for [`call`](Self::call), for every buffer of `bufs` (x, the residual
     /// and both outputs `call.count()` elements, the weight `call.hidden`).
     pub unsafe fn all_reduce_add_rmsnorm(&mut self, call: &FusedCall, bufs: &FusedBufs, mode: CaptureMode) -> Result<FusedPath> {
         let r = self.resolve_fused(call, mode)?;
@@ -65,7 +65,7 @@ impl GpuCommunicator {
     }
 
     /// As [`all_reduce_add_rmsnorm`](Self::all_reduce_add_rmsnorm), directly on the caller's
-    /// `stream` (as [`all_reduce_on`](Self::all_reduce_on); a shape whose all-reduce the plan
+    /// `stream` (as [`call`](Self::call) on a caller's stream; a shape whose all-reduce the plan
     /// gives to the caller's NCCL is refused: ask [`resolve_fused`](Self::resolve_fused)).
     ///
     /// # Safety
