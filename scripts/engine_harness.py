@@ -2,7 +2,7 @@
 """vLLM's and SGLang's own distributed code driving tpar, in N rank processes.
 
     python3 scripts/engine_harness.py ENGINE WORLD [--device cuda|cpu] [--out DIR]
-                                      [--stages settings,eager,compile,graph,thread,kill]
+                                      [--stages settings,eager,compile,graph,thread,sp,sp_graph,kill]
                                       [--label NAME] [--trace DIR]
     python3 scripts/engine_harness.py --matrix LINES.md   # several runs' lines -> one table
 
@@ -28,11 +28,21 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
 4. ``graph`` (GPU): calls captured inside the engine's ``graph_capture()`` (tpar's counter
    must grow by the captured calls), replayed on fresh inputs;
 5. ``thread``: a call from a worker thread (vLLM's dual-batch overlap does this);
-6. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
+6. ``sp`` (vLLM): the engine's sequence-parallel ``sp_all_gather`` / ``sp_reduce_scatter``
+   (every dtype, 1-64 rows of hidden 7168, the reduce-scatter's input padded by the engine):
+   the all-gather bitwise every rank's rows in rank order, the reduce-scatter bitwise slice
+   ``rank`` of the rank-order sum where tpar served it (its counter), else within the
+   fallback's rounding; ``sp_graph`` (GPU): both captured in ``graph_capture()`` and replayed
+   on fresh inputs, judged alike; ``sp_compile`` (not in the default list: it fails today):
+   both inside ``torch.compile(fullgraph=True)``, every call a compiled graph served by tpar.
+   vLLM's functions call the communicator's Python method, so Dynamo traces into tpar's
+   drop-in, which reads ``data_ptr()`` and calls native code: the stage records where Dynamo
+   stopped (``untraceable``);
+7. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
    error within 1 s, without ``check()``. The survivors cycle through the all-reduce and the
    engine's sequence-parallel gather and scatter (those tpar served before the death), so
    the death is found by whichever collective is in flight;
-7. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
+8. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
    up to 2048 tokens (beyond ``max_size``), through tpar and bitwise the reference.
 
 Ranks are processes; on one GPU they share it (device 0). NCCL refuses two ranks on one GPU,
@@ -47,7 +57,7 @@ allow: vLLM's GroupCoordinator builds a ``CpuCommunicator`` on a CPU platform, s
 builds the engine's ``CudaCommunicator`` itself on the TP group's groups (device ``cpu``) and
 installs it as the group's device communicator; SGLang sends CPU tensors to shared memory
 before its dispatch, so the harness calls its dispatch (``_resolve_outplace_all_reduce_method``
-and ``outplace_all_reduce``) directly. ``graph`` is skipped (it needs CUDA).
+and ``outplace_all_reduce``) directly. ``graph`` and ``sp_graph`` are skipped (they need CUDA).
 
 Writes ``<out>/engine-<engine>-w<world>.json`` (every rank's record) and appends a line per
 stage to ``<out>/engine-summary.md``; exits non-zero on any failure.
@@ -59,6 +69,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -70,7 +81,7 @@ from engine_adapters import Skip, SglangEngine, VllmEngine  # (it records the en
 HIDDEN = 7168  # DeepSeek-V3's hidden size: the engines' decode all-reduce is tokens x hidden
 TOKENS = (1, 3, 8, 64, 512)  # size classes of decode and small prefill batches
 ODD = (1, 7, 129, 4099, 21504 + 5)  # element counts off every alignment
-STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1), "fusion" (vLLM)
+STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "sp_graph", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1), "fusion" (vLLM), "sp_compile" (fails: tpar's drop-in is not traceable, the module docstring says where)
 #: A survivor must see a dead peer within this (issue 21).
 DEAD_PEER_S = 1.0
 
@@ -221,6 +232,100 @@ def rank_main(args):
                 seed[0] += 1
                 yield dname, dt, n, make_inputs(seed[0], world, n, dt)
 
+    def sp_gather_case(fn, dt, rows, what):
+        """One all-gather through ``fn`` of ``rows`` x HIDDEN per rank: (served, ok), ok when
+        the output is every rank's rows in rank order, bit for bit (a copy: whoever ran it)."""
+        seed[0] += 1
+        xs = make_inputs(seed[0], world, rows * HIDDEN, dt)
+        before = ca.served_calls
+        y = fn(xs[rank].reshape(rows, HIDDEN).to(dev))
+        served = ca.served_calls - before
+        want = torch.cat(xs).reshape(world * rows, HIDDEN)
+        ok = tuple(y.shape) == tuple(want.shape) and bits(y.cpu()) == bits(want)
+        if not ok:
+            why.append(f"{what} sp_all_gather {dt} rows={rows} shape {tuple(y.shape)} took={served > 0}")
+        return served, ok
+
+    def sp_scatter_case(fn, dt, rows, what):
+        """One reduce-scatter through ``fn`` giving ``rows`` x HIDDEN per rank, of
+        ``rows * world - 1`` rows (the engine pads one row of zeros to split evenly) where
+        rows > 1: (served, ok), ok when bitwise slice ``rank`` of the rank-order sum where
+        tpar served it, within the fallback's rounding where not."""
+        total = rows * world - (rows > 1)
+        seed[0] += 1
+        xs = make_inputs(seed[0], world, total * HIDDEN, dt)
+        padded = [torch.nn.functional.pad(x.reshape(total, HIDDEN), (0, 0, 0, rows * world - total)) for x in xs]
+        before = ca.served_calls
+        y = fn(xs[rank].reshape(total, HIDDEN).to(dev))
+        served = ca.served_calls - before
+        mine = [p[rank * rows:(rank + 1) * rows].contiguous() for p in padded]
+        ref = reference(mine, dt).reshape(rows, HIDDEN)
+        ok = tuple(y.shape) == (rows, HIDDEN)
+        ok = ok and (bits(y.cpu()) == bits(ref) if served else fallback_wrong(y, mine, world) == 0)
+        if not ok:
+            why.append(f"{what} sp_reduce_scatter {dt} rows={total} shape {tuple(y.shape)} took={served > 0}")
+        return served, ok
+
+    def sp_compile(gather, scatter):
+        """The engine's sp_all_gather and sp_reduce_scatter, each inside its own
+        torch.compile(fullgraph=True) (inductor on CUDA, aot_eager on CPU; static shapes: a
+        graph per dtype and row count), judged as the eager calls. Every call is within
+        max_size, so every compiled call must reach tpar (its served counter grew by one per
+        call), and the backend must have compiled one graph per dtype and shape (a call past
+        Dynamo's recompile limit is an error under fullgraph; the count also shows the
+        backend was reached). A function Dynamo cannot trace (vLLM's calls the
+        communicator's Python method, and so tpar's drop-in, inside the graph) is recorded
+        with Dynamo's reason and the innermost frame it stopped at, under ``untraceable``,
+        and fails the stage."""
+        import torch._dynamo.exc
+
+        st = {"cases": 0, "tpar": 0, "fallback": 0, "served": 0, "wrong": 0}
+        backend = "inductor" if dev.type == "cuda" else "aot_eager"
+        inner = torch._dynamo.lookup_backend(backend)
+        st["backend"], st["graphs"], untraceable = backend, {}, {}
+
+        # x * 1 around the call: the collective is one op among others in the graph (exact,
+        # and -0.0 keeps its sign, which + 0 would not).
+        def g(x):
+            return gather(x * 1) * 1
+
+        def s(x):
+            return scatter(x * 1) * 1
+
+        for name, fn, case in (("sp_all_gather", g, sp_gather_case), ("sp_reduce_scatter", s, sp_scatter_case)):
+            st["graphs"][name] = 0
+
+            def compile_graph(gm, example_inputs, name=name):
+                st["graphs"][name] += 1
+                return inner(gm, example_inputs)
+
+            cf = torch.compile(fn, backend=compile_graph, fullgraph=True, dynamic=False)
+            shapes = 0
+            try:
+                for dname, dt in dtypes.items():
+                    for rows in (1, 8):  # 8: the reduce-scatter's 8 * world - 1 rows, padded by the engine
+                        shapes += 1
+                        count(st, *case(cf, dt, rows, "compiled"))
+            except torch._dynamo.exc.Unsupported as e:
+                # Dynamo's message ends with the user-code frames it was in: the innermost
+                # (file:line, then the source line) says where tracing stopped.
+                text = str(e)
+                frames = text.split("from user code:")[-1].strip().splitlines()
+                at = [m.groups() for m in (re.match(r'\s*File "(.*)", line (\d+), in (\S+)', ln) for ln in frames) if m]
+                src = [ln.strip() for ln in frames if ln.strip() and not ln.strip().startswith(("File ", "Set "))]
+                where = "/".join(at[-1][0].split("/")[-3:]) + f":{at[-1][1]} {at[-1][2]}()" if at else "?"
+                untraceable[name] = {"reason": text.splitlines()[0][:200], "at": where, "code": (src[-1] if src else "?")[:160]}
+                continue
+            if st["graphs"][name] != shapes:
+                raise RuntimeError(f"{name}: {st['graphs'][name]} compiled graphs for {shapes} dtype and shape pairs: some calls did not run a compiled graph")
+        if untraceable:
+            st["untraceable"] = untraceable
+            said = "; ".join(f"{k} not traceable fullgraph: {v['reason']} at {v['at']}: {v['code']}" for k, v in untraceable.items())
+            st["error"] = said[:700]
+        elif st["tpar"] < st["cases"]:
+            st["error"] = f"{st['cases'] - st['tpar']} of {st['cases']} compiled sequence-parallel calls did not reach tpar (its served counter grew by {st['served']})"
+        return st
+
     stages = [s for s in args.stages.split(",") if s]
     for stage in stages:
         st = {"cases": 0, "tpar": 0, "fallback": 0, "served": 0, "wrong": 0}
@@ -302,31 +407,16 @@ def rank_main(args):
                 gather, scatter = eng.sp_functions()
                 for dname, dt in dtypes.items():
                     for rows in (1, 3, 8, 64):
-                        seed[0] += 1
-                        xs = make_inputs(seed[0], world, rows * HIDDEN, dt)
-                        before = ca.served_calls
-                        y = gather(xs[rank].reshape(rows, HIDDEN).to(dev))
-                        served = ca.served_calls - before
-                        want = torch.cat(xs).reshape(world * rows, HIDDEN)
-                        ok = tuple(y.shape) == tuple(want.shape) and bits(y.cpu()) == bits(want)
-                        if not ok:
-                            why.append(f"sp_all_gather {dt} rows={rows} shape {tuple(y.shape)} took={served > 0}")
-                        count(st, served, ok)
-                        # rows * world - 1 rows: the engine pads one row of zeros to split evenly.
-                        total = rows * world - (rows > 1)
-                        seed[0] += 1
-                        xs = make_inputs(seed[0], world, total * HIDDEN, dt)
-                        padded = [torch.nn.functional.pad(x.reshape(total, HIDDEN), (0, 0, 0, rows * world - total)) for x in xs]
-                        before = ca.served_calls
-                        y = scatter(xs[rank].reshape(total, HIDDEN).to(dev))
-                        served = ca.served_calls - before
-                        mine = [p[rank * rows:(rank + 1) * rows].contiguous() for p in padded]
-                        ref = reference(mine, dt).reshape(rows, HIDDEN)
-                        ok = tuple(y.shape) == (rows, HIDDEN)
-                        ok = ok and (bits(y.cpu()) == bits(ref) if served else fallback_wrong(y, mine, world) == 0)
-                        if not ok:
-                            why.append(f"sp_reduce_scatter {dt} rows={total} shape {tuple(y.shape)} took={served > 0}")
-                        count(st, served, ok)
+                        count(st, *sp_gather_case(gather, dt, rows, "eager"))
+                        count(st, *sp_scatter_case(scatter, dt, rows, "eager"))
+            elif stage == "sp_compile":
+                st.update(sp_compile(*eng.sp_functions()))
+            elif stage == "sp_graph":
+                gather, scatter = eng.sp_functions()
+                if dev.type != "cuda":
+                    st["skipped"] = "CUDA graphs need a GPU"
+                else:
+                    st.update(sp_graph_stage(eng, ca, rank, world, dev, gather, scatter))
             elif stage == "fusion":
                 # vLLM's compile stack with tpar's fusion pass on a small layer
                 # (scripts/engine_fusion.py), the capability faked to --capability.
@@ -415,6 +505,71 @@ def graph_stage(eng, ca, rank, world, dev, digest):
                     digest.update(bits(y))
     return st
 
+
+
+def sp_graph_stage(eng, ca, rank, world, dev, gather, scatter):
+    """The engine's sequence-parallel all-gather and reduce-scatter captured inside its
+    graph_capture() (a graph per row count, as the engines capture one per batch size; the
+    reduce-scatter's input of rows * world - 1 rows is padded by the engine inside the graph),
+    replayed on fresh inputs copied into the captured inputs, judged as the eager calls:
+    the all-gather bitwise every rank's rows in rank order, the reduce-scatter bitwise slice
+    ``rank`` of the rank-order sum where tpar took it at capture, within the fallback's
+    rounding where not. tpar's counter must grow by one per captured call it took."""
+    import torch
+
+    from tpar.testing import bits, make_inputs, reference
+
+    st = {"cases": 0, "tpar": 0, "fallback": 0, "served": 0, "wrong": 0, "wrong_calls": []}
+    dt = torch.bfloat16
+    graphs = []
+    with eng.graph_capture() as ctx:
+        for rows in (1, 8):
+            total = rows * world - (rows > 1)
+            xg = torch.empty(rows, HIDDEN, dtype=dt, device=dev)
+            xs = torch.empty(total, HIDDEN, dtype=dt, device=dev)
+            for x, fn in ((xg, gather), (xs, scatter)):  # warm-up outside the graph, as the engines' runners do
+                x.fill_(1)
+                fn(x)
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            took = []
+            with torch.cuda.graph(g, stream=ctx.stream):
+                before = ca.served_calls
+                yg = gather(xg)
+                took.append(ca.served_calls - before)
+                before = ca.served_calls
+                ys = scatter(xs)
+                took.append(ca.served_calls - before)  # captured: counted once, at capture
+            st["served"] += sum(took)
+            if any(t not in (0, 1) for t in took):  # recorded, not raised: the peers are capturing too
+                st.setdefault("error", f"graph of {rows} rows: tpar's counter grew by {took} for its all-gather and reduce-scatter")
+            graphs.append((g, rows, total, xg, xs, yg, ys, [t > 0 for t in took]))
+    st["captured"] = len(graphs)
+    for rep in range(3):
+        for gi, (g, rows, total, xg, xs, yg, ys, took) in enumerate(graphs):
+            ag = make_inputs(80_000 + 100 * rep + 10 * gi, world, rows * HIDDEN, dt)
+            rs = make_inputs(80_000 + 100 * rep + 10 * gi + 1, world, total * HIDDEN, dt)
+            xg.copy_(ag[rank].reshape(rows, HIDDEN))
+            xs.copy_(rs[rank].reshape(total, HIDDEN))
+            yg.fill_(float("nan"))
+            ys.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            want = torch.cat(ag).reshape(world * rows, HIDDEN)
+            padded = [torch.nn.functional.pad(x.reshape(total, HIDDEN), (0, 0, 0, rows * world - total)) for x in rs]
+            mine = [p[rank * rows:(rank + 1) * rows].contiguous() for p in padded]
+            ok_g = tuple(yg.shape) == tuple(want.shape) and bits(yg.cpu()) == bits(want)
+            ok_s = tuple(ys.shape) == (rows, HIDDEN)
+            ok_s = ok_s and (bits(ys.cpu()) == bits(reference(mine, dt).reshape(rows, HIDDEN)) if took[1] else fallback_wrong(ys, mine, world) == 0)
+            for name, ok, t in (("sp_all_gather", ok_g, took[0]), ("sp_reduce_scatter", ok_s, took[1])):
+                st["cases"] += 1
+                st["tpar" if t else "fallback"] += 1
+                st["wrong"] += not ok
+                if not ok and len(st["wrong_calls"]) < 6:
+                    st["wrong_calls"].append(f"graph {name} {dt} rows={rows if name == 'sp_all_gather' else total} replay {rep} took={t}")
+    if not st["wrong_calls"]:
+        del st["wrong_calls"]
+    return st
 
 def liveness_snapshot(world):
     """What a survivor's liveness check sees (diagnosis of a kill stage): this process's pid
@@ -624,6 +779,10 @@ def judge(args, recs):
             lines.append(f"| {head} | {stage} | PASS | {json.dumps(s0['checked'])} |")
             continue
         extra = f" algos {','.join(s0.get('algos', []))}" if s0.get("algos") else ""
+        if stage == "sp_compile":
+            extra += f"; {s0.get('backend')} graphs {json.dumps(s0.get('graphs'))}"
+        if stage == "sp_graph":
+            extra += f"; {s0.get('captured')} graphs captured, replayed 3 times"
         extra += "".join(f"; r{r['rank']} wrong: " + " / ".join(s["wrong_calls"]) for r, s in zip(recs, sts) if s.get("wrong_calls"))[:900]
         if "fusion_routed" in s0:
             forms = ",".join(f"{k}:{v.get('tpar_ops')}op/{v.get('fused_calls')}fused{'' if v.get('ok') else '(WRONG)'}" for k, v in s0.get("forms", {}).items())
@@ -648,7 +807,6 @@ def _write_record(path, rec):
 def matrix(path):
     """The summary lines of several runs (``| run | stage | result | detail |``), then one
     row per run: each stage's result, the kill stage's slowest detection after the death."""
-    import re
 
     with open(path) as f:
         lines = [ln.rstrip("\n") for ln in f if ln.startswith("| ")]
@@ -664,7 +822,7 @@ def matrix(path):
             times = [float(t) for t in re.findall(r"([0-9.]+) s after the death", detail)]
             result += f" {max(times):.2f} s" if times else ""
         rows.setdefault(run, {})[stage] = "skip" if result == "skipped" else result
-    order = ["setup", *STAGES, "batchinv", "fusion"]
+    order = ["setup", *STAGES, "sp_compile", "batchinv", "fusion"]
     stages.sort(key=lambda st: order.index(st) if st in order else len(order))
     data = [ln for ln in lines if not ln.startswith("| run |")]
     print("| run | stage | result | detail |\n|---|---|---|---|\n" + "\n".join(data))
