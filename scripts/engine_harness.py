@@ -33,11 +33,13 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
    the all-gather bitwise every rank's rows in rank order, the reduce-scatter bitwise slice
    ``rank`` of the rank-order sum where tpar served it (its counter), else within the
    fallback's rounding; ``sp_graph`` (GPU): both captured in ``graph_capture()`` and replayed
-   on fresh inputs, judged alike; ``sp_compile`` (not in the default list: it fails today):
-   both inside ``torch.compile(fullgraph=True)``, every call a compiled graph served by tpar.
-   vLLM's functions call the communicator's Python method, so Dynamo traces into tpar's
-   drop-in, which reads ``data_ptr()`` and calls native code: the stage records where Dynamo
-   stopped (``untraceable``);
+   on fresh inputs, judged alike; ``sp_compile``: both inside ``torch.compile(fullgraph=True)``,
+   every call a compiled graph served by tpar. vLLM's functions call the communicator's
+   Python method, so Dynamo traces into tpar's drop-in, which puts one op of its own in the
+   graph (``tpar::engine_all_gather`` / ``engine_reduce_scatter``) that decides when it runs;
+   an all-gather tpar declines when the op runs (its size above ``max_size``) must come out
+   of vLLM's own fallback inside the op, bitwise, with no second graph. Where Dynamo cannot
+   trace, the stage records where it stopped (``untraceable``) and fails;
 7. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
    error within 1 s, without ``check()``. The survivors cycle through the all-reduce and the
    engine's sequence-parallel gather and scatter (those tpar served before the death), so
@@ -81,7 +83,7 @@ from engine_adapters import Skip, SglangEngine, VllmEngine  # (it records the en
 HIDDEN = 7168  # DeepSeek-V3's hidden size: the engines' decode all-reduce is tokens x hidden
 TOKENS = (1, 3, 8, 64, 512)  # size classes of decode and small prefill batches
 ODD = (1, 7, 129, 4099, 21504 + 5)  # element counts off every alignment
-STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "sp_graph", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1), "fusion" (vLLM), "sp_compile" (fails: tpar's drop-in is not traceable, the module docstring says where)
+STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "sp_compile", "sp_graph", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1), "fusion" (vLLM)
 #: A survivor must see a dead peer within this (issue 21).
 DEAD_PEER_S = 1.0
 
@@ -318,6 +320,28 @@ def rank_main(args):
                 continue
             if st["graphs"][name] != shapes:
                 raise RuntimeError(f"{name}: {st['graphs'][name]} compiled graphs for {shapes} dtype and shape pairs: some calls did not run a compiled graph")
+            # A call tpar declines when it runs (its size above the drop-in's max_size, which
+            # the trace does not read): the compiled op must run vLLM's own fallback inside it
+            # (the GroupCoordinator's collective), with the same graph, and give the same
+            # answer, bitwise for the all-gather; tpar's counter must not move. Not for the
+            # reduce-scatter: here vLLM's own fallback for it is torch.distributed's
+            # reduce_scatter_tensor on gloo, which returns uninitialised memory (eagerly too,
+            # without tpar), so there is no right answer of the engine's to compare with.
+            if name == "sp_reduce_scatter":
+                st["declined_reduce_scatter"] = "not judged: vLLM's fallback (reduce_scatter_tensor on gloo) is wrong here without tpar"
+                continue
+            dt0 = next(iter(dtypes.values()))
+            keep = ca.max_size
+            ca.max_size = 16
+            try:
+                served, ok = case(cf, dt0, 1, "compiled, declined")
+            finally:
+                ca.max_size = keep
+            st["declined"] = {"served": served, "ok": ok}
+            if served or not ok:
+                raise RuntimeError(f"{name}: a compiled call tpar declines at run time was {'served by tpar' if served else 'wrong'} (vLLM's fallback inside tpar's op)")
+            if st["graphs"][name] != shapes:
+                raise RuntimeError(f"{name}: the declined call compiled another graph ({st['graphs'][name]} for {shapes} shapes): the decision leaked into the trace")
         if untraceable:
             st["untraceable"] = untraceable
             said = "; ".join(f"{k} not traceable fullgraph: {v['reason']} at {v['at']}: {v['code']}" for k, v in untraceable.items())
@@ -822,7 +846,7 @@ def matrix(path):
             times = [float(t) for t in re.findall(r"([0-9.]+) s after the death", detail)]
             result += f" {max(times):.2f} s" if times else ""
         rows.setdefault(run, {})[stage] = "skip" if result == "skipped" else result
-    order = ["setup", *STAGES, "sp_compile", "batchinv", "fusion"]
+    order = ["setup", *STAGES, "batchinv", "fusion"]
     stages.sort(key=lambda st: order.index(st) if st in order else len(order))
     data = [ln for ln in lines if not ln.startswith("| run |")]
     print("| run | stage | result | detail |\n|---|---|---|---|\n" + "\n".join(data))

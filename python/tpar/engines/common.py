@@ -29,6 +29,55 @@ logger = logging.getLogger("tpar")
 
 _SUPPORTED = None  # torch dtypes, filled on first use (importing tpar must not import torch)
 
+#: Drop-ins by their communicator's handle: what the compiled all-gathers and reduce-scatters
+#: run on (``tpar::engine_all_gather`` / ``tpar::engine_reduce_scatter``, registered with the
+#: first drop-in: importing tpar must not import torch).
+_dropins: dict = {}
+_engine_ops = []
+
+
+def _register_engine_ops() -> None:
+    """The ops a compiled ``custom_all_gather`` / ``custom_reduce_scatter`` emits. Dynamo
+    cannot trace the eager decision (it reads data pointers and asks tpar's plan, whose answer
+    depends on a size that is symbolic under vLLM's dynamic batch), and vLLM's contract —
+    None sends the call to the engine's NCCL — is a branch a graph cannot take at run time.
+    So the compiled call is one opaque op that decides when it runs: tpar's kernel where the
+    drop-in takes the call eagerly, else the engine's own fallback (:meth:`_engine_fallback`).
+    The output's shape is the collective's either way."""
+    if _engine_ops:
+        return
+    import torch
+
+    if not (hasattr(torch, "library") and hasattr(torch.library, "custom_op")):
+        return
+
+    @torch.library.custom_op("tpar::engine_all_gather", mutates_args=(), schema="(Tensor x, int world, int handle) -> Tensor")
+    def engine_all_gather(x: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+        return _dropin(handle)._decide_when_run("all-gather", x)
+
+    @engine_all_gather.register_fake
+    def _(x: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+        return x.new_empty((world * x.shape[0],) + tuple(x.shape[1:]))
+
+    @torch.library.custom_op("tpar::engine_reduce_scatter", mutates_args=(), schema="(Tensor x, int world, int handle) -> Tensor")
+    def engine_reduce_scatter(x: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+        return _dropin(handle)._decide_when_run("reduce-scatter", x)
+
+    @engine_reduce_scatter.register_fake
+    def _(x: torch.Tensor, world: int, handle: int) -> torch.Tensor:
+        return x.new_empty((x.shape[0] // world,) + tuple(x.shape[1:]))
+
+    _engine_ops.extend([engine_all_gather, engine_reduce_scatter])
+
+
+def _dropin(handle: int) -> "TparCustomAllreduce":
+    d = _dropins.get(handle)
+    if d is None:
+        from tpar import InvalidArgumentError
+
+        raise InvalidArgumentError(f"invalid argument `handle`: no open tpar drop-in has handle {handle}")
+    return d
+
 
 def enabled() -> bool:
     """Whether ``TPAR_ENABLE`` switches the drop-ins on (``1``, ``true``, ``yes``, ``on``)."""
@@ -199,6 +248,8 @@ class TparCustomAllreduce:
         self._engine_checks()
         self.disabled = False
         self.original_disabled = False
+        _register_engine_ops()
+        _dropins[self._comm.handle] = self
         _say("tpar: custom all-reduce on for rank %d of %d on %s (max %d bytes%s)", self.rank, self.world_size, device,
              self.max_size, ", batch-invariant" if self.batch_invariant else "")
 
@@ -332,10 +383,41 @@ class TparCustomAllreduce:
             return False
         return self._route(inp, nbytes, collective, per_rank) not in NOT_RANK_ORDER
 
+    def _compiled_op(self, inp) -> bool:
+        """Whether this call is being traced by Dynamo and goes into the graph as tpar's op:
+        only facts a trace can hold (on, a dtype tpar supports, this device, more than one
+        rank); the rest is decided when the op runs."""
+        import torch
+
+        if not torch.compiler.is_compiling() or not _engine_ops:
+            return False
+        if self.disabled or self._comm is None or self.world_size < 2:
+            return False
+        return inp.dtype in _SUPPORTED and inp.device == self._comm.device
+
+    def _decide_when_run(self, collective: str, inp):
+        """A compiled call's op, running: tpar's kernel where the eager drop-in takes the
+        call, else the engine's fallback (what vLLM's caller runs on None)."""
+        out = self.custom_all_gather(inp) if collective == "all-gather" else self.custom_reduce_scatter(inp)
+        return out if out is not None else self._engine_fallback(collective, inp)
+
+    def _engine_fallback(self, collective: str, inp):
+        """The engine's own path for a call the drop-in declines (an engine subclass knows
+        it); raises where none is known."""
+        from tpar import UnsupportedError
+
+        raise UnsupportedError(f"a compiled {collective} that tpar declines: this engine's drop-in names no fallback for it")
+
     def custom_all_gather(self, inp):
         """vLLM's ``custom_all_gather``: every rank's ``inp`` concatenated along dim 0
         (``[n * world, ...]``), a bitwise copy, in a new tensor; None where tpar's plan gives
-        the call to NCCL (or the tensor is not eligible): the engine's NCCL then runs it."""
+        the call to NCCL (or the tensor is not eligible): the engine's NCCL then runs it.
+        Compiled (Dynamo tracing): one ``tpar::engine_all_gather`` op that decides when it
+        runs (:func:`_register_engine_ops`)."""
+        if self._compiled_op(inp):
+            import torch
+
+            return torch.ops.tpar.engine_all_gather(inp.contiguous(), self.world_size, self._comm.handle)
         if not self._takes_collective("all-gather", inp, inp):
             return None
         out = inp.new_empty((inp.shape[0] * self.world_size,) + tuple(inp.shape[1:]))
@@ -345,9 +427,14 @@ class TparCustomAllreduce:
         """vLLM's ``custom_reduce_scatter``: this rank's share along dim 0 of the sum
         (``[n / world, ...]``), summed in rank order (bitwise slice ``rank`` of tpar's
         all-reduce), in a new tensor; None where dim 0 does not split into ``world`` parts or
-        tpar's plan gives the call to NCCL."""
+        tpar's plan gives the call to NCCL. Compiled: one ``tpar::engine_reduce_scatter`` op,
+        as :meth:`custom_all_gather`."""
         if inp.dim() == 0 or inp.shape[0] % self.world_size != 0:
             return None
+        if self._compiled_op(inp):
+            import torch
+
+            return torch.ops.tpar.engine_reduce_scatter(inp.contiguous(), self.world_size, self._comm.handle)
         n = inp.shape[0] // self.world_size
         # The plan counts the output; a view of that shape asks it without allocating one
         # for calls that go to NCCL.
@@ -392,6 +479,8 @@ class TparCustomAllreduce:
     def close(self) -> None:
         comm, self._comm = self._comm, None
         self.disabled = True
+        if comm is not None:
+            _dropins.pop(comm.handle, None)
         if comm is not None:
             try:
                 comm.close()

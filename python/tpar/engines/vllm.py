@@ -63,6 +63,19 @@ class VllmCustomAllreduce(TparCustomAllreduce):
             pass
         super().__init__(group, device, max_size=max_size, **engine_options)
 
+    def _engine_fallback(self, collective: str, inp):
+        """What vLLM's ``sp_all_gather`` / ``sp_reduce_scatter`` run when the custom
+        collective answers None (``tensor_model_parallel_all_gather(x, 0)`` /
+        ``..._reduce_scatter(x, 0)``): the same ``GroupCoordinator`` call, on the coordinator
+        whose CPU group is this drop-in's."""
+        from vllm.distributed import parallel_state as ps
+
+        for ref in list(ps._groups.values()):
+            g = ref()
+            if g is not None and g.cpu_group is self.group:
+                return g.all_gather(inp, 0) if collective == "all-gather" else g.reduce_scatter(inp, 0)
+        return super()._engine_fallback(collective, inp)
+
     def _engine_checks(self) -> None:
         if self.rank != 0:
             return
