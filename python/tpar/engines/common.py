@@ -22,6 +22,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import weakref
 from contextlib import contextmanager
 from typing import Optional
 
@@ -31,8 +32,8 @@ _SUPPORTED = None  # torch dtypes, filled on first use (importing tpar must not 
 
 #: Drop-ins by their communicator's handle: what the compiled all-gathers and reduce-scatters
 #: run on (``tpar::engine_all_gather`` / ``tpar::engine_reduce_scatter``, registered with the
-#: first drop-in: importing tpar must not import torch).
-_dropins: dict = {}
+#: first drop-in: importing tpar must not import torch). Weak: the engine owns its drop-ins.
+_dropins = weakref.WeakValueDictionary()
 _engine_ops = []
 
 
