@@ -595,6 +595,7 @@ def sp_graph_stage(eng, ca, rank, world, dev, gather, scatter):
         del st["wrong_calls"]
     return st
 
+
 def liveness_snapshot(world):
     """What a survivor's liveness check sees (diagnosis of a kill stage): this process's pid
     namespace, and per rank of the liveness segment (found among this process's descriptors;
