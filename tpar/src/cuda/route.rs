@@ -71,7 +71,7 @@ mod tests {
     use super::super::{Call, NcclCalls};
     use super::*;
     use crate::kinds::{CaptureMode, Collective};
-    use crate::DType;
+    use crate::dtype::DType;
 
     #[test]
     fn a_call_defaults_to_eager_on_the_own_stream_with_the_plans_pick_and_tpars_nccl() {
