@@ -482,7 +482,6 @@ class TparCustomAllreduce:
         self.disabled = True
         if comm is not None:
             _dropins.pop(comm.handle, None)
-        if comm is not None:
             try:
                 comm.close()
             except Exception as e:  # noqa: BLE001 - closing at shutdown must not raise
