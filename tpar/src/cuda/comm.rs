@@ -531,15 +531,15 @@ impl GpuCommunicator {
             _ => {}
         }
         // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { self.submit(c.stream, &r, c.dtype, c.count, c.input, c.output, c.mode) }.map(Served::Ran)
+        unsafe { self.submit(c, &r) }.map(Served::Ran)
     }
 
-    /// Runs a resolved call: on `stream` (the caller's) or this communicator's own.
+    /// Runs `c` as resolved by `r`: on `c.stream` (the caller's) or this communicator's own.
     ///
     /// # Safety
     /// As for [`call`](Self::call).
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn submit(&mut self, stream: Option<u64>, r: &Resolved, dtype: DType, count: usize, input: u64, output: u64, mode: CaptureMode) -> Result<Algorithm> {
+    unsafe fn submit(&mut self, c: &Call, r: &Resolved) -> Result<Algorithm> {
+        let Call { dtype, count, input, output, mode, stream, .. } = *c;
         self.ws.check_poisoned()?;
         if let Some(peer) = self.watchdog.dead_peer() {
             let e = Error::PeerDied { rank: self.rank(), peer, during: "an earlier call (seen by this rank's liveness watchdog)".into() };

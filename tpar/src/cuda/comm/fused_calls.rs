@@ -162,9 +162,10 @@ impl GpuCommunicator {
             FusedRoute::Unfused { all_reduce, norm } => {
                 let ar = Resolved { plan: Arc::clone(&r.plan), route: all_reduce, collective: crate::kinds::Collective::AllReduce };
                 let sum = bufs.unfused_sum(call);
+                let c = Call { stream, ..Call::all_reduce(call.dtype, call.count(), bufs.input, sum).mode(mode) };
                 // SAFETY: the caller's contract covers x and the sum's buffer (norm_out,
                 // residual_out or x: FusedBufs::unfused_sum) for count elements.
-                let algo = unsafe { self.submit(stream, &ar, call.dtype, call.count(), bufs.input, sum, mode) }?;
+                let algo = unsafe { self.submit(&c, &ar) }?;
                 let normed = FusedBufs { input: sum, ..*bufs };
                 let own = stream.map(|s| {
                     // SAFETY: as above.
