@@ -54,6 +54,17 @@ step() {
 }
 { date -u +%FT%TZ; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; echo "tpar $(sha256sum "$B" | cut -c1-16)"; "$B" --version; } >>"$LOG" 2>&1
 
+# finish TITLE: the summary (TITLE, the GPU, the time, every step, the table) to the terminal
+# and summary.txt, then one archive for the records (the device tool brings back at most 8
+# files): summary.txt and table.txt stay beside it. Exits with the run's status.
+finish() {
+    { echo "$1 on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%FT%TZ), $((SECONDS - T0)) s"
+      printf '%s\n' "${summary[@]}"; echo; cat "$OUT/table.txt"; } | tee "$OUT/summary.txt"
+    gzip -f "$LOG"; rm -f "$OUT/.step"
+    ( cd "$OUT" && tar czf records.tgz fused.log.gz $(ls ./*.json 2>/dev/null) && rm -f fused.log.gz ./*.json )
+    exit $failed
+}
+
 SF=("$B" selftest fused)
 if [ -n "${FAMILY:-}" ]; then
   if [ "$FAMILY" = check ]; then
@@ -111,11 +122,7 @@ for (pat, h, rows, algo), c in sorted(cells.items()):
     print(f"{pat:>22} {h:>6} {rows:>4} {algo:>13} {ar:7.2f} {f:7.2f} {u:8.2f} {u - f:+8.2f} {cost} {met}")
 print(f"#wrong in the timed points' checks: {sum(max(r['wrong'], 0) for r in recs)}")
 PY
-    { echo "gpu-fused.sh FAMILY=$FAMILY on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%FT%TZ), $((SECONDS - T0)) s"
-      printf '%s\n' "${summary[@]}"; echo; cat "$OUT/table.txt"; } | tee "$OUT/summary.txt"
-    gzip -f "$LOG"; rm -f "$OUT/.step"
-    ( cd "$OUT" && tar czf records.tgz fused.log.gz $(ls ./*.json 2>/dev/null) && rm -f fused.log.gz ./*.json )
-    exit $failed
+    finish "gpu-fused.sh FAMILY=$FAMILY"
 fi
 # -- 1. correctness, emulated ranks ---------------------------------------------------------
 step "emulated 8 ranks p2p, every dtype, hidden 1K-16K x rows 1-64, eager+graph; a plain call among fused ones" 240 -- \
@@ -186,10 +193,4 @@ for rows in (1, 3, 8):
 wrong = sum(max(r["wrong"], 0) for r in load("fused-7168.json") + load("fused-sweep.json"))
 print(f"#wrong in the timed points' checks: {wrong}")
 PY
-{ echo "gpu-fused.sh on $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%FT%TZ), $((SECONDS - T0)) s"
-  printf '%s\n' "${summary[@]}"; echo; cat "$OUT/table.txt"; } | tee "$OUT/summary.txt"
-# One archive for the records (the device tool brings back at most 8 files): summary.txt and
-# table.txt stay beside it.
-gzip -f "$LOG"; rm -f "$OUT/.step"
-( cd "$OUT" && tar czf records.tgz fused.log.gz $(ls ./*.json 2>/dev/null) && rm -f fused.log.gz ./*.json )
-exit $failed
+finish "gpu-fused.sh"
