@@ -111,7 +111,7 @@ fn a_candidate_failing_the_screen_is_reported_and_never_chosen() {
     for o in res {
         let o = o.unwrap();
         let t = o.tuned().unwrap_or_else(|| panic!("{}", o.line()));
-        let r = t.rejection(Algorithm::OneshotPush).expect("rejected");
+        let r = t.rejection_for(Collective::AllReduce, Algorithm::OneshotPush).expect("rejected");
         assert!(r.wrong >= 1 && !r.identical, "{r:?}");
         for p in &t.profiles {
             assert!(p.tables.iter().all(|tb| tb.buckets.iter().all(|b| b.algorithm != Algorithm::OneshotPush)), "{:?}", p.tables);

@@ -330,11 +330,6 @@ impl Tuned {
         self.profile(mode).ok_or_else(|| format!("the tune measured no {mode} calls"))
     }
 
-    /// The screen's rejection of `algorithm` (for any collective), if it was rejected.
-    pub fn rejection(&self, algorithm: Algorithm) -> Option<&Rejection> {
-        self.rejected.iter().find(|r| r.algorithm == algorithm)
-    }
-
     /// The screen's rejection of `algorithm` for `collective`, if it was rejected.
     pub fn rejection_for(&self, collective: Collective, algorithm: Algorithm) -> Option<&Rejection> {
         self.rejected.iter().find(|r| r.collective == collective && r.algorithm == algorithm)
@@ -482,7 +477,7 @@ mod tests {
         // Pull failed the screen (at f16 1 MiB): dropped in graph mode at every dtype and size.
         assert_eq!(buckets(CaptureMode::Graph), vec![(16384, Algorithm::OneshotPush), (4 << 20, Algorithm::TwoshotPush)]);
         assert!(tuned.profiles.iter().all(|p| p.tables.iter().all(|t| t.buckets.iter().all(|b| b.algorithm != Algorithm::OneshotPull))));
-        assert!(tuned.rejection(Algorithm::OneshotPull).is_some());
+        assert!(tuned.rejection_for(Collective::AllReduce, Algorithm::OneshotPull).is_some());
         assert_eq!(tuned.nccl, "timed");
 
         // The plan takes each mode's table for calls of that mode.
