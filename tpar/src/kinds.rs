@@ -159,6 +159,13 @@ impl Collective {
         Collective::ALL.into_iter().find(|k| k.code() == c)
     }
 
+    /// Each rank's part, in bytes, of a `total`-byte tensor split over `world` ranks (an
+    /// all-gather's output, a reduce-scatter's input), rounded down to whole 16-byte vectors:
+    /// tpar's kernels place each rank's part at a vector (0: too small to split).
+    pub fn part_bytes(total: u64, world: usize) -> u64 {
+        total / (world.max(1) as u64) / 16 * 16
+    }
+
     /// Elements of the input and of the output of one rank, for a call of `n` elements per
     /// rank as nccl-tests counts them (the all-gather's input, the reduce-scatter's output).
     pub fn io_elems(self, n: usize, world: usize) -> (usize, usize) {

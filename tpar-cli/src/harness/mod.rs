@@ -437,13 +437,9 @@ pub fn parse_sequence(s: &str) -> Result<(usize, usize), String> {
 /// reduce-scatter's input (every rank's part), each rank's part rounded down to whole 16-byte
 /// vectors as `all_gather_perf` and `reduce_scatter_perf` round it.
 pub fn per_rank_count(c: Collective, d: DType, bytes: usize, world: usize) -> usize {
-    let n = bytes / d.size();
     match c {
-        Collective::AllReduce => n,
-        _ => {
-            let per = n / world.max(1);
-            per - per % (16 / d.size())
-        }
+        Collective::AllReduce => bytes / d.size(),
+        _ => Collective::part_bytes(bytes as u64, world) as usize / d.size(),
     }
 }
 

@@ -140,15 +140,9 @@ pub struct CollectiveSizes {
     pub collective: Collective,
     /// Whole tensors, bytes (every rank's part together: the all-gather's output, the
     /// reduce-scatter's input). Each rank's part, what the points and the plan count, is this
-    /// over the world in whole 16-byte vectors ([`per_rank_bytes`]).
+    /// over the world in whole 16-byte vectors ([`Collective::part_bytes`]).
     pub totals: Vec<u64>,
     pub dtypes: Vec<DType>,
-}
-
-/// Each rank's part of a `total`-byte tensor split over `world` ranks, rounded down to whole
-/// 16-byte vectors (tpar's kernels place each rank's part at a vector; 0: too small to split).
-pub fn per_rank_bytes(total: u64, world: usize) -> u64 {
-    total / (world.max(1) as u64) / 16 * 16
 }
 
 /// The all-gather and the reduce-scatter at `tokens` x [`ENGINE_HIDDEN`] bf16 elements, the
@@ -254,7 +248,7 @@ impl TunePlan {
     pub fn work(&self, world: usize) -> Vec<(Collective, Vec<DType>, Vec<u64>)> {
         let mut v = vec![(Collective::AllReduce, self.dtypes.clone(), self.sizes.clone())];
         for c in &self.collectives {
-            let mut sizes: Vec<u64> = c.totals.iter().map(|&t| per_rank_bytes(t, world)).filter(|&b| b > 0).collect();
+            let mut sizes: Vec<u64> = c.totals.iter().map(|&t| Collective::part_bytes(t, world)).filter(|&b| b > 0).collect();
             sizes.sort_unstable();
             sizes.dedup();
             v.push((c.collective, c.dtypes.clone(), sizes));
