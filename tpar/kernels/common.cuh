@@ -191,6 +191,11 @@ struct TparNorm {
 #define TPAR_NORM_RESIDUAL 1u  // the residual add before the norm
 #define TPAR_NORM_GEMMA 2u     // the norm multiplies by f32(w) + 1
 #define TPAR_NORM_FP8 4u       // the output is FP8 e4m3fn, quantized with *scale
+// Not a pattern bit: the call runs two-shot pull's rows variant (-DTPAR_FUSED_ROWS: each
+// rank owns whole rows, twoshot_pull.cu), set by the launcher so that the descriptor, which
+// carries the flags, tells a rank that split the message otherwise (cuda/fused.rs
+// `rows_owned`). The kernels' code never reads it: the variant's compile decides.
+#define TPAR_NORM_ROWS 8u
 static_assert(sizeof(TparNorm) == 48, "TparNorm size: keep in step with abi.rs");
 struct TparFusedArgs {
     TparArgs a;

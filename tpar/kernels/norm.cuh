@@ -73,6 +73,20 @@
 #define TPAR_CLUSTER_ROWS 0
 #endif
 
+// The rows variant (-DTPAR_FUSED_ROWS, with -DTPAR_FUSED; the launcher's choice,
+// cuda/fused.rs `rows_owned`) of a kernel that defines TPAR_FUSED_ROWS_READY (two-shot
+// pull): each rank's chunk is whole rows, so a row's tiles are all this rank's puts; the
+// owner normalises its rows (norm_export: the output stored and exported into its
+// workspace) and peers take the finished outputs (load_export, put_gathered).
+#if defined(TPAR_FUSED_ROWS)
+#if !TPAR_FUSED_ON || !defined(TPAR_FUSED_ROWS_READY)
+#error "-DTPAR_FUSED_ROWS needs -DTPAR_FUSED and a kernel with TPAR_FUSED_ROWS_READY"
+#endif
+#define TPAR_ROWS_OWNED 1
+#else
+#define TPAR_ROWS_OWNED 0
+#endif
+
 // The spread norm (a kernel that defines TPAR_NORM_SPREAD before including common.cuh:
 // two-shot pull): the kernel normalises every vector of the message grid-stride over the
 // whole grid, not the vectors each thread put, so a thread may normalise a vector another
@@ -219,8 +233,9 @@ __device__ __forceinline__ u32 quant_fp8(float x, float qinv) {
 
 // Stores vector v's normalised values (the dtype's, as rounded) quantized to FP8 at the
 // output: D::LANES bytes at output + v * D::LANES (whole vectors: the fused call's rows are).
+// The FP8 bytes of one normalised vector o: lanes 0-3 in .x, 4-7 in .y (.z, .w zero).
 template <class D>
-__device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) {
+__device__ __forceinline__ V16 fp8_pack(V16 o, float qinv) {
     float x[8];
     D::set(x, o);
     u32 lo = 0u, hi = 0u;
@@ -228,11 +243,34 @@ __device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) 
     for (int i = 0; i < D::LANES && i < 4; ++i) lo |= quant_fp8(x[i], qinv) << (8 * i);
 #pragma unroll
     for (int i = 4; i < D::LANES; ++i) hi |= quant_fp8(x[i], qinv) << (8 * (i - 4));
+    return V16{lo, hi, 0u, 0u};
+}
+
+// Stores fp8_pack's D::LANES bytes at `at`.
+template <class D>
+__device__ __forceinline__ void st_fp8(u64 at, V16 q) {
     if (D::LANES == 8) {
-        asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(output + v * 8u), "r"(lo), "r"(hi) : "memory");
+        asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(at), "r"(q.x), "r"(q.y) : "memory");
     } else {
-        asm volatile("st.global.u32 [%0], %1;" ::"l"(output + v * (u64)D::LANES), "r"(lo) : "memory");
+        asm volatile("st.global.u32 [%0], %1;" ::"l"(at), "r"(q.x) : "memory");
     }
+}
+
+// Loads D::LANES bytes of FP8 from a peer's slot (volatile, as ld_poll_v16) into .x (.y).
+template <class D>
+__device__ __forceinline__ V16 ld_fp8_peer(const V16* p) {
+    V16 q = {0u, 0u, 0u, 0u};
+    if (D::LANES == 8) {
+        asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(q.x), "=r"(q.y) : "l"(p));
+    } else {
+        asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(q.x) : "l"(p));
+    }
+    return q;
+}
+
+template <class D>
+__device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) {
+    st_fp8<D>(output + v * (u64)D::LANES, fp8_pack<D>(o, qinv));
 }
 
 // One normalised vector v (r the updated residual, w the weight) stored as the pattern asks:
@@ -353,6 +391,10 @@ struct PlainOut {
     __device__ __forceinline__ void norm(const TparArgs&, Frame&, u64) {}
     __device__ __forceinline__ void flush(const TparArgs&, const Frame&) {}
     __device__ __forceinline__ void set_spread(bool) {}
+    __device__ __forceinline__ u32 row_vecs() const { return 0u; }
+    __device__ __forceinline__ void norm_export(const TparArgs&, Frame&, u64, V16*) {}
+    __device__ __forceinline__ V16 load_export(const V16*) const { return V16{0u, 0u, 0u, 0u}; }
+    __device__ __forceinline__ void put_gathered(const TparArgs&, u64, V16, V16) const {}
 };
 
 __device__ __forceinline__ u64* norm_scratch(const TparArgs& a) { return (u64*)(a.state + TPAR_SCRATCH_OFFSET); }
@@ -564,6 +606,17 @@ struct NormOut {
     }
 #endif
 
+    // inv and qinv for vector v's row: its tiles waited for when the row changes.
+    __device__ __forceinline__ void row_scale(const TparArgs& a, Frame& f, u64 v) {
+        const u32 rw = (u32)v / vrow;
+        if (rw != row) {  // the same for the whole warp: a tile lies in one row
+            row = rw;
+            const float sc = (n.flags & TPAR_NORM_FP8) ? ld_scale(n) : 1.0f;  // in flight beside the polls
+            inv = row_inv(a, f, rw);
+            qinv = fdiv_rn(1.0f, sc);
+        }
+    }
+
     // Normalises vector v (after every put of this thread) into the output.
     __device__ __forceinline__ void norm(const TparArgs& a, Frame& f, u64 v) {
 #if TPAR_CLUSTER_ROWS
@@ -577,17 +630,49 @@ struct NormOut {
         } else
 #endif
         {
-            const u32 rw = (u32)v / vrow;
-            if (rw != row) {  // the same for the whole warp: a tile lies in one row
-                row = rw;
-                const float sc = (n.flags & TPAR_NORM_FP8) ? ld_scale(n) : 1.0f;  // in flight beside the polls
-                inv = row_inv(a, f, rw);
-                qinv = fdiv_rn(1.0f, sc);
-            }
+            row_scale(a, f, v);
         }
         const bool kept = v == kept_v;
         const V16 r = kept ? kept_r : ld_v16((const V16*)n.residual_out + v);  // this thread's own store
         const V16 w = kept ? kept_w : ld_v16(weight_of(v));
         store_norm<D>(a, n, v, r, w, inv, qinv);
     }
+
+    // The rows variant (TPAR_ROWS_OWNED: a rank's chunk is whole rows, so all of a row's
+    // tiles are this rank's puts): as norm, and the finished output also into
+    // `slot` (this rank's workspace, vector v's own 16 bytes: the dtype's vector, or for FP8
+    // its D::LANES bytes at the start), where the peers' all-gather reads it. Only this
+    // thread reads or writes vector v's slot in this call before the barrier that publishes it.
+    __device__ __forceinline__ void norm_export(const TparArgs& a, Frame& f, u64 v, V16* slot) {
+        row_scale(a, f, v);
+        const bool kept = v == kept_v;
+        const V16 r = kept ? kept_r : ld_v16((const V16*)n.residual_out + v);  // this thread's own store
+        const V16 w = kept ? kept_w : ld_v16(weight_of(v));
+        const V16 o = norm_vec<D>(r, w, inv, n.flags);
+        if (n.flags & TPAR_NORM_FP8) {
+            const V16 q = fp8_pack<D>(o, qinv);
+            st_fp8<D>(a.output + v * (u64)D::LANES, q);
+            st_fp8<D>((u64)slot, q);
+        } else {
+            store_output<D>(a, v, o);
+            st_v16(slot, o);
+        }
+    }
+
+    // An owner's exported output (norm_export's `slot`, read after the barrier that
+    // published it): the dtype's vector, or the FP8 bytes in .x (.y).
+    __device__ __forceinline__ V16 load_export(const V16* p) const {
+        if (n.flags & TPAR_NORM_FP8) return ld_fp8_peer<D>(p);
+        return ld_poll_v16(p);
+    }
+
+    // Vector v of a row another rank owns, finished there: the updated residual r and the
+    // normalised output o (load_export's form), stored as this rank's outputs.
+    __device__ __forceinline__ void put_gathered(const TparArgs& a, u64 v, V16 r, V16 o) const {
+        st_v16((V16*)n.residual_out + v, r);
+        if (n.flags & TPAR_NORM_FP8) st_fp8<D>(a.output + v * (u64)D::LANES, o);
+        else store_output<D>(a, v, o);
+    }
+
+    __device__ __forceinline__ u32 row_vecs() const { return vrow; }
 };

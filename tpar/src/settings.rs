@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | job | `TPAR_RANK`, `TPAR_WORLD_SIZE`, `TPAR_RDZV`, `TPAR_JOB_ID`, `TPAR_TIMEOUT_MS`, `TPAR_SHM_BYTES` | [`crate::config::Config`] |
 //! | plan | `TPAR_ALGO`, `TPAR_TRANSPORT`, `TPAR_MAX_BYTES`, `TPAR_DISABLE`, `TPAR_PROFILE`, `TPAR_TOPOLOGY`, `TPAR_TUNE`, `TPAR_CHECK_CALLS`, `TPAR_HOST_PROTOCOL`, `TPAR_WIRE`, `TPAR_EXACT`, `TPAR_FUSED` | [`Overrides`] (the plan's input), the communicators' init |
-//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_FUSED_CLUSTER`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher); `TPAR_BLOCKS` alone in [`Overrides::blocks`], which the plan and the launcher both read |
+//! | launch | `TPAR_BLOCKS`, `TPAR_PDL`, `TPAR_FUSED_CLUSTER`, `TPAR_FUSED_ROWS`, `TPAR_LEAN`, `TPAR_ZERO_COPY` | [`LaunchSettings`] (the CUDA launcher); `TPAR_BLOCKS` alone in [`Overrides::blocks`], which the plan and the launcher both read |
 //! | libraries | `TPAR_NVRTC_LIB`, `TPAR_NCCL_LIB`, `TPAR_CACHE_DIR` | [`nvrtc_lib`], [`nccl_lib`], [`cache_dir`] |
 //! | logging | `TPAR_DEBUG` | [`Overrides::debug`] |
 //! | engines | `TPAR_ENABLE` | the Python plug-ins (the one value Python reads itself) |
@@ -103,10 +103,11 @@ pub const VARS: &[Var] = &[
     Var { name: "TPAR_HOST_PROTOCOL", group: Group::Plan, values: "flags, sentinel or auto", default: "auto (flags from 3 ranks)", doc: "how the push kernels synchronise over the host transport (GPUs without P2P)", example: "flags" },
     Var { name: "TPAR_WIRE", group: Group::Plan, values: "exact, fp8 or int8", default: "exact", doc: "what ce-ring puts on the wire: fp8/int8 quantise per block of 128 values (lossy: docs/cuda.md states the bound); other algorithms are always exact", example: "fp8" },
     Var { name: "TPAR_EXACT", group: Group::Plan, values: BOOL, default: "0", doc: "insist on bitwise rank-order sums: a lossy TPAR_WIRE is then an error", example: "1" },
-    Var { name: "TPAR_FUSED", group: Group::Plan, values: "auto, 1 or 0", default: "auto", doc: "fused all-reduce + residual add + RMSNorm calls: the plan's algorithm's fused kernel where it takes the shape, except two-shot pull's, measured slower than its all-reduce followed by the add-RMSNorm kernel (auto); the fused kernel wherever it takes the shape (1); never, the all-reduce then the add-RMSNorm kernel (0). The same bits every way; ranks must agree", example: "0" },
+    Var { name: "TPAR_FUSED", group: Group::Plan, values: "auto, 1 or 0", default: "auto", doc: "fused all-reduce + residual add + RMSNorm calls: the plan's algorithm's fused kernel where it takes the shape, except two-shot pull's where every rank normalises every row (fewer rows than ranks, or TPAR_FUSED_ROWS=0), measured slower than its all-reduce followed by the add-RMSNorm kernel (auto); the fused kernel wherever it takes the shape (1); never, the all-reduce then the add-RMSNorm kernel (0). The same bits every way; ranks must agree", example: "0" },
     Var { name: "TPAR_BLOCKS", group: Group::Launch, values: "1 to 64, or auto", default: "auto", doc: "thread blocks per kernel call, for measuring", example: "8" },
     Var { name: "TPAR_PDL", group: Group::Launch, values: "1 or 0", default: "1", doc: "programmatic dependent launch on sm_90+ (ranks may differ)", example: "0" },
     Var { name: "TPAR_FUSED_CLUSTER", group: Group::Launch, values: "1 or 0", default: "1", doc: "fused all-reduce + RMSNorm calls whose blocks hold whole rows run each row's blocks as one thread-block cluster, its sums of squares meeting in distributed shared memory (sm_90+); 0: through global memory, for measuring", example: "0" },
+    Var { name: "TPAR_FUSED_ROWS", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "two-shot pull's fused all-reduce + RMSNorm splits the message into whole rows a rank, each owner normalising its rows and the all-gather moving the finished outputs: from as many rows as ranks (auto), at every row count (1), never (0: every rank normalises every row after the all-gather; auto then declines two-shot pull's fused kernel, as TPAR_FUSED says). The same bits every way; ranks must agree", example: "0" },
     Var { name: "TPAR_LEAN", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "the kernels' lean variant (64 registers, two blocks per SM) for every size (1), never (0), or for large calls of ranks sharing a GPU (auto)", example: "1" },
     Var { name: "TPAR_ZERO_COPY", group: Group::Launch, values: "auto, 1 or 0", default: "auto", doc: "graph-captured pull calls read the ranks' inputs in place, the buffers registered when the capture ends: from each algorithm's measured size (auto), at every size (1), never (0: copy into the workspace)", example: "0" },
     Var { name: "TPAR_NVRTC_LIB", group: Group::Libraries, values: "a path to libnvrtc.so.13", default: "(the Python environment's nvidia-cuda-nvrtc wheel, else by name)", doc: "the NVRTC that compiles tpar's kernels", example: "/usr/local/cuda/lib64/libnvrtc.so.13" },
@@ -285,11 +286,15 @@ pub struct LaunchSettings {
     /// `TPAR_FUSED_CLUSTER`: fused calls exchange a row's sums inside a thread-block
     /// cluster where the grid allows (sm_90+); false: always through global memory.
     pub fused_cluster: bool,
+    /// `TPAR_FUSED_ROWS`, when set (`cuda::fused::rows_owned`'s rule otherwise): two-shot
+    /// pull's fused kernel with whole rows a rank. Ranks must agree (the fused descriptor
+    /// carries it: a rank that differs gets a Mismatch).
+    pub fused_rows: Option<bool>,
 }
 
 impl Default for LaunchSettings {
     fn default() -> Self {
-        Self { pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false, test_stamps: false, fused_cluster: true }
+        Self { pdl: true, lean: None, test_buffers: None, zero_copy: None, test_no_end_barrier: false, test_stamps: false, fused_cluster: true, fused_rows: None }
     }
 }
 
@@ -450,6 +455,7 @@ impl Settings {
             }
             "TPAR_PDL" => self.launch.pdl = parse_switch(name, raw)?,
             "TPAR_FUSED_CLUSTER" => self.launch.fused_cluster = parse_switch(name, raw)?,
+            "TPAR_FUSED_ROWS" => self.launch.fused_rows = parse_auto_switch(name, raw)?,
             "TPAR_LEAN" => self.launch.lean = parse_auto_switch(name, raw)?,
             "TPAR_ZERO_COPY" => self.launch.zero_copy = parse_auto_switch(name, raw)?,
             "TPAR_TEST_UNSAFE_NO_END_BARRIER" => {

@@ -274,6 +274,28 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     no_local_memory(&what, &u.ptx);
                     no_spills(&what, &u.log);
                     compiled += 1;
+                    // The rows variant (norm.cuh: each rank owns whole rows and normalises
+                    // them; the all-gather moves finished outputs): two-shot pull's alone.
+                    let mut ropts = nvrtc::options(arch, Some(d));
+                    ropts.extend(protocol_defines(*p));
+                    ropts.extend(size_class_defines(SizeClass::FusedRows));
+                    ropts.push("--ptxas-options=-v".into());
+                    let rwhat = format!("{} {d} (fused rows, {p:?}) for {arch}", src.file);
+                    let ru = nvrtc::compile_unit(src.file, &src.translation_unit(), &ropts);
+                    if kernels::has_fused_rows(src.algorithm) {
+                        let ru = ru.unwrap_or_else(|e| panic!("{rwhat}: {e}"));
+                        assert!(ru.ptx.contains(&entry) && ru.ptx.contains("_param_0[392]"), "{rwhat}: no fused entry");
+                        assert!(ru.ptx.contains("shfl.sync.bfly.b32") && ru.ptx.contains("sqrt.rn.f32") && ru.ptx.contains("cvt.rni.u32.f32"), "{rwhat}: no norm epilogue with FP8 output");
+                        // No spread norm: no release fence before tile words (norm.cuh flush).
+                        assert!(!ru.ptx.contains("ld.acquire.gpu"), "{rwhat}: the spread norm's acquire polls");
+                        assert!(u.ptx.contains("ld.acquire.gpu"), "{what}: the plain fused variant lost its spread norm");
+                        dump_ptx(&format!("{}-{d}-fused-rows-{p:?}-{arch}", src.file), &ru.ptx);
+                        no_local_memory(&rwhat, &ru.ptx);
+                        no_spills(&rwhat, &ru.log);
+                        compiled += 1;
+                    } else {
+                        assert!(ru.is_err(), "{rwhat}: compiled where the launcher never asks for it");
+                    }
                     // The cluster variant (norm.cuh: the row's sums through distributed
                     // shared memory, residual and weight staged by cp.async): the one-shot
                     // kernels from sm_90 on; refused elsewhere.

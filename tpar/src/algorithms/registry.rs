@@ -55,6 +55,9 @@ pub struct Variants {
     /// Its fused variant exchanges a row's sums inside a thread-block cluster
     /// (`TPAR_CLUSTER_ROWS_READY`; kernels/norm.cuh, `launch::row_cluster`).
     pub cluster_rows: bool,
+    /// Its fused variant has a form whose ranks own whole rows (`TPAR_FUSED_ROWS_READY`;
+    /// `-DTPAR_FUSED_ROWS`, kernels/norm.cuh, `fused::rows_owned`).
+    pub fused_rows: bool,
     /// A registered (zero-copy) path for captured calls: peers read the registered inputs
     /// (`io_all_reduce<`).
     pub registered: bool,
@@ -96,7 +99,7 @@ macro_rules! kernel {
     };
 }
 
-const NO_VARIANTS: Variants = Variants { flags: false, lean: false, fused: false, cluster_rows: false, registered: false, gather_scatter: false };
+const NO_VARIANTS: Variants = Variants { flags: false, lean: false, fused: false, cluster_rows: false, fused_rows: false, registered: false, gather_scatter: false };
 
 const ALL_REDUCE: &[Collective] = &[Collective::AllReduce];
 const EVERY_COLLECTIVE: &[Collective] = &[Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter];
@@ -151,7 +154,7 @@ pub static REGISTRY: [Spec; 9] = [
         summary: "reduce-scatter by reads, then all-gather by reads (barrier protocol)",
         role: Role::Candidate,
         cpu: true,
-        kernel: kernel!("twoshot_pull.cu", lean fused registered),
+        kernel: kernel!("twoshot_pull.cu", lean fused fused_rows registered),
         gpu_transports: P2P,
         emulated_transports: P2P,
         reads_remote: true,

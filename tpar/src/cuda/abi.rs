@@ -100,6 +100,10 @@ pub const NORM_RESIDUAL: u32 = 1;
 pub const NORM_GEMMA: u32 = 2;
 /// [`TparNorm::flags`]: the FP8 e4m3fn output, static scale (`TPAR_NORM_FP8`).
 pub const NORM_FP8: u32 = 4;
+/// [`TparNorm::flags`], not a pattern bit: two-shot pull's fused kernel splits the message
+/// into whole rows a rank, which their owner normalises (`TPAR_NORM_ROWS`;
+/// `cuda::fused::rows_owned` decides).
+pub const NORM_ROWS: u32 = 8;
 
 /// A fused kernel's one argument: the all-reduce's (`output` is the normalised output) and
 /// the norm's. Twin of `struct TparFusedArgs`.
@@ -153,10 +157,11 @@ pub const DESC_FUSED: u32 = 0x8;
 /// [`DESC_KIND`] of a reduce-scatter.
 pub const DESC_REDUCE_SCATTER: u32 = 0xc;
 
-/// [`desc_code`] of a fused call of the pattern `flags` ([`TparNorm::flags`], in bits 8-10:
-/// ranks that call different patterns get a Mismatch).
+/// [`desc_code`] of a fused call of the pattern `flags` ([`TparNorm::flags`], in bits 8-10,
+/// and [`NORM_ROWS`] in bit 11: ranks that call different patterns, or split the message
+/// differently, get a Mismatch).
 pub fn fused_desc_code(algo: Algorithm, dtype: DType, flags: u32) -> u32 {
-    desc_code(algo, dtype) | DESC_FUSED | (flags & 0x7) << 8
+    desc_code(algo, dtype) | DESC_FUSED | (flags & 0xf) << 8
 }
 
 /// The fused pattern's name from [`TparNorm::flags`] ([`crate::kinds::norm_pattern_name`],
@@ -189,7 +194,7 @@ fn kind_name(code: u64) -> &'static str {
 fn differing_field(ours: u64, theirs: u64) -> &'static str {
     let kinds = (ours as u32 & DESC_KIND, theirs as u32 & DESC_KIND);
     if kinds == (DESC_FUSED, DESC_FUSED) && ours >> 56 != theirs >> 56 {
-        return "fused pattern (residual add, Gemma offset, FP8 output)";
+        return "fused pattern (residual add, Gemma offset, FP8 output) or two-shot pull's row ownership (TPAR_FUSED_ROWS)";
     }
     if kinds.0 != kinds.1 {
         if matches!(kinds, (0, DESC_FUSED) | (DESC_FUSED, 0)) {
@@ -213,7 +218,12 @@ pub fn describe_call(packed: u64) -> (u64, String) {
     let count = (packed >> 8) & ((1 << 48) - 1);
     let algo = Algorithm::from_code(code >> 4).map_or("unknown algorithm", |a| a.name());
     let dtype = DType::from_code(code & 0x3).map_or("unknown dtype", |d| d.name());
-    let kind = if code as u32 & DESC_KIND == DESC_FUSED { format!("{} ({})", kind_name(code), pattern_name((packed >> 56) as u32)) } else { kind_name(code).to_string() };
+    let kind = if code as u32 & DESC_KIND == DESC_FUSED {
+        let flags = (packed >> 56) as u32;
+        format!("{} ({}{})", kind_name(code), pattern_name(flags), if flags & NORM_ROWS != 0 { ", rows owned" } else { "" })
+    } else {
+        kind_name(code).to_string()
+    };
     (count, format!("{algo} {kind} {dtype} count {count}"))
 }
 
@@ -437,19 +447,23 @@ mod tests {
     #[test]
     fn fused_patterns_differ_in_the_descriptor_and_a_mismatch_names_them() {
         let (a, d) = (Algorithm::TwoshotPush, DType::F16);
-        let codes: Vec<u32> = (0..8).map(|f| fused_desc_code(a, d, f)).collect();
+        // Every pattern, each with and without two-shot pull's row ownership (NORM_ROWS).
+        let codes: Vec<u32> = (0..16).map(|f| fused_desc_code(a, d, f)).collect();
         for (i, x) in codes.iter().enumerate() {
             assert_eq!(*x & 0xff, fused_desc_code(a, d, 0) & 0xff, "the low byte is the call's kind");
             for y in &codes[i + 1..] {
                 assert_ne!(pack_call(1 << 40, *x), pack_call(1 << 40, *y));
                 let crate::error::Error::Mismatch { field, ours, theirs, .. } = mismatch_codes(*x, *y) else { panic!() };
                 assert!(field.starts_with("fused pattern"), "{field}");
-                assert!(ours.contains(&format!("({})", pattern_name(*x >> 8))) && theirs.contains(&format!("({})", pattern_name(*y >> 8))), "{ours} / {theirs}");
+                let named = |c: u32| format!("({}{})", pattern_name(c >> 8), if (c >> 8) & NORM_ROWS != 0 { ", rows owned" } else { "" });
+                assert!(ours.contains(&named(*x)) && theirs.contains(&named(*y)), "{ours} / {theirs}");
             }
         }
         assert_eq!(pattern_name(NORM_RESIDUAL | NORM_GEMMA | NORM_FP8), "add_rmsnorm_gemma_fp8");
         assert_eq!(pattern_name(0), "rmsnorm");
         assert_eq!(describe_call(pack_call(1 << 40, fused_desc_code(a, d, NORM_FP8))).0, 1 << 40, "the pattern leaves the count alone");
+        assert!(describe_call(pack_call(64, fused_desc_code(a, d, NORM_RESIDUAL | NORM_ROWS))).1.contains("(add_rmsnorm, rows owned)"));
+        assert!(!describe_call(pack_call(64, fused_desc_code(a, d, NORM_RESIDUAL))).1.contains("rows owned"));
     }
 
     #[test]

@@ -5,14 +5,14 @@
 //! all-reduce into the normalised output, then tpar's add-RMSNorm kernel in place: the same
 //! bits).
 //!
-//! Owns: [`FusedPattern`], [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`FusedPath`],
+//! Owns: [`FusedPattern`], [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`rows_owned`], [`fused_flags`], [`FusedPath`],
 //! [`FusedRoute`] (a resolved fused call shape), [`FUSED_MAX_ROWS`].
 //! Must never decide differently on two ranks of the same call (it is a pure function of the
 //! call, the algorithm, the world, the workspace's size and `TPAR_FUSED`, all equal across
 //! ranks: the setting is in the plan digest), and
 //! never launch anything (`launch`, `emulated`, `ipc` and `comm` do).
 
-use super::abi::{self, TparNorm, NORM_FP8, NORM_GEMMA, NORM_RESIDUAL, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
+use super::abi::{self, TparNorm, NORM_FP8, NORM_GEMMA, NORM_RESIDUAL, NORM_ROWS, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
 use super::kernels;
 use super::launch::Launch;
 use super::route::{Resolved, Route};
@@ -333,9 +333,39 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
     None
 }
 
+/// Whether two-shot pull's fused kernel splits `call` among `world` ranks into whole rows
+/// (kernels/twoshot_pull.cu, `TPAR_NORM_ROWS`): `ceil(rows / world)` rows a rank (the last
+/// owners fewer, or none), each owner normalising its rows alone and the all-gather moving
+/// the finished outputs, instead of chunks of whole tiles after which every rank normalises
+/// every row (the spread norm, kernels/norm.cuh). Only where world chunks of that many rows
+/// fit a workspace slot (`slot_vecs` vectors). `forced` is `TPAR_FUSED_ROWS`; auto takes it
+/// from `rows >= world` on, where every rank owns a row and none more than twice its even
+/// share: the redundant norm it removes is (world - 1) / world of the message's
+/// normalisation on every rank (on emulated ranks sharing one GPU, world-fold that GPU's
+/// work), against moving two outputs instead of one sum in the all-gather. Fewer rows leave
+/// ranks idle in the reduce: the spread norm stays there (the A/B: `TPAR_FUSED_ROWS=1`).
+/// A pure function of the call, the world, the workspace and the setting: ranks must agree
+/// (the descriptor carries the choice, [`NORM_ROWS`]: a rank that differs gets a Mismatch).
+pub fn rows_owned(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: usize, forced: Option<bool>) -> bool {
+    if algo != Algorithm::TwoshotPull {
+        return false;
+    }
+    let world = world.max(1);
+    let cvec = call.rows.div_ceil(world).saturating_mul(call.row_vecs());
+    cvec.saturating_mul(world) <= slot_vecs && forced.unwrap_or(call.rows >= world)
+}
+
+/// The [`TparNorm::flags`] `algo`'s fused kernel runs `call` with: the pattern's, and
+/// [`NORM_ROWS`] where [`rows_owned`]; the fused descriptor carries them
+/// (`abi::fused_desc_code`).
+pub fn fused_flags(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: usize, forced: Option<bool>) -> u32 {
+    call.pattern.flags() | if rows_owned(algo, call, world, slot_vecs, forced) { NORM_ROWS } else { 0 }
+}
+
 /// Why the plan's `algo` should not run its fused kernel for a call it takes (`None`: it
 /// should), under `TPAR_FUSED` (`forced`: `Some(true)` wherever it takes the shape,
-/// `Some(false)` never). Auto declines two-shot pull's: against its all-reduce followed by
+/// `Some(false)` never); `rows`: the call runs two-shot pull's owned rows ([`rows_owned`]).
+/// Auto declines two-shot pull's spread-norm form: against its all-reduce followed by
 /// the add-RMSNorm kernel (one H200, emulated ranks, bf16, 7168 x rows, graphs) the fused
 /// kernel measured slower wherever the plan picks two-shot pull: 8 ranks 10 / 16 / 24 / 32
 /// / 48 rows 21.86 / 23.18 / 23.72 / 24.54 / 25.78 us against 14.62 / 15.03 / 15.74 / 16.75
@@ -346,14 +376,16 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
 /// `TPAR_NORM_SPREAD`) took up to 6.3 us off it, not enough there: 8 ranks 16 / 32 rows
 /// 16.61 / 20.62 against 14.99 / 17.20, 4 ranks 32 rows 12.99 against 11.31
 /// (bench/results/2026-12-03-h200-fused-twoshot-spread/README.md). Callers that name the path
-/// (`all_reduce_add_rmsnorm_with`, the emulated group) are not asked. The reason is logged
-/// under `TPAR_DEBUG=INFO`.
-pub fn fused_declined(algo: Algorithm, forced: Option<bool>) -> Option<String> {
+/// (`all_reduce_add_rmsnorm_with`, the emulated group) are not asked. Its owned-rows form is
+/// taken: it normalises each row once, not world times (not yet measured against the
+/// unfused path; `TPAR_FUSED_ROWS=0` restores the spread norm and this decline). The reason
+/// is logged under `TPAR_DEBUG=INFO`.
+pub fn fused_declined(algo: Algorithm, forced: Option<bool>, rows: bool) -> Option<String> {
     match forced {
         Some(true) => None,
         Some(false) => Some("TPAR_FUSED=0".to_string()),
-        None if algo == Algorithm::TwoshotPull => {
-            Some("two-shot pull's fused kernel measured slower than its all-reduce followed by the add-RMSNorm kernel (docs/cuda.md; TPAR_FUSED=1 runs it)".to_string())
+        None if algo == Algorithm::TwoshotPull && !rows => {
+            Some("two-shot pull's fused kernel with its spread norm measured slower than its all-reduce followed by the add-RMSNorm kernel (docs/cuda.md; TPAR_FUSED=1 runs it)".to_string())
         }
         None => None,
     }
@@ -391,16 +423,42 @@ mod tests {
     }
 
     #[test]
-    fn auto_declines_only_two_shot_pulls_fused_kernel_and_the_setting_overrides_it() {
+    fn auto_declines_only_two_shot_pulls_spread_norm_and_the_setting_overrides_it() {
         for a in [Algorithm::OneshotPush, Algorithm::OneshotPull, Algorithm::TwoshotPush] {
-            assert_eq!(fused_declined(a, None), None, "{a}");
-            assert_eq!(fused_declined(a, Some(true)), None, "{a}");
-            assert_eq!(fused_declined(a, Some(false)).as_deref(), Some("TPAR_FUSED=0"), "{a}");
+            assert_eq!(fused_declined(a, None, false), None, "{a}");
+            assert_eq!(fused_declined(a, Some(true), false), None, "{a}");
+            assert_eq!(fused_declined(a, Some(false), false).as_deref(), Some("TPAR_FUSED=0"), "{a}");
         }
-        let why = fused_declined(Algorithm::TwoshotPull, None).expect("auto declines two-shot pull's");
+        let why = fused_declined(Algorithm::TwoshotPull, None, false).expect("auto declines two-shot pull's spread norm");
         assert!(why.contains("slower") && why.contains("TPAR_FUSED=1"), "{why}");
-        assert_eq!(fused_declined(Algorithm::TwoshotPull, Some(true)), None);
-        assert!(fused_declined(Algorithm::TwoshotPull, Some(false)).is_some());
+        assert_eq!(fused_declined(Algorithm::TwoshotPull, None, true), None, "owned rows are taken");
+        assert_eq!(fused_declined(Algorithm::TwoshotPull, Some(true), false), None);
+        assert!(fused_declined(Algorithm::TwoshotPull, Some(false), true).is_some());
+    }
+
+    /// Owned rows: two-shot pull only, from rows >= world on (auto), forced either way by
+    /// TPAR_FUSED_ROWS, never where world chunks of ceil(rows / world) rows overflow a slot;
+    /// the kernel's flags and descriptor carry the choice.
+    #[test]
+    fn two_shot_pull_owns_rows_from_world_rows_on_where_they_fit() {
+        let slot = (8 << 20) / 16;
+        let c = |rows| call(DType::BF16, rows, 7168);
+        for (rows, world, want) in [(32, 8, true), (16, 8, true), (8, 8, true), (9, 8, true), (33, 8, true), (7, 8, false), (1, 8, false), (3, 2, true), (1, 2, false), (64, 4, true)] {
+            assert_eq!(rows_owned(Algorithm::TwoshotPull, &c(rows), world, slot, None), want, "{rows} rows, {world} ranks");
+        }
+        for a in [Algorithm::OneshotPush, Algorithm::OneshotPull, Algorithm::TwoshotPush] {
+            assert!(!rows_owned(a, &c(32), 8, slot, Some(true)), "{a}: no owned-rows form");
+        }
+        assert!(rows_owned(Algorithm::TwoshotPull, &c(1), 8, slot, Some(true)), "forced on below world rows");
+        assert!(!rows_owned(Algorithm::TwoshotPull, &c(32), 8, slot, Some(false)), "forced off");
+        // 9 rows of 896 vectors among 8 ranks: chunks of 2 rows, 8 x 1792 = 14336 vectors.
+        assert!(rows_owned(Algorithm::TwoshotPull, &c(9), 8, 14336, None));
+        assert!(!rows_owned(Algorithm::TwoshotPull, &c(9), 8, 14335, Some(true)), "chunks of whole rows overflow the slot");
+        let flags = fused_flags(Algorithm::TwoshotPull, &c(32), 8, slot, None);
+        assert_eq!(flags, NORM_RESIDUAL | NORM_ROWS);
+        assert_eq!(fused_flags(Algorithm::TwoshotPull, &c(3), 8, slot, None), NORM_RESIDUAL);
+        assert_eq!(fused_flags(Algorithm::OneshotPull, &c(32), 8, slot, None), NORM_RESIDUAL);
+        assert_ne!(abi::fused_desc_code(Algorithm::TwoshotPull, DType::BF16, flags), c(32).desc_code(Algorithm::TwoshotPull), "the descriptor tells the layouts apart");
     }
 
     #[test]

@@ -151,6 +151,12 @@ pub fn has_cluster_rows(algorithm: Algorithm) -> bool {
     variants(algorithm).cluster_rows
 }
 
+/// Whether `algorithm`'s fused kernel has a variant whose ranks own whole rows (the
+/// registry's [`Variants::fused_rows`](registry::Variants::fused_rows)).
+pub fn has_fused_rows(algorithm: Algorithm) -> bool {
+    variants(algorithm).fused_rows
+}
+
 /// Whether `algorithm`'s kernel has all-gather and reduce-scatter entries (the registry's
 /// [`Variants::gather_scatter`](registry::Variants::gather_scatter)).
 pub fn has_gather_scatter(algorithm: Algorithm) -> bool {
@@ -186,6 +192,7 @@ mod tests {
                 lean: s.text.contains("#define TPAR_LEAN_READY 1"),
                 fused: s.text.contains("#define TPAR_FUSED_READY 1"),
                 cluster_rows: s.text.contains("#define TPAR_CLUSTER_ROWS_READY 1"),
+                fused_rows: s.text.contains("#define TPAR_FUSED_ROWS_READY 1"),
                 registered: s.text.contains("io_all_reduce<"),
                 gather_scatter: s.text.contains("#define TPAR_GATHER_SCATTER_READY 1"),
             };

@@ -80,6 +80,9 @@ pub enum SizeClass {
     /// The fused variant launched as thread-block clusters of a row's blocks
     /// ([`row_cluster`]; kernels/norm.cuh).
     FusedCluster,
+    /// The fused variant whose ranks own whole rows (`-DTPAR_FUSED_ROWS`: two-shot pull,
+    /// where `fused::rows_owned` says; kernels/twoshot_pull.cu).
+    FusedRows,
 }
 
 /// The one place a call's variant is chosen. The lean variant runs where the kernel has one,
@@ -142,6 +145,7 @@ pub fn size_class_defines(c: SizeClass) -> Vec<String> {
         SizeClass::Lean => vec!["-DTPAR_LEAN".into()],
         SizeClass::Fused => vec!["-DTPAR_FUSED".into()],
         SizeClass::FusedCluster => vec!["-DTPAR_FUSED".into(), "-DTPAR_FUSED_CLUSTER".into()],
+        SizeClass::FusedRows => vec!["-DTPAR_FUSED".into(), "-DTPAR_FUSED_ROWS".into()],
         SizeClass::Default => Vec::new(),
     }
 }
@@ -328,11 +332,15 @@ impl Launcher {
                 SizeClass::Lean => "-lean",
                 SizeClass::Fused => "-fused",
                 SizeClass::FusedCluster => "-fused-cluster",
+                SizeClass::FusedRows => "-fused-rows",
                 SizeClass::Default => "",
             };
             let label = format!("{}-{}{lean}", src.stem(), kernels::dtype_suffix(dtype));
-            if matches!(class, SizeClass::Fused | SizeClass::FusedCluster) && !kernels::has_fused_variant(algo) {
+            if matches!(class, SizeClass::Fused | SizeClass::FusedCluster | SizeClass::FusedRows) && !kernels::has_fused_variant(algo) {
                 return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm"), reason: "its kernel has no fused variant (the unfused path runs it)".into() });
+            }
+            if class == SizeClass::FusedRows && !kernels::has_fused_rows(algo) {
+                return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm over owned rows"), reason: "its kernel has no rows variant (two-shot pull's has)".into() });
             }
             if class == SizeClass::FusedCluster && (!kernels::has_cluster_rows(algo) || !self.can_cluster) {
                 return Err(Error::Unsupported { what: format!("{algo} fused with add-RMSNorm in clusters"), reason: "its kernel or this GPU (before sm_90) has no cluster variant".into() });
@@ -366,7 +374,7 @@ impl Launcher {
 
     /// The entry of `collective` in the (algo, dtype, class) kernel (loads the variant).
     fn entry(&mut self, dev: &Device, algo: Algorithm, dtype: DType, class: SizeClass, collective: Collective) -> Result<sys::CUfunction> {
-        if collective != Collective::AllReduce && (!kernels::has_gather_scatter(algo) || matches!(class, SizeClass::Fused | SizeClass::FusedCluster)) {
+        if collective != Collective::AllReduce && (!kernels::has_gather_scatter(algo) || matches!(class, SizeClass::Fused | SizeClass::FusedCluster | SizeClass::FusedRows)) {
             return Err(Error::Unsupported { what: format!("the {collective} with {algo}"), reason: "its kernel has no such entry (one-shot push has: the plan runs it, or NCCL)".into() });
         }
         self.variant(dev, algo, dtype, class)?;
@@ -447,12 +455,12 @@ impl Launcher {
     }
 
     /// As [`prepare`](Self::prepare), for the fused variant ([`resolve_fused`](Self::resolve_fused)).
-    pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, row_bytes: usize, ptrs: &[u64]) -> Result<Launch> {
+    pub fn prepare_fused(&mut self, dev: &Device, call: CallSpec, row_bytes: usize, rows: bool, ptrs: &[u64]) -> Result<Launch> {
         let bytes = call.count.checked_mul(call.dtype.size()).ok_or_else(|| Error::invalid("count", "overflows"))?;
         if call.count == 0 {
             return Err(Error::invalid("count", "must be positive"));
         }
-        let l = self.resolve_fused(dev, call.algo, call.dtype, bytes, row_bytes, call.blocks)?;
+        let l = self.resolve_fused(dev, call.algo, call.dtype, (bytes, row_bytes), call.blocks, rows)?;
         check_pointers(ptrs)?;
         Ok(l)
     }
@@ -480,11 +488,17 @@ impl Launcher {
     }
 
     /// As [`resolve`](Self::resolve), for the fused variant of `algo` (the caller has checked
-    /// the shape: `fused::fused_unfit`): the same grid as the plain call's, the default size
-    /// class's code with the fused epilogue. Where a row's blocks can be one thread-block
-    /// cluster ([`cluster_for`](Self::cluster_for)), the cluster variant runs instead.
-    pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, bytes: usize, row_bytes: usize, blocks: u32) -> Result<Launch> {
-        let l = self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false, collective: Collective::AllReduce }, bytes, Some(SizeClass::Fused))?;
+    /// the shape: `fused::fused_unfit`) on a call of `bytes` in rows of `row_bytes`: the same
+    /// grid as the plain call's, the default size class's code with the fused epilogue;
+    /// `rows`: the variant whose ranks own whole rows (`fused::rows_owned` said so). Else,
+    /// where a row's blocks can be one thread-block cluster ([`cluster_for`](Self::cluster_for)),
+    /// the cluster variant runs instead.
+    pub fn resolve_fused(&mut self, dev: &Device, algo: Algorithm, dtype: DType, (bytes, row_bytes): (usize, usize), blocks: u32, rows: bool) -> Result<Launch> {
+        let class = if rows { SizeClass::FusedRows } else { SizeClass::Fused };
+        let l = self.resolve_as(dev, CallSpec { algo, dtype, count: bytes / dtype.size().max(1), blocks, registered: false, collective: Collective::AllReduce }, bytes, Some(class))?;
+        if rows {
+            return Ok(l);
+        }
         Ok(self.cluster_for(dev, algo, dtype, l, bytes, row_bytes)?.unwrap_or(l))
     }
 
@@ -566,7 +580,7 @@ impl Launcher {
         // Threads follow the call's blocks (held: the plan's, a caller's or TPAR_BLOCKS; or the
         // rule's): one vector per thread. The variant follows the size and the default's
         // residency; residency is then checked for that variant and block shape.
-        let blocks = self.call_blocks(call.algo, bytes, call.blocks, fixed == Some(SizeClass::Fused));
+        let blocks = self.call_blocks(call.algo, bytes, call.blocks, matches!(fixed, Some(SizeClass::Fused | SizeClass::FusedRows)));
         let planned = blocks.blocks();
         let threads = threads_for(bytes, planned);
         let class = match fixed {

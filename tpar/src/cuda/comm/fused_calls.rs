@@ -24,11 +24,11 @@ impl GpuCommunicator {
             Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => Some(algorithm),
             _ => None,
         };
-        let declined = fits.and_then(|a| fused_declined(a, self.overrides.fused));
+        let declined = fits.and_then(|a| fused_declined(a, self.overrides.fused, self.ws.fused_rows_owned(a, call)));
         let route = match fits {
             Some(algorithm) if declined.is_none() => {
                 let launch = self.ws.resolve_fused(algorithm, call, ar.plan.blocks)?;
-                FusedRoute::Fused { algorithm, launch, desc_code: call.desc_code(algorithm) }
+                FusedRoute::Fused { algorithm, launch, desc_code: self.ws.fused_desc_code(algorithm, call) }
             }
             _ => FusedRoute::Unfused { all_reduce: ar.route, norm: self.ws.resolve_add_rmsnorm(call)? },
         };
@@ -96,7 +96,7 @@ impl GpuCommunicator {
         let route = match ar {
             Route::Kernel { algorithm, .. } if !unfused && self.ws.fused_unfit(algorithm, call).is_none() => {
                 let launch = self.ws.resolve_fused(algorithm, call, p.blocks)?;
-                FusedRoute::Fused { algorithm, launch, desc_code: call.desc_code(algorithm) }
+                FusedRoute::Fused { algorithm, launch, desc_code: self.ws.fused_desc_code(algorithm, call) }
             }
             all_reduce => FusedRoute::Unfused { all_reduce, norm: self.ws.resolve_add_rmsnorm(call)? },
         };
@@ -152,7 +152,7 @@ impl GpuCommunicator {
                     // launch_fused_resolved neither panics nor drops the workspace.
                     unsafe { self.ws.swap_stream(s as super::super::driver::sys::CUstream) }
                 });
-                let res = self.ws.launch_fused_resolved(&launch, desc, call, std::slice::from_ref(bufs));
+                let res = self.ws.launch_fused_resolved(&launch, algorithm, desc, call, std::slice::from_ref(bufs));
                 if let Some(own) = own {
                     // SAFETY: `own` is this workspace's own live stream, swapped out above.
                     unsafe { self.ws.swap_stream(own) };

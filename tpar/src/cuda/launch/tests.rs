@@ -163,6 +163,7 @@ fn decision_cell(algo: Algorithm, bytes: usize, world: usize, transport: Transpo
         SizeClass::Lean => 'l',
         SizeClass::Fused => 'f',
         SizeClass::FusedCluster => 'c',
+        SizeClass::FusedRows => 'r',
     };
     format!("{policy}/{grid}/{threads}/{}{}{}", class(size_class(algo, bytes, None, true)), class(size_class(algo, bytes, None, holds)), u8::from(registers(algo, bytes, None)))
 }

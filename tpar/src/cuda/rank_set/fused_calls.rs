@@ -3,8 +3,8 @@
 //! kernel on every local rank, or the unfused path (the plain all-reduce, copy path, then
 //! tpar's add-RMSNorm kernel), and tpar's add-RMSNorm kernel alone.
 
-use super::super::abi::TparNorm;
-use super::super::fused::{fused_unfit, FusedBufs, FusedCall, FusedPath};
+use super::super::abi::{self, TparNorm};
+use super::super::fused::{fused_flags, fused_unfit, rows_owned, FusedBufs, FusedCall, FusedPath};
 use super::super::launch::{CallSpec, Launch};
 use super::RankSet;
 use crate::error::{Error, Result};
@@ -16,6 +16,30 @@ impl RankSet {
     /// else why not. The same answer on every rank of the same call.
     pub fn fused_unfit(&self, algo: Algorithm, call: &FusedCall) -> Option<String> {
         fused_unfit(algo, call, self.world, self.slot_vecs)
+    }
+
+    /// Whether `algo`'s fused kernel runs `call` with owned rows on this set
+    /// (`fused::rows_owned`, under `TPAR_FUSED_ROWS`). The same answer on every rank whose
+    /// setting agrees (the descriptor carries it).
+    pub fn fused_rows_owned(&self, algo: Algorithm, call: &FusedCall) -> bool {
+        rows_owned(algo, call, self.world, self.slot_vecs, self.launcher.settings().fused_rows)
+    }
+
+    /// The kernel flags of `algo`'s fused kernel for `call` (`fused::fused_flags`).
+    fn fused_kernel_flags(&self, algo: Algorithm, call: &FusedCall) -> u32 {
+        fused_flags(algo, call, self.world, self.slot_vecs, self.launcher.settings().fused_rows)
+    }
+
+    /// The descriptor code `algo`'s fused kernel announces for `call`: its pattern and its
+    /// layout (`abi::fused_desc_code` of [`fused_kernel_flags`](Self::fused_kernel_flags)).
+    pub fn fused_desc_code(&self, algo: Algorithm, call: &FusedCall) -> u32 {
+        abi::fused_desc_code(algo, call.dtype, self.fused_kernel_flags(algo, call))
+    }
+
+    /// Every local rank's fused kernel arguments for `call` by `algo`.
+    fn fused_norm_args(&self, algo: Algorithm, call: &FusedCall, bufs: &[FusedBufs]) -> Vec<TparNorm> {
+        let flags = self.fused_kernel_flags(algo, call);
+        bufs.iter().map(|b| TparNorm { flags, ..call.norm_args(b) }).collect()
     }
 
     /// Enqueues a fused call on every local rank (`bufs[i]`: local rank i's buffers):
@@ -37,9 +61,10 @@ impl RankSet {
             return Ok(FusedPath::Unfused(algo));
         }
         let ptrs: Vec<u64> = bufs.iter().flat_map(|b| [b.input, if call.pattern.residual { b.residual } else { b.input }, b.weight, b.norm_out, b.residual_out]).collect();
-        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks, registered: false, collective: crate::kinds::Collective::AllReduce }, call.row_bytes(), &ptrs)?;
-        let code = if self.check_calls { call.desc_code(algo) } else { 0 };
-        let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
+        let rows = self.fused_rows_owned(algo, call);
+        let l = self.launcher.prepare_fused(&self.dev, CallSpec { algo, dtype: call.dtype, count: call.count(), blocks, registered: false, collective: crate::kinds::Collective::AllReduce }, call.row_bytes(), rows, &ptrs)?;
+        let code = if self.check_calls { self.fused_desc_code(algo, call) } else { 0 };
+        let norm = self.fused_norm_args(algo, call, bufs);
         self.launch_all(&l, (call.count(), code), (&inputs, &outputs, None), &all, Some(&norm))?;
         Ok(FusedPath::Fused(algo))
     }
@@ -62,18 +87,19 @@ impl RankSet {
         if let Some(why) = self.fused_unfit(algo, call) {
             return Err(Error::Unsupported { what: format!("{algo} fused with {} for {} x {} {}", call.pattern, call.rows, call.hidden, call.dtype), reason: why });
         }
-        self.launcher.resolve_fused(&self.dev, algo, call.dtype, call.bytes(), call.row_bytes(), blocks)
+        let rows = self.fused_rows_owned(algo, call);
+        self.launcher.resolve_fused(&self.dev, algo, call.dtype, (call.bytes(), call.row_bytes()), blocks, rows)
     }
 
-    /// Launches a resolved fused call on every local rank (docs/cuda.md "Fused"):
-    /// `desc_code` is `FusedCall::desc_code` (0: no per-call check); the buffers are
-    /// checked here.
-    pub fn launch_fused_resolved(&mut self, l: &Launch, desc_code: u32, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
+    /// Launches a resolved fused call of `algo` on every local rank (docs/cuda.md "Fused"):
+    /// `desc_code` is [`fused_desc_code`](Self::fused_desc_code) (0: no per-call check); the
+    /// buffers are checked here.
+    pub fn launch_fused_resolved(&mut self, l: &Launch, algo: Algorithm, desc_code: u32, call: &FusedCall, bufs: &[FusedBufs]) -> Result<()> {
         self.check_connected()?;
         self.check_fused_args(call, bufs)?;
         let inputs: Vec<u64> = bufs.iter().map(|b| b.input).collect();
         let outputs: Vec<u64> = bufs.iter().map(|b| b.norm_out).collect();
-        let norm: Vec<TparNorm> = bufs.iter().map(|b| call.norm_args(b)).collect();
+        let norm = self.fused_norm_args(algo, call, bufs);
         let all = vec![true; self.ranks.len()];
         self.launch_all(l, (call.count(), desc_code), (&inputs, &outputs, None), &all, Some(&norm))
     }
@@ -116,7 +142,10 @@ impl RankSet {
                 self.launcher.preload(&self.dev, &[(a, d)])?;
                 if super::super::kernels::has_fused_variant(a) {
                     let probe = self.ranks[0].state.ptr; // any aligned address: nothing is launched
-                    self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false, collective: crate::kinds::Collective::AllReduce }, 16, &[probe])?;
+                    self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false, collective: crate::kinds::Collective::AllReduce }, 16, false, &[probe])?;
+                    if super::super::kernels::has_fused_rows(a) && self.launcher.settings().fused_rows != Some(false) {
+                        self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false, collective: crate::kinds::Collective::AllReduce }, 16, true, &[probe])?;
+                    }
                 }
             }
         }
