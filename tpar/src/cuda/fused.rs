@@ -5,7 +5,7 @@
 //! all-reduce into the normalised output, then tpar's add-RMSNorm kernel in place: the same
 //! bits).
 //!
-//! Owns: [`FusedPattern`], [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`rows_owned`], [`fused_flags`], [`FusedPath`],
+//! Owns: [`FusedPattern`], [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`rows_owned`], [`owned_rows_chunk`], [`fused_flags`], [`FusedPath`],
 //! [`FusedRoute`] (a resolved fused call shape), [`FUSED_MAX_ROWS`].
 //! Must never decide differently on two ranks of the same call (it is a pure function of the
 //! call, the algorithm, the world, the workspace's size and `TPAR_FUSED`, all equal across
@@ -347,12 +347,17 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
 /// A pure function of the call, the world, the workspace and the setting: ranks must agree
 /// (the descriptor carries the choice, [`NORM_ROWS`]: a rank that differs gets a Mismatch).
 pub fn rows_owned(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: usize, forced: Option<bool>) -> bool {
-    if algo != Algorithm::TwoshotPull {
+    if !kernels::has_fused_rows(algo) {
         return false;
     }
     let world = world.max(1);
-    let cvec = call.rows.div_ceil(world).saturating_mul(call.row_vecs());
-    cvec.saturating_mul(world) <= slot_vecs && forced.unwrap_or(call.rows >= world)
+    owned_rows_chunk(call, world).saturating_mul(world) <= slot_vecs && forced.unwrap_or(call.rows >= world)
+}
+
+/// Vectors of each rank's chunk in the rows variant: `ceil(rows / world)` whole rows (rank q
+/// owns vectors `[q c, min((q + 1) c, rows x row_vecs))`, kernels/twoshot_pull.cu's `cvec`).
+pub fn owned_rows_chunk(call: &FusedCall, world: usize) -> usize {
+    call.rows.div_ceil(world.max(1)).saturating_mul(call.row_vecs())
 }
 
 /// The [`TparNorm::flags`] `algo`'s fused kernel runs `call` with: the pattern's, and
@@ -459,6 +464,32 @@ mod tests {
         assert_eq!(fused_flags(Algorithm::TwoshotPull, &c(3), 8, slot, None), NORM_RESIDUAL);
         assert_eq!(fused_flags(Algorithm::OneshotPull, &c(32), 8, slot, None), NORM_RESIDUAL);
         assert_ne!(abi::fused_desc_code(Algorithm::TwoshotPull, DType::BF16, flags), c(32).desc_code(Algorithm::TwoshotPull), "the descriptor tells the layouts apart");
+    }
+
+    /// The rows variant's chunks (the kernel's `cvec`) split the message into whole rows,
+    /// each vector owned by exactly one rank (the all-gather skips chunks past the message),
+    /// and where auto takes them (rows >= world) no rank owns more than twice its even share.
+    #[test]
+    fn owned_rows_chunks_are_whole_rows_covering_the_message_once() {
+        for world in [1usize, 2, 3, 4, 5, 7, 8, 16] {
+            for rows in 1..=64usize {
+                let c = call(DType::BF16, rows, 4096); // 512 vectors a row
+                let (vrow, nvec, cvec) = (c.row_vecs(), rows * c.row_vecs(), owned_rows_chunk(&c, world));
+                assert_eq!(cvec % vrow, 0, "{rows} rows, {world} ranks: chunks of whole rows");
+                assert_eq!(cvec % TILE_VECS, 0, "whole tiles");
+                let mut owner = vec![usize::MAX; nvec];
+                for q in 0..world {
+                    for v in (q * cvec).min(nvec)..((q + 1) * cvec).min(nvec) {
+                        assert_eq!(owner[v], usize::MAX, "{rows} rows, {world} ranks: vector {v} owned twice");
+                        owner[v] = q;
+                    }
+                }
+                assert!(owner.iter().all(|&q| q < world), "{rows} rows, {world} ranks: a vector nobody owns");
+                if rows >= world {
+                    assert!(cvec / vrow * world <= 2 * rows, "{rows} rows, {world} ranks: {} rows a rank", cvec / vrow);
+                }
+            }
+        }
     }
 
     #[test]
