@@ -20,7 +20,9 @@
 # then timings of every pattern on 8 emulated ranks (hidden 4096/5120/7168/8192 x rows
 # 1/3/8/16/32, bf16, graphs: fused against the all-reduce followed by tpar's norm kernel of the
 # same pattern) and the table: each pattern's unfused-fused >= 1.5 us, FP8's cost over the
-# same pattern without it <= 0.3 us.
+# same pattern without it <= 0.3 us. Both also run two-shot pull's two fused forms apart:
+# the rows variant at every row count and the spread norm (TPAR_FUSED_ROWS=1 / 0), and
+# FAMILY=bench prints the rows variant's timings beside the spread norm's.
 #
 # DIR (carried with `run`'s carry, e.g. ".gpu"), built here:
 #   tpar       release binary                 cargo build --release -p tpar-cli
@@ -85,6 +87,13 @@ if [ -n "${FAMILY:-}" ]; then
         step "family: $p alone, 8 ranks, bf16" 25 -- \
             "${SF[@]}" --emulate-ranks 8 -d bfloat16 --pattern "$p" --hidden 4096,8192 --rows 1,8,32 --seq-calls 0 --mismatch false
     done
+    # Two-shot pull's two forms (docs/cuda.md "Paths"): the rows variant at every row count
+    # (auto takes it only from rows >= ranks; uneven ownership at 3, 9, 33 rows), and the
+    # spread norm where auto would take the rows variant.
+    step "family: two-shot pull's rows variant at every row count (TPAR_FUSED_ROWS=1), 8 and 3 ranks, eager+graph" 90 TPAR_FUSED_ROWS=1 -- \
+        "${SF[@]}" --emulate-ranks 8,3 --algo twoshot-pull -d all --pattern all --hidden 1024,5120,7168 --rows 1,3,8,9,16,32,33,64 --seq-calls 0 --mismatch false
+    step "family: two-shot pull's spread norm (TPAR_FUSED_ROWS=0), 8 ranks" 45 TPAR_FUSED_ROWS=0 -- \
+        "${SF[@]}" --emulate-ranks 8 --algo twoshot-pull -d bfloat16 --pattern all --hidden 5120,7168 --rows 8,16,32 --seq-calls 0 --mismatch false
     WHL=$(ls "$D"/tpar-*.whl 2>/dev/null | head -1)
     if [ -n "$WHL" ]; then
         SITE=/tmp/tpar-fused-site; rm -rf "$SITE"
@@ -96,8 +105,12 @@ if [ -n "${FAMILY:-}" ]; then
   else
     step "family timings: every pattern, 8 ranks, hidden 4096/8192 x rows 1-32, bf16, graph" 240 -- \
         "$B" bench --fused --emulate-ranks 8 -d bfloat16 --algo all --mode graph --pattern all --hidden 4096,8192 --rows 1,3,8,16,32 -n 30 -w 5 --json "$OUT/fused-family.json"
-    step "family timings: hidden 5120/7168 x rows 1,8,32" 120 -- \
-        "$B" bench --fused --emulate-ranks 8 -d bfloat16 --algo all --mode graph --pattern all --hidden 5120,7168 --rows 1,8,32 -n 30 -w 5 --json "$OUT/fused-family-2.json"
+    step "family timings: hidden 5120/7168 x rows 1,8,16,32" 150 -- \
+        "$B" bench --fused --emulate-ranks 8 -d bfloat16 --algo all --mode graph --pattern all --hidden 5120,7168 --rows 1,8,16,32 -n 30 -w 5 --json "$OUT/fused-family-2.json"
+    # The A/B of two-shot pull's rows variant (the runs above, auto: from rows >= ranks)
+    # against its spread norm, same machine, same start.
+    step "family timings: two-shot pull's spread norm (TPAR_FUSED_ROWS=0), hidden 5120/7168/8192 x rows 8,16,32" 90 TPAR_FUSED_ROWS=0 -- \
+        "$B" bench --fused --emulate-ranks 8 -d bfloat16 --algo twoshot-pull --mode graph --pattern all --hidden 5120,7168,8192 --rows 8,16,32 -n 30 -w 5 --json "$OUT/fused-spread.json"
   fi
     python3 - "$OUT" >"$OUT/table.txt" 2>&1 <<'PY'
 import json, os, sys
@@ -121,6 +134,19 @@ for (pat, h, rows, algo), c in sorted(cells.items()):
     met = "yes" if u - f >= 1.5 else "NO"
     print(f"{pat:>22} {h:>6} {rows:>4} {algo:>13} {ar:7.2f} {f:7.2f} {u:8.2f} {u - f:+8.2f} {cost} {met}")
 print(f"#wrong in the timed points' checks: {sum(max(r['wrong'], 0) for r in recs)}")
+p = os.path.join(out, "fused-spread.json")
+spread = json.load(open(p)) if os.path.exists(p) else []
+if spread:
+    print()
+    print("two-shot pull fused: rows variant (auto, above) against the spread norm (TPAR_FUSED_ROWS=0), us")
+    print(f"{'pattern':>22} {'hidden':>6} {'rows':>4} {'rows var.':>9} {'spread':>7} {'AR+norm':>8}")
+    for r in sorted(spread, key=lambda r: (r["pattern"], r["hidden"], r["rows"])):
+        if r["op"] != "fused":
+            continue
+        c = cells.get((r["pattern"], r["hidden"], r["rows"], r["algorithm"]), {})
+        if "fused" in c:
+            print(f"{r['pattern']:>22} {r['hidden']:>6} {r['rows']:>4} {c['fused']:9.2f} {r['median_us']:7.2f} {c.get('all-reduce + add-rmsnorm', float('nan')):8.2f}")
+    print(f"#wrong in the spread run's checks: {sum(max(r['wrong'], 0) for r in spread)}")
 PY
     finish "gpu-fused.sh FAMILY=$FAMILY"
 fi
@@ -147,10 +173,13 @@ if [ -n "$WHL" ]; then
         for a in oneshot-push oneshot-pull twoshot-push; do
             step "tpar.torch 2 processes, $a" 110 TPAR_ALGO=$a EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
         done
-        # Two-shot pull's fused kernel runs only when asked (TPAR_FUSED=1; auto declines it:
-        # cuda/fused.rs fused_declined); TPAR_FUSED=0 sends every call unfused.
+        # Two-shot pull's spread-norm form runs only when asked (TPAR_FUSED=1; auto declines
+        # it: cuda/fused.rs fused_declined); its rows variant (auto from rows >= ranks, here
+        # forced at every row count so that 1 x 7168 takes it) is taken; TPAR_FUSED=0 sends
+        # every call unfused.
         step "tpar.torch 2 processes, twoshot-pull, TPAR_FUSED=1" 110 TPAR_ALGO=twoshot-pull TPAR_FUSED=1 EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
-        step "tpar.torch 2 processes, twoshot-pull, auto: unfused" 110 TPAR_ALGO=twoshot-pull EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
+        step "tpar.torch 2 processes, twoshot-pull, auto, rows variant at every row count: fused" 110 TPAR_ALGO=twoshot-pull TPAR_FUSED_ROWS=1 EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
+        step "tpar.torch 2 processes, twoshot-pull, auto, spread norm: unfused" 110 TPAR_ALGO=twoshot-pull TPAR_FUSED_ROWS=0 EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
         step "tpar.torch 2 processes, oneshot-pull, TPAR_FUSED=0: unfused" 110 TPAR_ALGO=oneshot-pull TPAR_FUSED=0 EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
         step "tpar.torch 4 processes, oneshot-push" 120 TPAR_ALGO=oneshot-push -- "${PY[@]}" 4 --out "$OUT"
         step "tpar.torch 4 processes over host (flags), oneshot-push" 120 TPAR_ALGO=oneshot-push TPAR_TRANSPORT=host -- "${PY[@]}" 4 --out "$OUT"
