@@ -479,9 +479,9 @@ mod tests {
                 assert_eq!(cvec % TILE_VECS, 0, "whole tiles");
                 let mut owner = vec![usize::MAX; nvec];
                 for q in 0..world {
-                    for v in (q * cvec).min(nvec)..((q + 1) * cvec).min(nvec) {
-                        assert_eq!(owner[v], usize::MAX, "{rows} rows, {world} ranks: vector {v} owned twice");
-                        owner[v] = q;
+                    for (v, o) in owner.iter_mut().enumerate().take(((q + 1) * cvec).min(nvec)).skip((q * cvec).min(nvec)) {
+                        assert_eq!(*o, usize::MAX, "{rows} rows, {world} ranks: vector {v} owned twice");
+                        *o = q;
                     }
                 }
                 assert!(owner.iter().all(|&q| q < world), "{rows} rows, {world} ranks: a vector nobody owns");
