@@ -80,9 +80,56 @@ TPAR_INSTANTIATE_FUSABLE(oneshot_pull)
 // staged twice, nothing is cleared. Reuse: the one-barrier argument at the top of this file
 // (exposed[buf] is next written in call k+3); block b of every rank covers the same vectors
 // v (same grid, same partition), and v's exposed vectors are read only by block b's threads
-// of v, so the per-block barrier orders exactly what each block reads. The registered graph
-// path (io.cuh) is the all-reduce's alone: the host registers only all-reduce calls, so
-// these always copy (a.io is not read).
+// of v, so the per-block barrier orders exactly what each block reads.
+//
+// Registered graph calls (io.cuh: every rank's input as this rank addresses it) skip the
+// copy, as the all-reduce's do: a start barrier (every rank's input is complete), the parts
+// read straight from every rank's input, an end barrier (no rank leaves while a peer still
+// reads its input). An output never overlaps its input here (the host refuses it), so no
+// in-place case arises.
+template <class D, bool SCATTER>
+__device__ __forceinline__ void io_gather_scatter(const TparArgs& a) {
+    typedef TPAR_IDX I;
+    Frame f = frame_begin(a);
+    const u32 gen = f.epoch + 1u;
+    barrier_block<TPAR_BAR_ARRIVE>(a, f, 0, gen);  // every rank's input is complete
+    desc_only<D>(a, f, desc_mask(a));  // before any read of a peer that may call something else
+    test_pause(a);  // skewed-rank test hook: a slow reader
+    const I nvec = (I)vecs_for<D>(a.count);
+    const I stride = (I)grid_threads();
+    const u32 world = a.world, rank = a.rank;
+    if (f.ok) {
+        for (I v = (I)global_tid(); v < nvec; v += stride) {
+            V16 x[TPAR_MAX_RANKS];  // every rank's load of this vector in flight at once
+#pragma unroll
+            for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+                if (q >= world) break;
+                x[q] = io_load(a, q, SCATTER ? (u64)rank * nvec + v : (u64)v);
+            }
+            if (SCATTER) {
+                float acc[8];
+#pragma unroll
+                for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+                    if (q >= world) break;
+                    acc_rank<D>(acc, q, x[q]);  // caller data, rank order; pack canonicalises the sum
+                }
+                output_vec(a, v, D::pack(acc));
+            } else {
+#pragma unroll
+                for (u32 q = 0; q < TPAR_MAX_RANKS; ++q) {
+                    if (q >= world) break;
+                    output_vec(a, (u64)q * nvec + v, D::canon(x[q]));  // the copy path's bits
+                }
+            }
+        }
+    }
+    pdl_launch_dependents();
+    clear_previous<D>(a, f);  // only after a push call (mixed sequences)
+#ifndef TPAR_TEST_UNSAFE_NO_END_BARRIER
+    barrier_block<TPAR_BAR_READS_DONE>(a, f, 1, gen);  // every peer is done reading my input
+#endif
+    frame_end(a, f, (u64)nvec, TPAR_KIND_NONE);
+}
 
 // All-gather: my input into exposed[buf] and into part [me] of my output; barrier; part q
 // read from rank q's exposed[buf], every peer's load of a vector in flight at once (peer
@@ -91,6 +138,10 @@ TPAR_INSTANTIATE_FUSABLE(oneshot_pull)
 // too, so every rank's output is the same bits.
 template <class D>
 __device__ void oneshot_pull_all_gather(const TparArgs& a) {
+    if (io_registered(a)) {  // a registered graph call: read every input in place
+        io_gather_scatter<D, false>(a);
+        return;
+    }
     typedef TPAR_IDX I;
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const I nvec = (I)vecs_for<D>(a.count);
@@ -142,6 +193,10 @@ __device__ void oneshot_pull_all_gather(const TparArgs& a) {
 // exposed area is never polled for the sentinel); the packed sum is canonicalised.
 template <class D>
 __device__ void oneshot_pull_reduce_scatter(const TparArgs& a) {
+    if (io_registered(a)) {  // a registered graph call: read every input in place
+        io_gather_scatter<D, true>(a);
+        return;
+    }
     typedef TPAR_IDX I;
     pdl_wait();  // before the first input load (frame_begin waits again: a no-op)
     const I nvec = (I)vecs_for<D>(a.count);

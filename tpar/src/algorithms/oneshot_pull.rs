@@ -118,3 +118,23 @@ pub(crate) fn schedule(s: f64, fabric: &dyn FabricView, _islands: &[Vec<u32>]) -
         ],
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reduce_scatter_exposes_a_piece_for_every_rank_and_the_all_gather_its_part() {
+        // GPU: world x bytes in the exposed and partial slots (twice max_bytes, whole vectors).
+        assert!(exposed_fits(Collective::ReduceScatter, 1 << 20, 8, 4 << 20).is_ok());
+        assert!(exposed_fits(Collective::ReduceScatter, (1 << 20) + 16, 8, 4 << 20).is_err());
+        assert!(exposed_fits(Collective::ReduceScatter, 16, 3, 24).is_ok(), "24 B of slot: two vectors each, 64 B");
+        assert!(exposed_fits(Collective::ReduceScatter, 32, 3, 24).is_err());
+        let why = exposed_fits(Collective::ReduceScatter, 1 << 20, 8, 1 << 20).unwrap_err();
+        assert!(why.contains("8 x 1 MiB") && why.contains("8 MiB") && why.contains("2 MiB"), "{why}");
+        assert!(exposed_fits(Collective::AllGather, 1 << 20, 16, 1 << 20).is_ok());
+        // CPU: a world's pieces of whole words in `cap` elements (4 lanes a word: 16-bit).
+        assert_eq!(exposed_elems(Collective::ReduceScatter, 1000, 3, 4), 332);
+        assert_eq!(exposed_elems(Collective::AllGather, 1000, 3, 4), 1000);
+    }
+}
