@@ -686,7 +686,7 @@ mod tests {
             .unwrap_err()
             .contains("--collective"));
         let cpu = Target::Cpu;
-        assert_eq!(parse_algos_for("all", &cpu, Collective::AllGather).unwrap(), vec![Some(Algorithm::OneshotPush)]);
+        assert_eq!(parse_algos_for("all", &cpu, Collective::AllGather).unwrap(), vec![Some(Algorithm::OneshotPush), Some(Algorithm::OneshotPull)]);
         let e = parse_algos_for("twoshot-push", &cpu, Collective::ReduceScatter).unwrap_err();
         assert!(e.contains("all-reduce only"), "{e}");
     }
