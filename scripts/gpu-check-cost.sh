@@ -7,7 +7,7 @@
 #
 # BIN: a release `tpar` built here and carried (default ./tpar). Each step prints, every 1000
 # random calls and at its end, "host time per checked call (N calls): inputs, upload +
-# poison, all-reduce + sync, download, judge" (harness/emulated.rs). Writes check-cost.log and
+# poison, all-reduce + sync, download, judge" (harness/gpu.rs). Writes check-cost.log and
 # a table check-cost.md under $OUT; exits non-zero if a step failed (a wrong element, an
 # error) or ran out of its time, and says which.
 set -uo pipefail

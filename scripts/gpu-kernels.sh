@@ -152,11 +152,12 @@ verify)
     ;;
 python) python_steps ;;
 collectives)
+    # Both of tpar's kernels for them over p2p (one-shot pull reads peers: not over host).
     for c in all-gather reduce-scatter; do
-        step "$c-emulated-p2p" 150 -- "$B" check --emulate-ranks 2,3,4,8 --collective $c -e 4M --calls 10000 -d all --algo oneshot-push --quiet
-        step "$c-emulated-16" 60 -- "$B" check --emulate-ranks 16 --collective $c -e 4M --calls 1000 -d all --algo oneshot-push --quiet
+        step "$c-emulated-p2p" 150 -- "$B" check --emulate-ranks 2,3,4,8 --collective $c -e 4M --calls 10000 -d all --algo oneshot-push,oneshot-pull --quiet
+        step "$c-emulated-16" 60 -- "$B" check --emulate-ranks 16 --collective $c -e 4M --calls 1000 -d all --algo oneshot-push,oneshot-pull --quiet
         step "$c-emulated-host" 90 -- "$B" check --emulate-ranks 2,3,8 --transport host --collective $c -e 1M --calls 3000 -d all --algo oneshot-push --quiet
-        step "$c-emulated-skew" 60 -- "$B" check --emulate-ranks 8 --skew-ns 20000 --collective $c -e 256K --calls 1000 -d bfloat16 --algo oneshot-push --quiet
+        step "$c-emulated-skew" 60 -- "$B" check --emulate-ranks 8 --skew-ns 20000 --collective $c -e 256K --calls 1000 -d bfloat16 --algo oneshot-push,oneshot-pull --quiet
         step "$c-procs-p2p-4" 90 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 --collective $c -e 1M --calls 300 -d all --quiet
         step "$c-procs-host-3" 90 -- "$B" check --backend cuda --world 3 --plan-topology h200-nvswitch-8 --transport host --collective $c -e 256K --calls 200 -d all --quiet
     done
@@ -164,7 +165,7 @@ collectives)
     # the all-reduce of each per-rank size beside them in the same call.
     for w in 2 4 8; do
         for c in all-gather reduce-scatter; do
-            step "$c-graph-w$w" 60 -- "$B" bench --emulate-ranks $w --collective $c --mode graph -b $((1024 * w)) -e $((4194304 * w)) -f 4 -n 30 -w 5 -d bfloat16 --algo oneshot-push --json "$OUT/$c-w$w.json"
+            step "$c-graph-w$w" 60 -- "$B" bench --emulate-ranks $w --collective $c --mode graph -b $((1024 * w)) -e $((4194304 * w)) -f 4 -n 30 -w 5 -d bfloat16 --algo oneshot-push,oneshot-pull --json "$OUT/$c-w$w.json"
         done
         step "all-reduce-graph-w$w" 60 -- "$B" bench --emulate-ranks $w --mode graph -b 1K -e 4M -f 4 -n 30 -w 5 -d bfloat16 --algo oneshot-push --json "$OUT/all-reduce-w$w.json"
     done ;;

@@ -28,7 +28,8 @@
 #               plus the 122 x 42 KiB verify step; tpar with TPAR_PDL=1, then TPAR_PDL=0
 #   stage1/2    8 ranks, 64 KiB-4 MiB, vLLM forced to one kernel (VLLM_CUSTOM_ALLREDUCE_ALGO)
 #   ag-correct, rs-correct
-#               the all-gather and the reduce-scatter: every dtype, eager and graph, 2 and 8
+#               the all-gather and the reduce-scatter (tpar's one-shot push and one-shot
+#               pull beside vLLM's kernels): every dtype, eager and graph, 2 and 8
 #               emulated ranks, 1 KiB-4 MiB per rank by x16 (vLLM's all-gather takes at most
 #               2 MiB per rank, its reduce-scatter at most 16 MiB of input: beyond, the table
 #               says so)
@@ -231,20 +232,21 @@ else
     done
 fi
 # The all-gather and the reduce-scatter (sizes as nccl-tests gives them: the all-gather's
-# output, the reduce-scatter's input; per rank 1 KiB-4 MiB is N KiB-4N MiB at N ranks).
+# output, the reduce-scatter's input; per rank 1 KiB-4 MiB is N KiB-4N MiB at N ranks), by
+# both of tpar's kernels for them (one-shot push, one-shot pull).
 for c in all-gather reduce-scatter; do
     runs $c || continue
     k=ag; [ "$c" = reduce-scatter ] && k=rs
     if [ $QUICK -eq 0 ]; then
         for w in 2 8; do
-            step "$k-correct-$w" 90 -- bench --collective $c --emulate-ranks $w --mode both -b $((w))K -e $((4 * w))M -f 16 -d all -n 3 -w 1 --algo oneshot-push --compare "$V"
+            step "$k-correct-$w" 90 -- bench --collective $c --emulate-ranks $w --mode both -b $((w))K -e $((4 * w))M -f 16 -d all -n 3 -w 1 --algo oneshot-push,oneshot-pull --compare "$V"
         done
     fi
     for w in $([ $QUICK -eq 1 ] && echo 8 || echo 2 4 8); do
-        step "$k-$w" 120 -- bench --collective $c --emulate-ranks $w --mode graph -b $((w))K -e $((4 * w))M -f 4 -d bfloat16 -n 50 -w 5 --algo oneshot-push --compare "$V" --json "$OUT/$k-$w.json"
+        step "$k-$w" 120 -- bench --collective $c --emulate-ranks $w --mode graph -b $((w))K -e $((4 * w))M -f 4 -d bfloat16 -n 50 -w 5 --algo oneshot-push,oneshot-pull --compare "$V" --json "$OUT/$k-$w.json"
     done
     if [ $QUICK -eq 0 ]; then
-        step "$k-procs-2" 90 TPAR_TIMEOUT_MS=20000 -- bench --collective $c --backend cuda --world 2 --plan-topology h200-nvswitch-8 -b 2K -e 512K -f 16 -d bfloat16 -n 2 -w 1 --graph-inner 2 --algo oneshot-push --compare "$V"
+        step "$k-procs-2" 90 TPAR_TIMEOUT_MS=20000 -- bench --collective $c --backend cuda --world 2 --plan-topology h200-nvswitch-8 -b 2K -e 512K -f 16 -d bfloat16 -n 2 -w 1 --graph-inner 2 --algo oneshot-push,oneshot-pull --compare "$V"
     fi
 done
 printf '%s\n' "${summary[@]}" >"$OUT/summary.txt"

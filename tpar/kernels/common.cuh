@@ -520,6 +520,12 @@ __device__ __forceinline__ V16 load_input(const TparArgs& a, u64 v) {
     return load_partial<D>((const void*)io_base<OUT>(a), first, a.count - first);
 }
 
+// Whole vector i of this rank's input / output (the all-gather and the reduce-scatter: the
+// host runs them only where every rank's part is whole 16-byte vectors, so no vector is
+// partial and part q starts at vector q x nvec).
+__device__ __forceinline__ V16 input_vec(const TparArgs& a, u64 i) { return *((const V16*)a.input + i); }
+__device__ __forceinline__ void output_vec(const TparArgs& a, u64 i, V16 x) { *((V16*)a.output + i) = x; }
+
 // Where store_vec stores: B::at(a, q) is the base address, read where it is used (in each
 // branch, as load_input reads its field: hoisted out as a value, the compiler kept it live
 // and one lean variant spilled). MyOutput: this rank's output.

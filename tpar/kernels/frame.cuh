@@ -265,6 +265,7 @@ enum SlotKind {
     SLOT_PULL_RESULT_CHUNK = 3,  // rank q's partial result, vector q*cvec + v
     SLOT_OWN_INBOX = 4,      // rank q's inbox, its own slot [q], vector v (flags: written once)
     SLOT_PEER_FOR_ME = 5,    // rank q's inbox, slot [me], vector v (flags: a reduce-scatter's piece for me)
+    SLOT_PULL_EXPOSED_MINE = 6,  // rank q's exposed input, vector me*cvec + v (pull reduce-scatter: q's piece for me)
 };
 
 template <int K>
@@ -274,6 +275,7 @@ __device__ __forceinline__ const V16* slot_of(const TparArgs& a, u32 buf, u32 q,
     if (K == SLOT_PULL_EXPOSED) return pull_at(a, q, buf, 0, v);
     if (K == SLOT_OWN_INBOX) return inbox_at(a, q, buf, q, v);
     if (K == SLOT_PEER_FOR_ME) return inbox_at(a, q, buf, a.rank, v);
+    if (K == SLOT_PULL_EXPOSED_MINE) return pull_at(a, q, buf, 0, (u64)a.rank * cvec + v);
     return pull_at(a, q, buf, 1, (u64)q * cvec + v);
 }
 

@@ -97,10 +97,7 @@ TPAR_INSTANTIATE_FUSABLE(oneshot_push)
 // call behind (TPAR_KIND_INBOX) and the same descriptors (desc_code says which collective).
 // A writer sends the canonical form (a NaN whose lanes are all ones becomes the canonical
 // NaN, as in the all-reduce), and the all-gather's own part is stored in that form too, so
-// every rank's output is the same bits.
-
-__device__ __forceinline__ V16 input_vec(const TparArgs& a, u64 i) { return *((const V16*)a.input + i); }
-__device__ __forceinline__ void output_vec(const TparArgs& a, u64 i, V16 x) { *((V16*)a.output + i) = x; }
+// every rank's output is the same bits. (input_vec / output_vec: common.cuh.)
 
 #if TPAR_FLAGS
 // Flag protocol (host transport): every rank writes once into its own area and peers read

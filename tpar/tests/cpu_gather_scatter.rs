@@ -1,5 +1,6 @@
-//! The all-gather and the reduce-scatter on CPU ranks: every dtype x world x count (one that
-//! spans several steps included) against the exact expected output on fresh random inputs,
+//! The all-gather and the reduce-scatter on CPU ranks, by the plan's pick (one-shot push) and
+//! by one-shot pull: every dtype x world x count (one that spans several steps included)
+//! against the exact expected output on fresh random inputs,
 //! outputs poisoned before each call, every rank's output bitwise identical; the
 //! reduce-scatter bitwise equal to the same slice of the all-reduce; a collective that differs
 //! between ranks is a Mismatch naming the collective; sizes that do not fit are refused.
@@ -8,6 +9,7 @@ mod common;
 use common::*;
 use std::sync::Arc;
 use tpar::kinds::Collective;
+use tpar::Algorithm;
 use tpar::testing::{all_inputs, bit_diffs, count_wrong, digest, expected, expected_all_gather, expected_reduce_scatter, poison};
 use tpar::{bf16, f16, Element, Error};
 
@@ -30,18 +32,18 @@ fn sweep<T: Element>(world: usize, seed: u64) {
     let results = run_group(world, |_| {}, move |comm| {
         let (me, w) = (comm.rank(), comm.world());
         let mut digests = vec![];
-        for (n, ag_in, rs_in) in c2.iter() {
+        for ((n, ag_in, rs_in), algo) in c2.iter().flat_map(|c| [(c, None), (c, Some(Algorithm::OneshotPull))]) {
             let mut out = vec![T::from_f32(0.0); n * w];
             poison(&mut out);
-            comm.all_gather(&ag_in[me], &mut out).unwrap_or_else(|e| panic!("all-gather n={n}: {e}"));
-            assert_eq!(bit_diffs(&out, &expected_all_gather(ag_in)), 0, "all-gather {:?} n={n} world={w}: not every rank's input in rank order", T::DTYPE);
+            comm.collective(Collective::AllGather, algo, &ag_in[me], &mut out).unwrap_or_else(|e| panic!("all-gather {algo:?} n={n}: {e}"));
+            assert_eq!(bit_diffs(&out, &expected_all_gather(ag_in)), 0, "all-gather {algo:?} {:?} n={n} world={w}: not every rank's input in rank order", T::DTYPE);
             digests.push(digest(&out));
 
             let mut piece = vec![T::from_f32(0.0); *n];
             poison(&mut piece);
-            comm.reduce_scatter(&rs_in[me], &mut piece).unwrap_or_else(|e| panic!("reduce-scatter n={n}: {e}"));
+            comm.collective(Collective::ReduceScatter, algo, &rs_in[me], &mut piece).unwrap_or_else(|e| panic!("reduce-scatter {algo:?} n={n}: {e}"));
             let exp = expected_reduce_scatter(rs_in, me);
-            assert_eq!(bit_diffs(&piece, &exp), 0, "reduce-scatter {:?} n={n} world={w}: differs from the rank-order f32 sum", T::DTYPE);
+            assert_eq!(bit_diffs(&piece, &exp), 0, "reduce-scatter {algo:?} {:?} n={n} world={w}: differs from the rank-order f32 sum", T::DTYPE);
             let sliced: Vec<Vec<T>> = rs_in.iter().map(|v| v[me * n..(me + 1) * n].to_vec()).collect();
             assert_eq!(count_wrong(&piece, &sliced), 0, "reduce-scatter n={n}: outside f64 tolerance");
             // The same bits as slice `me` of the all-reduce of the same inputs, run for real.

@@ -239,7 +239,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, .. ProptestConfig::default() })]
 
     /// The all-gather's and the reduce-scatter's plan with a profile whose tables for them name
-    /// arbitrary winners: always one-shot push or NCCL, correct on the fabric, a tuned pick
+    /// arbitrary winners: always one-shot push, one-shot pull or NCCL, correct on the fabric, a tuned pick
     /// only from a matching profile, and the all-reduce's plan unchanged by those tables.
     #[test]
     fn gather_scatter_plans_take_a_tune_only_where_it_holds(
@@ -264,7 +264,16 @@ proptest! {
         profile.tables.push(ours);
         let input = PlanInput { topology: t, world, bytes, dtype: DType::BF16, capture, backend, profile: Some(&profile), overrides: &o };
         let p = plan_collective(collective, &input);
-        prop_assert!(p.algorithm == Algorithm::OneshotPush || p.algorithm == Algorithm::Nccl, "{}", p);
+        prop_assert!(matches!(p.algorithm, Algorithm::OneshotPush | Algorithm::OneshotPull | Algorithm::Nccl), "{}", p);
+        // One-shot pull: peer to peer only, and only forced, tuned, or by the graph rule on
+        // NVLink; its reduce-scatter only where the workspace holds what it exposes.
+        if p.algorithm == Algorithm::OneshotPull {
+            prop_assert_eq!(p.transport, Transport::P2p, "{}", p);
+            prop_assert!(p.reason.contains("TPAR_ALGO=oneshot-pull forced") || p.reason.starts_with("tuned:") || (graph && p.reason.contains("one-shot pull: graph, >")), "{}", p);
+            if let (Some(m), true) = (o.max_bytes, scatter) {
+                prop_assert!(bytes.saturating_mul(world as u64) <= 2 * m.div_ceil(16) * 16, "{}", p);
+            }
+        }
         if let Err(why) = preconditions_hold(&p, t, world, backend) {
             return Err(TestCaseError::fail(format!("{}: world {world}, {bytes} B, {backend}: {p}: {why}", t.name)));
         }

@@ -92,7 +92,7 @@ pub fn run(args: CheckArgs) -> Result<(), String> {
             if !harness::launch::is_rank() {
                 return harness::gpu::launch_ranks(args.ranks.world.unwrap_or(2), harness::launch::FAIL_GRACE, true);
             }
-            let mut g = harness::gpu::GpuGroup::join(args.max_bytes, Some(&topology))?;
+            let mut g = Group::Gpu(harness::gpu::GpuRanks::join(args.max_bytes, Some(&topology))?);
             check_group(&mut g, &sweep)
         }
         (Some(_), _) => Err("--plan-topology puts GPU rank processes on one GPU: use --backend cuda".into()),
@@ -140,7 +140,7 @@ pub fn collective_counts(c: Collective, d: DType, max_bytes: usize, world: usize
 /// `n` as the call `v` of `c` runs it on `g`: on GPUs, tpar's all-gather and reduce-scatter
 /// kernels take whole 16-byte vectors per rank (other counts go to NCCL), so a forced
 /// kernel's count is rounded down to them (at least one vector).
-fn fit_count(g: &dyn Group, c: Collective, v: Option<Algorithm>, d: DType, n: usize) -> usize {
+fn fit_count(g: &Group, c: Collective, v: Option<Algorithm>, d: DType, n: usize) -> usize {
     let kernel = v.is_some_and(|a| a != Algorithm::Nccl);
     if c == Collective::AllReduce || !kernel || g.label() == "cpu" {
         return n;
@@ -160,7 +160,7 @@ fn not_in_place_unless_all_reduce(c: Collective, io: Io) -> Io {
 }
 
 /// Runs the sweep and the random calls on `g`; the root prints the verdict.
-pub fn check_group(g: &mut dyn Group, o: &Sweep) -> Result<(), String> {
+pub fn check_group(g: &mut Group, o: &Sweep) -> Result<(), String> {
     let root = g.root();
     let c = o.collective;
     let runs = g.algorithms();

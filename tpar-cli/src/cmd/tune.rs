@@ -132,7 +132,7 @@ pub fn run(args: TuneArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn tune_group(g: &mut dyn Group, a: &TuneArgs, plan: &TunePlan, capture: CaptureMode) -> Result<(), String> {
+fn tune_group(g: &mut Group, a: &TuneArgs, plan: &TunePlan, capture: CaptureMode) -> Result<(), String> {
     let root = g.root();
     if a.cache {
         let settings = tpar::Settings::from_env().map_err(|e| e.to_string())?;

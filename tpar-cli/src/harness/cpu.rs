@@ -2,7 +2,7 @@
 //! shared memory (started by [`super::launch`] or an outside launcher).
 
 use super::verify::{Judge, Outcome, Verdict};
-use super::{Group, Io, Timing};
+use super::{Io, Timing};
 use std::time::Instant;
 use tpar::algorithms::registry::algorithms_on;
 use tpar::plan::{Backend, CaptureMode};
@@ -10,7 +10,7 @@ use tpar::testing::{all_inputs, fill_input, poison};
 use tpar::units::Spread;
 use tpar::{Algorithm, Collective, CpuCommunicator, DType, Element, Transport};
 
-pub struct CpuGroup {
+pub struct CpuRanks {
     comm: CpuCommunicator,
 }
 
@@ -18,9 +18,9 @@ fn err(e: tpar::Error) -> String {
     e.to_string()
 }
 
-impl CpuGroup {
-    pub fn join() -> Result<CpuGroup, String> {
-        Ok(CpuGroup { comm: CpuCommunicator::from_env().map_err(err)? })
+impl CpuRanks {
+    pub fn join() -> Result<CpuRanks, String> {
+        Ok(CpuRanks { comm: CpuCommunicator::from_env().map_err(err)? })
     }
 
     /// A control-plane error, named by its cause when a peer has died (its liveness lock is
@@ -115,31 +115,31 @@ impl CpuGroup {
     }
 }
 
-
-impl Group for CpuGroup {
-    fn world(&self) -> usize {
+/// What [`super::Group`] asks of CPU ranks.
+impl CpuRanks {
+    pub fn world(&self) -> usize {
         self.comm.world()
     }
-    fn root(&self) -> bool {
+    pub fn root(&self) -> bool {
         self.comm.rank() == 0
     }
-    fn label(&self) -> String {
+    pub fn label(&self) -> String {
         "cpu".into()
     }
-    fn transport(&self, _algo: Algorithm) -> Transport {
+    pub fn transport(&self, _algo: Algorithm) -> Transport {
         Transport::Shm
     }
-    fn describe(&mut self) -> Result<Vec<String>, String> {
+    pub fn describe(&mut self) -> Result<Vec<String>, String> {
         Ok(vec![
             format!("backend: cpu (rank processes over POSIX shared memory), ranks: {}", self.comm.world()),
             format!("chunk = {} KiB of shared workspace per call", self.comm.layout().cap * 8 / 1024),
             "gather-bcast is a baseline (rank 0 gathers, reduces, broadcasts), not an algorithm tpar picks".into(),
         ])
     }
-    fn algorithms(&self) -> Vec<Algorithm> {
+    pub fn algorithms(&self) -> Vec<Algorithm> {
         algorithms_on(Backend::Cpu)
     }
-    fn planned(
+    pub fn planned(
         &mut self,
         c: Collective,
         d: DType,
@@ -148,7 +148,8 @@ impl Group for CpuGroup {
     ) -> Option<Algorithm> {
         Some(self.comm.planned_for(c, d, bytes))
     }
-    fn checked(
+    #[allow(clippy::too_many_arguments)]
+    pub fn checked(
         &mut self,
         c: Collective,
         d: DType,
@@ -160,7 +161,7 @@ impl Group for CpuGroup {
     ) -> Result<Verdict, String> {
         by_dtype!(d, T => self.checked_t::<T>(c, algo, seed, call, count, io))
     }
-    fn time(
+    pub fn time(
         &mut self,
         c: Collective,
         algo: Algorithm,
@@ -170,10 +171,10 @@ impl Group for CpuGroup {
     ) -> Result<Option<Spread>, String> {
         by_dtype!(d, T => self.time_t::<T>(c, algo, count, t))
     }
-    fn barrier(&mut self) -> Result<(), String> {
+    pub fn barrier(&mut self) -> Result<(), String> {
         self.comm.barrier().map_err(err)
     }
-    fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
+    pub fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
         tpar::tune::cpu::start_cpu(&mut self.comm, max_bytes as u64, opts).map_err(|e| self.ctl(e))
     }
 }

@@ -1,6 +1,6 @@
 //! The harness `bench`, `check` and `tune` share: where ranks run ([`Target`]: CPU rank
 //! processes, one rank process per GPU, or ranks emulated as streams of one GPU), the one
-//! [`Group`] interface every command drives, the rank-process launcher, the one verifier,
+//! [`Group`] every command drives (CPU ranks, or GPU ranks of either placement), the rank-process launcher, the one verifier,
 //! the one table, progress and output files.
 //!
 //! Every flag that two commands share is parsed here, so it means the same in each.
@@ -27,8 +27,6 @@ macro_rules! by_dtype {
 }
 
 pub mod cpu;
-#[cfg(feature = "cuda")]
-pub mod emulated;
 #[cfg(feature = "cuda")]
 pub mod fused;
 #[cfg(feature = "cuda")]
@@ -482,66 +480,94 @@ pub struct Timing {
     pub iters: usize,
 }
 
-/// One group of ranks as every command drives it. In a rank process, the methods are
-/// collective: every rank calls them in the same order; only the root prints.
-pub trait Group {
-    fn world(&self) -> usize;
+/// One group of ranks as every command drives it: CPU ranks (a [`tpar::CpuCommunicator`]
+/// of host buffers) or GPU ranks of either placement (device buffers through the library's
+/// one GPU call, [`gpu::GpuRanks`]). In a rank process, the methods are collective: every
+/// rank calls them in the same order; only the root prints. (One per run, never copied
+/// about: its variants' sizes do not matter.)
+#[allow(clippy::large_enum_variant)]
+pub enum Group {
+    Cpu(cpu::CpuRanks),
+    #[cfg(feature = "cuda")]
+    Gpu(gpu::GpuRanks),
+}
+
+/// `$e` on the group's ranks, whichever they are (both kinds have the same methods).
+macro_rules! on_ranks {
+    ($g:expr, $r:ident => $e:expr) => {
+        match $g {
+            Group::Cpu($r) => $e,
+            #[cfg(feature = "cuda")]
+            Group::Gpu($r) => $e,
+        }
+    };
+}
+
+impl Group {
+    pub fn world(&self) -> usize {
+        on_ranks!(self, r => r.world())
+    }
     /// Whether this process prints and writes the outputs.
-    fn root(&self) -> bool;
+    pub fn root(&self) -> bool {
+        on_ranks!(self, r => r.root())
+    }
     /// `backend` of the records: cpu, cuda, cuda-emulated-p2p, ...
-    fn label(&self) -> String;
+    pub fn label(&self) -> String {
+        on_ranks!(self, r => r.label())
+    }
     /// What `algo` travels over here.
-    fn transport(&self, algo: Algorithm) -> Transport;
+    pub fn transport(&self, algo: Algorithm) -> Transport {
+        on_ranks!(self, r => r.transport(algo))
+    }
     /// Lines that say where and how this group runs (the table's preamble).
-    fn describe(&mut self) -> Result<Vec<String>, String>;
+    pub fn describe(&mut self) -> Result<Vec<String>, String> {
+        on_ranks!(self, r => r.describe())
+    }
     /// The algorithms this group can run now (NCCL only where it joined).
-    fn algorithms(&self) -> Vec<Algorithm>;
+    pub fn algorithms(&self) -> Vec<Algorithm> {
+        on_ranks!(self, r => r.algorithms())
+    }
     /// What the plan runs for this call of `c` (`bytes` per rank, as
     /// `Collective::io_elems` counts them), where this group has a plan.
-    fn planned(
-        &mut self,
-        c: Collective,
-        d: DType,
-        bytes: usize,
-        mode: CaptureMode,
-    ) -> Option<Algorithm>;
+    pub fn planned(&mut self, c: Collective, d: DType, bytes: usize, mode: CaptureMode) -> Option<Algorithm> {
+        on_ranks!(self, r => r.planned(c, d, bytes, mode))
+    }
     /// One call of `c` on fresh random inputs of every rank (`seed`, `call`), output
     /// poisoned, judged by the one verifier and agreed by every rank. `algo` None: the plan's
     /// pick. `count`: elements per rank as `Collective::io_elems` takes them.
     #[allow(clippy::too_many_arguments)]
-    fn checked(
-        &mut self,
-        c: Collective,
-        d: DType,
-        algo: Option<Algorithm>,
-        seed: u64,
-        call: u64,
-        count: usize,
-        io: Io,
-    ) -> Result<Verdict, String>;
+    pub fn checked(&mut self, c: Collective, d: DType, algo: Option<Algorithm>, seed: u64, call: u64, count: usize, io: Io) -> Result<Verdict, String> {
+        on_ranks!(self, r => r.checked(c, d, algo, seed, call, count, io))
+    }
     /// Per-call microseconds of `c`: per iteration the slowest rank; the root gets the spread.
-    fn time(
-        &mut self,
-        c: Collective,
-        algo: Algorithm,
-        d: DType,
-        count: usize,
-        t: Timing,
-    ) -> Result<Option<Spread>, String>;
-    fn barrier(&mut self) -> Result<(), String>;
+    pub fn time(&mut self, c: Collective, algo: Algorithm, d: DType, count: usize, t: Timing) -> Result<Option<Spread>, String> {
+        on_ranks!(self, r => r.time(c, algo, d, count, t))
+    }
+    pub fn barrier(&mut self) -> Result<(), String> {
+        on_ranks!(self, r => r.barrier())
+    }
     /// Where the ranks are, for timing another project's kernel beside tpar's (`bench
     /// --compare`); `None` where no peer runs (CPU ranks).
     #[cfg(feature = "cuda")]
-    fn peer_site(&mut self) -> Option<peer::Site<'_>> {
-        None
+    pub fn peer_site(&mut self) -> Option<peer::Site<'_>> {
+        match self {
+            Group::Cpu(_) => None,
+            Group::Gpu(r) => Some(r.peer_site()),
+        }
     }
     /// Where checked calls spent their time, where the group measures it (emulated ranks).
-    fn phase_report(&self) -> Option<String> {
-        None
+    pub fn phase_report(&self) -> Option<String> {
+        match self {
+            Group::Cpu(_) => None,
+            #[cfg(feature = "cuda")]
+            Group::Gpu(r) => r.phase_report(),
+        }
     }
     /// One start of this machine's tune on this group (the library's one tuner:
     /// `tpar::tune`), for messages up to `max_bytes`; the same outcome on every rank.
-    fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String>;
+    pub fn tune(&mut self, opts: tpar::tune::StartOptions, max_bytes: usize) -> Result<tpar::tune::Outcome, String> {
+        on_ranks!(self, r => r.tune(opts, max_bytes))
+    }
 }
 
 /// Runs `body` on each group of `target`: in this process for emulated ranks (one group per
@@ -551,7 +577,7 @@ pub fn run_groups(
     target: &Target,
     args: &RankArgs,
     max_bytes: usize,
-    mut body: impl FnMut(&mut dyn Group) -> Result<(), String>,
+    mut body: impl FnMut(&mut Group) -> Result<(), String>,
 ) -> Result<bool, String> {
     match target {
         Target::Cpu => {
@@ -559,8 +585,7 @@ pub fn run_groups(
                 launch::launch(args.world(target)?, launch::FAIL_GRACE)?;
                 return Ok(false);
             }
-            let mut g = cpu::CpuGroup::join()?;
-            body(&mut g)?;
+            body(&mut Group::Cpu(cpu::CpuRanks::join()?))?;
         }
         #[cfg(feature = "cuda")]
         Target::Gpu => {
@@ -568,14 +593,12 @@ pub fn run_groups(
                 gpu::launch_ranks(args.world(target)?, launch::FAIL_GRACE, false)?;
                 return Ok(false);
             }
-            let mut g = gpu::GpuGroup::join(max_bytes, None)?;
-            body(&mut g)?;
+            body(&mut Group::Gpu(gpu::GpuRanks::join(max_bytes, None)?))?;
         }
         #[cfg(feature = "cuda")]
         Target::Emulated { worlds, transport } => {
             for &w in worlds {
-                let mut g = emulated::EmulatedRanks::new(args.device, w, max_bytes, *transport, args.skew_ns, args.islands.as_deref())?;
-                body(&mut g)?;
+                body(&mut Group::Gpu(gpu::GpuRanks::emulated(args.device, w, max_bytes, *transport, args.skew_ns, args.islands.as_deref())?))?;
             }
         }
         #[cfg(not(feature = "cuda"))]
@@ -663,7 +686,7 @@ mod tests {
             .unwrap_err()
             .contains("--collective"));
         let cpu = Target::Cpu;
-        assert_eq!(parse_algos_for("all", &cpu, Collective::AllGather).unwrap(), vec![Some(Algorithm::OneshotPush)]);
+        assert_eq!(parse_algos_for("all", &cpu, Collective::AllGather).unwrap(), vec![Some(Algorithm::OneshotPush), Some(Algorithm::OneshotPull)]);
         let e = parse_algos_for("twoshot-push", &cpu, Collective::ReduceScatter).unwrap_err();
         assert!(e.contains("all-reduce only"), "{e}");
     }

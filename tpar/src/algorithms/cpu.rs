@@ -59,7 +59,8 @@ pub(crate) fn run_gather_scatter<W: Word, S: Wait, T: Element>(
         Collective::ReduceScatter => (world - 1) * stride + offset + n <= input.len(),
         Collective::AllReduce => false,
     };
-    if !fits || n.div_ceil(T::LANES) > call.ws.layout.cap {
+    let cap = if algo == Algorithm::OneshotPull { oneshot_pull::exposed_elems(collective, call.ws.layout.cap * T::LANES, world, T::LANES) } else { call.ws.layout.cap * T::LANES };
+    if !fits || n > cap {
         return Err(Error::invalid("chunk", format!("{collective}: {} in, {} out, chunk {n} at {offset} of {stride}, capacity {} words", input.len(), out.len(), call.ws.layout.cap)));
     }
     registry::computes(algo, collective).map_err(|reason| Error::Unsupported { what: format!("{collective} with {algo}"), reason })?;
@@ -68,6 +69,8 @@ pub(crate) fn run_gather_scatter<W: Word, S: Wait, T: Element>(
     match (collective, algo) {
         (Collective::AllGather, Algorithm::OneshotPush) => oneshot_push::all_gather(call, input, out, stride, offset),
         (Collective::ReduceScatter, Algorithm::OneshotPush) => oneshot_push::reduce_scatter(call, input, stride, offset, out),
+        (Collective::AllGather, Algorithm::OneshotPull) => oneshot_pull::all_gather(call, input, out, stride, offset),
+        (Collective::ReduceScatter, Algorithm::OneshotPull) => oneshot_pull::reduce_scatter(call, input, stride, offset, out),
         _ => Err(Error::Unsupported { what: format!("{collective} with {algo} on the CPU shared-memory backend"), reason: "the registry lists a CPU body this dispatch lacks".into() }),
     }
 }

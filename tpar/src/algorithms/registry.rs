@@ -125,15 +125,15 @@ pub static REGISTRY: [Spec; 9] = [
     },
     Spec {
         algorithm: Algorithm::OneshotPull,
-        summary: "barrier, read every peer's exposed input, reduce, barrier (reads: for fabrics whose peer writes are slow)",
+        summary: "barrier, read every peer's exposed input, reduce, barrier (reads: for fabrics whose peer writes are slow); all-gather and reduce-scatter the same way (every rank's input exposed once, read by every peer straight into its output: large parts over NVLink)",
         role: Role::Candidate,
         cpu: true,
-        kernel: kernel!("oneshot_pull.cu", lean fused cluster_rows registered),
+        kernel: kernel!("oneshot_pull.cu", lean fused cluster_rows registered gather_scatter),
         gpu_transports: P2P,
         emulated_transports: P2P,
         reads_remote: true,
         needs_islands: false,
-        collectives: ALL_REDUCE,
+        collectives: EVERY_COLLECTIVE,
         schedule: oneshot_pull::schedule,
     },
     Spec {
@@ -365,8 +365,9 @@ mod tests {
             }
         }
         assert!(computes(Algorithm::OneshotPush, Collective::AllGather).is_ok());
+        assert!(computes(Algorithm::OneshotPull, Collective::ReduceScatter).is_ok());
         let why = computes(Algorithm::TwoshotPull, Collective::ReduceScatter).unwrap_err();
-        assert!(why.contains("oneshot-push, nccl"), "{why}");
+        assert!(why.contains("oneshot-push, oneshot-pull, nccl"), "{why}");
         // Every kernel file is distinct and named after its algorithm.
         for (a, k) in kernels() {
             assert_eq!(k.file.trim_end_matches(".cu").replace('_', "-"), a.name());

@@ -571,7 +571,9 @@ impl CpuCommunicator {
         crate::algorithms::registry::computes(algo, collective).map_err(|reason| Error::Unsupported { what: format!("{collective} with {algo}"), reason })?;
         crate::algorithms::registry::runnable(algo, Backend::Cpu, crate::kinds::Transport::Shm)
             .map_err(|reason| Error::Unsupported { what: format!("{algo} on the CPU shared-memory backend"), reason })?;
-        let chunk = chunk_elems::<T>(algo, n, self.layout.cap);
+        // One-shot pull's reduce-scatter exposes a piece for every rank: chunks of a world's share.
+        let cap = if algo == Algorithm::OneshotPull { crate::algorithms::oneshot_pull::exposed_elems(collective, self.layout.cap * T::LANES, self.world, T::LANES) / T::LANES } else { self.layout.cap };
+        let chunk = chunk_elems::<T>(algo, n, cap.max(1));
         let chunks = n.div_ceil(chunk).max(1);
         for c in 0..chunks {
             let (a, b) = (c * chunk, ((c + 1) * chunk).min(n));

@@ -263,6 +263,8 @@ pub struct Launcher {
     /// The push kernels' protocol ([`push_protocol`]), fixed for the launcher's life.
     protocol: HostProtocol,
     max_bytes: usize,
+    /// Ranks of the group (one-shot pull's reduce-scatter exposes a piece for each).
+    world: usize,
     can_pdl: bool,
     /// sm_90 and later: thread-block clusters (fused calls' rows, [`row_cluster`]).
     can_cluster: bool,
@@ -296,6 +298,7 @@ impl Launcher {
             transport,
             protocol: push_protocol(transport, world, host_protocol),
             max_bytes,
+            world,
         };
         l.check_abi(dev, stream)?;
         Ok(l)
@@ -375,7 +378,7 @@ impl Launcher {
     /// The entry of `collective` in the (algo, dtype, class) kernel (loads the variant).
     fn entry(&mut self, dev: &Device, algo: Algorithm, dtype: DType, class: SizeClass, collective: Collective) -> Result<sys::CUfunction> {
         if collective != Collective::AllReduce && (!kernels::has_gather_scatter(algo) || matches!(class, SizeClass::Fused | SizeClass::FusedCluster | SizeClass::FusedRows)) {
-            return Err(Error::Unsupported { what: format!("the {collective} with {algo}"), reason: "its kernel has no such entry (one-shot push has: the plan runs it, or NCCL)".into() });
+            return Err(Error::Unsupported { what: format!("the {collective} with {algo}"), reason: "its kernel has no such entry (one-shot push and one-shot pull have: the plan runs one of them, or NCCL)".into() });
         }
         self.variant(dev, algo, dtype, class)?;
         let v = self.variants.get_mut(&(algo, dtype, class)).ok_or_else(|| Error::invalid("kernel", "variant not loaded"))?;
@@ -575,6 +578,10 @@ impl Launcher {
                 what: format!("an {} of {bytes} B per rank with tpar's kernels", call.collective),
                 reason: "each rank's part must be whole 16-byte vectors (the plan sends other sizes to NCCL)".into(),
             });
+        }
+        if call.algo == Algorithm::OneshotPull {
+            crate::algorithms::oneshot_pull::exposed_fits(call.collective, bytes as u64, self.world, self.max_bytes as u64)
+                .map_err(|reason| Error::Unsupported { what: format!("an {} of {bytes} B per rank with {}", call.collective, call.algo), reason: format!("{reason} (the plan runs one-shot push or NCCL there)") })?;
         }
         let (ranks, sms, pdl_on) = (self.ranks_on_device, self.sms, self.pdl());
         // Threads follow the call's blocks (held: the plan's, a caller's or TPAR_BLOCKS; or the

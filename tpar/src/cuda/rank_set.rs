@@ -12,7 +12,8 @@
 //!
 //! The communicator above it ([`super::GpuCommunicator`]) adds the control plane, the plan,
 //! NCCL and the watchdog for rank processes; emulated ranks are driven directly (one process
-//! holds every rank, so a call checks and captures across ranks here).
+//! holds every rank, so a call checks and captures across ranks here), through
+//! [`RankSet::call`], which takes the communicator's own [`Call`](super::Call).
 //!
 //! Owns: the local ranks' streams, device-local epoch state and host-visible error records,
 //! the areas ([`areas`]), the fork/join that makes one collective out of several local
@@ -185,6 +186,18 @@ pub struct RankSet {
     recent: Vec<Launch>,
     ce: Option<super::ce::CePath>,
     dev: Device,
+}
+
+/// The algorithm a rank set runs for `c`, or why it refuses the call: a set has no plan (the
+/// call names its algorithm) and runs on its own streams (no caller's stream).
+fn set_algorithm(c: &super::Call) -> Result<Algorithm> {
+    let Some(algo) = c.algorithm else {
+        return Err(Error::invalid("algorithm", "a rank set has no plan: name the algorithm (Call::forced)"));
+    };
+    if c.stream.is_some() {
+        return Err(Error::invalid("stream", "a rank set's calls run on its own streams (GpuCommunicator::call takes a caller's)"));
+    }
+    Ok(algo)
 }
 
 fn check_shape(world: usize, transport: Transport, max_bytes: usize) -> Result<()> {
@@ -467,6 +480,22 @@ impl RankSet {
     pub fn enqueue(&mut self, algo: Algorithm, dtype: DType, count: usize, inputs: &[u64], outputs: &[u64], blocks: u32) -> Result<()> {
         let all = vec![true; self.ranks.len()];
         self.enqueue_plain(algo, dtype, count, (inputs, outputs), blocks, &all, true)
+    }
+
+    /// One call ([`Call`](super::Call), as [`GpuCommunicator::call`](super::GpuCommunicator::call)
+    /// takes it) on every local rank: `inputs[i]` / `outputs[i]` are local rank i's buffers
+    /// and stand in for the call's own `input` / `output`, which are ignored. Says which
+    /// algorithm ran. A set has no plan: the call names its algorithm
+    /// ([`Call::forced`](super::Call::forced)); the launch policy sizes the grid. Its ranks
+    /// run on the set's streams (`c.stream` is refused): capture with
+    /// [`capture`](Self::capture), time on [`origin`](Self::origin). An empty call launches
+    /// nothing. Buffers as for [`enqueue_collective`](Self::enqueue_collective).
+    pub fn call(&mut self, c: &super::Call, inputs: &[u64], outputs: &[u64]) -> Result<Algorithm> {
+        let algo = set_algorithm(c)?;
+        if c.count > 0 {
+            self.enqueue_collective(c.collective, algo, c.dtype, c.count, inputs, outputs, 0)?;
+        }
+        Ok(algo)
     }
 
     /// [`enqueue`](Self::enqueue) for some local ranks (`present`); `may_register`: false

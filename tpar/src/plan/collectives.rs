@@ -1,26 +1,79 @@
-//! The plan of the all-gather and the reduce-scatter: where tpar's one-shot push runs them
-//! and where NCCL does, with the reason. A pure function of the same inputs as the
-//! all-reduce's plan, plus the collective; the same on every rank.
+//! The plan of the all-gather and the reduce-scatter: where tpar's one-shot push or one-shot
+//! pull runs them and where NCCL does, with the reason. A pure function of the same inputs as
+//! the all-reduce's plan, plus the collective; the same on every rank.
+//!
+//! Which of tpar's two: one-shot push (writes into every peer's inbox; one trip, but each
+//! part crosses memory twice: the inbox, then the output, and the inbox is cleared) up to a
+//! per-world size, one-shot pull (every rank's part exposed once, read by every peer straight
+//! into its output, behind a barrier) above it, for calls captured in a CUDA graph on NVLink
+//! (or one GPU's emulated ranks) where peers' reads are possible and the workspace holds what
+//! the pull exposes ([`GATHER_SCATTER_GRAPH_PUSH_MAX`]). Elsewhere one-shot push.
 //!
 //! Where a tuned profile measured here has a bucket for the call (the first-use tune times
-//! one-shot push against NCCL at the engines' sequence-parallel sizes), the measurement
-//! decides and the reason names both figures ("tuned"); elsewhere the simulator does, with
-//! NCCL's ring assumed.
+//! every kernel that computes the collective against NCCL at the engines' sequence-parallel
+//! sizes), the measurement decides and the reason names both figures ("tuned"); elsewhere the
+//! simulator decides between that kernel and NCCL, with NCCL's ring assumed.
 //!
 //! Sizes are per rank, as nccl-tests and [`Collective::io_elems`] count them (the
 //! all-gather's input, the reduce-scatter's output): the bytes each rank sends to each peer.
 //! Owns: [`plan_collective`]. Must never pick a kernel that cannot run on the fabric
-//! (`feasibility::check`), and never a tpar kernel for a size that is not whole 16-byte
-//! vectors per rank (the kernels place each rank's part at a vector boundary).
+//! (`feasibility::check`), never a tpar kernel for a size that is not whole 16-byte vectors
+//! per rank (the kernels place each rank's part at a vector boundary), and never one-shot
+//! pull where its exposed area does not hold the call (`oneshot_pull::exposed_fits`).
 
 use super::feasibility::{check, natural_transport, transport_usable, Fabric};
 use super::profile::ProfileFingerprint;
 use super::{finish_plan, human_bytes, make, nccl, plan, Plan, PlanInput};
+use crate::algorithms::oneshot_pull::exposed_fits;
 use crate::kinds::{Algorithm, Backend, CaptureMode, Collective, Transport};
 use crate::sim::{Launch, Params, Simulator, Source};
 
-/// The one algorithm of tpar's that computes the all-gather and the reduce-scatter.
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+
+/// tpar's small-message kernel for these collectives (and the one over the host transport).
 const PUSH: Algorithm = Algorithm::OneshotPush;
+/// tpar's large-message kernel for them (reads peers: P2P only).
+const PULL: Algorithm = Algorithm::OneshotPull;
+
+/// NVLink (or one GPU's emulated ranks), calls captured in a CUDA graph, per world (<= 2,
+/// <= 4, more): one-shot push up to this many bytes per rank, one-shot pull above. From the
+/// record of one H100, 8 emulated ranks, bf16, graphs, one-shot push against vLLM 0.33.0's
+/// own kernels, which read every peer's buffer as one-shot pull does
+/// (bench/results/2026-12-07-h100-vllm-all-gather-reduce-scatter/README.md, us per call
+/// push / vLLM): 8 ranks, all-gather 64 KiB 6.61 / 9.90, 256 KiB 23.79 / 15.52;
+/// reduce-scatter 64 KiB 7.09 / 9.52, 256 KiB 35.27 / 22.38: the cut at 128 KiB,
+/// interpolated. 4 ranks, all-gather 256 KiB 6.30 / 9.10, 1 MiB 25.88 / 16.31;
+/// reduce-scatter 256 KiB 7.02 / 8.30, 1 MiB 35.99 / 21.00: the cut at 512 KiB. 2 ranks:
+/// push leads to the largest size measured (all-gather 1 MiB 6.09 / 7.58, reduce-scatter
+/// 4 MiB 22.07 / 24.21): the cut there, at 4 MiB. One-shot pull's own times against these
+/// cuts are not yet measured: the cuts say where push's second pass over the data starts to
+/// lose to a kernel that reads once.
+pub const GATHER_SCATTER_GRAPH_PUSH_MAX: [u64; 3] = [4 * MIB, 512 * KIB, 128 * KIB];
+
+/// One-shot push or one-shot pull for a call over `t` (see the module doc), and the reason's
+/// clause that says why ("" where push is the only candidate).
+fn kernel_for(collective: Collective, input: &PlanInput<'_>, f: &Fabric, t: Transport) -> (Algorithm, String) {
+    let world = input.world.max(1);
+    let s = input.bytes;
+    if t != Transport::P2p || !f.nvlink || input.capture != CaptureMode::Graph {
+        return (PUSH, String::new());
+    }
+    let push_max = GATHER_SCATTER_GRAPH_PUSH_MAX[if world <= 2 { 0 } else if world <= 4 { 1 } else { 2 }];
+    let cut = human_bytes(push_max);
+    if s <= push_max {
+        return (PUSH, format!("; one-shot push: graph, <= {cut} per rank at {world} ranks"));
+    }
+    if let Err(why) = check(PULL, t, f) {
+        return (PUSH, format!("; one-shot push: one-shot pull (above {cut} per rank) cannot run here: {why}"));
+    }
+    if let Some(m) = input.overrides.max_bytes {
+        if let Err(why) = exposed_fits(collective, s, world, m) {
+            return (PUSH, format!("; one-shot push: {why}"));
+        }
+    }
+    (PULL, format!("; one-shot pull: graph, > {cut} per rank at {world} ranks (every part read once from its owner, where push's second pass over it measured slower than a reading kernel)"))
+}
 
 /// The decision for one call of `collective` (the all-reduce: [`plan`]).
 pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
@@ -76,11 +129,24 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
     if s % 16 != 0 {
         return finish(nccl(format!("{size} per rank is not a whole number of 16-byte vectors (tpar's {collective} places each rank's part at a vector): NCCL")), notes);
     }
-    if let Err(why) = check(PUSH, t, &f) {
-        return finish(nccl(format!("one-shot push cannot run here ({why}): NCCL")), notes);
+    // A forced kernel that cannot run this call here is noted and left out.
+    let runs = |a: Algorithm| -> Result<(), String> {
+        check(a, t, &f)?;
+        match o.max_bytes {
+            Some(m) if a == PULL => exposed_fits(collective, s, world, m),
+            _ => Ok(()),
+        }
+    };
+    match forced {
+        Some(a) if a == PUSH || a == PULL => match runs(a) {
+            Ok(()) => return finish(make(a, t, s, &f, format!("TPAR_ALGO={a} forced")), notes),
+            Err(why) => notes.push(format!("TPAR_ALGO={a} ignored for the {collective}: {why}")),
+        },
+        _ => {}
     }
-    if forced == Some(PUSH) {
-        return finish(make(PUSH, t, s, &f, format!("TPAR_ALGO={PUSH} forced")), notes);
+    let (k, chosen) = kernel_for(collective, input, &f, t);
+    if let Err(why) = check(k, t, &f) {
+        return finish(nccl(format!("{} cannot run here ({why}): NCCL", name(k))), notes);
     }
     // A tune's measurement on this machine, where it has a bucket for this call (a profile
     // that measured no such call says nothing here).
@@ -89,7 +155,7 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
         match p.mismatch(&here) {
             Some(why) => notes.push(format!("profile ignored: {why}")),
             None => match p.lookup_for(collective, input.dtype, s) {
-                Some(b) if b.algorithm == PUSH || b.algorithm == Algorithm::Nccl => {
+                Some(b) if b.algorithm == Algorithm::Nccl || ((b.algorithm == PUSH || b.algorithm == PULL) && runs(b.algorithm).is_ok()) => {
                     let within = format!("{collective} of {size} per rank <= {} ({world} ranks, {})", human_bytes(b.max_bytes), input.dtype);
                     let rival = b.rival.filter(|r| r.algorithm != b.algorithm);
                     let vs = match rival {
@@ -98,19 +164,24 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
                     };
                     let nccl_us = if b.algorithm == Algorithm::Nccl { Some(b.median_us) } else { rival.filter(|r| r.algorithm == Algorithm::Nccl).map(|r| r.median_us) };
                     let nccl_source = nccl_us.map(|_| Source::Profile);
-                    let p = if b.algorithm == PUSH {
-                        make(PUSH, t, s, &f, format!("tuned: {within}: one-shot push {:.1} us{vs} (measured here)", b.median_us))
-                    } else {
+                    let p = if b.algorithm == Algorithm::Nccl {
                         nccl(format!("tuned: {within}: NCCL {:.1} us{vs} (measured here): NCCL", b.median_us))
+                    } else {
+                        make(b.algorithm, t, s, &f, format!("tuned: {within}: {} {:.1} us{vs} (measured here)", name(b.algorithm), b.median_us))
                     };
                     return finish(p.timed(Some(b.median_us), Source::Profile, nccl_us, nccl_source), notes);
                 }
-                Some(b) => notes.push(format!("profile's {} ignored for the {collective}: only one-shot push and NCCL compute it", b.algorithm)),
+                Some(b) if b.algorithm == PUSH || b.algorithm == PULL => notes.push(format!("profile's {} ignored for the {collective}: {}", b.algorithm, runs(b.algorithm).err().unwrap_or_default())),
+                Some(b) => notes.push(format!("profile's {} ignored for the {collective}: only one-shot push, one-shot pull and NCCL compute it", b.algorithm)),
                 None => notes.push(format!("profile has no {collective} bucket for {size} per rank {} at {world} ranks: simulator", input.dtype)),
             },
         }
     }
-    // The simulator: tpar's pushes against NCCL's ring (n - 1 steps of the per-rank bytes).
+    // The simulator: tpar's kernels against NCCL's ring (n - 1 steps of the per-rank bytes).
+    // They are timed as one-shot push, for the pull too: both move the per-rank bytes once
+    // between every pair, and the simulator's read model (one window of reads in flight per
+    // flow) is far below what a pull kernel's grid keeps in flight (8 MiB at 2 ranks on
+    // NVLink: about 1 ms against push's 70 us), so it would send every large pull to NCCL.
     let launch = if input.capture == CaptureMode::Graph { Launch::Graph } else { Launch::Eager };
     let fabric = if f.nvlink { "NVLink" } else if t == Transport::Host { "PCIe through host memory" } else { "PCIe" };
     let timed = Simulator::new(input.topology, world, &Params::with_launch(launch)).and_then(|sim| {
@@ -120,13 +191,14 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
         let source = sim.provenance(PUSH)?.source;
         Ok((ours, theirs, source))
     });
+    let kn = if k == PUSH { "one-shot push".to_string() } else { format!("{}, timed as one-shot push,", name(k)) };
     match timed {
         Ok((ours, theirs, source)) if ours <= theirs => {
-            let why = format!("{fabric}, {world} ranks: {collective} of {size} per rank: one-shot push {ours:.1} us vs NCCL {theirs:.1} us (simulator; NCCL's ring assumed)");
-            finish(make(PUSH, t, s, &f, why).timed(Some(ours), source, Some(theirs), Some(Source::Assumed)), notes)
+            let why = format!("{fabric}, {world} ranks: {collective} of {size} per rank: {kn} {ours:.1} us vs NCCL {theirs:.1} us (simulator; NCCL's ring assumed){chosen}");
+            finish(make(k, t, s, &f, why).timed(Some(ours), source, Some(theirs), Some(Source::Assumed)), notes)
         }
         Ok((ours, theirs, _)) => {
-            let why = format!("{fabric}, {world} ranks: {collective} of {size} per rank: NCCL {theirs:.1} us vs one-shot push {ours:.1} us (simulator; NCCL's ring assumed): NCCL");
+            let why = format!("{fabric}, {world} ranks: {collective} of {size} per rank: NCCL {theirs:.1} us vs {kn} {ours:.1} us (simulator; NCCL's ring assumed){chosen}: NCCL");
             finish(nccl(why).timed(Some(theirs), Source::Assumed, Some(theirs), Some(Source::Assumed)), notes)
         }
         Err(e) => finish(nccl(format!("the simulator cannot time this fabric ({e}): NCCL")), notes),
@@ -137,6 +209,8 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
 fn name(a: Algorithm) -> &'static str {
     if a == PUSH {
         "one-shot push"
+    } else if a == PULL {
+        "one-shot pull"
     } else if a == Algorithm::Nccl {
         "NCCL"
     } else {
@@ -188,6 +262,53 @@ mod tests {
         // The all-reduce is the all-reduce's plan.
         let ar = input(&t, &o, 4, 4096, Backend::Cuda);
         assert_eq!(plan_collective(Collective::AllReduce, &ar), plan(&ar));
+    }
+
+    /// NVLink, graphs: one-shot push up to the world's cut, one-shot pull above it, and the
+    /// reason says which and why; eager calls, PCIe and the host transport keep push, and a
+    /// reduce-scatter whose exposed input the workspace cannot hold stays with push.
+    #[test]
+    fn graph_calls_on_nvlink_switch_from_push_to_pull_at_the_worlds_cut() {
+        let t = presets::h200_nvswitch_8();
+        let o = Overrides::default();
+        for k in [Collective::AllGather, Collective::ReduceScatter] {
+            for (world, cut) in [(2usize, 4u64 << 20), (4, 512 << 10), (8, 128 << 10)] {
+                let at = plan_collective(k, &input(&t, &o, world, cut, Backend::Cuda));
+                assert_eq!(at.algorithm, PUSH, "{k} {world} ranks at the cut: {}", at.reason);
+                assert!(at.reason.contains(&format!("one-shot push: graph, <= {} per rank at {world} ranks", human_bytes(cut))), "{}", at.reason);
+                let above = plan_collective(k, &input(&t, &o, world, 2 * cut, Backend::Cuda));
+                assert_eq!((above.algorithm, above.transport), (PULL, Transport::P2p), "{k} {world} ranks above the cut: {}", above.reason);
+                assert!(above.reason.contains(&format!("one-shot pull: graph, > {} per rank at {world} ranks", human_bytes(cut))), "{}", above.reason);
+                assert!(above.predicted_us.is_some() && above.nccl_us.is_some(), "{above:?}");
+                let eager = plan_collective(k, &PlanInput { capture: CaptureMode::Eager, ..input(&t, &o, world, 2 * cut, Backend::Cuda) });
+                assert_ne!(eager.algorithm, PULL, "{k} eager: {}", eager.reason);
+            }
+        }
+        // The reduce-scatter's pull exposes world x the per-rank bytes: 8 x 1 MiB needs a
+        // workspace of at least 4 MiB (twice max_bytes holds it); the all-gather only its part.
+        let small = Overrides { max_bytes: Some(3 << 20), ..Overrides::default() };
+        let rs = plan_collective(Collective::ReduceScatter, &input(&t, &small, 8, 1 << 20, Backend::Cuda));
+        assert_eq!(rs.algorithm, PUSH, "{}", rs.reason);
+        assert!(rs.reason.contains("exposes every rank's piece"), "{}", rs.reason);
+        assert_eq!(plan_collective(Collective::AllGather, &input(&t, &small, 8, 1 << 20, Backend::Cuda)).algorithm, PULL);
+        let roomy = Overrides { max_bytes: Some(4 << 20), ..Overrides::default() };
+        assert_eq!(plan_collective(Collective::ReduceScatter, &input(&t, &roomy, 8, 1 << 20, Backend::Cuda)).algorithm, PULL);
+        // Forced: pull where it runs; over the host transport it cannot (it reads peers), and
+        // the note says so.
+        let forced = Overrides { algorithm: Some(PULL), ..Overrides::default() };
+        let f = plan_collective(Collective::AllGather, &input(&t, &forced, 8, 4096, Backend::Cuda));
+        assert_eq!((f.algorithm, f.reason.as_str()), (PULL, "TPAR_ALGO=oneshot-pull forced"));
+        let host = Overrides { algorithm: Some(PULL), transport: Some(Transport::Host), ..Overrides::default() };
+        let h = plan_collective(Collective::ReduceScatter, &input(&t, &host, 8, 1 << 20, Backend::Cuda));
+        assert_ne!(h.algorithm, PULL, "{}", h.reason);
+        assert!(h.reason.contains("TPAR_ALGO=oneshot-pull ignored for the reduce-scatter"), "{}", h.reason);
+        // PCIe: push (or NCCL) at every size; never the pull.
+        let pcie = presets::rtxpro6000_pcie_switch_8();
+        for bytes in [4096u64, 1 << 20, 8 << 20] {
+            for k in [Collective::AllGather, Collective::ReduceScatter] {
+                assert_ne!(plan_collective(k, &input(&pcie, &o, 8, bytes, Backend::Cuda)).algorithm, PULL, "{k} {bytes} on PCIe");
+            }
+        }
     }
 
     /// A tune's profile of the switch box, graph mode: the all-gather's push measured slower

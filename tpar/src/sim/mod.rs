@@ -226,8 +226,9 @@ impl Simulator {
 
     /// Predicted time of one call of `collective` of `bytes` per rank (as
     /// [`Collective::io_elems`] counts them) by `algorithm`. The all-gather and the
-    /// reduce-scatter by one-shot push move what its all-reduce of the same bytes moves (every
-    /// rank writes that many bytes to every peer, once); NCCL's ring runs n - 1 steps of the
+    /// reduce-scatter by one-shot push or one-shot pull move what their all-reduce of the
+    /// same bytes moves (every rank writes, or reads, that many bytes to or from every peer,
+    /// once; the local copies are not modelled); NCCL's ring runs n - 1 steps of the
     /// per-rank bytes for them (`algorithms::nccl::gather_scatter_schedule`).
     pub fn predict_collective(&self, collective: Collective, algorithm: Algorithm, bytes: usize) -> Result<Prediction> {
         if bytes == 0 {
@@ -235,7 +236,7 @@ impl Simulator {
         }
         registry::computes(algorithm, collective).map_err(|reason| Error::Unsupported { what: format!("{collective} with {algorithm}"), reason })?;
         let schedule = match (collective, algorithm) {
-            (Collective::AllReduce, _) | (_, Algorithm::OneshotPush) => registry::spec(algorithm).schedule,
+            (Collective::AllReduce, _) | (_, Algorithm::OneshotPush | Algorithm::OneshotPull) => registry::spec(algorithm).schedule,
             _ => crate::algorithms::nccl::gather_scatter_schedule,
         };
         let ll = self.predict_on(&self.fabric, algorithm, schedule, bytes)?;

@@ -102,8 +102,8 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             if !launch::is_rank() {
                 return harness::gpu::launch_ranks(args.ranks.world.unwrap_or(2), launch::FAIL_GRACE, true);
             }
-            let mut g = harness::gpu::GpuGroup::join(max_bytes, Some(&topology))?;
-            root = g.comm.rank() == 0;
+            let mut g = Group::Gpu(harness::gpu::GpuRanks::join(max_bytes, Some(&topology))?);
+            root = g.root();
             wrong += bench_group(&mut g, &args, &p, &mut records)?;
             if let Some(s) = peers.as_mut() {
                 wrong += s.after_group(&mut g, &records)?;
@@ -134,7 +134,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
 }
 
 /// One group's blocks, summary and sequence; returns its wrong elements.
-fn bench_group(g: &mut dyn Group, a: &BenchArgs, p: &Plan, records: &mut Vec<BenchRecord>) -> Result<i64, String> {
+fn bench_group(g: &mut Group, a: &BenchArgs, p: &Plan, records: &mut Vec<BenchRecord>) -> Result<i64, String> {
     let root = g.root();
     let runs = g.algorithms();
     let algos: Vec<Option<Algorithm>> = p.algos.iter().copied().filter(|c| c.map_or(true, |x| runs.contains(&x))).collect();
@@ -266,7 +266,7 @@ fn progress(a: &BenchArgs, earlier: &[BenchRecord], mine: &[BenchRecord]) -> Res
 }
 
 /// Where the ranks are, for block headers.
-fn place(g: &dyn Group) -> String {
+fn place(g: &Group) -> String {
     match g.label().as_str() {
         "cpu" => "rank processes".into(),
         "cuda" => "one process per GPU".into(),
@@ -276,7 +276,7 @@ fn place(g: &dyn Group) -> String {
 
 /// `--sequence CALLSxBYTES`: a whole step of all-reduces per algorithm and mode (bf16 when
 /// measured, else the first dtype). The plan's pick is marked.
-fn sequence(g: &mut dyn Group, a: &BenchArgs, p: &Plan, algos: &[Option<Algorithm>], calls: usize, bytes: usize, out: &mut Vec<BenchRecord>) -> Result<(), String> {
+fn sequence(g: &mut Group, a: &BenchArgs, p: &Plan, algos: &[Option<Algorithm>], calls: usize, bytes: usize, out: &mut Vec<BenchRecord>) -> Result<(), String> {
     let d = if p.dtypes.contains(&DType::BF16) { DType::BF16 } else { p.dtypes[0] };
     let count = bytes / d.size();
     if count == 0 {

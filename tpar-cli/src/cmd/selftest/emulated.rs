@@ -1,7 +1,7 @@
 //! Self-tests on emulated ranks (all ranks as streams of one GPU, in this process).
 
 use super::{Common, Scratch};
-use crate::harness::emulated::{alloc_bufs, islands_for, options, ptrs, EmulatedRanks};
+use crate::harness::gpu::{islands_for, options, ptrs, rank_bufs, GpuRanks};
 use crate::harness::verify::{err, POISON_WORD};
 use crate::harness::verify::{judge_on, Verdict};
 use crate::harness::{self, table};
@@ -29,7 +29,7 @@ pub fn timeout((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Res
         let opts = SetOptions { islands: islands_for(c.ranks.islands.as_deref(), world)?, ..options(*transport)? };
         for algo in kernel_algorithms() {
             let mut g = RankSet::emulated(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
-            let bufs = alloc_bufs(&g, 64 << 10)?;
+            let bufs = rank_bufs(g.device(), world, 64 << 10)?;
             let (i, o) = ptrs(&bufs);
             let mut present = vec![true; world];
             present[world - 1] = false;
@@ -73,7 +73,7 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
             let lies = [("dtype", desc_code(algo, DType::F16)), ("algorithm", desc_code(other, DType::BF16))];
             for (field, code) in lies {
                 let mut g = RankSet::emulated(c.ranks.device, world, 64 << 10, opts.clone()).map_err(err)?;
-                let bufs = alloc_bufs(&g, 64 << 10)?;
+                let bufs = rank_bufs(g.device(), world, 64 << 10)?;
                 let (i, o) = ptrs(&bufs);
                 g.all_reduce(algo, DType::BF16, COUNT_42K, &i, &o, 2).map_err(|e| format!("mismatch test {algo}: the honest control call failed: {e}"))?;
                 g.set_desc_override_for_test(Some((world - 1, code)));
@@ -125,7 +125,7 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
 pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>) -> Result<(), String> {
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     for &world in worlds {
-        let mut r = EmulatedRanks::new(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
+        let mut r = GpuRanks::emulated(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
         // Every kernel, and the copy-engine path where emulated ranks run it over this transport.
         let mut algos = kernel_algorithms();
         algos.extend(tpar::algorithms::registry::algorithms_emulated(*transport).into_iter().filter(|a| *a == Algorithm::CeRing));
@@ -146,13 +146,13 @@ pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays:
     Ok(())
 }
 
-fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>) -> Result<bool, String> {
+fn graph_one<T: Element>(r: &mut GpuRanks, algo: Algorithm, seed: u64, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>) -> Result<bool, String> {
     let d = T::DTYPE;
-    let world = r.g.world();
+    let (g, islands) = r.emulated_set()?;
+    let world = g.world();
     let count = (bytes / d.size()).max(1);
-    let blocks = r.blocks(count * d.size());
     let outs: Vec<Vec<DeviceBuffer>> = (0..calls)
-        .map(|_| (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>())
+        .map(|_| (0..world).map(|_| DeviceBuffer::new(g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(err)?;
     // Successive calls get different inputs (INPUT_SETS sets, call c takes set c % INPUT_SETS):
@@ -163,30 +163,30 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
     let inputs: Vec<Vec<Vec<T>>> = (0..sets).map(|k| all_inputs::<T>(seed ^ ((k as u64) << 32), algo.code(), world, count)).collect();
     let mut ins: Vec<Vec<DeviceBuffer>> = Vec::with_capacity(sets);
     for set in &inputs {
-        let bufs = (0..world).map(|_| DeviceBuffer::new(r.g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>().map_err(err)?;
+        let bufs = (0..world).map(|_| DeviceBuffer::new(g.device(), bytes.div_ceil(16) * 16)).collect::<Result<Vec<_>, _>>().map_err(err)?;
         for (b, x) in bufs.iter().zip(set) {
             b.upload(x).map_err(err)?;
         }
         ins.push(bufs);
     }
     // Scratch buffers: a call reads `s` and writes `so` (the same buffer in place).
-    let scratch_bufs = if scratch.is_some() { alloc_bufs(&r.g, bytes)? } else { Vec::new() };
+    let scratch_bufs = if scratch.is_some() { rank_bufs(g.device(), world, bytes)? } else { Vec::new() };
     let (s, scratch_out) = ptrs(&scratch_bufs);
     let so = if scratch == Some(Scratch::OutOfPlace) { scratch_out } else { s.clone() };
     let moved = count * d.size();
-    let e0 = r.g.epoch(0).map_err(err)?;
-    let gr = r
-        .g
+    let e0 = g.epoch(0).map_err(err)?;
+    // Blocks 0: the launch policy (`TPAR_BLOCKS` honoured), as for every call of a set.
+    let gr = g
         .capture(|g| {
             for (c, out) in outs.iter().enumerate() {
                 let i: Vec<u64> = ins[c % sets].iter().map(|b| b.ptr).collect();
                 let o: Vec<u64> = out.iter().map(|b| b.ptr).collect();
                 if scratch.is_some() {
                     g.enqueue_copies(&i, &s, moved)?;
-                    g.enqueue(algo, d, count, &s, &so, blocks)?;
+                    g.enqueue(algo, d, count, &s, &so, 0)?;
                     g.enqueue_copies(&so, &o, moved)?;
                 } else {
-                    g.enqueue(algo, d, count, &i, &o, blocks)?;
+                    g.enqueue(algo, d, count, &i, &o, 0)?;
                 }
             }
             Ok(())
@@ -194,14 +194,14 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         .map_err(err)?;
     let t0 = Instant::now();
     for _ in 0..replays.saturating_sub(1) {
-        r.g.launch(&gr).map_err(err)?;
+        g.launch(&gr).map_err(err)?;
     }
-    r.g.synchronize().map_err(err)?;
+    g.synchronize().map_err(err)?;
     for b in outs.iter().flatten() {
         b.fill_u32(POISON_WORD).map_err(err)?;
     }
-    r.g.launch(&gr).map_err(err)?;
-    r.g.synchronize().map_err(err)?;
+    g.launch(&gr).map_err(err)?;
+    g.synchronize().map_err(err)?;
     let secs = t0.elapsed().as_secs_f64();
     let mut wrong = 0i64;
     for (c, out) in outs.iter().enumerate() {
@@ -209,11 +209,11 @@ fn graph_one<T: Element>(r: &mut EmulatedRanks, algo: Algorithm, seed: u64, repl
         for b in out {
             let mut host = vec![T::from_f32(0.0); count];
             b.download(&mut host).map_err(err)?;
-            outcomes.push(judge_on(&host, &inputs[c % sets], algo, &r.islands, r.g.wire()));
+            outcomes.push(judge_on(&host, &inputs[c % sets], algo, islands, g.wire()));
         }
         wrong += Verdict::of(&outcomes, count).bad_elements();
     }
-    let e1 = r.g.epoch(0).map_err(err)?;
+    let e1 = g.epoch(0).map_err(err)?;
     // The kernels' call epoch advances once per call; ce-ring's copies and kernels keep their
     // own generations (flags) and leave it alone.
     let expect = if algo == Algorithm::CeRing { e0 } else { e0.wrapping_add((calls * replays) as u32) };
@@ -238,10 +238,10 @@ pub fn epoch_wrap((worlds, transport): &(Vec<usize>, Transport), c: &Common, sta
         quiet: false,
     };
     for &world in worlds {
-        let mut r = EmulatedRanks::new(c.ranks.device, world, c.max_bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
-        r.g.set_epoch_for_test(start).map_err(err)?;
+        let mut r = GpuRanks::emulated(c.ranks.device, world, c.max_bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
+        r.emulated_set()?.0.set_epoch_for_test(start).map_err(err)?;
         println!("# epochs start at {start} (wrap-around test)");
-        crate::cmd::check::check_group(&mut r, &sweep)?;
+        crate::cmd::check::check_group(&mut harness::Group::Gpu(r), &sweep)?;
     }
     Ok(())
 }

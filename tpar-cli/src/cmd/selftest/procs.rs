@@ -1,7 +1,7 @@
 //! Self-tests across rank processes (one per GPU, or all on one GPU).
 
 use super::Common;
-use crate::harness::gpu::{err, launch_ranks, GpuGroup, TIMING_WORD};
+use crate::harness::gpu::{err, launch_ranks, GpuRanks, TIMING_WORD};
 use crate::harness::verify::{judge, Outcome, Verdict};
 use crate::harness::{self, launch};
 use std::io::Write;
@@ -25,7 +25,7 @@ fn shared(c: &Common) -> Result<Option<tpar::Topology>, String> {
 }
 
 fn world(c: &Common, shared: bool) -> Result<usize, String> {
-    // `--transport host`: remembered for the rank's communicator (GpuGroup::join).
+    // `--transport host`: remembered for the rank's communicator (GpuRanks::join).
     c.ranks.gpu_transport()?;
     match (shared, c.ranks.world) {
         (true, w) => Ok(w.unwrap_or(2)),
@@ -60,16 +60,17 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
         return Ok(());
     }
     let cfg = tpar::Config::from_env().map_err(err)?;
-    let mut r = GpuGroup::join(bytes, shared.as_ref())?;
-    let rank = r.comm.rank();
+    let mut r = GpuRanks::join(bytes, shared.as_ref())?;
+    let (comm, b) = r.rank_process()?;
+    let rank = comm.rank();
     let d = DType::BF16;
     let count = (bytes / 2).max(1);
     if rank == 0 {
-        println!("# fault test: {world} ranks, calls of {bytes} B bf16 through the plan ({}), rank {kill} dies after 200", r.comm.plan(d, count * 2, tpar::CaptureMode::Eager).algorithm);
+        println!("# fault test: {world} ranks, calls of {bytes} B bf16 through the plan ({}), rank {kill} dies after 200", comm.plan(d, count * 2, tpar::CaptureMode::Eager).algorithm);
     }
     let inputs = all_inputs::<bf16>(c.seed, 0, world, count);
-    r.input.upload(&inputs[rank]).map_err(err)?;
-    let (i, o) = (r.input.ptr, r.output.ptr);
+    b.input.upload(&inputs[rank]).map_err(err)?;
+    let (i, o) = (b.input.ptr, b.output.ptr);
     let t0 = Instant::now();
     let bound = cfg.timeout * 2 + Duration::from_secs(5);
     let mut calls = 0u64;
@@ -80,7 +81,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
         }
         let t = Instant::now();
         // SAFETY: both buffers hold max(bytes, 16) B >= count bf16 elements and live past synchronize.
-        let res = unsafe { r.comm.call(&Call::all_reduce(d, count, i, o)) }.and_then(Served::ran).map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
+        let res = unsafe { comm.call(&Call::all_reduce(d, count, i, o)) }.and_then(Served::ran).map_err(err).and_then(|_| comm.synchronize().map_err(err));
         calls += 1;
         if let Err(x) = res {
             let waited = t.elapsed();
@@ -90,7 +91,7 @@ pub fn kill_rank(c: &Common, kill: Option<usize>) -> Result<(), String> {
                 cfg.timeout.as_millis()
             ));
             // SAFETY: as above.
-            let again = unsafe { r.comm.call(&Call::all_reduce(d, count, i, o)) }.and_then(Served::ran).map_err(err).and_then(|_| r.comm.synchronize().map_err(err));
+            let again = unsafe { comm.call(&Call::all_reduce(d, count, i, o)) }.and_then(Served::ran).map_err(err).and_then(|_| comm.synchronize().map_err(err));
             say_err(format!("[rank {rank}] fault test: the next call: {}", again.as_ref().err().map_or("succeeded", |s| s.as_str())));
             if again.is_ok() {
                 return Err(format!("rank {rank}: a call after the failure succeeded; the group should be poisoned"));
@@ -117,19 +118,20 @@ pub fn mismatch(c: &Common) -> Result<(), String> {
         println!("PASS: every rank got an error for a call whose dtype differed on rank {}, eager and at the end of a checked capture", world - 1);
         return Ok(());
     }
-    let mut r = GpuGroup::join(64 << 10, shared.as_ref())?;
-    let rank = r.comm.rank();
+    let mut r = GpuRanks::join(64 << 10, shared.as_ref())?;
+    let (comm, b) = r.rank_process()?;
+    let rank = comm.rank();
     let last = rank + 1 == world;
     let count = 21504;
-    r.input.fill_u32(TIMING_WORD).map_err(err)?;
-    let (i, o) = (r.input.ptr, r.output.ptr);
-    let call = |r: &mut GpuGroup, d: DType, n: usize| {
+    b.input.fill_u32(TIMING_WORD).map_err(err)?;
+    let (i, o) = (b.input.ptr, b.output.ptr);
+    let call = |comm: &mut tpar::cuda::GpuCommunicator, d: DType, n: usize| {
         // SAFETY: both buffers hold 64 KiB >= n elements of d; synchronize follows.
-        unsafe { r.comm.call(&Call::all_reduce(d, n, i, o).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran).map_err(err).and_then(|_| r.comm.synchronize().map_err(err))
+        unsafe { comm.call(&Call::all_reduce(d, n, i, o).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran).map_err(err).and_then(|_| comm.synchronize().map_err(err))
     };
-    call(&mut r, DType::BF16, count).map_err(|e| format!("rank {rank}: the honest call failed: {e}"))?;
+    call(comm, DType::BF16, count).map_err(|e| format!("rank {rank}: the honest call failed: {e}"))?;
     let d = if last { DType::BF16 } else { DType::F16 };
-    match call(&mut r, d, count) {
+    match call(comm, d, count) {
         Ok(()) => return Err(format!("rank {rank}: a call whose dtype differed on rank {} succeeded", world - 1)),
         Err(e) => say_err(format!("[rank {rank}] mismatch test, dtype: {e}")),
     }
@@ -142,21 +144,22 @@ pub fn mismatch(c: &Common) -> Result<(), String> {
 /// `Mismatch` when the capture ends (the captured kernels carry no descriptor), and the
 /// communicator must refuse the next call. A second job on a fresh rendezvous.
 fn mismatch_graph(shared: Option<&tpar::Topology>, world: usize) -> Result<(), String> {
-    let mut r = GpuGroup::rejoin(64 << 10, shared, "graph")?;
-    let rank = r.comm.rank();
+    let mut r = GpuRanks::rejoin(64 << 10, shared, "graph")?;
+    let (comm, b) = r.rank_process()?;
+    let rank = comm.rank();
     let count = 21504;
-    r.input.fill_u32(TIMING_WORD).map_err(err)?;
-    let (i, o) = (r.input.ptr, r.output.ptr);
-    r.comm.begin_capture_check().map_err(err)?;
-    r.comm.stream().begin_capture().map_err(err)?;
+    b.input.fill_u32(TIMING_WORD).map_err(err)?;
+    let (i, o) = (b.input.ptr, b.output.ptr);
+    comm.begin_capture_check().map_err(err)?;
+    comm.stream().begin_capture().map_err(err)?;
     let mut cap = Ok(Algorithm::OneshotPush);
     for k in 0..8 {
         let d = if k == 5 && rank + 1 == world { DType::BF16 } else { DType::F16 };
         // SAFETY: both buffers hold 64 KiB >= count elements; the graph is never launched.
-        cap = cap.and_then(|_| unsafe { r.comm.call(&Call::all_reduce(d, count, i, o).mode(tpar::CaptureMode::Graph).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran));
+        cap = cap.and_then(|_| unsafe { comm.call(&Call::all_reduce(d, count, i, o).mode(tpar::CaptureMode::Graph).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran));
     }
-    let g = r.comm.stream().end_capture();
-    let checked = r.comm.end_capture_check();
+    let g = comm.stream().end_capture();
+    let checked = comm.end_capture_check();
     cap.map_err(|e| format!("rank {rank}: capturing failed: {e}"))?;
     drop(g.map_err(err)?);
     match checked {
@@ -164,7 +167,7 @@ fn mismatch_graph(shared: Option<&tpar::Topology>, world: usize) -> Result<(), S
         Err(e @ tpar::Error::Mismatch { .. }) => {
             say_err(format!("[rank {rank}] mismatch test, graph: {e}"));
             // SAFETY: as above; the call must be refused before anything is enqueued.
-            match unsafe { r.comm.call(&Call::all_reduce(DType::F16, count, i, o).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran) {
+            match unsafe { comm.call(&Call::all_reduce(DType::F16, count, i, o).forced(Some(Algorithm::OneshotPush))) }.and_then(Served::ran) {
                 Ok(_) => Err(format!("rank {rank}: a call after the captured mismatch was accepted")),
                 Err(_) => Ok(()),
             }
@@ -238,7 +241,7 @@ pub fn ipc(c: &Common) -> Result<(), String> {
     let (rank, world) = (comm.rank(), comm.world());
     let dtypes = harness::parse_dtypes(&c.dtype)?;
     let first = *dtypes.first().ok_or("no dtype")?;
-    let opts = crate::harness::emulated::options(tpar::Transport::P2p)?;
+    let opts = crate::harness::gpu::options(tpar::Transport::P2p)?;
     let max_bytes = c.max_bytes.max(43008);
     let t0 = Instant::now();
     let mut ws = tpar::cuda::RankSet::process(c.ranks.device, rank, world, max_bytes, 0, tpar::cuda::SetOptions { islands: Vec::new(), ..opts }).map_err(err)?;

@@ -9,8 +9,7 @@
 //! Owns: loading a peer library, driving it on emulated ranks (streams of one GPU, the peers'
 //! pointers plain device pointers) or as one rank per GPU process (IPC handles exchanged over
 //! tpar's control plane), its correctness check and its timings, and the table of tpar / peer.
-//! Timed exactly as [`super::rank_set::EmulatedRanks::time_op`] and `GpuGroup::time_local`
-//! time tpar: the same K calls per iteration (back to back, or captured once in one graph and
+//! Timed exactly as [`super::gpu::GpuRanks`] times tpar: the same K calls per iteration (back to back, or captured once in one graph and
 //! replayed), the same events on the same kind of origin stream, the same fork/join of rank
 //! streams, the same warm-up, medians and p10/p90, per iteration the slowest rank.
 //! Must never: time a peer whose results were not checked in the same run (unless `-c 0`
@@ -238,7 +237,7 @@ impl Session {
 
     /// After tpar's blocks of group `g` (`tpar`: every record so far): the peers on the same
     /// group. Returns their wrong elements.
-    pub fn after_group(&mut self, g: &mut dyn Group, tpar: &[BenchRecord]) -> Result<i64, String> {
+    pub fn after_group(&mut self, g: &mut Group, tpar: &[BenchRecord]) -> Result<i64, String> {
         for (spec, api) in self.peers.iter().zip(self.apis.iter_mut()) {
             if api.is_none() {
                 *api = Some(Api::load(&spec.lib)?);
@@ -266,7 +265,7 @@ impl Session {
 /// tpar's pick for each point: the group's own plan where it has one (rank processes), else
 /// the plan for [`EMULATED_PLAN_PRESET`] at this world (emulated ranks). `bytes`: per rank, as
 /// `Collective::io_elems` counts them.
-fn tpar_pick(g: &mut dyn Group, c: Collective, d: DType, bytes: usize, mode: CaptureMode) -> Algorithm {
+fn tpar_pick(g: &mut Group, c: Collective, d: DType, bytes: usize, mode: CaptureMode) -> Algorithm {
     if let Some(a) = g.planned(c, d, bytes, mode) {
         return a;
     }
@@ -360,7 +359,7 @@ fn peer_description(c: Collective, lib: &Path, info: &str) {
 /// records, this group's among them), prints each peer's block, its `--sequence` step, and
 /// tpar / peer per point. Collective over rank processes. Returns the peers' wrong elements.
 fn compare(
-    g: &mut dyn Group,
+    g: &mut Group,
     peers: &[(&PeerSpec, &Api)],
     run: &PeerRun,
     tpar: &[BenchRecord],

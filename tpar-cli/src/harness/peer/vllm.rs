@@ -475,8 +475,8 @@ impl<'a> VllmRanks<'a> {
             CaptureMode::Graph => Some(self.capture(c, d, count, inner)?),
             CaptureMode::Eager => None,
         };
-        // Emulated ranks warm up at least once (EmulatedRanks::time_op); rank processes as
-        // GpuGroup::time_local, exactly -w.
+        // As GpuRanks::time_local: emulated ranks warm up at least once, rank processes
+        // exactly -w.
         let warmup = if self.capturing_many() { t.warmup.max(1) } else { t.warmup };
         let mut samples = Vec::with_capacity(t.iters);
         for k in 0..warmup + t.iters {

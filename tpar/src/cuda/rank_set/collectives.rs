@@ -1,14 +1,16 @@
 //! The all-gather and the reduce-scatter on the rank set: the all-reduce's launch path
 //! (one resolve, one kernel argument, one completion, capture and abort), with the entry of
 //! the collective and a descriptor that names it (`abi::collective_desc_code`), so that a
-//! rank calling one collective while a peer calls another gets a Mismatch.
+//! rank calling one collective while a peer calls another gets a Mismatch. Captured calls of
+//! an emulated group are registered as the all-reduce's are (one-shot pull reads every input
+//! in place from its size on).
 
 use super::{RankSet, CallSpec};
-use crate::cuda::abi;
+use crate::cuda::{abi, io_tables, launch};
 use crate::cuda::launch::Launch;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kinds::{Algorithm, Collective};
+use crate::kinds::{Algorithm, Collective, Transport};
 
 impl RankSet {
     /// Enqueues one call of `collective` of `count` elements per rank (as
@@ -35,10 +37,15 @@ impl RankSet {
             }
         }
         let ptrs: Vec<u64> = inputs.iter().chain(outputs.iter()).copied().collect();
-        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered: false, collective }, &ptrs)?;
+        // Inside an emulated group's capture the buffers are registered where the all-reduce's
+        // would be (one-shot pull from its size on: its kernel reads every input in place,
+        // kernels/oneshot_pull.cu); outputs never overlap inputs here (checked above).
+        let registered = self.capturing && self.fan.is_some() && self.ws.transport() == Transport::P2p && launch::registers(algo, count.saturating_mul(size), self.launcher.settings().zero_copy);
+        let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered, collective }, &ptrs)?;
         let code = if self.check_calls { abi::collective_desc_code(algo, dtype, collective) } else { 0 };
         let all = vec![true; n];
-        self.launch_all(&l, (count, code), (inputs, outputs, None), &all, None)
+        let io = if registered { Some(io_tables::table(inputs, outputs)) } else { None };
+        self.launch_all(&l, (count, code), (inputs, outputs, io), &all, None)
     }
 
     /// Resolves a call shape of `collective` ([`Launcher::resolve_collective`](crate::cuda::launch::Launcher::resolve_collective)):

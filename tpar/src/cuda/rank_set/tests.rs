@@ -1,4 +1,5 @@
-//! Unit tests of the rank set's options (`super::SetOptions`): what reaches the launcher.
+//! Unit tests of the rank set's options (`super::SetOptions`): what reaches the launcher;
+//! and of what a set's `call` takes.
 
 use super::*;
 use crate::dtype::DType;
@@ -38,4 +39,28 @@ fn the_launcher_holds_the_blocks_the_plan_holds() {
     }
     let d = SetOptions::default();
     assert_eq!((d.blocks, d.check_calls, d.host_protocol, d.wire), (None, true, None, Wire::Exact));
+}
+
+/// A set's `call` takes the communicator's `Call` as it is, and refuses what a set cannot
+/// honour, naming the field: no algorithm (a set has no plan), a caller's stream.
+#[test]
+fn a_set_runs_the_call_s_named_algorithm_and_refuses_what_it_cannot_honour() {
+    use crate::cuda::Call;
+    use crate::kinds::Collective;
+    for algo in [Algorithm::OneshotPush, Algorithm::TwoshotPull, Algorithm::CeRing] {
+        for c in [Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter] {
+            let call = Call::new(c, DType::BF16, 512, 0x1000, 0x2000).forced(Some(algo));
+            assert_eq!(set_algorithm(&call).unwrap(), algo);
+            assert_eq!(set_algorithm(&call.mode(CaptureMode::Graph)).unwrap(), algo);
+        }
+    }
+    let planned = Call::all_reduce(DType::F16, 8, 0x1000, 0x1000);
+    match set_algorithm(&planned) {
+        Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "algorithm"),
+        other => panic!("a call with no algorithm: {other:?}"),
+    }
+    match set_algorithm(&planned.forced(Some(Algorithm::OneshotPush)).on_stream(7)) {
+        Err(Error::InvalidArgument { field, .. }) => assert_eq!(field, "stream"),
+        other => panic!("a call on a caller's stream: {other:?}"),
+    }
 }
