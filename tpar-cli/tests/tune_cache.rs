@@ -129,8 +129,10 @@ fn a_start_measures_the_all_gather_and_the_reduce_scatter_and_stores_their_table
     let t = text(&out);
     assert!(out.status.success() && t.contains("tuned this machine in"), "{t}");
     assert!(t.contains("all-gather, reduce-scatter: 1 tensors (14 KiB to 14 KiB) x bfloat16"), "the budget names them: {t}");
+    // One bucket, of whichever of tpar's two kernels for them (one-shot push and pull, both
+    // run by CPU ranks) the start measured faster here.
     for c in ["all-gather", "reduce-scatter"] {
-        assert!(t.lines().any(|l| l == format!("eager {c} bfloat16: oneshot-push <= 7 KiB")), "{c}: {t}");
+        assert!(["oneshot-push", "oneshot-pull"].iter().any(|k| t.lines().any(|l| l == format!("eager {c} bfloat16: {k} <= 7 KiB"))), "{c}: {t}");
     }
     // The stored entry holds them; the next start reads it back, tables and all.
     let stored = Cache::under(&cache);

@@ -183,6 +183,8 @@ impl Drop for Ranks {
         }
         for (_, c) in self.children.iter_mut() {
             let _ = c.wait();
+            // A rank stopped between writing an output's temporary and renaming it.
+            crate::harness::output::remove_partial_writes(c.id());
         }
         // A rank killed between creating and unlinking the workspace leaves its name behind.
         tpar::transport::shm::remove_leftovers(&self.job);

@@ -1,9 +1,12 @@
 //! Output files (`--json`, `--csv`, `--svg`, `tune -o`): checked before the run starts, so a
 //! typo in a path fails at once instead of after minutes of measuring. `--json` and `--csv`
 //! are rewritten as points are measured, marked incomplete until the run ends, so an
-//! interrupted run keeps what it measured; every write replaces the file at once.
+//! interrupted run keeps what it measured; every write replaces the file at once, and a
+//! rank stopped between the two steps of a write leaves nothing behind: the launcher removes
+//! its temporary ([`remove_partial_writes`]).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use tpar::report::Record;
 use tpar::CaptureMode;
 
@@ -32,14 +35,39 @@ pub fn check_writable(flag: &str, path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks every given output path (see [`check_writable`]).
+/// The output files of this run: every path [`check_all`] accepted (the launcher checks the
+/// same arguments as its ranks, so it knows them too).
+static OUTPUTS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Checks every given output path (see [`check_writable`]) and notes it as this run's.
 pub fn check_all(paths: &[(&str, Option<&Path>)]) -> Result<(), String> {
     for (flag, p) in paths {
         if let Some(p) = p {
             check_writable(flag, p)?;
+            if let Ok(mut o) = OUTPUTS.lock() {
+                o.push(p.to_path_buf());
+            }
         }
     }
     Ok(())
+}
+
+/// The temporary that process `pid` writes `p`'s next contents into ([`write_atomic`]).
+fn temporary(p: &Path, pid: u32) -> PathBuf {
+    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    p.with_file_name(format!(".{name}.tpar-{pid}"))
+}
+
+/// Removes what rank process `pid` was writing when it was stopped (a Ctrl-C reaches every
+/// rank of the terminal's process group at once, possibly between a write's two steps): its
+/// temporary of each of this run's outputs, where one is left. The outputs keep their last
+/// complete contents.
+pub fn remove_partial_writes(pid: u32) {
+    if let Ok(o) = OUTPUTS.lock() {
+        for p in o.iter() {
+            let _ = std::fs::remove_file(temporary(p, pid));
+        }
+    }
 }
 
 /// One measured point as `--json` writes it: the shared record plus how it was timed.
@@ -56,8 +84,7 @@ pub struct BenchRecord {
 /// Replaces `p`'s contents at once: a temporary file beside it, then a rename, so a run
 /// stopped mid-write leaves the previous complete file, never half of one.
 fn write_atomic(p: &Path, contents: &str) -> Result<(), String> {
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = p.with_file_name(format!(".{name}.tpar-{}", std::process::id()));
+    let tmp = temporary(p, std::process::id());
     std::fs::write(&tmp, contents).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, p).map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
@@ -169,6 +196,27 @@ mod tests {
         assert!(csv.lines().next().unwrap().ends_with(",mode,collective") && csv.lines().nth(1).unwrap().ends_with(",eager,all-reduce"), "{csv}");
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left.len(), 2, "no temporary files left: {left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A rank stopped between a write's two steps leaves its temporary; the launcher's
+    /// removal takes exactly that rank's temporaries of this run's outputs and leaves the
+    /// outputs (their last complete contents) and other processes' temporaries alone.
+    #[test]
+    fn a_stopped_ranks_half_written_temporary_is_removed() {
+        let dir = std::env::temp_dir().join(format!("tpar-cli-partial-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let j = dir.join("r.json");
+        check_all(&[("--json", Some(j.as_path()))]).unwrap();
+        std::fs::write(&j, "[]").unwrap();
+        let (stopped, other) = (u32::MAX - 1, u32::MAX - 2);
+        std::fs::write(temporary(&j, stopped), "[{\"half").unwrap();
+        std::fs::write(temporary(&j, other), "[]").unwrap();
+        remove_partial_writes(stopped);
+        let mut left: Vec<String> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        left.sort();
+        assert_eq!(left, [format!(".r.json.tpar-{other}"), "r.json".to_string()]);
+        assert_eq!(std::fs::read_to_string(&j).unwrap(), "[]");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
