@@ -85,7 +85,8 @@ TPAR_INSTANTIATE_FUSABLE(oneshot_pull)
 // Registered graph calls (io.cuh: every rank's input as this rank addresses it) skip the
 // copy, as the all-reduce's do: a start barrier (every rank's input is complete), the parts
 // read straight from every rank's input, an end barrier (no rank leaves while a peer still
-// reads its input). An output never overlaps its input here (the host refuses it), so no
+// reads its input). An output never overlaps an input here (RankSet and the Python bindings refuse it;
+// GpuCommunicator::call makes it the caller's contract), so no
 // in-place case arises.
 template <class D, bool SCATTER>
 __device__ __forceinline__ void io_gather_scatter(const TparArgs& a) {

@@ -8,8 +8,8 @@
 //! Owns: [`FusedPattern`], [`FusedCall`], [`FusedBufs`], [`fused_unfit`], [`fused_declined`], [`rows_owned`], [`owned_rows_chunk`], [`fused_flags`], [`FusedPath`],
 //! [`FusedRoute`] (a resolved fused call shape), [`FUSED_MAX_ROWS`].
 //! Must never decide differently on two ranks of the same call (it is a pure function of the
-//! call, the algorithm, the world, the workspace's size and `TPAR_FUSED`, all equal across
-//! ranks: the setting is in the plan digest), and
+//! call, the algorithm, the world, the workspace's size, `TPAR_FUSED` and `TPAR_FUSED_ROWS`,
+//! all equal across ranks: the ranks compare both at the rendezvous), and
 //! never launch anything (`launch`, `emulated`, `ipc` and `comm` do).
 
 use super::abi::{self, TparNorm, NORM_FP8, NORM_GEMMA, NORM_RESIDUAL, NORM_ROWS, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
@@ -339,8 +339,8 @@ pub fn fused_unfit(algo: Algorithm, call: &FusedCall, world: usize, slot_vecs: u
 /// the finished outputs, instead of chunks of whole tiles after which every rank normalises
 /// every row (the spread norm, kernels/norm.cuh). Only where world chunks of that many rows
 /// fit a workspace slot (`slot_vecs` vectors). `forced` is `TPAR_FUSED_ROWS`; auto takes it
-/// from `rows >= world` on, where every rank owns a row and none more than twice its even
-/// share: the redundant norm it removes is (world - 1) / world of the message's
+/// from `rows >= world` on, where no rank owns more than twice its even share (the last
+/// ranks may own none: 9 rows of 8 ranks are 2, 2, 2, 2, 1, 0, 0, 0): the redundant norm it removes is (world - 1) / world of the message's
 /// normalisation on every rank (on emulated ranks sharing one GPU, world-fold that GPU's
 /// work), against moving two outputs instead of one sum in the all-gather. Fewer rows leave
 /// ranks idle in the reduce: the spread norm stays there (the A/B: `TPAR_FUSED_ROWS=1`).
