@@ -11,10 +11,16 @@
 #                                                     (~1.5 min; raw tables in $OUT/ab.txt)
 #   OUT=... bash scripts/gpu-kernels.sh DIR collectives   all-gather and reduce-scatter: tpar check
 #                                                     on emulated ranks (p2p and host, ~10^5
-#                                                     random calls) and rank processes, then
+#                                                     random calls) and rank processes; the
+#                                                     skewed graph test of one captured sequence
+#                                                     alternating all-reduce, all-gather and
+#                                                     reduce-scatter (copy and registered paths,
+#                                                     the two guards removed must be caught);
 #                                                     graph timings at 2/4/8 ranks beside the
 #                                                     all-reduce of the same per-rank bytes
-#                                                     ($OUT/*.json) (~6 min)
+#                                                     ($OUT/*.json) (~6 min; more than one call
+#                                                     with the graph tests: ONLY='mixed|guard'
+#                                                     runs those alone)
 #   ONLY='regex' ...                                   only the steps whose names match
 #
 # DIR (carried with `run`'s carry, e.g. ".gpu-k") holds what was built here:
@@ -161,6 +167,23 @@ collectives)
         step "$c-procs-p2p-4" 90 -- "$B" check --backend cuda --world 4 --plan-topology h200-nvswitch-8 --collective $c -e 1M --calls 300 -d all --quiet
         step "$c-procs-host-3" 90 -- "$B" check --backend cuda --world 3 --plan-topology h200-nvswitch-8 --transport host --collective $c -e 256K --calls 200 -d all --quiet
     done
+    # One graph alternating the three collectives (one-shot push and pull for the all-gather
+    # and reduce-scatter; those and two-shot pull for the all-reduce), skewed ranks, fresh
+    # inputs and poisoned outputs before every replay, every call judged bit for bit. The copy
+    # path (TPAR_ZERO_COPY=0), small and large parts; the registered path by size (one-shot
+    # pull from 256 KiB per rank: 4M / 8 ranks) and forced, out of place between scratch
+    # buffers copied in and out (a rank that leaves while a peer still reads its input shows
+    # as wrong sums); over host (one-shot push).
+    MIX=(selftest graph --collective all-reduce,all-gather,reduce-scatter --skew-ns 20000)
+    step mixed-graph-copy 90 TPAR_ZERO_COPY=0 -- "$B" "${MIX[@]}" --emulate-ranks 2,8 --replays 10 --sequence 122x42K -d all
+    step mixed-graph-copy-large 90 TPAR_ZERO_COPY=0 -- "$B" "${MIX[@]}" --emulate-ranks 2,8 --replays 4 --sequence 24x4M --scratch out-of-place -d bfloat16
+    step mixed-graph-registered 90 -- "$B" "${MIX[@]}" --emulate-ranks 2,8 --replays 4 --sequence 24x4M --scratch out-of-place -d bfloat16
+    step mixed-graph-zc 90 TPAR_ZERO_COPY=1 -- "$B" "${MIX[@]}" --emulate-ranks 3,8 --replays 5 --sequence 61x43008 --scratch out-of-place -d all
+    step mixed-graph-host 60 -- "$B" "${MIX[@]}" --emulate-ranks 3,4 --transport host --replays 5 --sequence 122x42K -d bfloat16
+    # The guards removed: buffer reuse (two buffers; copy path) and the registered path's end
+    # barrier (one-shot pull forced registered) must be caught (wrong sums or a timeout).
+    step guard-mixed-2buf 30 expect_fail TPAR_TIMEOUT_MS=500 TPAR_ZERO_COPY=0 TPAR_TEST_UNSAFE_TWO_BUFFERS=1 XDG_CACHE_HOME="$CACHE/u2" -- "$B" selftest graph --collective all-gather,reduce-scatter --algo oneshot-push,oneshot-pull --emulate-ranks 8 --replays 20 --skew-ns 20000 --sequence 122x42K -d bfloat16
+    step guard-mixed-no-end-barrier 40 expect_fail TPAR_TIMEOUT_MS=500 TPAR_ZERO_COPY=1 TPAR_TEST_UNSAFE_NO_END_BARRIER=1 XDG_CACHE_HOME="$CACHE/ne" -- "$B" selftest graph --collective all-gather,reduce-scatter --algo oneshot-pull --emulate-ranks 8 --replays 5 --skew-ns 20000 --sequence 24x1M --scratch out-of-place -d bfloat16
     # Timings: per rank 1 KiB to 4 MiB at 8 ranks (nccl-tests' sizes are every rank's part),
     # the all-reduce of each per-rank size beside them in the same call.
     for w in 2 4 8; do

@@ -266,12 +266,16 @@ fn the_readme_bench_range_is_what_bench_runs() {
     assert_eq!((sizes.first().copied(), sizes.last().copied()), (Some(bytes(from)), Some(bytes(to))), "README: {line}\nbench:\n{stdout}");
 }
 
-/// The fused family's flags are refused (exit 2) naming the flag, before any GPU is asked
-/// for: a bad `--pattern`, `--rows` or `--mode` is a usage error, not a failed run.
+/// The fused family's flags, and `selftest graph`'s `--collective` and `--algo`, are refused
+/// (exit 2) naming the flag, before any GPU is asked for: a bad `--pattern`, `--rows`,
+/// `--mode`, collective or algorithm is a usage error, not a failed run.
 #[test]
 fn fused_flags_are_refused_before_any_gpu_is_asked_for() {
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["selftest", "fused", "--emulate-ranks", "2", "--pattern", "bogus"], "--pattern"),
+        (&["selftest", "graph", "--emulate-ranks", "2", "--collective", "all-gather,bogus"], "--collective"),
+        (&["selftest", "graph", "--emulate-ranks", "2", "--collective", "all-gather", "--algo", "twoshot-pull"], "--algo"),
+        (&["selftest", "graph", "--emulate-ranks", "2", "--collective", "reduce-scatter", "--algo", "nope"], "--algo"),
         (&["selftest", "fused", "--emulate-ranks", "2", "--rows", "x"], "--rows"),
         (&["selftest", "fused", "--emulate-ranks", "2", "--mode", "sometimes"], "--mode"),
         (&["bench", "--fused", "--emulate-ranks", "2", "--pattern", "rmsnorm,nope"], "--pattern"),

@@ -3,7 +3,7 @@
 use super::{Common, Scratch};
 use crate::harness::gpu::{islands_for, options, ptrs, rank_bufs, GpuRanks};
 use crate::harness::verify::{err, POISON_WORD};
-use crate::harness::verify::{judge_on, Verdict};
+use crate::harness::verify::{judge_on, Judge, Verdict};
 use crate::harness::{self, table};
 use std::time::{Duration, Instant};
 use tpar::cuda::driver::{DeviceBuffer, Event};
@@ -122,13 +122,17 @@ pub fn mismatch((worlds, transport): &(Vec<usize>, Transport), c: &Common) -> Re
 /// Captures `calls` all-reduces (distinct outputs) in one graph, replays it `replays`
 /// times, poisons the outputs before the last replay, and checks every output and epoch.
 /// `scratch`: every call on per-rank scratch buffers, copied in and out around it.
-pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>) -> Result<(), String> {
+/// `only`: `--algo`, the algorithms to run (every one by default).
+pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>, only: Option<&str>) -> Result<(), String> {
     let dtypes = harness::parse_dtypes(&c.dtype)?;
+    // Every kernel, and the copy-engine path where emulated ranks run it over this transport.
+    let mut algos = kernel_algorithms();
+    algos.extend(tpar::algorithms::registry::algorithms_emulated(*transport).into_iter().filter(|a| *a == Algorithm::CeRing));
+    if let Some(list) = only {
+        algos = graph_algos(list, &algos, *transport)?;
+    }
     for &world in worlds {
         let mut r = GpuRanks::emulated(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
-        // Every kernel, and the copy-engine path where emulated ranks run it over this transport.
-        let mut algos = kernel_algorithms();
-        algos.extend(tpar::algorithms::registry::algorithms_emulated(*transport).into_iter().filter(|a| *a == Algorithm::CeRing));
         for &d in &dtypes {
             for &algo in &algos {
                 let v = match d {
@@ -144,6 +148,183 @@ pub fn graph((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays:
     }
     println!("PASS: every replayed call was right and the epochs advanced by calls x replays");
     Ok(())
+}
+
+/// `selftest graph --algo LIST`: the named algorithms, each one these emulated ranks run over
+/// `transport` among `runs`.
+fn graph_algos(list: &str, runs: &[Algorithm], transport: Transport) -> Result<Vec<Algorithm>, String> {
+    let names = || runs.iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
+    crate::exit::refusing(|| list.split(',')
+        .map(str::trim)
+        .map(|x| {
+            let a: Algorithm = x.parse().map_err(|_| format!("--algo {x:?}: unknown; emulated ranks over {transport} run here: {}", names()))?;
+            if runs.contains(&a) {
+                Ok(a)
+            } else {
+                Err(format!("--algo {a}: emulated ranks over {transport} do not run it in this test; they run: {}", names()))
+            }
+        })
+        .collect())
+}
+
+/// One set of a mixed graph's inputs: every rank's host data and device buffer, per
+/// collective of the sequence.
+type InputSet<T> = Vec<(Vec<Vec<T>>, Vec<DeviceBuffer>)>;
+
+/// `selftest graph --collective` with the all-gather or the reduce-scatter: for every world
+/// and dtype, one graph of `calls` calls taking `collectives` in turn, each by the next of
+/// `only` (`--algo`; default [`super::MIXED_ALGOS`] where they run) that computes it ([`super::mixed_sequence`]), replayed `replays` times with fresh
+/// inputs and poisoned outputs before each replay, every call's output judged on every rank
+/// by the one verifier, and the epochs.
+pub fn graph_mixed((worlds, transport): &(Vec<usize>, Transport), c: &Common, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>, (collectives, only): (&[tpar::Collective], Option<&str>)) -> Result<(), String> {
+    let dtypes = harness::parse_dtypes(&c.dtype)?;
+    // Kernels only: the copy-engine path computes the all-reduce only, and keeps no call epoch.
+    let runs: Vec<Algorithm> = kernel_algorithms().into_iter().filter(|a| tpar::algorithms::registry::algorithms_emulated(*transport).contains(a)).collect();
+    let algos = match only {
+        Some(list) => graph_algos(list, &runs, *transport)?,
+        None => graph_algos(super::MIXED_ALGOS, &tpar::Algorithm::ALL, *transport)?.into_iter().filter(|a| runs.contains(a)).collect(),
+    };
+    let seq = crate::exit::refusing(|| super::mixed_sequence(calls, collectives, &algos))?;
+    for &world in worlds {
+        let mut r = GpuRanks::emulated(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
+        for &d in &dtypes {
+            let v = match d {
+                DType::F32 => graph_mixed_one::<f32>(&mut r, *transport, &seq, c.seed, replays, bytes, scratch)?,
+                DType::F16 => graph_mixed_one::<f16>(&mut r, *transport, &seq, c.seed, replays, bytes, scratch)?,
+                DType::BF16 => graph_mixed_one::<bf16>(&mut r, *transport, &seq, c.seed, replays, bytes, scratch)?,
+            };
+            if !v {
+                return Err(format!("graph test failed for the mixed sequence, {d} {world} ranks"));
+            }
+        }
+    }
+    println!("PASS: every replayed call of every collective was right and the epochs advanced by calls x replays");
+    Ok(())
+}
+
+fn graph_mixed_one<T: Element>(r: &mut GpuRanks, transport: Transport, seq: &[(tpar::Collective, Algorithm)], seed: u64, replays: usize, bytes: usize, scratch: Option<Scratch>) -> Result<bool, String> {
+    use std::collections::BTreeMap;
+    use tpar::Collective;
+    let d = T::DTYPE;
+    let (g, islands) = r.emulated_set()?;
+    let islands = islands.to_vec();
+    let world = g.world();
+    let wire = g.wire();
+    let zero_copy = g.launcher().settings().zero_copy;
+    // The collectives in the order of the sequence, and each one's elements per rank.
+    let mut colls: Vec<Collective> = Vec::new();
+    for (col, _) in seq {
+        if !colls.contains(col) {
+            colls.push(*col);
+        }
+    }
+    let counts: Vec<usize> = colls.iter().map(|&col| harness::per_rank_count(col, d, bytes, world)).collect();
+    if let Some(k) = counts.iter().position(|&n| n == 0) {
+        return Err(format!("--sequence: {bytes} B hold no whole 16-byte vector per rank for the {} of {world} ranks (need {} B)", colls[k], 16 * world));
+    }
+    let index = |col: Collective| colls.iter().position(|&x| x == col).unwrap_or(0);
+    let alloc = |elems: usize| DeviceBuffer::new(g.device(), (elems * d.size()).max(16).div_ceil(16) * 16).map_err(err);
+    // Outputs: one per call and rank. Inputs: INPUT_SETS sets (call k takes set k %
+    // INPUT_SETS), each with its own random bits per collective, redrawn before every replay.
+    let outs: Vec<Vec<DeviceBuffer>> = seq
+        .iter()
+        .map(|(col, _)| (0..world).map(|_| alloc(col.io_elems(counts[index(*col)], world).1)).collect::<Result<Vec<_>, _>>())
+        .collect::<Result<_, _>>()?;
+    let sets = seq.len().clamp(1, INPUT_SETS);
+    let mut ins: Vec<InputSet<T>> = Vec::with_capacity(sets);
+    for _ in 0..sets {
+        let mut set = Vec::with_capacity(colls.len());
+        for (ci, &col) in colls.iter().enumerate() {
+            let elems = col.io_elems(counts[ci], world).0;
+            set.push((Vec::new(), (0..world).map(|_| alloc(elems)).collect::<Result<Vec<_>, _>>()?));
+        }
+        ins.push(set);
+    }
+    // Scratch buffers (every collective's input and output fit in BYTES): a call reads `s`;
+    // the all-reduce in place writes `s`, every other call `s_out`.
+    let scratch_bufs = if scratch.is_some() { rank_bufs(g.device(), world, bytes)? } else { Vec::new() };
+    let (s, s_out) = ptrs(&scratch_bufs);
+    let e0 = g.epoch(0).map_err(err)?;
+    let gr = g
+        .capture(|g| {
+            for (k, (col, algo)) in seq.iter().enumerate() {
+                let ci = index(*col);
+                let n = counts[ci];
+                let (ie, oe) = col.io_elems(n, world);
+                let i: Vec<u64> = ins[k % sets][ci].1.iter().map(|b| b.ptr).collect();
+                let o: Vec<u64> = outs[k].iter().map(|b| b.ptr).collect();
+                if scratch.is_some() {
+                    let into = if scratch == Some(Scratch::InPlace) && *col == Collective::AllReduce { &s } else { &s_out };
+                    g.enqueue_copies(&i, &s, ie * d.size())?;
+                    g.enqueue_collective(*col, *algo, d, n, &s, into, 0)?;
+                    g.enqueue_copies(into, &o, oe * d.size())?;
+                } else {
+                    g.enqueue_collective(*col, *algo, d, n, &i, &o, 0)?;
+                }
+            }
+            Ok(())
+        })
+        .map_err(err)?;
+    let t0 = Instant::now();
+    // Wrong elements per (collective, algorithm), over every replay.
+    let mut wrong: BTreeMap<(Collective, Algorithm), i64> = seq.iter().map(|x| (*x, 0)).collect();
+    for rep in 0..replays.max(1) {
+        // Fresh inputs for this replay (a call that read a peer's previous or next call's
+        // bits shows as wrong elements), outputs poisoned.
+        for (k, set) in ins.iter_mut().enumerate() {
+            for (ci, (host, bufs)) in set.iter_mut().enumerate() {
+                let elems = colls[ci].io_elems(counts[ci], world).0;
+                let salt = ((rep * sets + k) as u64) << 32 | (colls[ci].code() << 8);
+                *host = all_inputs::<T>(seed ^ salt, colls[ci].code(), world, elems);
+                for (b, x) in bufs.iter().zip(host.iter()) {
+                    b.upload(x).map_err(err)?;
+                }
+            }
+        }
+        for b in outs.iter().flatten() {
+            b.fill_u32(POISON_WORD).map_err(err)?;
+        }
+        g.launch(&gr).map_err(err)?;
+        g.synchronize().map_err(err)?;
+        // One judge per (input set, collective, algorithm): the references once, held
+        // against every rank's output.
+        let mut judges: BTreeMap<(usize, usize, Algorithm), Judge<T>> = BTreeMap::new();
+        for (k, (col, algo)) in seq.iter().enumerate() {
+            let ci = index(*col);
+            let oe = col.io_elems(counts[ci], world).1;
+            let judge = judges.entry((k % sets, ci, *algo)).or_insert_with(|| Judge::for_collective(*col, &ins[k % sets][ci].0, *algo, &islands, wire));
+            let mut outcomes = Vec::with_capacity(world);
+            for (rank, b) in outs[k].iter().enumerate() {
+                let mut host = vec![T::from_f32(0.0); oe];
+                b.download(&mut host).map_err(err)?;
+                outcomes.push(judge.outcome_of(rank, &host));
+            }
+            *wrong.entry((*col, *algo)).or_default() += Verdict::of_collective(*col, &outcomes, oe).bad_elements();
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let e1 = g.epoch(0).map_err(err)?;
+    let expect = e0.wrapping_add((seq.len() * replays.max(1)) as u32);
+    let how = match scratch {
+        Some(Scratch::InPlace) => ", on scratch buffers copied in and out (the all-reduce in place)",
+        Some(Scratch::OutOfPlace) => ", out of place between scratch buffers copied in and out",
+        None => "",
+    };
+    // The all-gathers and reduce-scatters registered (zero-copy): those an emulated group's
+    // capture registers over p2p (`RankSet::enqueue_collective`'s rule).
+    let registered = seq.iter().filter(|(col, algo)| *col != Collective::AllReduce && transport == Transport::P2p && tpar::cuda::launch::registers(*algo, counts[index(*col)] * d.size(), zero_copy)).count();
+    let gather_scatter = seq.iter().filter(|(col, _)| *col != Collective::AllReduce).count();
+    let per_rank: Vec<String> = colls.iter().zip(&counts).map(|(col, n)| format!("{col} {} B", n * d.size())).collect();
+    let total: i64 = wrong.values().sum();
+    println!(
+        "# graph test: mixed {d} {world} ranks: {} calls ({} per rank; {registered} of {gather_scatter} all-gathers and reduce-scatters registered) x {replays} replays{how}, epoch {e0} -> {e1} (expected {expect}), {total} wrong, {secs:.2} s",
+        seq.len(),
+        per_rank.join(", ")
+    );
+    for ((col, algo), w) in &wrong {
+        println!("#   {col} by {algo}: {} calls, {w} wrong", seq.iter().filter(|x| x.0 == *col && x.1 == *algo).count() * replays.max(1));
+    }
+    Ok(total == 0 && e1 == expect)
 }
 
 fn graph_one<T: Element>(r: &mut GpuRanks, algo: Algorithm, seed: u64, replays: usize, (calls, bytes): (usize, usize), scratch: Option<Scratch>) -> Result<bool, String> {

@@ -69,7 +69,8 @@ pub enum Test {
     /// algorithm announced; rank processes: another dtype); every rank must get an error
     Mismatch(Common),
     /// Emulated ranks: capture --sequence in one graph, replay it N times, check every output
-    /// and the epochs
+    /// and the epochs (--collective: the all-gather and the reduce-scatter too, mixed in one
+    /// graph)
     Graph {
         #[command(flatten)]
         common: Common,
@@ -86,6 +87,23 @@ pub enum Test {
         /// one scratch buffer into another (one-shot's zero-copy path runs only out of place)
         #[arg(long, value_enum, num_args = 0..=1, default_missing_value = "in-place", value_name = "MODE")]
         scratch: Option<Scratch>,
+        /// Collectives of the sequence, a comma list of all-reduce, all-gather, reduce-scatter.
+        /// The all-reduce alone: one graph per algorithm. With the all-gather or the
+        /// reduce-scatter named: one graph per dtype whose calls take the named collectives in
+        /// turn, each call's algorithm the next of --algo that computes its collective; BYTES
+        /// counts as nccl-tests and `tpar check` count it (the all-reduce's buffer, the
+        /// all-gather's output, the reduce-scatter's input: each rank's part BYTES / ranks in
+        /// whole 16-byte vectors); fresh inputs and poisoned outputs before every replay, every
+        /// call judged by `tpar check`'s verifier (all-gather: the concatenation bit for bit;
+        /// reduce-scatter: the rank's slice of the rank-order f32 all-reduce). One-shot pull's
+        /// registered path runs from 256 KiB per rank (TPAR_ZERO_COPY=1: at every size;
+        /// with --scratch, out of place for these two)
+        #[arg(long, default_value = "all-reduce", value_name = "LIST")]
+        collective: String,
+        /// Algorithms, a comma list (default: every kernel, one graph each, for the all-reduce
+        /// alone; oneshot-push,oneshot-pull,twoshot-pull in a mixed sequence)
+        #[arg(long)]
+        algo: Option<String>,
     },
     /// Emulated ranks: start every epoch just below 2^32 and run the check sweep across the
     /// wrap
@@ -185,7 +203,15 @@ pub fn run(args: SelftestArgs) -> Result<(), String> {
             Some(_) => emulated::mismatch(&emulated_worlds(&c)?, &c),
             None => procs::mismatch(&c),
         },
-        Test::Graph { common, replays, sequence, scratch } => emulated::graph(&emulated_worlds(&common)?, &common, replays, harness::parse_sequence(&sequence)?, scratch),
+        Test::Graph { common, replays, sequence, scratch, collective, algo } => {
+            let collectives = parse_collectives(&collective)?;
+            let seq = harness::parse_sequence(&sequence)?;
+            if collectives == [tpar::Collective::AllReduce] {
+                emulated::graph(&emulated_worlds(&common)?, &common, replays, seq, scratch, algo.as_deref())
+            } else {
+                emulated::graph_mixed(&emulated_worlds(&common)?, &common, replays, seq, scratch, (&collectives, algo.as_deref()))
+            }
+        }
         Test::EpochWrap { common, epoch_start } => emulated::epoch_wrap(&emulated_worlds(&common)?, &common, epoch_start),
         Test::KillRank { common, rank } => procs::kill_rank(&common, rank),
         Test::Ipc(c) => procs::ipc(&c),
@@ -193,6 +219,55 @@ pub fn run(args: SelftestArgs) -> Result<(), String> {
         Test::NcclLocal(c) => emulated::nccl_local(&c),
         Test::Fused { common, fused: f } => fused::fused(&emulated_worlds(&common)?, &common, &f),
     }
+}
+
+/// `selftest graph --algo`'s default in a sequence of mixed collectives: both kernels of the
+/// all-gather and the reduce-scatter, and a third of the all-reduce (those the ranks' transport
+/// runs).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+const MIXED_ALGOS: &str = "oneshot-push,oneshot-pull,twoshot-pull";
+
+/// `selftest graph --collective`: a comma list of collectives, each once, in the order given.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn parse_collectives(s: &str) -> Result<Vec<tpar::Collective>, String> {
+    crate::exit::refusing(|| {
+        let mut v = Vec::new();
+        for item in s.split(',').map(str::trim) {
+            let c = harness::parse_collective(item)?;
+            if v.contains(&c) {
+                return Err(format!("--collective {s:?}: {c} named twice"));
+            }
+            v.push(c);
+        }
+        Ok(v)
+    })
+}
+
+/// The calls of `selftest graph`'s mixed sequence: call k is of collective `k % n` of
+/// `collectives` and runs the next of `algos` that computes it (those that do, taken in turn
+/// over that collective's calls), so that every collective meets every named algorithm and
+/// the algorithms interleave in the graph. An error names a collective no listed algorithm
+/// computes.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn mixed_sequence(calls: usize, collectives: &[tpar::Collective], algos: &[tpar::Algorithm]) -> Result<Vec<(tpar::Collective, tpar::Algorithm)>, String> {
+    let by: Vec<Vec<tpar::Algorithm>> = collectives
+        .iter()
+        .map(|&c| {
+            let those: Vec<tpar::Algorithm> = algos.iter().copied().filter(|a| tpar::algorithms::registry::computes(*a, c).is_ok()).collect();
+            if those.is_empty() {
+                let names: Vec<&str> = algos.iter().map(|a| a.name()).collect();
+                let what = tpar::algorithms::registry::algorithms_for(c).iter().map(|a| a.name()).collect::<Vec<_>>().join(", ");
+                Err(format!("--algo {}: none computes the {c} (those that do: {what})", names.join(",")))
+            } else {
+                Ok(those)
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    let n = collectives.len().max(1);
+    Ok((0..calls).filter_map(|k| {
+        let (c, those) = (collectives.get(k % n)?, by.get(k % n)?);
+        Some((*c, *those.get((k / n) % those.len())?))
+    }).collect())
 }
 
 /// The world sizes of `--emulate-ranks` (required by the emulated tests).
@@ -204,5 +279,41 @@ fn emulated_worlds(c: &Common) -> Result<(Vec<usize>, tpar::Transport), String> 
     match c.ranks.target("selftest", true)? {
         Target::Emulated { worlds, transport } => Ok((worlds, transport)),
         _ => Err("this test runs emulated ranks: give --emulate-ranks N".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tpar::{Algorithm, Collective};
+
+    #[test]
+    fn collectives_parse_in_order_once_each() {
+        assert_eq!(parse_collectives("all-reduce").unwrap(), vec![Collective::AllReduce]);
+        assert_eq!(parse_collectives("reduce-scatter, all-gather").unwrap(), vec![Collective::ReduceScatter, Collective::AllGather]);
+        assert!(parse_collectives("all-gather,all-gather").is_err());
+        assert!(parse_collectives("all-to-all").is_err());
+    }
+
+    #[test]
+    fn the_mixed_sequence_alternates_collectives_and_their_algorithms() {
+        let c = [Collective::AllReduce, Collective::AllGather, Collective::ReduceScatter];
+        let a = [Algorithm::OneshotPush, Algorithm::OneshotPull, Algorithm::TwoshotPull];
+        let s = mixed_sequence(12, &c, &a).unwrap();
+        assert_eq!(s.len(), 12);
+        for (k, (col, _)) in s.iter().enumerate() {
+            assert_eq!(*col, c[k % 3], "call {k}");
+        }
+        // The all-reduce takes all three in turn; the others push and pull in turn (two-shot
+        // pull computes the all-reduce only).
+        let algos = |col: Collective| s.iter().filter(|x| x.0 == col).map(|x| x.1).collect::<Vec<_>>();
+        assert_eq!(algos(Collective::AllReduce), [Algorithm::OneshotPush, Algorithm::OneshotPull, Algorithm::TwoshotPull, Algorithm::OneshotPush]);
+        for col in [Collective::AllGather, Collective::ReduceScatter] {
+            assert_eq!(algos(col), [Algorithm::OneshotPush, Algorithm::OneshotPull, Algorithm::OneshotPush, Algorithm::OneshotPull], "{col}");
+        }
+        assert!(s.iter().all(|(col, a)| tpar::algorithms::registry::computes(*a, *col).is_ok()));
+        // No listed algorithm computes the all-gather: refused, naming those that do.
+        let e = mixed_sequence(4, &[Collective::AllGather], &[Algorithm::TwoshotPull]).unwrap_err();
+        assert!(e.contains("all-gather") && e.contains("oneshot-push"), "{e}");
     }
 }
