@@ -162,6 +162,31 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
             }
             _ => bad.push(format!("{world} ranks: a {other} call among {} ones was not a Mismatch on `fused pattern` then Poisoned: {r:?}, then {after:?}", fc.pattern)),
         }
+        // Ranks that agree on the pattern but not on two-shot pull's row ownership (its
+        // descriptor's NORM_ROWS bit: TPAR_FUSED_ROWS set differently), on a fresh group.
+        if algos.contains(&Algorithm::TwoshotPull) {
+            let algo = Algorithm::TwoshotPull;
+            let mut fr = FusedRanks::new(c.ranks.device, world, 1 << 20, 7168, *transport, None)?;
+            match fr.g.fused_unfit(algo, &fc) {
+                Some(why) => println!("  {world:>5} row-ownership mismatch skipped: {algo}'s fused kernel does not take {} x {} ({why})", fc.rows, fc.hidden),
+                None => {
+                    fr.check(algo, &fc, c.seed, 3, FusedIo::OutOfPlace, CaptureMode::Eager, false, 1).map_err(|e| format!("row-ownership mismatch check: the honest control call failed: {e}"))?;
+                    let honest = fr.g.fused_desc_code(algo, &fc);
+                    let owned = honest & (tpar::cuda::abi::NORM_ROWS << 8) != 0;
+                    fr.g.set_desc_override_for_test(Some((world - 1, honest ^ (tpar::cuda::abi::NORM_ROWS << 8))));
+                    let r = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs_of(&fr, fc.pattern), 0, false).and_then(|_| fr.g.synchronize());
+                    fr.g.set_desc_override_for_test(None);
+                    let after = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs_of(&fr, fc.pattern), 0, false).and_then(|_| fr.g.synchronize());
+                    let lie = if owned { "the spread norm" } else { "owned rows" };
+                    match (&r, &after) {
+                        (Err(tpar::Error::Mismatch { field, .. }), Err(_)) if field.contains("row ownership") => {
+                            println!("  {world:>5} a rank announcing {lie} among {algo} calls that {} rows: {}; next call: {}", if owned { "own" } else { "do not own" }, r.as_ref().err().map_or(String::new(), |e| e.to_string()), after.as_ref().err().map_or(String::new(), |e| e.to_string()));
+                        }
+                        _ => bad.push(format!("{world} ranks: a rank announcing {lie} among {algo} calls was not a Mismatch on the row ownership then Poisoned: {r:?}, then {after:?}")),
+                    }
+                }
+            }
+        }
     }
     for (p, t) in &per_pattern {
         println!("# pattern {:<22} calls {:>6}  fused {:>6}  unfused {:>6}  failed {:>4}", p.name(), t.calls, t.fused, t.unfused, t.failed);

@@ -184,8 +184,9 @@ pub struct FusedArgs {
     #[arg(long)]
     pub epoch_start: Option<u32>,
     /// Last, on a group of its own: one rank calls the plain all-reduce among fused calls
-    /// (the descriptor's fused bit), then one calls another pattern (its pattern bits):
-    /// every rank must get Mismatch, then Poisoned
+    /// (the descriptor's fused bit), then one calls another pattern (its pattern bits), then
+    /// (two-shot pull) one announces the other row ownership (TPAR_FUSED_ROWS set
+    /// differently): every rank must get Mismatch, then Poisoned
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub mismatch: bool,
 }
