@@ -57,8 +57,9 @@ pub const GATHER_SCATTER_GRAPH_PUSH_MAX: [u64; 3] = [4 * MIB, 512 * KIB, 128 * K
 const PULL_CHECKED_ON_GPU: bool = false;
 
 /// One-shot push or one-shot pull for a call over `t` (see the module doc), and the reason's
-/// clause that says why ("" where push is the only candidate).
-fn kernel_for(collective: Collective, input: &PlanInput<'_>, f: &Fabric, t: Transport) -> (Algorithm, String) {
+/// clause that says why ("" where push is the only candidate). `runs`: whether a kernel can
+/// run this call here (the fabric, and the pull's exposed area), as [`plan_collective`] asks it.
+fn kernel_for(input: &PlanInput<'_>, f: &Fabric, t: Transport, runs: &dyn Fn(Algorithm) -> Result<(), String>) -> (Algorithm, String) {
     let world = input.world.max(1);
     let s = input.bytes;
     if t != Transport::P2p || !f.nvlink || input.capture != CaptureMode::Graph {
@@ -69,13 +70,8 @@ fn kernel_for(collective: Collective, input: &PlanInput<'_>, f: &Fabric, t: Tran
     if s <= push_max {
         return (PUSH, format!("; one-shot push: graph, <= {cut} per rank at {world} ranks"));
     }
-    if let Err(why) = check(PULL, t, f) {
+    if let Err(why) = runs(PULL) {
         return (PUSH, format!("; one-shot push: one-shot pull (above {cut} per rank) cannot run here: {why}"));
-    }
-    if let Some(m) = input.overrides.max_bytes {
-        if let Err(why) = exposed_fits(collective, s, world, m) {
-            return (PUSH, format!("; one-shot push: {why}"));
-        }
     }
     if !PULL_CHECKED_ON_GPU {
         return (PUSH, format!("; one-shot push: one-shot pull (above {cut} per rank at {world} ranks) is not yet checked and timed on a GPU (TPAR_ALGO=oneshot-pull runs it; a tune that screened and measured it faster takes it)"));
@@ -152,7 +148,7 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
         },
         _ => {}
     }
-    let (k, chosen) = kernel_for(collective, input, &f, t);
+    let (k, chosen) = kernel_for(input, &f, t, &runs);
     if let Err(why) = check(k, t, &f) {
         return finish(nccl(format!("{} cannot run here ({why}): NCCL", name(k))), notes);
     }
