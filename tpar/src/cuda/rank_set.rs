@@ -514,16 +514,20 @@ impl RankSet {
         // Inside a capture the buffers are registered (their tables flushed when it ends),
         // unless they alias in a way the registered kernel cannot take (one-shot in place).
         let bytes = count.saturating_mul(dtype.size());
-        let registered = may_register
-            && self.capturing
-            && self.fan.is_some()
-            && self.ws.transport() == Transport::P2p
-            && launch::registers(algo, bytes, self.launcher.settings().zero_copy)
-            && io_tables::may_register(algo, inputs, outputs, bytes);
+        let registered = may_register && self.capturing && self.registers_when_captured(algo, bytes) && io_tables::may_register(algo, inputs, outputs, bytes);
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered, collective: crate::kinds::Collective::AllReduce }, &ptrs)?;
         let code = if self.check_calls { abi::desc_code(algo, dtype) } else { 0 };
         let io = if registered { Some(io_tables::table(inputs, outputs)) } else { None };
         self.launch_all(&l, (count, code), (inputs, outputs, io), present, None)
+    }
+
+    /// Whether a call of `algo` moving `bytes` per rank runs registered (zero copy: every
+    /// rank's buffers read in place, io.cuh) when captured on this set: an emulated group
+    /// over p2p (one address space), where the launch rule (`launch::registers`, under
+    /// `TPAR_ZERO_COPY`) takes it. The all-reduce also needs buffers the registered kernel
+    /// can take (`io_tables::may_register`); the all-gather's and reduce-scatter's never alias.
+    pub fn registers_when_captured(&self, algo: Algorithm, bytes: usize) -> bool {
+        self.fan.is_some() && self.ws.transport() == Transport::P2p && launch::registers(algo, bytes, self.launcher.settings().zero_copy)
     }
 
     /// Resolves a call shape ([`Launcher::resolve`]): once per shape.

@@ -189,9 +189,9 @@ pub fn graph_mixed((worlds, transport): &(Vec<usize>, Transport), c: &Common, re
         let mut r = GpuRanks::emulated(c.ranks.device, world, bytes, *transport, c.ranks.skew_ns, c.ranks.islands.as_deref())?;
         for &d in &dtypes {
             let v = match d {
-                DType::F32 => graph_mixed_one::<f32>(&mut r, *transport, &seq, c.seed, replays, bytes, scratch)?,
-                DType::F16 => graph_mixed_one::<f16>(&mut r, *transport, &seq, c.seed, replays, bytes, scratch)?,
-                DType::BF16 => graph_mixed_one::<bf16>(&mut r, *transport, &seq, c.seed, replays, bytes, scratch)?,
+                DType::F32 => graph_mixed_one::<f32>(&mut r, &seq, c.seed, replays, bytes, scratch)?,
+                DType::F16 => graph_mixed_one::<f16>(&mut r, &seq, c.seed, replays, bytes, scratch)?,
+                DType::BF16 => graph_mixed_one::<bf16>(&mut r, &seq, c.seed, replays, bytes, scratch)?,
             };
             if !v {
                 return Err(format!("graph test failed for the mixed sequence, {d} {world} ranks"));
@@ -202,7 +202,7 @@ pub fn graph_mixed((worlds, transport): &(Vec<usize>, Transport), c: &Common, re
     Ok(())
 }
 
-fn graph_mixed_one<T: Element>(r: &mut GpuRanks, transport: Transport, seq: &[(tpar::Collective, Algorithm)], seed: u64, replays: usize, bytes: usize, scratch: Option<Scratch>) -> Result<bool, String> {
+fn graph_mixed_one<T: Element>(r: &mut GpuRanks, seq: &[(tpar::Collective, Algorithm)], seed: u64, replays: usize, bytes: usize, scratch: Option<Scratch>) -> Result<bool, String> {
     use std::collections::BTreeMap;
     use tpar::Collective;
     let d = T::DTYPE;
@@ -210,7 +210,6 @@ fn graph_mixed_one<T: Element>(r: &mut GpuRanks, transport: Transport, seq: &[(t
     let islands = islands.to_vec();
     let world = g.world();
     let wire = g.wire();
-    let zero_copy = g.launcher().settings().zero_copy;
     // The collectives in the order of the sequence, and each one's elements per rank.
     let mut colls: Vec<Collective> = Vec::new();
     for (col, _) in seq {
@@ -310,9 +309,8 @@ fn graph_mixed_one<T: Element>(r: &mut GpuRanks, transport: Transport, seq: &[(t
         Some(Scratch::OutOfPlace) => ", out of place between scratch buffers copied in and out",
         None => "",
     };
-    // The all-gathers and reduce-scatters registered (zero-copy): those an emulated group's
-    // capture registers over p2p (`RankSet::enqueue_collective`'s rule).
-    let registered = seq.iter().filter(|(col, algo)| *col != Collective::AllReduce && transport == Transport::P2p && tpar::cuda::launch::registers(*algo, counts[index(*col)] * d.size(), zero_copy)).count();
+    // The all-gathers and reduce-scatters registered (zero-copy): the set's own rule.
+    let registered = seq.iter().filter(|(col, algo)| *col != Collective::AllReduce && g.registers_when_captured(*algo, counts[index(*col)] * d.size())).count();
     let gather_scatter = seq.iter().filter(|(col, _)| *col != Collective::AllReduce).count();
     let per_rank: Vec<String> = colls.iter().zip(&counts).map(|(col, n)| format!("{col} {} B", n * d.size())).collect();
     let total: i64 = wrong.values().sum();

@@ -6,11 +6,11 @@
 //! in place from its size on).
 
 use super::{RankSet, CallSpec};
-use crate::cuda::{abi, io_tables, launch};
+use crate::cuda::{abi, io_tables};
 use crate::cuda::launch::Launch;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::kinds::{Algorithm, Collective, Transport};
+use crate::kinds::{Algorithm, Collective};
 
 impl RankSet {
     /// Enqueues one call of `collective` of `count` elements per rank (as
@@ -37,7 +37,7 @@ impl RankSet {
         // Inside an emulated group's capture the buffers are registered where the all-reduce's
         // would be (one-shot pull from its size on: its kernel reads every input in place,
         // kernels/oneshot_pull.cu); outputs never overlap inputs here (checked above).
-        let registered = self.capturing && self.fan.is_some() && self.ws.transport() == Transport::P2p && launch::registers(algo, count.saturating_mul(size), self.launcher.settings().zero_copy);
+        let registered = self.capturing && self.registers_when_captured(algo, count.saturating_mul(size));
         let l = self.launcher.prepare(&self.dev, CallSpec { algo, dtype, count, blocks, registered, collective }, &ptrs)?;
         let code = if self.check_calls { abi::collective_desc_code(algo, dtype, collective) } else { 0 };
         let all = vec![true; n];
