@@ -110,11 +110,6 @@ impl FusedCall {
         }
     }
 
-    /// The descriptor a fused kernel of `algo` announces for this call (`abi::fused_desc_code`).
-    pub fn desc_code(&self, algo: Algorithm) -> u32 {
-        abi::fused_desc_code(algo, self.dtype, self.pattern.flags())
-    }
-
     /// Bytes of one row.
     pub fn row_bytes(&self) -> usize {
         self.hidden.saturating_mul(self.dtype.size())
@@ -468,7 +463,7 @@ mod tests {
         assert_eq!(flags, NORM_RESIDUAL | NORM_ROWS);
         assert_eq!(fused_flags(Algorithm::TwoshotPull, &c(3), 8, slot, None), NORM_RESIDUAL);
         assert_eq!(fused_flags(Algorithm::OneshotPull, &c(32), 8, slot, None), NORM_RESIDUAL);
-        assert_ne!(abi::fused_desc_code(Algorithm::TwoshotPull, DType::BF16, flags), c(32).desc_code(Algorithm::TwoshotPull), "the descriptor tells the layouts apart");
+        assert_ne!(abi::fused_desc_code(Algorithm::TwoshotPull, DType::BF16, flags), abi::fused_desc_code(Algorithm::TwoshotPull, DType::BF16, c(32).pattern.flags()), "the descriptor tells the layouts apart");
     }
 
     /// The rows variant's chunks (the kernel's `cvec`) split the message into whole rows,
@@ -552,7 +547,8 @@ mod tests {
         assert_eq!(FusedPattern::ADD_RMSNORM.name(), "add_rmsnorm");
         assert!(FusedPattern::parse("rmsnorm_fp8_gemma").unwrap_err().to_string().contains("add_rmsnorm_gemma_fp8"));
         let c = call(DType::BF16, 2, 1024);
-        assert_ne!(c.desc_code(Algorithm::OneshotPush), FusedCall { pattern: FusedPattern { gemma: true, ..FusedPattern::ADD_RMSNORM }, ..c }.desc_code(Algorithm::OneshotPush));
+        let gemma = FusedPattern { gemma: true, ..FusedPattern::ADD_RMSNORM };
+        assert_ne!(abi::fused_desc_code(Algorithm::OneshotPush, c.dtype, c.pattern.flags()), abi::fused_desc_code(Algorithm::OneshotPush, c.dtype, gemma.flags()));
         assert_eq!(FusedCall { pattern: FusedPattern { fp8: true, ..FusedPattern::ADD_RMSNORM }, ..c }.out_bytes(), 2048);
     }
 }

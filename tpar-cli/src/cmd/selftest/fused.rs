@@ -152,7 +152,7 @@ pub fn fused((worlds, transport): &(Vec<usize>, Transport), c: &Common, a: &Fuse
         let mut fr = FusedRanks::new(c.ranks.device, world, 1 << 20, 7168, *transport, None)?;
         let other = FusedPattern { gemma: !fc.pattern.gemma, ..fc.pattern };
         fr.check(algo, &fc, c.seed, 2, FusedIo::OutOfPlace, CaptureMode::Eager, false, 1).map_err(|e| format!("pattern mismatch check: the honest control call failed: {e}"))?;
-        fr.g.set_desc_override_for_test(Some((world - 1, call(d, 3, 7168, other).desc_code(algo))));
+        fr.g.set_desc_override_for_test(Some((world - 1, fr.g.fused_desc_code(algo, &call(d, 3, 7168, other)))));
         let r = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs_of(&fr, fc.pattern), 0, false).and_then(|_| fr.g.synchronize());
         fr.g.set_desc_override_for_test(None);
         let after = fr.g.enqueue_add_rmsnorm(algo, &fc, &bufs_of(&fr, fc.pattern), 0, false).and_then(|_| fr.g.synchronize());
