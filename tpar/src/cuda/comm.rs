@@ -219,11 +219,7 @@ impl GpuCommunicator {
         // TPAR_FUSED_ROWS changes two-shot pull's fused layout across ranks (fused::rows_owned):
         // set, the ranks agree on it at the rendezvous, as on TPAR_FUSED (in the plan digest),
         // so that a disagreement is refused even where TPAR_CHECK_CALLS=0 leaves no descriptor.
-        let rows_salt: u64 = match cfg.launch.fused_rows {
-            None => 0,
-            Some(true) => 0x9e37_79b9_7f4a_7c15,
-            Some(false) => 0xc2b2_ae3d_27d4_eb4f,
-        };
+        let rows_salt = cfg.launch.fused_rows.map_or(0, |on| crate::units::fnv1a64(format!("TPAR_FUSED_ROWS={on}").as_bytes()));
         let fingerprint = cfg.fingerprint ^ digest(&profiles[0]) ^ digest(&profiles[1]).rotate_left(1) ^ rows_salt;
         let (mut control, _) = ControlPlane::join::<NoDataPlane>(&JoinSpec { fingerprint, ..cfg.join_spec() })?;
         let device = opts.device.unwrap_or(cfg.rank % machine.gpu_count().max(1));

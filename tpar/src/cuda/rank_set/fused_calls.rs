@@ -142,9 +142,10 @@ impl RankSet {
                 self.launcher.preload(&self.dev, &[(a, d)])?;
                 if super::super::kernels::has_fused_variant(a) {
                     let probe = self.ranks[0].state.ptr; // any aligned address: nothing is launched
-                    self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false, collective: crate::kinds::Collective::AllReduce }, 16, false, &[probe])?;
+                    let spec = CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false, collective: crate::kinds::Collective::AllReduce };
+                    self.launcher.prepare_fused(&self.dev, spec, 16, false, &[probe])?;
                     if super::super::kernels::has_fused_rows(a) && self.launcher.settings().fused_rows != Some(false) {
-                        self.launcher.prepare_fused(&self.dev, CallSpec { algo: a, dtype: d, count: 16 / d.size(), blocks: 0, registered: false, collective: crate::kinds::Collective::AllReduce }, 16, true, &[probe])?;
+                        self.launcher.prepare_fused(&self.dev, spec, 16, true, &[probe])?;
                     }
                 }
             }
