@@ -57,9 +57,10 @@ fn py_err(e: Error) -> PyErr {
 }
 
 /// The fused family's pattern of a call: a residual unless its address is 0, the Gemma
-/// offset, FP8 output where a scale's address is given.
-fn pattern_of(residual: u64, gemma: bool, scale: u64) -> FusedPattern {
-    FusedPattern { residual: residual != 0, gemma, fp8: scale != 0 }
+/// offset, NVFP4 output where block scales' address is given (`scale` then the global
+/// scale's), else FP8 output where a scale's address is given.
+fn pattern_of(residual: u64, gemma: bool, scale: u64, scale_out: u64) -> FusedPattern {
+    FusedPattern { residual: residual != 0, gemma, fp8: scale != 0 && scale_out == 0, nvfp4: scale_out != 0 }
 }
 
 /// The dtype named `name` (Rust's one table: `DType::from_str`).
@@ -491,10 +492,12 @@ impl GpuComm {
     /// The family (`tpar::cuda::FusedPattern`): `residual` 0 is the pattern without the
     /// residual add (`residual_out` then receives the sum); `gemma` the weight offset
     /// (`f32(w) + 1`); `scale` non-zero (a device f32) the FP8 e4m3fn output (`norm_out` 1
-    /// byte an element, not `input`). With ("nccl", "nccl") the caller all-reduces into
-    /// `norm_out`, or for FP8 into `residual_out` (into `input` where `residual_out` is the
+    /// byte an element, not `input`); `scale_out` non-zero the NVFP4 output instead (`norm_out`
+    /// half a byte an element, `scale_out` the 128x4-swizzled e4m3fn block scales, `scale`
+    /// the f32 global scale). With ("nccl", "nccl") the caller all-reduces into `norm_out`,
+    /// or for FP8 and NVFP4 into `residual_out` (into `input` where `residual_out` is the
     /// residual), then calls `add_rmsnorm` with that buffer as `input`.
-    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, graph=false, nccl=false, gemma=false, scale=0))]
+    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, graph=false, nccl=false, gemma=false, scale=0, scale_out=0))]
     #[allow(clippy::too_many_arguments)]
     fn all_reduce_add_rmsnorm(
         &self,
@@ -513,9 +516,10 @@ impl GpuComm {
         nccl: bool,
         gemma: bool,
         scale: u64,
+        scale_out: u64,
     ) -> PyResult<(&'static str, &'static str)> {
-        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps, pattern: pattern_of(residual, gemma, scale) };
-        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out, scale };
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps, pattern: pattern_of(residual, gemma, scale, scale_out) };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out, scale, scale_out };
         let m = mode(graph);
         self.with(py, |c| {
             if !graph {
@@ -555,12 +559,12 @@ impl GpuComm {
     /// tpar's add-RMSNorm kernel alone on `stream` (no communication): `residual_out = input
     /// + residual`, `norm_out = rmsnorm(residual_out) * weight` (in place when `norm_out ==
     /// input`), bit for bit the fused call's epilogue. Addresses and the pattern (`residual`
-    /// 0, `gemma`, `scale`) as for `all_reduce_add_rmsnorm`.
-    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, gemma=false, scale=0))]
+    /// 0, `gemma`, `scale`, `scale_out`) as for `all_reduce_add_rmsnorm`.
+    #[pyo3(signature = (stream, dtype, rows, hidden, eps, input, residual, weight, norm_out, residual_out, gemma=false, scale=0, scale_out=0))]
     #[allow(clippy::too_many_arguments)]
-    fn add_rmsnorm(&self, py: Python<'_>, stream: u64, dtype: &str, rows: usize, hidden: usize, eps: f32, input: u64, residual: u64, weight: u64, norm_out: u64, residual_out: u64, gemma: bool, scale: u64) -> PyResult<()> {
-        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps, pattern: pattern_of(residual, gemma, scale) };
-        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out, scale };
+    fn add_rmsnorm(&self, py: Python<'_>, stream: u64, dtype: &str, rows: usize, hidden: usize, eps: f32, input: u64, residual: u64, weight: u64, norm_out: u64, residual_out: u64, gemma: bool, scale: u64, scale_out: u64) -> PyResult<()> {
+        let call = FusedCall { dtype: dtype_of(dtype)?, rows, hidden, eps, pattern: pattern_of(residual, gemma, scale, scale_out) };
+        let bufs = FusedBufs { input, residual, weight, norm_out, residual_out, scale, scale_out };
         // SAFETY: as for all_reduce_add_rmsnorm.
         self.with(py, |c| unsafe { c.add_rmsnorm_on(stream, &call, &bufs) })
     }
@@ -669,6 +673,32 @@ fn reference_add_rmsnorm(dtype: &str, hidden: usize, eps: f32, xs: Vec<Vec<u8>>,
     }
 }
 
+/// `tpar::testing::quant_nvfp4` (vLLM's `scaled_fp4_quant` with the swizzled scale layout) of
+/// `x`, raw little-endian bytes of `dtype`, rows of `hidden` (a multiple of 16), with the
+/// global scale `global_scale`: (the e2m1 codes, two a byte, and the swizzled e4m3fn block
+/// scales, padding 0). For tests that hold `tpar.testing.quant_nvfp4` to the Rust reference.
+#[pyfunction]
+fn reference_quant_nvfp4(dtype: &str, hidden: usize, x: Vec<u8>, global_scale: f32) -> PyResult<(Vec<u8>, Vec<u8>)> {
+    let d = dtype_of(dtype)?;
+    let w = d.size();
+    if x.len() % w != 0 {
+        return Err(InvalidArgumentError::new_err(format!("invalid argument: {} bytes is not whole {w}-byte elements", x.len())));
+    }
+    let vals: Vec<f32> = x
+        .chunks_exact(w)
+        .map(|c| {
+            let lane = c.iter().rev().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+            match d {
+                DType::F32 => f32::from_lane(lane),
+                DType::F16 => f16::from_lane(lane).to_f32(),
+                DType::BF16 => bf16::from_lane(lane).to_f32(),
+            }
+        })
+        .collect();
+    let q = tpar::testing::quant_nvfp4(&vals, hidden, global_scale).map_err(py_err)?;
+    Ok((q.packed, q.scales))
+}
+
 /// `tpar::testing::expected_rmsnorm` (the fused all-reduce + RMSNorm family's exact outputs)
 /// on raw little-endian bytes: every rank's x, the residual (None: the pattern without one)
 /// and the weight, rows of `hidden`; `gemma` the weight offset, `fp8_scale` the static FP8
@@ -703,7 +733,7 @@ fn reference_rmsnorm(
         if xs.is_empty() || xs.iter().any(|x| x.len() != xs[0].len()) {
             return Err(InvalidArgumentError::new_err("invalid argument `xs`: one input per rank, all of one length"));
         }
-        let p = tpar::testing::NormPattern { residual: res.is_some(), gemma, fp8_scale };
+        let p = tpar::testing::NormPattern { residual: res.is_some(), gemma, fp8_scale, nvfp4_scale: None };
         let o = tpar::testing::expected_rmsnorm(&xs, res.as_deref(), &wt, hidden, eps, &p).map_err(py_err)?;
         Ok((encode(&o.out), o.fp8, o.residual_out.as_deref().map(encode)))
     }
@@ -775,6 +805,7 @@ fn _tpar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dtype_size, m)?)?;
     m.add_function(wrap_pyfunction!(reference_add_rmsnorm, m)?)?;
     m.add_function(wrap_pyfunction!(reference_rmsnorm, m)?)?;
+    m.add_function(wrap_pyfunction!(reference_quant_nvfp4, m)?)?;
     m.add_function(wrap_pyfunction!(fused_unfit, m)?)?;
     m.add_function(wrap_pyfunction!(check_settings, m)?)?;
     m.add_function(wrap_pyfunction!(debug_logging, m)?)?;

@@ -6,7 +6,9 @@
 //                                                             TPAR_NORM_RESIDUAL: x itself)
 //   out          = round((residual_out * inv_rms) * g)       (out = a.output, may be x; g the
 //                                                             weight, + 1 for Gemma; FP8:
-//                                                             quantized, 1 byte an element)
+//                                                             quantized, 1 byte an element;
+//                                                             NVFP4: 2 elements a byte and
+//                                                             block scales, norm.cuh)
 // It serves the unfused path (an all-reduce into the output, then this kernel in place) of
 // calls no fused kernel takes, and the comparison `tpar bench --fused` makes.
 //
@@ -67,7 +69,7 @@ __device__ void add_rmsnorm(const TparFusedArgs& fa) {
         e[u] = u < k && i < ntiles ? tiles[i] : 0.0f;
     }
     const float inv = inv_rms(row_sum(e, k), fa.n.hidden, u32_as_f32(fa.n.eps_bits));
-    const float qinv = (fa.n.flags & TPAR_NORM_FP8) ? fdiv_rn(1.0f, ld_scale(fa.n)) : 1.0f;
+    const float qinv = (fa.n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? quant_arg(fa.n, ld_scale(fa.n)) : 1.0f;
 #pragma unroll
     for (int k2 = 0; k2 < TPAR_NORM_KEEP; ++k2) {
         const u32 j = t + (u32)k2 * bd;

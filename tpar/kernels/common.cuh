@@ -183,25 +183,27 @@ struct TparNorm {
     u64 weight;        // RMSNorm weight, hidden elements, 16-byte aligned
     u32 hidden;        // elements per row
     u32 eps_bits;      // epsilon, as f32 bits
-    u64 scale;         // TPAR_NORM_FP8: the f32 static scale's device address (else 0)
+    u64 scale;         // TPAR_NORM_FP8: the f32 static scale's device address; TPAR_NORM_NVFP4: the f32 global scale's (else 0)
     u32 flags;         // the pattern: TPAR_NORM_* below
     u32 pad;
+    u64 scale_out;     // TPAR_NORM_NVFP4: the block scales (e4m3fn bytes, 128x4-swizzled, norm.cuh nvfp4_sf_offset; else 0)
 };
 // The fused family's pattern (TparNorm.flags; abi.rs NORM_*; the descriptor carries it).
 #define TPAR_NORM_RESIDUAL 1u  // the residual add before the norm
 #define TPAR_NORM_GEMMA 2u     // the norm multiplies by f32(w) + 1
 #define TPAR_NORM_FP8 4u       // the output is FP8 e4m3fn, quantized with *scale
+#define TPAR_NORM_NVFP4 16u    // the output is NVFP4 (e2m1 pairs, e4m3fn block scales into scale_out), global scale *scale
 // Not a pattern bit: the call runs two-shot pull's rows variant (-DTPAR_FUSED_ROWS: each
 // rank owns whole rows, twoshot_pull.cu), set by the launcher so that the descriptor, which
 // carries the flags, tells a rank that split the message otherwise (cuda/fused.rs
 // `rows_owned`). The kernels' code never reads it: the variant's compile decides.
 #define TPAR_NORM_ROWS 8u
-static_assert(sizeof(TparNorm) == 48, "TparNorm size: keep in step with abi.rs");
+static_assert(sizeof(TparNorm) == 56, "TparNorm size: keep in step with abi.rs");
 struct TparFusedArgs {
     TparArgs a;
     TparNorm n;
 };
-static_assert(sizeof(TparFusedArgs) == 392, "TparFusedArgs size: keep in step with abi.rs");
+static_assert(sizeof(TparFusedArgs) == 400, "TparFusedArgs size: keep in step with abi.rs");
 static_assert(alignof(TparFusedArgs) == 8, "TparFusedArgs alignment");
 // This rank's partial sums of squares (fused calls; norm.cuh) live in its state buffer,
 // after the TparState: one 8-byte {f32 bits, generation} word per tile of the message.

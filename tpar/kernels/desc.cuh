@@ -19,7 +19,7 @@ __device__ __forceinline__ V16 desc_of(const TparArgs& a, u32 epoch) {
     V16 d;
     d.x = epoch;
     d.y = (u32)a.count;
-    d.z = ((u32)(a.count >> 32) & 0xffffu) | (a.desc_code << 16);  // counts < 2^48; desc_code's 16 bits (a fused call's pattern in bits 8-10)
+    d.z = ((u32)(a.count >> 32) & 0xffffu) | (a.desc_code << 16);  // counts < 2^48; desc_code's 16 bits (a fused call's pattern in bits 8-12)
     d.w = d.x ^ d.y ^ d.z ^ TPAR_DESC_SALT;
     return d;
 }

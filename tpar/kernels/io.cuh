@@ -209,7 +209,7 @@ __device__ __forceinline__ void io_all_reduce(const TparArgs& a) {
 // out[11] = TparError.theirs, out[12] = TparState.buf, out[13] = TparState.prev_nvec,
 // out[14] = TparState.prev_kind, out[15] = TparArgs.islands, out[16..21] =
 // TparFusedArgs.{n, n.residual_out, n.weight, n.hidden, n.eps_bits}, sizeof(TparFusedArgs),
-// out[22] = TparArgs.io, out[23] = TparIo.output, out[24..26] = TparFusedArgs.n.{scale, flags}.
+// out[22] = TparArgs.io, out[23] = TparIo.output, out[24..27] = TparFusedArgs.n.{scale, flags, scale_out}.
 extern "C" __global__ void tpar_abi_offsets(u64* out) {
     TparArgs a;
     TparError e;
@@ -225,6 +225,7 @@ extern "C" __global__ void tpar_abi_offsets(u64* out) {
     out[21] = (u64)sizeof(TparFusedArgs);
     out[24] = (u64)((const char*)&fa.n.scale - fb);
     out[25] = (u64)((const char*)&fa.n.flags - fb);
+    out[26] = (u64)((const char*)&fa.n.scale_out - fb);
     const char* b = (const char*)&a;
     const char* sb = (const char*)&s;
     out[0] = (u64)((const char*)&a.flags - b);

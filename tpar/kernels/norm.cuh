@@ -4,7 +4,7 @@
 // normalisation that NormOut and the standalone add_rmsnorm.cu share (one copy of each).
 // Semantics, bit for bit: docs/cuda.md "Fused all-reduce + residual add + RMSNorm" and its
 // "Fused all-reduce + RMSNorm family" (TparNorm.flags: with or without the residual add, the Gemma weight
-// offset, an FP8 e4m3 output); references: tpar::testing::rmsnorm_pattern (Rust),
+// offset, an FP8 e4m3 or an NVFP4 output); references: tpar::testing::rmsnorm_pattern (Rust),
 // tpar.testing (torch).
 //
 // A kernel with a fused variant (TPAR_FUSED_READY) hands every vector v of the message to
@@ -273,13 +273,101 @@ __device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) 
     st_fp8<D>(output + v * (u64)D::LANES, fp8_pack<D>(o, qinv));
 }
 
+// NVFP4 (TPAR_NORM_NVFP4), vLLM's scaled_fp4_quant of the normalised output with the
+// device f32 global scale gs (docs/cuda.md "NVFP4 output"; references: tpar::testing::
+// quant_nvfp4, tpar.testing.quant_nvfp4): per block of 16 consecutive elements of a row,
+// amax = max |o_i|; sf = e4m3fn(gs * (amax * f32(1/6))) (clamped to 448, RNE: quant_fp8
+// with qinv 1); os = 1 / (f32(sf) * (1 / gs)) with exact IEEE reciprocals (0 where a divisor
+// is 0), where vLLM's kernel uses rcp.approx.ftz; each value e2m1(o_i * os): |y| clamped to
+// 6, round to nearest even on {0, 0.5, 1, 1.5, 2, 3, 4, 6}, the sign kept (NaN: 0). Two
+// values a byte, the even element in the low nibble; the block's scale byte at
+// nvfp4_sf_offset. A block spans 16 / D::LANES vectors, which the fused kernels hand to
+// adjacent lanes of one warp (tiles: a warp's 32 consecutive vectors, lane l vector
+// 32 t + l) and add_rmsnorm.cu to adjacent threads: the block's amax meets over those lanes
+// (shfl with their mask; every lane of the block takes part, as every lane of the row's
+// vectors does). Software conversion: no sm_100a-only cvt.
+#define TPAR_NVFP4_BLOCK 16u
+
+// The e2m1 code (sign bit 8) of y: the count of rounding boundaries |y| passes, ties to the
+// even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); past 5:
+// 6 (saturated); NaN passes none.
+__device__ __forceinline__ u32 e2m1_rne(float y) {
+    const float m = fabsf(y);
+    const u32 q = (u32)(m > 0.25f) + (u32)(m >= 0.75f) + (u32)(m > 1.25f) + (u32)(m >= 1.75f) + (u32)(m > 2.5f) + (u32)(m >= 3.5f) + (u32)(m > 5.0f);
+    return ((f32_as_u32(y) >> 28) & 0x8u) | q;
+}
+
+// The value of e4m3fn bits b (b not NaN: quant_fp8 clamps).
+__device__ __forceinline__ float fp8_e4m3_value(u32 b) {
+    const u32 m = b & 0x7fu;
+    const float v = m >= 8u ? u32_as_f32((m << 20) + (120u << 23)) : fmul_rn((float)m, 0.001953125f);  // subnormals: m 2^-9
+    return (b & 0x80u) ? -v : v;
+}
+
+// Where the scale of block kb of row `row` goes: vLLM's 128x4-swizzled layout (rows padded to
+// 128, scale columns to 4): [row / 128][kb / 4][row % 32][(row / 32) % 4][kb % 4].
+__device__ __forceinline__ u64 nvfp4_sf_offset(u32 row, u32 kb, u32 hidden) {
+    const u32 ktiles = (hidden / TPAR_NVFP4_BLOCK + 3u) / 4u;
+    return ((u64)(row >> 7) * ktiles + (kb >> 2)) * 512ull + (u64)((row & 31u) * 16u + ((row >> 5) & 3u) * 4u + (kb & 3u));
+}
+
+// One normalised vector o quantized to NVFP4 with the global scale gs: .x its e2m1 codes
+// (D::LANES nibbles), .y its block's scale byte. Every lane of the block must call it.
+template <class D>
+__device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs) {
+    constexpr u32 G = TPAR_NVFP4_BLOCK / (u32)D::LANES;  // lanes of a block: 2 (16-bit), 4 (f32)
+    float x[8];
+    D::set(x, o);
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D::LANES; ++i) m = fmaxf(m, fabsf(x[i]));
+    const u32 lane = threadIdx.x & 31u;
+    const u32 mask = ((1u << G) - 1u) << (lane & ~(G - 1u));
+#pragma unroll
+    for (u32 s = 1u; s < G; s <<= 1) {
+        float p;
+        asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, %3;" : "=f"(p) : "f"(m), "r"(s), "r"(mask));
+        m = fmaxf(m, p);
+    }
+    const u32 sf = quant_fp8(fmul_rn(gs, fmul_rn(m, 0.16666667163372039795f)), 1.0f);  // f32(1/6) = 0x3e2aaaab
+    const float rg = gs == 0.0f ? 0.0f : fdiv_rn(1.0f, gs);
+    const float d = fmul_rn(fp8_e4m3_value(sf), rg);
+    const float os = d == 0.0f ? 0.0f : fdiv_rn(1.0f, d);
+    u32 q = 0u;
+#pragma unroll
+    for (int i = 0; i < D::LANES; ++i) q |= e2m1_rne(fmul_rn(x[i], os)) << (4 * i);
+    return V16{q, sf, 0u, 0u};
+}
+
+// Stores nvfp4_pack's form p of vector v: its D::LANES / 2 bytes at output + v * D::LANES / 2,
+// and, from the block's first vector, the scale byte at its swizzled place in scale_out.
+template <class D>
+__device__ __forceinline__ void store_nvfp4(const TparNorm& n, u64 output, u64 v, V16 p) {
+    const u64 at = output + v * (u64)(D::LANES / 2);
+    if (D::LANES == 8) asm volatile("st.global.u32 [%0], %1;" ::"l"(at), "r"(p.x) : "memory");
+    else asm volatile("st.global.u16 [%0], %1;" ::"l"(at), "h"((unsigned short)p.x) : "memory");
+    const u32 vrow = n.hidden / (u32)D::LANES;
+    const u32 j = (u32)(v % vrow);
+    if (j % (TPAR_NVFP4_BLOCK / (u32)D::LANES) == 0u) {
+        const u64 sa = n.scale_out + nvfp4_sf_offset((u32)(v / vrow), j / (TPAR_NVFP4_BLOCK / (u32)D::LANES), n.hidden);
+        asm volatile("st.global.u8 [%0], %1;" ::"l"(sa), "h"((unsigned short)p.y) : "memory");
+    }
+}
+
 // One normalised vector v (r the updated residual, w the weight) stored as the pattern asks:
-// the dtype, or FP8 with qinv.
+// the dtype, FP8 with qinv (1 / scale), or NVFP4 with qinv (the global scale).
 template <class D>
 __device__ __forceinline__ void store_norm(const TparArgs& a, const TparNorm& n, u64 v, V16 r, V16 w, float inv, float qinv) {
     const V16 o = norm_vec<D>(r, w, inv, n.flags);
     if (n.flags & TPAR_NORM_FP8) store_fp8<D>(a.output, v, o, qinv);
+    else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(n, a.output, v, nvfp4_pack<D>(o, qinv));
     else store_output<D>(a, v, o);
+}
+
+// qinv from a pattern's scale sc: FP8 1 / sc (f32, rounded once, as vLLM's 1.0f / *scale),
+// NVFP4 the global scale itself.
+__device__ __forceinline__ float quant_arg(const TparNorm& n, float sc) {
+    return (n.flags & TPAR_NORM_NVFP4) ? sc : fdiv_rn(1.0f, sc);
 }
 
 // 1 / scale of an FP8 pattern (f32, rounded once, as vLLM's 1.0f / *scale).
@@ -410,7 +498,7 @@ struct NormOut {
     V16 kept_r, kept_w;
     u32 row;        // the row norm last waited for, and its 1 / rms
     float inv;
-    float qinv;     // FP8 patterns: 1 / scale
+    float qinv;     // FP8 patterns: 1 / scale; NVFP4: the global scale
     u64 early_v;    // the vector stage() copied into shared memory (~0: none)
 #if TPAR_SPREAD
     u32 npend;      // tile words this warp keeps in tpar_pending (the same in every lane)
@@ -611,9 +699,9 @@ struct NormOut {
         const u32 rw = (u32)v / vrow;
         if (rw != row) {  // the same for the whole warp: a tile lies in one row
             row = rw;
-            const float sc = (n.flags & TPAR_NORM_FP8) ? ld_scale(n) : 1.0f;  // in flight beside the polls
+            const float sc = (n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? ld_scale(n) : 1.0f;  // in flight beside the polls
             inv = row_inv(a, f, rw);
-            qinv = fdiv_rn(1.0f, sc);
+            qinv = quant_arg(n, sc);
         }
     }
 
@@ -623,9 +711,9 @@ struct NormOut {
         if (ncta > 1u) {  // one row, one vector a thread
             if (row == ~0u) {
                 row = 0u;
-                const float sc = (n.flags & TPAR_NORM_FP8) ? ld_scale(n) : 1.0f;  // in flight beside the wait
+                const float sc = (n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? ld_scale(n) : 1.0f;  // in flight beside the wait
                 inv = row_inv_cluster(a, f);
-                qinv = fdiv_rn(1.0f, sc);
+                qinv = quant_arg(n, sc);
             }
         } else
 #endif
@@ -640,8 +728,8 @@ struct NormOut {
 
     // The rows variant (TPAR_ROWS_OWNED: a rank's chunk is whole rows, so all of a row's
     // tiles are this rank's puts): as norm, and the finished output also into
-    // `slot` (this rank's workspace, vector v's own 16 bytes: the dtype's vector, or for FP8
-    // its D::LANES bytes at the start), where the peers' all-gather reads it. Only this
+    // `slot` (this rank's workspace, vector v's own 16 bytes: the dtype's vector, for FP8
+    // its D::LANES bytes at the start, for NVFP4 nvfp4_pack's .x and .y), where the peers' all-gather reads it. Only this
     // thread reads or writes vector v's slot in this call before the barrier that publishes it.
     __device__ __forceinline__ void norm_export(const TparArgs& a, Frame& f, u64 v, V16* slot) {
         row_scale(a, f, v);
@@ -653,6 +741,10 @@ struct NormOut {
             const V16 q = fp8_pack<D>(o, qinv);
             st_fp8<D>(a.output + v * (u64)D::LANES, q);
             st_fp8<D>((u64)slot, q);
+        } else if (n.flags & TPAR_NORM_NVFP4) {  // the codes and the block's scale byte: .x, .y
+            const V16 q = nvfp4_pack<D>(o, qinv);
+            store_nvfp4<D>(n, a.output, v, q);
+            asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"((u64)slot), "r"(q.x), "r"(q.y) : "memory");
         } else {
             store_output<D>(a, v, o);
             st_v16(slot, o);
@@ -663,6 +755,11 @@ struct NormOut {
     // published it): the dtype's vector, or the FP8 bytes in .x (.y).
     __device__ __forceinline__ V16 load_export(const V16* p) const {
         if (n.flags & TPAR_NORM_FP8) return ld_fp8_peer<D>(p);
+        if (n.flags & TPAR_NORM_NVFP4) {
+            V16 q = {0u, 0u, 0u, 0u};
+            asm volatile("ld.volatile.global.v2.u32 {%0, %1}, [%2];" : "=r"(q.x), "=r"(q.y) : "l"(p));
+            return q;
+        }
         return ld_poll_v16(p);
     }
 
@@ -671,6 +768,7 @@ struct NormOut {
     __device__ __forceinline__ void put_gathered(const TparArgs& a, u64 v, V16 r, V16 o) const {
         st_v16((V16*)n.residual_out + v, r);
         if (n.flags & TPAR_NORM_FP8) st_fp8<D>(a.output + v * (u64)D::LANES, o);
+        else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(n, a.output, v, o);
         else store_output<D>(a, v, o);
     }
 

@@ -10,11 +10,12 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// The name of one pattern of the fused all-reduce + RMSNorm family, `[add_]rmsnorm[_gemma][_fp8]`:
-/// with the residual add, with the Gemma weight offset, with an FP8 output (the CLI's
-/// `--pattern` values, the selftest's column, mismatch messages).
-pub fn norm_pattern_name(residual: bool, gemma: bool, fp8: bool) -> String {
-    format!("{}rmsnorm{}{}", if residual { "add_" } else { "" }, if gemma { "_gemma" } else { "" }, if fp8 { "_fp8" } else { "" })
+/// The name of one pattern of the fused all-reduce + RMSNorm family,
+/// `[add_]rmsnorm[_gemma][_fp8|_nvfp4]`: with the residual add, with the Gemma weight offset,
+/// with a quantized output (`quant`: "", "fp8" or "nvfp4"; the CLI's `--pattern` values, the
+/// selftest's column, mismatch messages).
+pub fn norm_pattern_name(residual: bool, gemma: bool, quant: &str) -> String {
+    format!("{}rmsnorm{}{}{}", if residual { "add_" } else { "" }, if gemma { "_gemma" } else { "" }, if quant.is_empty() { "" } else { "_" }, quant)
 }
 
 /// An all-reduce algorithm. Names are kebab-case on the command line and in JSON.

@@ -12,6 +12,8 @@ pub use fused::{
     add_rmsnorm, count_wrong_add_rmsnorm, expected_add_rmsnorm, expected_rmsnorm, fp8_e4m3_bits, fp8_e4m3_value, fused_inputs, inv_rms, quant_fp8_static,
     rmsnorm_pattern, tree_sum, FusedInputs, NormOutputs, NormPattern, FP8_E4M3_MAX,
 };
+mod nvfp4;
+pub use nvfp4::{e2m1_bits, e2m1_value, nvfp4_scale_bytes, nvfp4_scale_offset, quant_nvfp4, quant_nvfp4_block, Nvfp4, E2M1_MAX, NVFP4_BLOCK};
 
 /// Written into outputs before each checked or screened call: a NaN in every lane width
 /// (f32, f16, bf16) that no algorithm writes and that is not the workspace's empty sentinel.

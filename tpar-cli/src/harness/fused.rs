@@ -6,9 +6,11 @@
 //! Every checked call: fresh random inputs (`tpar::testing::fused_inputs`: x per rank, the
 //! residual and weight shared), outputs poisoned (or, in place, the outputs are the inputs),
 //! every rank's two outputs held bit for bit to `tpar::testing::expected_rmsnorm` (the FP8
-//! output's bytes to the reference's e4m3 bytes; without a residual, residual_out holds the
-//! sum: `tpar::testing::expected`), to the f64 bound (`count_wrong_add_rmsnorm`; patterns
-//! without Gemma or FP8), and compared across ranks.
+//! output's bytes to the reference's e4m3 bytes; the NVFP4 output's codes and its block
+//! scales, each at its swizzled place, to the reference's, the scale tensor's padding left
+//! as poisoned; without a residual, residual_out holds the sum: `tpar::testing::expected`),
+//! to the f64 bound (`count_wrong_add_rmsnorm`; patterns without Gemma or a quantized
+//! output), and compared across ranks.
 
 use super::gpu::{err, POISON_WORD, TIMING_WORD};
 use super::Timing;
@@ -26,14 +28,27 @@ pub struct RankFused {
     pub weight: DeviceBuffer,
     pub norm_out: DeviceBuffer,
     pub residual_out: DeviceBuffer,
-    /// FP8 patterns' static scale (one f32, [`FP8_SCALE`]).
+    /// FP8 patterns' static scale (one f32, [`FP8_SCALE`]), then NVFP4 patterns' global
+    /// scale ([`NVFP4_SCALE`], at byte 4).
     pub scale: DeviceBuffer,
+    /// NVFP4 patterns' block scales (the swizzled tensor of the largest call).
+    pub scale_out: DeviceBuffer,
 }
 
 /// The FP8 patterns' static scale: 1 / scale (about 76.9) is not a power of two, and the
 /// normalised outputs (up to about 6) reach the +-448 clamp.
 pub const FP8_SCALE: f32 = 0.013;
 
+/// The NVFP4 patterns' global scale: 448 * 6 / 4.5 (vLLM's recipe for a tensor whose largest
+/// magnitude is 4.5), not a power of two; the normalised outputs (up to about 6) saturate
+/// some block scales at 448.
+pub const NVFP4_SCALE: f32 = 448.0 * 6.0 / 4.5;
+
+/// Bytes of NVFP4 block scales that any call of up to `max_count` elements, rows of at most
+/// `max_hidden`, needs: (rows + 127) x (hidden / 16 + 3) bytes at most, rows <= count / 16.
+fn scale_out_cap(max_count: usize, max_hidden: usize) -> usize {
+    (max_count / 16 + 128) * (max_hidden / 16 + 4)
+}
 /// What runs: the all-reduce alone (x into norm_out), the fused call (the fused kernel where
 /// it takes the call), the unfused path (the all-reduce, then tpar's add-RMSNorm kernel), or
 /// tpar's add-RMSNorm kernel alone.
@@ -131,8 +146,9 @@ impl FusedRanks {
         for _ in 0..world {
             let b = |n: usize| DeviceBuffer::new(dev, n).map_err(err);
             let scale = b(16)?;
-            scale.upload(&[FP8_SCALE]).map_err(err)?;
-            bufs.push(RankFused { input: b(bytes)?, residual: b(bytes)?, weight: b(wbytes)?, norm_out: b(bytes)?, residual_out: b(bytes)?, scale });
+            scale.upload(&[FP8_SCALE, NVFP4_SCALE]).map_err(err)?;
+            let scale_out = b(scale_out_cap(max_bytes / 2, max_hidden).div_ceil(16) * 16)?;
+            bufs.push(RankFused { input: b(bytes)?, residual: b(bytes)?, weight: b(wbytes)?, norm_out: b(bytes)?, residual_out: b(bytes)?, scale, scale_out });
         }
         Ok(FusedRanks { g, bufs, max_count: max_bytes / 4, last_launch: String::new() })
     }
@@ -149,7 +165,8 @@ impl FusedRanks {
                     weight: b.weight.ptr,
                     norm_out: n.ptr,
                     residual_out: r.ptr,
-                    scale: if pattern.fp8 { b.scale.ptr } else { 0 },
+                    scale: if pattern.fp8 { b.scale.ptr } else if pattern.nvfp4 { b.scale.ptr + 4 } else { 0 },
+                    scale_out: if pattern.nvfp4 { b.scale_out.ptr } else { 0 },
                 }
             })
             .collect()
@@ -159,7 +176,7 @@ impl FusedRanks {
     fn outputs(b: &RankFused, io: FusedIo, pattern: FusedPattern) -> (&DeviceBuffer, &DeviceBuffer) {
         match io {
             FusedIo::OutOfPlace => (&b.norm_out, &b.residual_out),
-            FusedIo::InPlace if pattern.fp8 => (&b.norm_out, &b.residual),
+            FusedIo::InPlace if pattern.quantized() => (&b.norm_out, &b.residual),
             FusedIo::InPlace => (&b.input, &b.residual),
             FusedIo::NormApart => (&b.norm_out, &b.input),
         }
@@ -168,6 +185,9 @@ impl FusedRanks {
     fn fits(&self, call: &FusedCall) -> Result<(), String> {
         if call.count() * call.dtype.size() > self.max_count * 4 {
             return Err(format!("{} x {} {} exceeds the buffers", call.rows, call.hidden, call.dtype));
+        }
+        if call.scale_out_bytes() > self.bufs.first().map_or(0, |b| b.scale_out.bytes) {
+            return Err(format!("{} x {} {}: its NVFP4 block scales exceed the buffer", call.rows, call.hidden, call.dtype));
         }
         Ok(())
     }
@@ -194,8 +214,11 @@ impl FusedRanks {
             b.weight.upload(&f.weight).map_err(err)?;
             // Outputs that are not inputs are poisoned (an input aliased by an output must
             // change into the right output, which its input value is not).
-            if io != FusedIo::InPlace || call.pattern.fp8 {
+            if io != FusedIo::InPlace || call.pattern.quantized() {
                 b.norm_out.fill_u32(POISON_WORD).map_err(err)?;
+            }
+            if call.pattern.nvfp4 {
+                b.scale_out.fill_u32(POISON_WORD).map_err(err)?; // the padding must stay so
             }
             if io == FusedIo::OutOfPlace {
                 b.residual_out.fill_u32(POISON_WORD).map_err(err)?;
@@ -208,27 +231,44 @@ impl FusedRanks {
     }
 
     /// Downloads and judges every rank's outputs against the exact reference (the call's
-    /// pattern) and, for patterns without Gemma or FP8, f64.
+    /// pattern) and, for patterns without Gemma or a quantized output, f64.
     fn judge<T: Element>(&self, call: &FusedCall, f: &tpar::testing::FusedInputs<T>, io: FusedIo) -> Result<FusedVerdict, String> {
         let n = call.count();
         let p = call.pattern;
-        let np = NormPattern { residual: p.residual, gemma: p.gemma, fp8_scale: p.fp8.then_some(FP8_SCALE) };
+        let np = NormPattern { residual: p.residual, gemma: p.gemma, fp8_scale: p.fp8.then_some(FP8_SCALE), nvfp4_scale: p.nvfp4.then_some(NVFP4_SCALE) };
         let want = expected_rmsnorm(&f.xs, p.residual.then_some(f.residual.as_slice()), &f.weight, call.hidden, call.eps, &np).map_err(err)?;
         let want_res = want.residual_out.clone().unwrap_or_else(|| tpar::testing::expected(&f.xs));
         // The f64 bound: the residual pattern as is; without a residual, a residual of zeros
         // (the sum plus +0 is the sum, but for -0).
-        let f64_inputs = (!p.gemma && !p.fp8).then(|| if p.residual { f.clone() } else { tpar::testing::FusedInputs { residual: vec![T::from_f32(0.0); n], ..f.clone() } });
+        let f64_inputs = (!p.gemma && !p.quantized()).then(|| if p.residual { f.clone() } else { tpar::testing::FusedInputs { residual: vec![T::from_f32(0.0); n], ..f.clone() } });
         let mut v = FusedVerdict { identical: true, ..Default::default() };
         let mut first: Option<(Vec<T>, Vec<u8>, Vec<T>)> = None;
         for b in &self.bufs {
-            let mut norm = vec![T::from_f32(0.0); if p.fp8 { 0 } else { n }];
-            let mut q = vec![0u8; if p.fp8 { n } else { 0 }];
+            let mut norm = vec![T::from_f32(0.0); if p.quantized() { 0 } else { n }];
+            let mut q = vec![0u8; if p.quantized() { call.out_bytes() } else { 0 }];
             let mut res = vec![T::from_f32(0.0); n];
             let (nb, rb) = Self::outputs(b, io, p);
             if p.fp8 {
                 nb.download(&mut q).map_err(err)?;
                 let wq = want.fp8.as_deref().unwrap_or_default();
                 v.inexact += q.iter().zip(wq).filter(|(a, b)| a != b).count() + wq.len().abs_diff(q.len());
+            } else if p.nvfp4 {
+                // The codes, then every block scale at its swizzled place; the padding of the
+                // scale tensor stays poisoned (the kernels write only the rows' own scales).
+                nb.download(&mut q).map_err(err)?;
+                let w4 = want.nvfp4.as_ref().ok_or("the reference has no NVFP4 output")?;
+                v.inexact += q.iter().zip(&w4.packed).filter(|(a, b)| a != b).count() + w4.packed.len().abs_diff(q.len());
+                let mut sc = vec![0u8; call.scale_out_bytes()];
+                b.scale_out.download(&mut sc).map_err(err)?;
+                let poison = POISON_WORD.to_le_bytes();
+                let mut real = vec![false; call.scale_out_bytes()];
+                for row in 0..call.rows {
+                    for kb in 0..call.hidden / tpar::testing::NVFP4_BLOCK {
+                        real[tpar::testing::nvfp4_scale_offset(row, kb, call.hidden)] = true;
+                    }
+                }
+                v.inexact += real.iter().enumerate().filter(|&(i, &r)| if r { sc[i] != w4.scales[i] } else { sc[i] != poison[i % 4] }).count();
+                q.extend_from_slice(&sc); // compared across ranks with the codes
             } else {
                 nb.download(&mut norm).map_err(err)?;
                 v.inexact += bit_diffs(&norm, &want.out);
@@ -427,7 +467,7 @@ impl FusedRanks {
             (0..world)
                 .map(|r| {
                     let i = &ins[k % SEQUENCE_SETS][r];
-                    FusedBufs { input: i[0].ptr, residual: i[1].ptr, weight: i[2].ptr, norm_out: outs[k][r][0].ptr, residual_out: outs[k][r][1].ptr, scale: 0 }
+                    FusedBufs { input: i[0].ptr, residual: i[1].ptr, weight: i[2].ptr, norm_out: outs[k][r][0].ptr, residual_out: outs[k][r][1].ptr, scale: 0, scale_out: 0 }
                 })
                 .collect()
         };
@@ -537,7 +577,7 @@ pub fn call(d: DType, rows: usize, hidden: usize, pattern: FusedPattern) -> Fuse
     FusedCall { dtype: d, rows, hidden, eps: EPS, pattern }
 }
 
-/// `--pattern`: a comma list of pattern names (`[add_]rmsnorm[_gemma][_fp8]`), or all.
+/// `--pattern`: a comma list of pattern names (`[add_]rmsnorm[_gemma][_fp8|_nvfp4]`), or all.
 pub fn parse_patterns(s: &str) -> Result<Vec<FusedPattern>, String> {
     if s.trim() == "all" {
         return Ok(FusedPattern::all());
@@ -562,8 +602,9 @@ mod tests {
 
     #[test]
     fn pattern_lists() {
-        assert_eq!(parse_patterns("all").unwrap().len(), 8);
-        assert_eq!(parse_patterns("rmsnorm, add_rmsnorm_gemma_fp8,rmsnorm").unwrap(), vec![FusedPattern { residual: false, gemma: false, fp8: false }, FusedPattern { residual: true, gemma: true, fp8: true }]);
+        assert_eq!(parse_patterns("all").unwrap().len(), 12);
+        assert_eq!(parse_patterns("rmsnorm, add_rmsnorm_gemma_fp8,rmsnorm").unwrap(), vec![FusedPattern { residual: false, gemma: false, fp8: false, nvfp4: false }, FusedPattern { residual: true, gemma: true, fp8: true, nvfp4: false }]);
+        assert_eq!(parse_patterns("add_rmsnorm_nvfp4").unwrap(), vec![FusedPattern { residual: true, gemma: false, fp8: false, nvfp4: true }]);
         assert!(parse_patterns("plain").unwrap_err().contains("add_rmsnorm"));
         assert!(parse_patterns(",").is_err());
     }

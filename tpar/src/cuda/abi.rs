@@ -87,11 +87,15 @@ pub struct TparNorm {
     pub hidden: u32,
     /// Epsilon as f32 bits.
     pub eps_bits: u32,
-    /// [`NORM_FP8`]: the device address of the f32 static scale (else 0).
+    /// [`NORM_FP8`]: the device address of the f32 static scale; [`NORM_NVFP4`]: of the f32
+    /// global scale (else 0).
     pub scale: u64,
-    /// The pattern: [`NORM_RESIDUAL`] | [`NORM_GEMMA`] | [`NORM_FP8`].
+    /// The pattern: [`NORM_RESIDUAL`] | [`NORM_GEMMA`] | [`NORM_FP8`] or [`NORM_NVFP4`].
     pub flags: u32,
     pub pad: u32,
+    /// [`NORM_NVFP4`]: the device address of the block scales (e4m3fn bytes in vLLM's
+    /// 128x4-swizzled layout, `tpar::testing::nvfp4_scale_offset`; else 0).
+    pub scale_out: u64,
 }
 
 /// [`TparNorm::flags`]: the residual add before the norm (common.cuh `TPAR_NORM_RESIDUAL`).
@@ -104,6 +108,10 @@ pub const NORM_FP8: u32 = 4;
 /// into whole rows a rank, which their owner normalises (`TPAR_NORM_ROWS`;
 /// `cuda::fused::rows_owned` decides).
 pub const NORM_ROWS: u32 = 8;
+/// [`TparNorm::flags`]: the NVFP4 output (e2m1 codes two a byte, e4m3fn block scales of 16
+/// elements into [`TparNorm::scale_out`], vLLM's `scaled_fp4_quant` with the global scale at
+/// [`TparNorm::scale`]; `TPAR_NORM_NVFP4`). Never with [`NORM_FP8`].
+pub const NORM_NVFP4: u32 = 16;
 
 /// A fused kernel's one argument: the all-reduce's (`output` is the normalised output) and
 /// the norm's. Twin of `struct TparFusedArgs`.
@@ -157,17 +165,17 @@ pub const DESC_FUSED: u32 = 0x8;
 /// [`DESC_KIND`] of a reduce-scatter.
 pub const DESC_REDUCE_SCATTER: u32 = 0xc;
 
-/// [`desc_code`] of a fused call of the pattern `flags` ([`TparNorm::flags`], in bits 8-10,
-/// and [`NORM_ROWS`] in bit 11: ranks that call different patterns, or split the message
-/// differently, get a Mismatch).
+/// [`desc_code`] of a fused call of the pattern `flags` ([`TparNorm::flags`], in bits 8-10
+/// and 12 ([`NORM_NVFP4`]), and [`NORM_ROWS`] in bit 11: ranks that call different patterns,
+/// or split the message differently, get a Mismatch).
 pub fn fused_desc_code(algo: Algorithm, dtype: DType, flags: u32) -> u32 {
-    desc_code(algo, dtype) | DESC_FUSED | (flags & 0xf) << 8
+    desc_code(algo, dtype) | DESC_FUSED | (flags & 0x1f) << 8
 }
 
 /// The fused pattern's name from [`TparNorm::flags`] ([`crate::kinds::norm_pattern_name`],
 /// as `tpar::testing::NormPattern::name` names it).
 pub fn pattern_name(flags: u32) -> String {
-    crate::kinds::norm_pattern_name(flags & NORM_RESIDUAL != 0, flags & NORM_GEMMA != 0, flags & NORM_FP8 != 0)
+    crate::kinds::norm_pattern_name(flags & NORM_RESIDUAL != 0, flags & NORM_GEMMA != 0, if flags & NORM_NVFP4 != 0 { "nvfp4" } else if flags & NORM_FP8 != 0 { "fp8" } else { "" })
 }
 
 /// [`desc_code`] of a call of `collective` (the all-reduce's is [`desc_code`]'s).
@@ -194,7 +202,7 @@ fn kind_name(code: u64) -> &'static str {
 fn differing_field(ours: u64, theirs: u64) -> &'static str {
     let kinds = (ours as u32 & DESC_KIND, theirs as u32 & DESC_KIND);
     if kinds == (DESC_FUSED, DESC_FUSED) && ours >> 56 != theirs >> 56 {
-        return "fused pattern (residual add, Gemma offset, FP8 output) or two-shot pull's row ownership (TPAR_FUSED_ROWS)";
+        return "fused pattern (residual add, Gemma offset, FP8 or NVFP4 output) or two-shot pull's row ownership (TPAR_FUSED_ROWS)";
     }
     if kinds.0 != kinds.1 {
         if matches!(kinds, (0, DESC_FUSED) | (DESC_FUSED, 0)) {
@@ -357,10 +365,11 @@ const _: () = {
     assert!(offset_of!(TparState, prev_nvec) == 328);
     assert!(offset_of!(TparState, prev_kind) == 344);
     assert!(size_of::<TparError>() == 48);
-    assert!(size_of::<TparNorm>() == 48);
+    assert!(size_of::<TparNorm>() == 56);
+    assert!(offset_of!(TparNorm, scale_out) == 48);
     assert!(offset_of!(TparNorm, scale) == 32);
     assert!(offset_of!(TparNorm, flags) == 40);
-    assert!(size_of::<TparFusedArgs>() == 392);
+    assert!(size_of::<TparFusedArgs>() == 400);
     assert!(offset_of!(TparFusedArgs, n) == 344);
     assert!(offset_of!(TparNorm, hidden) == 24);
     assert!(size_of::<TparState>() <= SCRATCH_OFFSET);
@@ -448,7 +457,7 @@ mod tests {
     fn fused_patterns_differ_in_the_descriptor_and_a_mismatch_names_them() {
         let (a, d) = (Algorithm::TwoshotPush, DType::F16);
         // Every pattern, each with and without two-shot pull's row ownership (NORM_ROWS).
-        let codes: Vec<u32> = (0..16).map(|f| fused_desc_code(a, d, f)).collect();
+        let codes: Vec<u32> = (0..32).filter(|f| f & (NORM_FP8 | NORM_NVFP4) != (NORM_FP8 | NORM_NVFP4)).map(|f| fused_desc_code(a, d, f)).collect();
         for (i, x) in codes.iter().enumerate() {
             assert_eq!(*x & 0xff, fused_desc_code(a, d, 0) & 0xff, "the low byte is the call's kind");
             for y in &codes[i + 1..] {
@@ -461,6 +470,7 @@ mod tests {
         }
         assert_eq!(pattern_name(NORM_RESIDUAL | NORM_GEMMA | NORM_FP8), "add_rmsnorm_gemma_fp8");
         assert_eq!(pattern_name(0), "rmsnorm");
+        assert_eq!(pattern_name(NORM_GEMMA | NORM_NVFP4), "rmsnorm_gemma_nvfp4");
         assert_eq!(describe_call(pack_call(1 << 40, fused_desc_code(a, d, NORM_FP8))).0, 1 << 40, "the pattern leaves the count alone");
         assert!(describe_call(pack_call(64, fused_desc_code(a, d, NORM_RESIDUAL | NORM_ROWS))).1.contains("(add_rmsnorm, rows owned)"));
         assert!(!describe_call(pack_call(64, fused_desc_code(a, d, NORM_RESIDUAL))).1.contains("rows owned"));

@@ -12,7 +12,7 @@
 //! all equal across ranks: the ranks compare both at the rendezvous), and
 //! never launch anything (`launch`, `emulated`, `ipc` and `comm` do).
 
-use super::abi::{self, TparNorm, NORM_FP8, NORM_GEMMA, NORM_RESIDUAL, NORM_ROWS, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
+use super::abi::{self, TparNorm, NORM_FP8, NORM_GEMMA, NORM_NVFP4, NORM_RESIDUAL, NORM_ROWS, ROW_TILES_MAX, TILE_VECS, VEC_BYTES};
 use super::kernels;
 use super::launch::Launch;
 use super::route::{Resolved, Route};
@@ -32,7 +32,10 @@ pub const FUSED_MAX_ROWS: usize = 64;
 /// all-reduce + RMSNorm family"; `tpar::testing::NormPattern` is its reference): with or without the
 /// residual add, the Gemma weight offset (`f32(w) + 1`), and an FP8 e4m3fn output quantized
 /// with a static per-tensor scale (vLLM's `static_scaled_fp8_quant`; the scale is a device
-/// f32, [`FusedBufs::scale`]). Every pattern runs in the same kernels (the pattern is
+/// f32, [`FusedBufs::scale`]) or an NVFP4 output (vLLM's `scaled_fp4_quant`: e2m1 codes two a
+/// byte, e4m3fn block scales of 16 elements in the 128x4-swizzled layout,
+/// [`FusedBufs::scale_out`], with the device f32 global scale [`FusedBufs::scale`]; rows of a
+/// multiple of 16 elements). Every pattern runs in the same kernels (the pattern is
 /// [`TparNorm::flags`]) on every path the residual pattern takes, and is part of the call's
 /// descriptor: ranks that call different patterns get a Mismatch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,23 +46,33 @@ pub struct FusedPattern {
     pub gemma: bool,
     /// The output is FP8 e4m3fn (1 byte an element), quantized with the static scale.
     pub fp8: bool,
+    /// The output is NVFP4 (half a byte an element, and the block scales); never with `fp8`.
+    pub nvfp4: bool,
 }
 
 impl FusedPattern {
     /// The residual add + RMSNorm (vLLM's `fused_add_rms_norm`).
-    pub const ADD_RMSNORM: FusedPattern = FusedPattern { residual: true, gemma: false, fp8: false };
+    pub const ADD_RMSNORM: FusedPattern = FusedPattern { residual: true, gemma: false, fp8: false, nvfp4: false };
 
-    /// Every pattern: {residual, none} x {plain, gemma} x {dtype, fp8}.
+    /// Every pattern: {residual, none} x {plain, gemma} x {dtype, fp8, nvfp4}.
     pub fn all() -> Vec<FusedPattern> {
-        (0..8u32).map(|f| FusedPattern { residual: f & 1 == 0, gemma: f & 2 != 0, fp8: f & 4 != 0 }).collect()
+        (0..12u32).map(|f| FusedPattern { residual: f & 1 == 0, gemma: f & 2 != 0, fp8: f >> 2 == 1, nvfp4: f >> 2 == 2 }).collect()
     }
 
     /// The kernels' [`TparNorm::flags`].
     pub fn flags(self) -> u32 {
-        (if self.residual { NORM_RESIDUAL } else { 0 }) | (if self.gemma { NORM_GEMMA } else { 0 }) | (if self.fp8 { NORM_FP8 } else { 0 })
+        (if self.residual { NORM_RESIDUAL } else { 0 })
+            | (if self.gemma { NORM_GEMMA } else { 0 })
+            | (if self.fp8 { NORM_FP8 } else { 0 })
+            | (if self.nvfp4 { NORM_NVFP4 } else { 0 })
     }
 
-    /// `[add_]rmsnorm[_gemma][_fp8]` (the CLI's `--pattern` values, `NormPattern::name`'s).
+    /// Whether the output is quantized (FP8 or NVFP4): not the dtype, so never in x.
+    pub fn quantized(self) -> bool {
+        self.fp8 || self.nvfp4
+    }
+
+    /// `[add_]rmsnorm[_gemma][_fp8|_nvfp4]` (the CLI's `--pattern` values, `NormPattern::name`'s).
     pub fn name(self) -> String {
         abi::pattern_name(self.flags())
     }
@@ -101,12 +114,25 @@ impl FusedCall {
         self.count().saturating_mul(self.dtype.size())
     }
 
-    /// Bytes of the normalised output: 1 an element for FP8, else the dtype's.
+    /// Bytes of the normalised output: 1 an element for FP8, half for NVFP4, else the dtype's.
     pub fn out_bytes(&self) -> usize {
         if self.pattern.fp8 {
             self.count()
+        } else if self.pattern.nvfp4 {
+            self.count() / 2
         } else {
             self.bytes()
+        }
+    }
+
+    /// Bytes of the NVFP4 block scales: vLLM's swizzled tensor, rows padded to 128 and the
+    /// row's hidden / 16 scales to a multiple of 4 (0 for other patterns). The kernels write
+    /// only the rows' own scales; the padding keeps what the buffer held.
+    pub fn scale_out_bytes(&self) -> usize {
+        if self.pattern.nvfp4 {
+            crate::testing::nvfp4_scale_bytes(self.rows, self.hidden)
+        } else {
+            0
         }
     }
 
@@ -140,6 +166,13 @@ impl FusedCall {
         if !(self.eps.is_finite() && self.eps >= 0.0) {
             return Err(Error::invalid("eps", format!("{}: must be finite and >= 0", self.eps)));
         }
+        let p = self.pattern;
+        if p.fp8 && p.nvfp4 {
+            return Err(Error::invalid("pattern", "FP8 and NVFP4 outputs exclude each other".to_string()));
+        }
+        if p.nvfp4 && self.hidden % 16 != 0 {
+            return Err(Error::invalid("hidden", format!("{}: NVFP4 output needs a multiple of 16 elements a row (its scale blocks)", self.hidden)));
+        }
         Ok(())
     }
 
@@ -154,6 +187,7 @@ impl FusedCall {
             scale: bufs.scale,
             flags: self.pattern.flags(),
             pad: 0,
+            scale_out: bufs.scale_out,
         }
     }
 }
@@ -181,8 +215,12 @@ pub struct FusedBufs {
     pub norm_out: u64,
     /// The updated residual (rows x hidden); without a residual, the all-reduce's sum.
     pub residual_out: u64,
-    /// FP8 output: the device address of the static scale (one f32, 4-byte aligned); else 0.
+    /// FP8 output: the device address of the static scale; NVFP4 output: of the global scale
+    /// (one f32, 4-byte aligned); else 0.
     pub scale: u64,
+    /// NVFP4 output: the block scales ([`FusedCall::scale_out_bytes`], vLLM's 128x4-swizzled
+    /// layout); else 0.
+    pub scale_out: u64,
 }
 
 impl FusedBufs {
@@ -195,30 +233,44 @@ impl FusedBufs {
         if !p.residual && self.residual != 0 {
             return Err(Error::invalid("residual", format!("pattern {p} takes no residual, got address {:#x}", self.residual)));
         }
-        if p.fp8 {
+        if p.quantized() {
             if self.scale == 0 || self.scale % 4 != 0 {
-                return Err(Error::invalid("scale", format!("pattern {p}: the FP8 scale's address {:#x} is null or not 4-byte aligned", self.scale)));
+                let what = if p.nvfp4 { "NVFP4 global" } else { "FP8" };
+                return Err(Error::invalid("scale", format!("pattern {p}: the {what} scale's address {:#x} is null or not 4-byte aligned", self.scale)));
             }
         } else if self.scale != 0 {
-            return Err(Error::invalid("scale", format!("pattern {p} has no FP8 output, got a scale at {:#x}", self.scale)));
+            return Err(Error::invalid("scale", format!("pattern {p} has no FP8 or NVFP4 output, got a scale at {:#x}", self.scale)));
+        }
+        if p.nvfp4 {
+            if self.scale_out == 0 || self.scale_out % 4 != 0 {
+                return Err(Error::invalid("scale_out", format!("pattern {p}: the NVFP4 block scales' address {:#x} is null or not 4-byte aligned", self.scale_out)));
+            }
+        } else if self.scale_out != 0 {
+            return Err(Error::invalid("scale_out", format!("pattern {p} has no NVFP4 output, got block scales at {:#x}", self.scale_out)));
         }
         let mut named = vec![("input", self.input, n), ("weight", self.weight, w), ("norm_out", self.norm_out, call.out_bytes() as u64), ("residual_out", self.residual_out, n)];
         if p.residual {
             named.insert(1, ("residual", self.residual, n));
+        }
+        if p.nvfp4 {
+            let (s, sb) = (self.scale_out, call.scale_out_bytes() as u64);
+            if let Some((what, ptr, len)) = named.iter().copied().chain([("scale", self.scale, 4)]).find(|&(_, ptr, len)| s < ptr + len && ptr < s + sb) {
+                return Err(Error::invalid("scale_out", format!("the NVFP4 block scales ({s:#x}, {sb} B) overlap {what} ({ptr:#x}, {len} B)")));
+            }
         }
         for &(what, ptr, _) in &named {
             if ptr == 0 || ptr % VEC_BYTES as u64 != 0 {
                 return Err(Error::invalid(what, format!("address {ptr:#x} is null or not 16-byte aligned")));
             }
         }
-        let allowed = |a: &str, b: &str| matches!((a, b), ("input", "norm_out") if !p.fp8) || matches!((a, b), ("input", "residual_out") | ("residual", "residual_out"));
+        let allowed = |a: &str, b: &str| matches!((a, b), ("input", "norm_out") if !p.quantized()) || matches!((a, b), ("input", "residual_out") | ("residual", "residual_out"));
         for (i, (a, pa, na)) in named.iter().enumerate() {
             for (b, pb, nb) in &named[i + 1..] {
                 let overlap = pa < &(pb + nb) && pb < &(pa + na);
                 if overlap && !(allowed(a, b) && pa == pb) {
                     return Err(Error::invalid(
                         "buffers",
-                        format!("{a} ({pa:#x}, {na} B) overlaps {b} ({pb:#x}, {nb} B); only norm_out == input (not for FP8 output), residual_out == residual and residual_out == input may alias"),
+                        format!("{a} ({pa:#x}, {na} B) overlaps {b} ({pb:#x}, {nb} B); only norm_out == input (not for FP8 or NVFP4 output), residual_out == residual and residual_out == input may alias"),
                     ));
                 }
             }
@@ -231,7 +283,7 @@ impl FusedBufs {
     /// where `residual_out` is the residual (which the sum must not overwrite before it is
     /// added).
     pub fn unfused_sum(&self, call: &FusedCall) -> u64 {
-        if !call.pattern.fp8 {
+        if !call.pattern.quantized() {
             self.norm_out
         } else if call.pattern.residual && self.residual_out == self.residual {
             self.input
@@ -501,7 +553,7 @@ mod tests {
         assert!(FusedCall { eps: f32::NAN, ..call(DType::F16, 1, 1024) }.validate().is_err());
         let c = call(DType::BF16, 2, 1024); // 4 KiB tensors, a 2 KiB weight
         let base = 1u64 << 32;
-        let ok = FusedBufs { input: base, residual: base + 4096, weight: base + 8192, norm_out: base + 12288, residual_out: base + 16384, scale: 0 };
+        let ok = FusedBufs { input: base, residual: base + 4096, weight: base + 8192, norm_out: base + 12288, residual_out: base + 16384, scale: 0, scale_out: 0 };
         assert!(ok.check(&c).is_ok());
         assert!(FusedBufs { norm_out: ok.input, residual_out: ok.residual, ..ok }.check(&c).is_ok(), "vLLM's in-place form");
         assert!(FusedBufs { residual_out: ok.input, ..ok }.check(&c).is_ok(), "vLLM's pass: norm_out apart, the residual into x");
@@ -512,14 +564,14 @@ mod tests {
         assert!(FusedBufs { residual_out: ok.residual + 8, ..ok }.check(&c).is_err(), "misaligned");
         assert!(FusedBufs { scale: base + 20480, ..ok }.check(&c).is_err(), "a scale without FP8 output");
         // Without a residual: no residual address; residual_out (the sum) still required.
-        let plain = FusedCall { pattern: FusedPattern { residual: false, gemma: true, fp8: false }, ..c };
+        let plain = FusedCall { pattern: FusedPattern { residual: false, gemma: true, fp8: false, nvfp4: false }, ..c };
         assert!(ok.check(&plain).is_err(), "a residual the pattern does not take");
         assert!(FusedBufs { residual: 0, ..ok }.check(&plain).is_ok());
         assert!(FusedBufs { residual: 0, residual_out: 0, ..ok }.check(&plain).is_err());
         assert!(FusedBufs { residual: 0, residual_out: ok.input, ..ok }.check(&plain).is_ok());
         // FP8 output: a scale, 1 byte an element (norm_out may sit right before residual_out's
         // 2 KiB), never in x.
-        let fp8 = FusedCall { pattern: FusedPattern { residual: true, gemma: false, fp8: true }, ..c };
+        let fp8 = FusedCall { pattern: FusedPattern { residual: true, gemma: false, fp8: true, nvfp4: false }, ..c };
         assert!(ok.check(&fp8).is_err(), "no scale");
         let q = FusedBufs { scale: base + 20480, norm_out: base + 16384 - 2048, ..ok };
         assert!(q.check(&fp8).is_ok());
@@ -530,18 +582,39 @@ mod tests {
         assert_eq!(ok.unfused_sum(&c), ok.norm_out);
         assert_eq!(q.unfused_sum(&fp8), q.residual_out);
         assert_eq!(FusedBufs { residual_out: q.residual, ..q }.unfused_sum(&fp8), q.input);
+        // NVFP4 output: the global scale and the block scales (2 rows padded to 128, 64
+        // scales a row: 8 KiB), half a byte an element, never in x; never with FP8.
+        let fp4 = FusedCall { pattern: FusedPattern { residual: true, gemma: false, fp8: false, nvfp4: true }, ..c };
+        assert_eq!((fp4.out_bytes(), fp4.scale_out_bytes()), (1024, 128 * 64));
+        let n4 = FusedBufs { scale: base + 20480, scale_out: base + 24576, norm_out: base + 16384 - 1024, ..ok };
+        assert!(n4.check(&fp4).is_ok(), "{:?}", n4.check(&fp4));
+        let field = |b: FusedBufs, c: &FusedCall| match b.check(c) {
+            Err(Error::InvalidArgument { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(FusedBufs { scale_out: 0, ..n4 }, &fp4), "scale_out", "no block scales");
+        assert_eq!(field(FusedBufs { scale_out: base + 24578, ..n4 }, &fp4), "scale_out", "misaligned block scales");
+        assert_eq!(field(FusedBufs { scale_out: base + 16384, ..n4 }, &fp4), "scale_out", "block scales over residual_out");
+        assert_eq!(field(FusedBufs { scale: 0, ..n4 }, &fp4), "scale", "no global scale");
+        assert_eq!(field(FusedBufs { norm_out: ok.input, ..n4 }, &fp4), "buffers", "NVFP4 output in x");
+        assert_eq!(field(FusedBufs { scale_out: base + 24576, ..q }, &fp8), "scale_out", "block scales without NVFP4");
+        assert_eq!(n4.unfused_sum(&fp4), n4.residual_out);
+        let bad = |pattern: FusedPattern, hidden: usize| FusedCall { pattern, hidden, ..c }.validate();
+        assert!(bad(FusedPattern { fp8: true, ..fp4.pattern }, 1024).is_err(), "FP8 and NVFP4 at once");
+        assert!(bad(fp4.pattern, 1032).unwrap_err().to_string().contains("multiple of 16"), "a partial scale block");
+        assert!(bad(fp4.pattern, 1040).is_ok());
     }
 
     #[test]
     fn patterns_have_names_flags_and_parse_back() {
         let all = FusedPattern::all();
-        assert_eq!(all.len(), 8);
+        assert_eq!(all.len(), 12);
         let mut flags: Vec<u32> = all.iter().map(|p| p.flags()).collect();
         flags.sort_unstable();
-        assert_eq!(flags, (0..8).collect::<Vec<_>>());
+        assert_eq!(flags, (0..8).chain(16..20).collect::<Vec<_>>());
         for p in &all {
             assert_eq!(FusedPattern::parse(&p.name()).unwrap(), *p);
-            let r = crate::testing::NormPattern { residual: p.residual, gemma: p.gemma, fp8_scale: p.fp8.then_some(1.0) };
+            let r = crate::testing::NormPattern { residual: p.residual, gemma: p.gemma, fp8_scale: p.fp8.then_some(1.0), nvfp4_scale: p.nvfp4.then_some(1.0) };
             assert_eq!(r.name(), p.name(), "the reference's name");
         }
         assert_eq!(FusedPattern::ADD_RMSNORM.name(), "add_rmsnorm");
@@ -550,5 +623,6 @@ mod tests {
         let gemma = FusedPattern { gemma: true, ..FusedPattern::ADD_RMSNORM };
         assert_ne!(abi::fused_desc_code(Algorithm::OneshotPush, c.dtype, c.pattern.flags()), abi::fused_desc_code(Algorithm::OneshotPush, c.dtype, gemma.flags()));
         assert_eq!(FusedCall { pattern: FusedPattern { fp8: true, ..FusedPattern::ADD_RMSNORM }, ..c }.out_bytes(), 2048);
+        assert_eq!(FusedPattern::parse("rmsnorm_gemma_nvfp4").unwrap(), FusedPattern { residual: false, gemma: true, fp8: false, nvfp4: true });
     }
 }

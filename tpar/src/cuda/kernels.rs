@@ -279,7 +279,7 @@ mod tests {
         assert!(!h.contains("#include"), "the header splices in everything it includes");
         assert!(h.contains("sizeof(TparArgs) == 344"));
         assert!(h.contains("sizeof(TparIo) == 256"));
-        assert!(h.contains("sizeof(TparFusedArgs) == 392") && h.contains("sizeof(TparNorm) == 48"));
+        assert!(h.contains("sizeof(TparFusedArgs) == 400") && h.contains("sizeof(TparNorm) == 56"));
         assert!(h.contains("#define TPAR_SCRATCH_OFFSET 512u") && h.contains("#define TPAR_TILE_VECS 32u"));
         assert!(h.contains("#define TPAR_MAX_RANKS 16"));
         assert!(h.contains("#define TPAR_MAX_BLOCKS 64"));

@@ -56,29 +56,29 @@ pub struct NormPattern {
     pub gemma: bool,
     /// The FP8 e4m3fn output's static per-tensor scale (vLLM's `static_scaled_fp8_quant`).
     pub fp8_scale: Option<f32>,
+    /// The NVFP4 output's global scale (vLLM's `scaled_fp4_quant`, [`super::quant_nvfp4`]);
+    /// never with `fp8_scale`.
+    pub nvfp4_scale: Option<f32>,
 }
 
 impl NormPattern {
-    /// Every pattern of the family: {residual, none} x {plain, gemma} x {dtype, fp8}.
-    pub fn all(fp8_scale: f32) -> Vec<NormPattern> {
+    /// Every pattern of the family: {residual, none} x {plain, gemma} x {dtype, fp8, nvfp4}.
+    pub fn all(fp8_scale: f32, nvfp4_scale: f32) -> Vec<NormPattern> {
         let mut v = Vec::new();
-        for fp8 in [None, Some(fp8_scale)] {
+        for (fp8, nvfp4) in [(None, None), (Some(fp8_scale), None), (None, Some(nvfp4_scale))] {
             for gemma in [false, true] {
                 for residual in [true, false] {
-                    v.push(NormPattern {
-                        residual,
-                        gemma,
-                        fp8_scale: fp8,
-                    });
+                    v.push(NormPattern { residual, gemma, fp8_scale: fp8, nvfp4_scale: nvfp4 });
                 }
             }
         }
         v
     }
 
-    /// A short name: `[add_]rmsnorm[_gemma][_fp8]` (the CLI's column and `--pattern` value).
+    /// A short name: `[add_]rmsnorm[_gemma][_fp8|_nvfp4]` (the CLI's column and `--pattern` value).
     pub fn name(&self) -> String {
-        crate::kinds::norm_pattern_name(self.residual, self.gemma, self.fp8_scale.is_some())
+        let quant = if self.nvfp4_scale.is_some() { "nvfp4" } else if self.fp8_scale.is_some() { "fp8" } else { "" };
+        crate::kinds::norm_pattern_name(self.residual, self.gemma, quant)
     }
 }
 
@@ -157,6 +157,8 @@ pub struct NormOutputs<T> {
     pub out: Vec<T>,
     /// The FP8 e4m3fn bits of `out` quantized (`fp8_scale` patterns).
     pub fp8: Option<Vec<u8>>,
+    /// `out` quantized to NVFP4 (`nvfp4_scale` patterns): codes and swizzled block scales.
+    pub nvfp4: Option<super::Nvfp4>,
     /// The updated residual (`residual` patterns).
     pub residual_out: Option<Vec<T>>,
 }
@@ -165,7 +167,9 @@ pub struct NormOutputs<T> {
 /// r = round(x + residual) in f32 (else r = x); per row, ss = [`tree_sum`] of r's squares,
 /// inv = [`inv_rms`]; out = round((r * inv) * g) with g = w, or f32(w) + 1.0 for Gemma; with
 /// a scale, fp8 = [`quant_fp8_static`] of out (the engines quantize the norm's dtype
-/// output). Errors where a residual's presence does not match the pattern.
+/// output); with an NVFP4 global scale, nvfp4 = [`super::quant_nvfp4`] of out. Errors where
+/// a residual's presence does not match the pattern, where both scales are given, and where
+/// NVFP4 rows are not whole 16-element blocks.
 pub fn rmsnorm_pattern<T: Element>(
     x: &[T],
     residual: Option<&[T]>,
@@ -200,6 +204,9 @@ pub fn rmsnorm_pattern<T: Element>(
             ),
         });
     }
+    if p.fp8_scale.is_some() && p.nvfp4_scale.is_some() {
+        return Err(crate::error::Error::invalid("pattern", format!("pattern {}: FP8 and NVFP4 outputs exclude each other", p.name())));
+    }
     let r: Vec<T> = match residual {
         Some(res) => x
             .iter()
@@ -233,9 +240,14 @@ pub fn rmsnorm_pattern<T: Element>(
             .map(|v| quant_fp8_static(v.to_f32(), s))
             .collect()
     });
+    let nvfp4 = match p.nvfp4_scale {
+        Some(gs) => Some(super::quant_nvfp4(&out.iter().map(|v| v.to_f32()).collect::<Vec<f32>>(), hidden, gs)?),
+        None => None,
+    };
     Ok(NormOutputs {
         out,
         fp8,
+        nvfp4,
         residual_out: p.residual.then_some(r),
     })
 }
@@ -518,6 +530,21 @@ mod tests {
                 }
             }
         }
+        if let (Some(q), Some(gs)) = (&o.nvfp4, p.nvfp4_scale) {
+            // Dequantized: within half a code step of out at the block's scale, plus the
+            // scale's own e4m3 rounding (2^-4 relative) where the block's largest saturate.
+            for (e, n) in o.out.iter().enumerate() {
+                let (row, col) = (e / hidden, e % hidden);
+                let sf = fp8_e4m3_value(q.scales[super::super::nvfp4_scale_offset(row, col / 16, hidden)]) as f64 / gs as f64;
+                let got = super::super::e2m1_value(q.packed[e / 2] >> (4 * (e % 2))) as f64 * sf;
+                let want = (n.to_f32() as f64).clamp(-6.0 * sf, 6.0 * sf); // a block scale clamped to 448 saturates its largest
+                let r = if sf > 0.0 { (want / sf).abs() } else { 0.0 };
+                let step = if r < 2.0 { 0.5 } else if r < 4.0 { 1.0 } else { 2.0 };
+                if !(got - want).abs().le(&(step / 2.0 * sf * (1.0 + 1e-6) + want.abs() / 16.0 + 1e-30)) {
+                    bad += 1;
+                }
+            }
+        }
         bad
     }
 
@@ -530,7 +557,7 @@ mod tests {
             weight: f.weight,
         };
         let x = expected(&f.xs);
-        for p in NormPattern::all(0.004) {
+        for p in NormPattern::all(0.004, 448.0 * 6.0 / 4.0) {
             let res = p.residual.then_some(f.residual.as_slice());
             let o = expected_rmsnorm(&f.xs, res, &f.weight, hidden, eps, &p).expect("valid shapes");
             assert_eq!(

@@ -93,7 +93,9 @@ pub struct BenchArgs {
     /// --fused: patterns of the family, a comma list or all [default: add_rmsnorm]:
     /// add_rmsnorm (all-reduce + residual add + RMSNorm), rmsnorm (no residual),
     /// add_rmsnorm_gemma, rmsnorm_gemma (weight + 1), add_rmsnorm_fp8, rmsnorm_fp8,
-    /// add_rmsnorm_gemma_fp8, rmsnorm_gemma_fp8 (FP8 e4m3 output, static scale)
+    /// add_rmsnorm_gemma_fp8, rmsnorm_gemma_fp8 (FP8 e4m3 output, static scale),
+    /// add_rmsnorm_nvfp4, rmsnorm_nvfp4, add_rmsnorm_gemma_nvfp4, rmsnorm_gemma_nvfp4 (NVFP4
+    /// output, static global scale)
     #[arg(long, requires = "fused", help_heading = "Fused all-reduce + add-RMSNorm")]
     pub pattern: Option<String>,
 }

@@ -1,8 +1,8 @@
 //! `tpar bench --fused`: the fused all-reduce + residual add + RMSNorm (and, with --pattern,
 //! the rest of the family) timed in the same run as the all-reduce alone and as the
 //! all-reduce followed by tpar's add-RMSNorm kernel of the same pattern (what an engine runs:
-//! its all-reduce, then its fused_add_rms_norm / rms_norm, the FP8 quantization in the same
-//! kernel), per (pattern, hidden, rows, algorithm, mode), on emulated ranks. Each point is checked first (one fused call on fresh
+//! its all-reduce, then its fused_add_rms_norm / rms_norm, the FP8 or NVFP4 quantization in
+//! the same kernel), per (pattern, hidden, rows, algorithm, mode), on emulated ranks. Each point is checked first (one fused call on fresh
 //! inputs, bit for bit: #wrong). Torch's unfused ops are timed by bench/compare/fused_torch.py.
 
 use super::args::BenchArgs;

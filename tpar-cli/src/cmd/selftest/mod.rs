@@ -158,7 +158,9 @@ pub struct FusedArgs {
     /// one pattern, every call is of it). Names: add_rmsnorm (all-reduce + residual add +
     /// RMSNorm), rmsnorm (no residual), add_rmsnorm_gemma, rmsnorm_gemma (the Gemma weight
     /// offset, weight + 1), add_rmsnorm_fp8, rmsnorm_fp8, add_rmsnorm_gemma_fp8,
-    /// rmsnorm_gemma_fp8 (the output FP8 e4m3, static per-tensor scale)
+    /// rmsnorm_gemma_fp8 (the output FP8 e4m3, static per-tensor scale), add_rmsnorm_nvfp4,
+    /// rmsnorm_nvfp4, add_rmsnorm_gemma_nvfp4, rmsnorm_gemma_nvfp4 (the output NVFP4: e2m1
+    /// codes and 128x4-swizzled e4m3 block scales, static global scale)
     #[arg(long, default_value = "all")]
     pub pattern: String,
     /// eager, graph or both

@@ -1,7 +1,7 @@
 //! [`Launcher::check_abi`]: runs `tpar_abi_offsets` (io.cuh) once per process and device
 //! and compares the device compiler's field offsets with abi.rs. Slots: 0-15 TparArgs,
 //! TparError and TparState fields; 16-21 TparFusedArgs (its norm part, its size); 22-23
-//! TparArgs.io and TparIo.output; 24-25 the norm's scale and flags.
+//! TparArgs.io and TparIo.output; 24-26 the norm's scale, flags and scale_out.
 
 use super::super::abi::{self, TparArgs, TparState};
 use super::super::driver::{DeviceBuffer, Device, Stream};
@@ -12,7 +12,7 @@ impl Launcher {
     /// Runs `tpar_abi_offsets` and compares the device compiler's field offsets with abi.rs.
     pub(super) fn check_abi(&mut self, dev: &Device, stream: &Stream) -> Result<()> {
         use std::mem::offset_of;
-        const N: usize = 26;
+        const N: usize = 27;
         let out = DeviceBuffer::new(dev, N * 8)?;
         let f = self.probe.function("tpar_abi_offsets")?;
         // SAFETY: tpar_abi_offsets takes one u64 pointer; `out` holds N u64 and outlives the sync below.
@@ -47,6 +47,7 @@ impl Launcher {
             offset_of!(abi::TparIo, output),
             offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, scale),
             offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, flags),
+            offset_of!(abi::TparFusedArgs, n) + offset_of!(abi::TparNorm, scale_out),
         ]
         .map(|x| x as u64);
         if got != want {
