@@ -224,7 +224,7 @@ def fusion_routing(rank, world):
     # FlashInfer's AllReduceFusionPattern codes (kARResidualRMSNorm, ...FP8Quant,
     # ...FP4Quant, ...OutFP8Quant), which install_vllm reads from flashinfer.comm.
     PLAIN, FP8, FP4, OUT_FP8 = 1, 2, 3, 4
-    fusion._vllm["code"], fusion._vllm["fp8_code"] = PLAIN, FP8
+    fusion._vllm["code"], fusion._vllm["fp8_code"], fusion._vllm["fp4_code"] = PLAIN, FP8, FP4
 
     def recorder(*a, **k):
         handed.append(f"code{a[8]}-wb{k.get('weight_bias')}-q{None if k.get('quant_out') is None else k['quant_out'].dtype}-s{k.get('scale_factor') is not None}-so{k.get('scale_out') is not None}-w{a[2].dtype}")
@@ -278,14 +278,49 @@ def fusion_routing(rank, world):
                 elif fp8:
                     ok = ok and bits(x) == bits(xs[rank])  # the FP8 pattern writes no norm
                 forms[f"res{int(with_res)}-gemma{int(wb)}-fp8{int(fp8)}"] = ok
+    # The NVFP4 pattern (as vLLM's pass emits it: uint8 quant_out, its int32 scales viewed as
+    # float8_e4m3fn, the global scale [1, 1]): codes and every real block scale bit for bit
+    # the reference, the scale tensor's padding and the unused norm_out untouched.
+    from tpar.testing import nvfp4_scale_shape
+
+    gs = torch.tensor([[448.0 * 6.0 / 4.5]], dtype=torch.float32)
+    sshape = nvfp4_scale_shape(3, 1024)
+    real = torch.zeros(sshape[0] * sshape[1] * 4, dtype=torch.bool)
+    for row in range(3):
+        for kb in range(1024 // 16):
+            real[(row // 128 * sshape[1] + kb // 4) * 512 + row % 32 * 16 + row // 32 % 4 * 4 + kb % 4] = True
+    for with_res in (True, False):
+        for wb in (0.0, 1.0):
+            r0 = res.clone() if with_res else torch.zeros_like(res)
+            (want_q, want_sf), want_r = reference_rmsnorm(xs, w, 1e-6, residual=r0, gemma=wb == 1.0, nvfp4_scale=gs)
+            x, r = xs[rank].clone(), r0.clone()
+            n = None if with_res else torch.full_like(x, float("nan"))
+            q = torch.full((3, 512), 0xA5, dtype=torch.uint8)
+            sf = torch.full(sshape, 0x7FA57FA5, dtype=torch.int32).view(torch.float8_e4m3fn)
+            before = len(handed)
+            fusion.vllm_fused_allreduce_norm(
+                x, r, w, 1e-6, world, True, True, 64, FP4, norm_out=n, quant_out=q, scale_out=sf,
+                scale_factor=gs, weight_bias=wb, _group_ca=lambda: ca,
+            )
+            res_out = r if with_res else x
+            got_sf, want_b = sf.view(torch.uint8).reshape(-1), want_sf.view(torch.uint8).reshape(-1)
+            ok = len(handed) == before and bits(q) == bits(want_q) and bits(res_out) == bits(want_r)
+            ok = ok and torch.equal(got_sf[real], want_b[real]) and bool((got_sf[~real] == torch.tensor([0xA5, 0x7F], dtype=torch.uint8).repeat(2)[torch.arange(real.numel())[~real] % 4]).all())
+            if not with_res:
+                ok = ok and bits(r) == bits(r0) and bool(torch.isnan(n).all())
+            else:
+                ok = ok and bits(x) == bits(xs[rank])  # the NVFP4 pattern writes no norm
+            forms[f"res{int(with_res)}-gemma{int(wb)}-nvfp4"] = ok
     rec["vllm_forms"] = forms
-    # Handed back: NVFP4, the Out-FP8 pattern, another weight offset, a weight of another
+    # Handed back: NVFP4 forms tpar does not write, the Out-FP8 pattern, another weight offset, a weight of another
     # dtype, an FP8 pattern without a scale (dynamic) or with a quant_out tpar does not write,
     # a plain pattern with a quant_out.
     w32 = w.float()
     fp4_out = torch.empty(3, 512, dtype=torch.uint8)
     back = [
         dict(code=FP4, quant_out=fp4_out, scale_out=torch.empty(64, dtype=torch.uint8), scale_factor=scale),
+        dict(code=FP4, quant_out=fp4_out, scale_out=torch.empty(sshape, dtype=torch.int32).view(torch.float8_e4m3fn)),
+        dict(code=FP4, quant_out=torch.empty(3, 1024, dtype=torch.uint8), scale_out=torch.empty(sshape, dtype=torch.int32).view(torch.float8_e4m3fn), scale_factor=scale),
         dict(code=OUT_FP8, norm_out=torch.empty_like(xs[rank]), quant_out=torch.empty(3, 1024, dtype=torch.float8_e4m3fn), scale_factor=scale),
         dict(code=PLAIN, weight_bias=0.5),
         dict(code=PLAIN, gamma=w32),
@@ -402,6 +437,67 @@ def collective_mismatch(rank, world):
         raise AssertionError(f"rank {rank}: calls of different collectives returned")
     except tpar.TparError as e:
         return {"type": type(e).__name__, "message": str(e), "seconds": time.monotonic() - t0}
+
+def fused_nvfp4_cpu(rank, world, shapes, seed=17):
+    """Communicator.all_reduce_rmsnorm(..., nvfp4_scale=) on CPU ranks, every NVFP4 pattern
+    (residual or not, Gemma or not), eager and through tpar::all_reduce_rmsnorm_nvfp4: codes,
+    swizzled scales and the residual bit for bit tpar.testing.reference_rmsnorm; a given
+    scale_out keeps its padding; bad arguments raise with tpar's message."""
+    from tpar.testing import make_fused_inputs, nvfp4_scale_shape, reference_rmsnorm
+    from tpar.torch import _nvfp4_scale_offsets
+
+    comm = tt.Communicator(device="cpu")
+    h = hashlib.sha256()
+    wrong = cases = 0
+    gs = torch.tensor([448.0 * 6.0 / 4.5], dtype=torch.float32)
+    padding_kept = True
+    for rows, hidden in shapes:
+        seed += 1
+        xs, res, w = make_fused_inputs(seed, world, rows, hidden, torch.bfloat16)
+        for residual in (True, False):
+            for gemma in (False, True):
+                r = res.clone() if residual else None
+                (want_q, want_sf), want_r = reference_rmsnorm(xs, w, 1e-6, residual=r, gemma=gemma, nvfp4_scale=gs)
+                x = xs[rank].clone()
+                q, sf, ro = comm.all_reduce_rmsnorm(x, w, 1e-6, residual=r, gemma=gemma, nvfp4_scale=gs)
+                wrong += bits(q) != bits(want_q) or not torch.equal(sf, want_sf)
+                wrong += (ro is None) != (want_r is None) or (ro is not None and bits(ro) != bits(want_r))
+                wrong += bits(x) != bits(xs[rank]) or (r is not None and bits(r) != bits(res))
+                q3, sf3, ro3 = torch.ops.tpar.all_reduce_rmsnorm_nvfp4(xs[rank], w, 1e-6, r, gemma, gs, comm.handle)
+                wrong += bits(q3) != bits(want_q) or not torch.equal(sf3, want_sf)
+                wrong += (ro3.numel() == 0) != (want_r is None) or (want_r is not None and bits(ro3) != bits(want_r))
+                # A given scale_out: the rows' scales written, the padding kept.
+                given = torch.full(nvfp4_scale_shape(rows, hidden), 0x7FA57FA5, dtype=torch.int32)
+                out = torch.empty_like(want_q)
+                comm.all_reduce_rmsnorm(xs[rank].clone(), w, 1e-6, residual=r, gemma=gemma, nvfp4_scale=gs, out=out, scale_out=given)
+                real = torch.zeros(given.numel() * 4, dtype=torch.bool)
+                real[_nvfp4_scale_offsets(rows, hidden // 16, hidden)] = True
+                gb, wb = given.view(torch.uint8).reshape(-1), want_sf.view(torch.uint8).reshape(-1)
+                wrong += bits(out) != bits(want_q) or not torch.equal(gb[real], wb[real])
+                poison = torch.tensor([0xA5, 0x7F], dtype=torch.uint8).repeat(2)[torch.arange(real.numel()) % 4]
+                padding_kept &= bool(torch.equal(gb[~real], poison[~real]))
+                h.update(bits(q) + sf.view(torch.uint8).numpy().tobytes() + (bits(ro) if ro is not None else b""))
+                cases += 1
+    xs, res, w = make_fused_inputs(99, world, 3, 1024, torch.bfloat16)
+    bad = 0
+    for kwargs in (
+        dict(nvfp4_scale=torch.tensor([1.0, 2.0])),
+        dict(nvfp4_scale=gs, fp8_scale=gs),
+        dict(nvfp4_scale=gs, out=torch.empty(3, 1024, dtype=torch.uint8)),
+        dict(nvfp4_scale=gs, scale_out=torch.empty(128, 4, dtype=torch.int32)),
+        dict(scale_out=torch.empty(nvfp4_scale_shape(3, 1024), dtype=torch.int32)),
+    ):
+        try:
+            comm.all_reduce_rmsnorm(xs[rank], w, 1e-6, **kwargs)
+        except tt.InvalidArgumentError as e:
+            bad += "invalid argument" in str(e)
+    try:
+        comm.all_reduce_rmsnorm(xs[rank][:, :1000].contiguous(), w[:1000].contiguous(), 1e-6, nvfp4_scale=gs)
+    except tt.InvalidArgumentError as e:
+        bad += "multiple of 16" in str(e)
+    comm.close()
+    return {"wrong": int(wrong), "cases": cases, "digest": h.hexdigest(), "bad_args_raise": bad == 6, "padding_kept": padding_kept}
+
 
 def fused_family_cpu(rank, world, shapes, dtypes, seed=5):
     """Communicator.all_reduce_rmsnorm on CPU ranks, every pattern (residual or not, Gemma or

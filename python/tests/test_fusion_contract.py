@@ -11,8 +11,8 @@ What must hold for the replacement to be seen and to keep the engines' contract:
   them, after the plug-ins), vLLM registered ``call_trtllm_fused_allreduce_norm`` as that op
   with the parameters and mutated arguments tpar's op has (so ``auto_functionalized``'s
   output indices keep their meaning), every call the replacements emit is a form tpar has
-  decided (``VLLM_FORMS``: the add + RMSNorm, plain or Gemma, and the static FP8 one taken,
-  NVFP4 handed back), and the TP group's custom all-reduce is
+  decided (``VLLM_FORMS``: the add + RMSNorm, plain or Gemma, the static FP8 one and the
+  NVFP4 one taken), and the TP group's custom all-reduce is
   ``get_tp_group().device_communicator.ca_comm``.
 - SGLang: its one CUDA fused form is the residual add + RMSNorm (its FP8 one is ROCm's);
   ``flashinfer_allreduce_residual_rmsnorm`` has tpar's parameters, is imported
@@ -150,7 +150,7 @@ VLLM_FORMS = {
     ("kARResidualRMSNorm", "0.0", "None", "None", None): "taken",  # add + RMSNorm, with or without norm_out
     ("kARResidualRMSNorm", "1.0", "None", "None", None): "taken",  # Gemma
     ("kARResidualRMSNormFP8Quant", "0.0", "result_quant", "None", "scale"): "taken",  # + static FP8
-    ("kARResidualRMSNormFP4Quant", "0.0", "quant_result", "output_scale_fp8", "input_global_scale"): "FlashInfer",  # NVFP4
+    ("kARResidualRMSNormFP4Quant", "0.0", "quant_result", "output_scale_fp8", "input_global_scale"): "taken",  # + NVFP4 (swizzled scales)
 }
 
 
@@ -233,9 +233,11 @@ def test_fused_routing_on_cpu_ranks():
         assert r.get("ok"), f"rank {r['rank']}: {r.get('error_type')}: {r.get('message')}\n{r['output']}"
         res = r["result"]
         assert res["vllm_inplace"] and res["vllm_norm_out"] and res["sglang"] and res["sglang_gemma"], res
-        assert len(res["vllm_forms"]) == 8 and all(res["vllm_forms"].values()), res["vllm_forms"]
+        assert len(res["vllm_forms"]) == 12 and all(res["vllm_forms"].values()), res["vllm_forms"]
         assert res["handed_back"] == [
-            "code3-wb0.0-qtorch.uint8-sTrue-soTrue-wtorch.bfloat16",  # NVFP4
+            "code3-wb0.0-qtorch.uint8-sTrue-soTrue-wtorch.bfloat16",  # NVFP4 with scales not of the swizzled tensor's size
+            "code3-wb0.0-qtorch.uint8-sFalse-soTrue-wtorch.bfloat16",  # NVFP4 without a global scale
+            "code3-wb0.0-qtorch.uint8-sTrue-soTrue-wtorch.bfloat16",  # NVFP4 codes of the wrong shape
             "code4-wb0.0-qtorch.float8_e4m3fn-sTrue-soFalse-wtorch.bfloat16",  # the Out-FP8 pattern
             "code1-wb0.5-qNone-sFalse-soFalse-wtorch.bfloat16",  # another weight offset
             "code1-wb0.0-qNone-sFalse-soFalse-wtorch.float32",  # a float32 weight

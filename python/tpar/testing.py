@@ -12,6 +12,10 @@ so can an engine's). Imports torch.
     # the family: no residual, the Gemma offset, a static FP8 e4m3 output
     out, res_out = comm.all_reduce_rmsnorm(x, w, 1e-6, residual=res, gemma=True, fp8_scale=s)
     want_out, want_res = reference_rmsnorm(xs, w, 1e-6, residual=res, gemma=True, fp8_scale=s)
+
+    # an NVFP4 output (vLLM's scaled_fp4_quant, swizzled block scales)
+    q, sf, res_out = comm.all_reduce_rmsnorm(x, w, 1e-6, residual=res, nvfp4_scale=gs)
+    (want_q, want_sf), want_res = reference_rmsnorm(xs, w, 1e-6, residual=res, nvfp4_scale=gs)
 """
 
 from __future__ import annotations
@@ -31,10 +35,16 @@ __all__ = [
     "quant_fp8_static",
     "rmsnorm",
     "reference_rmsnorm",
+    "E2M1_MAX",
+    "NVFP4_BLOCK",
+    "e2m1_codes",
+    "nvfp4_scale_shape",
+    "swizzle_nvfp4_scales",
+    "quant_nvfp4",
 ]
 
 #: The integer view of each dtype, for bitwise comparison.
-INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8}
+INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float8_e4m3fn: torch.uint8, torch.uint8: torch.uint8, torch.int32: torch.int32}
 
 
 def make_inputs(seed: int, world: int, n: int, dtype: torch.dtype):
@@ -147,13 +157,77 @@ def quant_fp8_static(t: torch.Tensor, scale) -> torch.Tensor:
     return y.to(torch.float8_e4m3fn)
 
 
-def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, residual=None, gemma: bool = False, fp8_scale=None):
+#: The largest e2m1 magnitude, and the elements that share one NVFP4 block scale.
+E2M1_MAX = 6.0
+NVFP4_BLOCK = 16
+
+
+def e2m1_codes(y: torch.Tensor) -> torch.Tensor:
+    """The e2m1 codes (int64, sign 8, magnitude codes 0-7 for 0, 0.5, 1, 1.5, 2, 3, 4, 6) of
+    float32 ``y``: ``|y|`` clamped to 6 and rounded to the nearest grid value, ties to the even
+    code (the count of rounding boundaries it passes); the sign kept; NaN passes none. Bit for
+    bit ``tpar::testing::e2m1_bits``."""
+    m = y.abs()
+    q = sum(c.to(torch.int64) for c in (m > 0.25, m >= 0.75, m > 1.25, m >= 1.75, m > 2.5, m >= 3.5, m > 5.0))
+    return q | (torch.signbit(y).to(torch.int64) << 3)
+
+
+def nvfp4_scale_shape(rows: int, hidden: int):
+    """The int32 shape of vLLM's swizzled NVFP4 scale tensor: rows padded to 128, the row's
+    ``hidden / 16`` e4m3 scales padded to a multiple of 4, four to an int32."""
+    return (-(-rows // 128) * 128, -(-(hidden // NVFP4_BLOCK) // 4))
+
+
+def swizzle_nvfp4_scales(linear: torch.Tensor) -> torch.Tensor:
+    """Block scales (uint8, rows x hidden / 16) into vLLM's 128x4-swizzled layout, the padding
+    0, viewed as its int32 tensor (``nvfp4_scale_shape``): byte ``(row / 128 * k_tiles + kb /
+    4) * 512 + row % 32 * 16 + row / 32 % 4 * 4 + kb % 4`` holds the scale of block kb of row
+    row (``tpar::testing::nvfp4_scale_offset``)."""
+    rows, nb = linear.shape
+    r128, k4 = nvfp4_scale_shape(rows, nb * NVFP4_BLOCK)
+    padded = torch.zeros((r128, k4 * 4), dtype=torch.uint8, device=linear.device)
+    padded[:rows, :nb] = linear
+    t = padded.reshape(r128 // 128, 4, 32, k4, 4).permute(0, 3, 2, 1, 4).contiguous()
+    return t.reshape(-1).view(torch.int32).reshape(r128, k4)
+
+
+def quant_nvfp4(t: torch.Tensor, global_scale):
+    """vLLM's ``scaled_fp4_quant(t, global_scale)`` with the swizzled scale layout, bit for bit
+    as tpar's kernels and ``tpar::testing::quant_nvfp4``: per block of 16 elements of a row
+    (the last dimension, a multiple of 16), ``amax = max |t|``; ``sf = e4m3fn(gs * (amax *
+    float32(1/6)))`` (``quant_fp8_static`` with scale 1: clamped to 448, nearest even);
+    ``os = 1 / (float32(sf) * (1 / gs))`` with exact float32 reciprocals, 0 where a divisor is
+    0 (vLLM's Python reference; its CUDA kernel's ``rcp.approx.ftz`` may differ in the last
+    bit); the codes ``e2m1_codes(t * os)``, two a byte, the even element in the low nibble.
+    Returns (codes uint8 ``[..., hidden / 2]``, scales int32 ``nvfp4_scale_shape``)."""
+    hidden = t.shape[-1]
+    if hidden % NVFP4_BLOCK != 0 or t.dim() == 0:
+        raise ValueError(f"NVFP4 needs rows of a multiple of {NVFP4_BLOCK} elements, got shape {tuple(t.shape)}")
+    x = t.double().reshape(-1, hidden // NVFP4_BLOCK, NVFP4_BLOCK)
+    gs = torch.as_tensor(global_scale, dtype=torch.float32).reshape(()).to(t.device).double()
+    r6 = float(torch.tensor(1.0 / E2M1_MAX, dtype=torch.float32))
+    amax = x.abs().amax(-1)
+    sf = quant_fp8_static(_rn(gs * _rn(amax * r6).double()), torch.tensor(1.0))
+    sfv = sf.to(torch.float32).double()
+    rg = torch.where(gs == 0, torch.zeros_like(gs), _rn(1.0 / gs).double())
+    d = _rn(sfv * rg).double()
+    os = torch.where(d == 0, torch.zeros_like(d), _rn(1.0 / d).double())
+    codes = e2m1_codes(_rn(x * os[..., None])).reshape(-1, hidden)
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).reshape(*t.shape[:-1], hidden // 2)
+    return packed, swizzle_nvfp4_scales(sf.view(torch.uint8).reshape(-1, hidden // NVFP4_BLOCK))
+
+
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, residual=None, gemma: bool = False, fp8_scale=None, nvfp4_scale=None):
     """tpar's RMSNorm family on ``x`` (rows of ``weight.numel()``), bit for bit: with a
     residual, ``r = round(x + residual)`` (float32 add), else ``r = x``; per row ``inv = 1 /
     sqrt(tree_sum(r * r) / hidden + eps)``; ``out = round((r * inv) * g)`` with ``g = weight``
     or, Gemma, ``g = float32(weight) + 1.0`` (vLLM's and SGLang's GemmaRMSNorm); with
-    ``fp8_scale``, ``out`` quantized by ``quant_fp8_static``. Returns ``(out, residual_out)``
-    (``residual_out`` None without a residual). Works on any device."""
+    ``fp8_scale``, ``out`` quantized by ``quant_fp8_static``; with ``nvfp4_scale`` (the global
+    scale; never with ``fp8_scale``), ``out`` is ``quant_nvfp4``'s (codes, swizzled scales).
+    Returns ``(out, residual_out)`` (``residual_out`` None without a residual). Works on any
+    device."""
+    if fp8_scale is not None and nvfp4_scale is not None:
+        raise ValueError("fp8_scale and nvfp4_scale exclude each other")
     dtype, hidden = x.dtype, weight.numel()
     r = _rn(x.double() + residual.double()).to(dtype) if residual is not None else x
     rd = r.double().reshape(-1, hidden)
@@ -166,11 +240,13 @@ def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float, *, residual=None,
     out = _rn(_rn(rd * inv.double()[:, None]).double() * g).to(dtype).reshape(x.shape)
     if fp8_scale is not None:
         out = quant_fp8_static(out, fp8_scale)
+    if nvfp4_scale is not None:
+        out = quant_nvfp4(out, nvfp4_scale)
     return out, (r if residual is not None else None)
 
 
-def reference_rmsnorm(xs, weight: torch.Tensor, eps: float, *, residual=None, gemma: bool = False, fp8_scale=None):
+def reference_rmsnorm(xs, weight: torch.Tensor, eps: float, *, residual=None, gemma: bool = False, fp8_scale=None, nvfp4_scale=None):
     """What tpar's fused all-reduce + RMSNorm family gives every rank, bit for bit:
     ``rmsnorm`` of the rank-order float32 sum rounded once (``reference``)."""
     s = reference([x.reshape(-1) for x in xs], xs[0].dtype).reshape(xs[0].shape)
-    return rmsnorm(s, weight, eps, residual=residual, gemma=gemma, fp8_scale=fp8_scale)
+    return rmsnorm(s, weight, eps, residual=residual, gemma=gemma, fp8_scale=fp8_scale, nvfp4_scale=nvfp4_scale)

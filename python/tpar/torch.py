@@ -10,6 +10,7 @@
     out, res = torch.ops.tpar.all_reduce_add_rmsnorm(x, res, w, eps, comm.handle)
     out, res = comm.all_reduce_rmsnorm(x, w, eps, residual=res, gemma=False, fp8_scale=None)  # the family
     out, res = torch.ops.tpar.all_reduce_rmsnorm(x, w, eps, res, False, None, comm.handle)
+    q, sf, res = comm.all_reduce_rmsnorm(x, w, eps, residual=res, nvfp4_scale=gs)  # NVFP4: codes, swizzled scales
 
 CUDA tensors go through tpar's kernels (``tpar::cuda::GpuCommunicator``), launched directly on
 torch's current stream: no host synchronisation, no event, and the same call works inside
@@ -79,6 +80,15 @@ def _rendezvous_path(group, rank: int) -> str:
         obj[0] = os.path.join(tempfile.mkdtemp(prefix="tpar-", dir=base), "rdzv.sock")
     dist.broadcast_object_list(obj, src=dist.get_global_rank(group, 0), group=group)
     return obj[0]
+
+
+def _nvfp4_scale_offsets(rows: int, blocks: int, hidden: int) -> torch.Tensor:
+    """The byte offsets of every real block scale (rows x blocks) in vLLM's swizzled NVFP4
+    scale tensor (``tpar::testing::nvfp4_scale_offset``)."""
+    k_tiles = -(-(hidden // 16) // 4)
+    r = torch.arange(rows)[:, None]
+    k = torch.arange(blocks)[None, :]
+    return ((r // 128 * k_tiles + k // 4) * 512 + r % 32 * 16 + r // 32 % 4 * 4 + k % 4).reshape(-1)
 
 
 class Communicator:
@@ -390,8 +400,10 @@ class Communicator:
         residual: Optional[torch.Tensor] = None,
         gemma: bool = False,
         fp8_scale: Optional[torch.Tensor] = None,
+        nvfp4_scale: Optional[torch.Tensor] = None,
         out: Optional[torch.Tensor] = None,
         residual_out: Optional[torch.Tensor] = None,
+        scale_out: Optional[torch.Tensor] = None,
     ):
         """The fused all-reduce + RMSNorm family (docs/cuda.md "Fused all-reduce + RMSNorm
         family"): the
@@ -400,11 +412,18 @@ class Communicator:
         with ``gemma`` the weight plus one (``float32(w) + 1.0``, as vLLM's and SGLang's
         GemmaRMSNorm), and with ``fp8_scale`` (a 1-element float32 tensor on x's device) the
         output quantized as vLLM's ``static_scaled_fp8_quant`` (``x * float32(1 / scale)``,
-        clamped to +-448, round to nearest even) into ``torch.float8_e4m3fn``. Returns
-        ``(out, residual_out)``; bit for bit what ``tpar.testing.reference_rmsnorm`` gives, on
-        every rank. Without a residual, ``residual_out`` (when given) receives the all-reduced
+        clamped to +-448, round to nearest even) into ``torch.float8_e4m3fn``; or with
+        ``nvfp4_scale`` (a 1-element float32 tensor on x's device, the global scale) quantized
+        as vLLM's ``scaled_fp4_quant`` (``tpar.testing.quant_nvfp4``; rows of a multiple of 16
+        elements): ``out`` the e2m1 codes (uint8, ``[..., hidden / 2]``, two a byte, the even
+        element in the low nibble) and ``scale_out`` the e4m3fn block scales in vLLM's
+        128x4-swizzled layout viewed as its int32 tensor (``tpar.testing.nvfp4_scale_shape``;
+        tpar writes only the rows' own scales: a new ``scale_out`` is zeroed, a given one
+        keeps its padding). Returns ``(out, residual_out)``, with ``nvfp4_scale`` ``(out,
+        scale_out, residual_out)``; bit for bit what ``tpar.testing.reference_rmsnorm`` gives,
+        on every rank. Without a residual, ``residual_out`` (when given) receives the all-reduced
         sum and is returned; else the second element is None. ``out`` / ``residual_out``
-        given: written in place (``out`` may be ``x`` unless FP8, ``residual_out`` may be
+        given: written in place (``out`` may be ``x`` unless quantized, ``residual_out`` may be
         ``residual`` or ``x``). On CUDA every pattern runs in tpar's fused kernel where the
         plan has one for the size, else tpar's all-reduce (or NCCL) then tpar's norm kernel
         (the same bits); enqueued on the current stream, capturable. CPU ranks: tpar's
@@ -420,17 +439,34 @@ class Communicator:
         if residual is not None:
             if self._validate(residual, "residual") != name or residual.shape != x.shape:
                 raise InvalidArgumentError(f"invalid argument `residual`: {residual.dtype} {tuple(residual.shape)} does not match x's {x.dtype} {tuple(x.shape)}")
-        fp8 = fp8_scale is not None
-        if fp8:
-            if not isinstance(fp8_scale, torch.Tensor) or fp8_scale.dtype != torch.float32 or fp8_scale.numel() != 1:
-                raise InvalidArgumentError(f"invalid argument `fp8_scale`: expected a 1-element float32 tensor, got {fp8_scale!r}")
-            if fp8_scale.device != x.device:
-                raise InvalidArgumentError(f"invalid argument `fp8_scale`: on {fp8_scale.device}, but x is on {x.device}")
-        out_dtype = torch.float8_e4m3fn if fp8 else x.dtype
-        if out is not None and (out.dtype != out_dtype or out.shape != x.shape or out.device != x.device or not out.is_contiguous()):
-            raise InvalidArgumentError(f"invalid argument `out`: {out.dtype} {tuple(out.shape)} on {out.device}; expected contiguous {out_dtype} {tuple(x.shape)} on {x.device}")
-        if fp8 and out is x:
-            raise InvalidArgumentError("invalid argument `out`: the FP8 output cannot be x (1 byte an element)")
+        fp8, nvfp4 = fp8_scale is not None, nvfp4_scale is not None
+        if fp8 and nvfp4:
+            raise InvalidArgumentError("invalid argument `nvfp4_scale`: FP8 and NVFP4 outputs exclude each other (fp8_scale is given too)")
+        for field, sc in (("fp8_scale", fp8_scale), ("nvfp4_scale", nvfp4_scale)):
+            if sc is None:
+                continue
+            if not isinstance(sc, torch.Tensor) or sc.dtype != torch.float32 or sc.numel() != 1:
+                raise InvalidArgumentError(f"invalid argument `{field}`: expected a 1-element float32 tensor, got {sc!r}")
+            if sc.device != x.device:
+                raise InvalidArgumentError(f"invalid argument `{field}`: on {sc.device}, but x is on {x.device}")
+        hidden = weight.numel()
+        if nvfp4 and hidden % 16 != 0:
+            raise InvalidArgumentError(f"invalid argument `hidden`: {hidden}: NVFP4 output needs rows of a multiple of 16 elements (its scale blocks)")
+        out_dtype = torch.float8_e4m3fn if fp8 else torch.uint8 if nvfp4 else x.dtype
+        out_shape = (*x.shape[:-1], hidden // 2) if nvfp4 else tuple(x.shape)
+        if out is not None and (out.dtype != out_dtype or tuple(out.shape) != out_shape or out.device != x.device or not out.is_contiguous()):
+            raise InvalidArgumentError(f"invalid argument `out`: {out.dtype} {tuple(out.shape)} on {out.device}; expected contiguous {out_dtype} {out_shape} on {x.device}")
+        if (fp8 or nvfp4) and out is x:
+            raise InvalidArgumentError(f"invalid argument `out`: the {'FP8' if fp8 else 'NVFP4'} output cannot be x")
+        rows = x.numel() // hidden if hidden else 0
+        if scale_out is not None:
+            from tpar.testing import nvfp4_scale_shape
+
+            want = nvfp4_scale_shape(rows, hidden)
+            if not nvfp4:
+                raise InvalidArgumentError("invalid argument `scale_out`: block scales are the NVFP4 output's (no nvfp4_scale given)")
+            if scale_out.dtype != torch.int32 or tuple(scale_out.shape) != want or scale_out.device != x.device or not scale_out.is_contiguous():
+                raise InvalidArgumentError(f"invalid argument `scale_out`: {scale_out.dtype} {tuple(scale_out.shape)} on {scale_out.device}; expected contiguous torch.int32 {want} on {x.device} (vLLM's swizzled NVFP4 scales)")
         if residual_out is not None and (self._validate(residual_out, "residual_out") != name or residual_out.shape != x.shape):
             raise InvalidArgumentError(f"invalid argument `residual_out`: {residual_out.dtype} {tuple(residual_out.shape)} does not match x's {x.dtype} {tuple(x.shape)}")
         want_sum = residual is not None or residual_out is not None
@@ -438,35 +474,52 @@ class Communicator:
             from tpar.testing import rmsnorm
 
             s = self.all_reduce(x) if self._native is not None else x
-            o, r = rmsnorm(s, weight, float(eps), residual=residual, gemma=gemma, fp8_scale=fp8_scale)
+            o, r = rmsnorm(s, weight, float(eps), residual=residual, gemma=gemma, fp8_scale=fp8_scale, nvfp4_scale=nvfp4_scale)
             if r is None and residual_out is not None:
                 r = s
+            sf = None
+            if nvfp4:
+                o, sf = o
+                if scale_out is not None:
+                    # Only the rows' own scales, as the kernels: the padding keeps its bytes.
+                    from tpar.testing import NVFP4_BLOCK
+
+                    real = torch.zeros(sf.numel() * 4, dtype=torch.bool)
+                    real[_nvfp4_scale_offsets(rows, hidden // NVFP4_BLOCK, hidden)] = True
+                    scale_out.view(torch.uint8).reshape(-1)[real.to(x.device)] = sf.view(torch.uint8).reshape(-1)[real.to(x.device)]
+                    sf = scale_out
             if out is not None:
                 out.copy_(o)
                 o = out
             if residual_out is not None and r is not residual_out:
                 residual_out.copy_(r)
                 r = residual_out
+            if nvfp4:
+                return o, sf, (r if want_sum else None)
             return o, (r if want_sum else None)
-        if not (fp8_scale is None or fp8_scale.is_contiguous()):
-            fp8_scale = fp8_scale.contiguous()
-        hidden = weight.numel()
-        rows = x.numel() // hidden if hidden else 0
+        qscale = fp8_scale if fp8 else nvfp4_scale
+        if not (qscale is None or qscale.is_contiguous()):
+            qscale = qscale.contiguous()
         if out is None:
-            out = torch.empty(x.shape, dtype=out_dtype, device=x.device)
+            out = torch.empty(out_shape, dtype=out_dtype, device=x.device)
+        if nvfp4 and scale_out is None:
+            from tpar.testing import nvfp4_scale_shape
+
+            scale_out = torch.zeros(nvfp4_scale_shape(rows, hidden), dtype=torch.int32, device=x.device)
         if residual_out is None:
             residual_out = torch.empty_like(x)  # the updated residual, or the sum
         capturing = torch.cuda.is_current_stream_capturing()
         stream = torch.cuda.current_stream(self.device).cuda_stream
         res_ptr = residual.data_ptr() if residual is not None else 0
-        scale_ptr = fp8_scale.data_ptr() if fp8 else 0
+        scale_ptr = qscale.data_ptr() if qscale is not None else 0
+        sf_ptr = scale_out.data_ptr() if nvfp4 else 0
         ptrs = (x.data_ptr(), res_ptr, weight.data_ptr(), out.data_ptr(), residual_out.data_ptr())
-        path, _ = self._native.all_reduce_add_rmsnorm(stream, name, rows, hidden, float(eps), *ptrs, capturing, self.nccl_group is None, gemma=bool(gemma), scale=scale_ptr)
+        path, _ = self._native.all_reduce_add_rmsnorm(stream, name, rows, hidden, float(eps), *ptrs, capturing, self.nccl_group is None, gemma=bool(gemma), scale=scale_ptr, scale_out=sf_ptr)
         if path == "nccl":
             # The plan gave this size to NCCL and the caller's group runs it: that all-reduce
             # into the buffer the unfused path sums into (tpar::cuda::FusedBufs::unfused_sum),
             # then tpar's norm kernel in place on it.
-            if not fp8:
+            if not (fp8 or nvfp4):
                 target = out
             elif residual is not None and residual_out is residual:
                 target = x
@@ -475,9 +528,11 @@ class Communicator:
             if target is not x:
                 target.copy_(x)
             dist.all_reduce(target, group=self.nccl_group)
-            self._native.add_rmsnorm(stream, name, rows, hidden, float(eps), target.data_ptr(), res_ptr, weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(), gemma=bool(gemma), scale=scale_ptr)
+            self._native.add_rmsnorm(stream, name, rows, hidden, float(eps), target.data_ptr(), res_ptr, weight.data_ptr(), out.data_ptr(), residual_out.data_ptr(), gemma=bool(gemma), scale=scale_ptr, scale_out=sf_ptr)
         else:
             self.served_calls += 1
+        if nvfp4:
+            return out, scale_out, (residual_out if want_sum else None)
         return out, (residual_out if want_sum else None)
 
     def all_reduce_add_rmsnorm_(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float):
@@ -615,6 +670,25 @@ if hasattr(torch, "library") and hasattr(torch.library, "custom_op"):
         ) -> Tuple[torch.Tensor, torch.Tensor]:
             out = torch.empty_like(x, dtype=torch.float8_e4m3fn) if fp8_scale is not None else torch.empty_like(x)
             return out, torch.empty_like(residual) if residual is not None else x.new_empty(0)
+
+        @torch.library.custom_op("tpar::all_reduce_rmsnorm_nvfp4", mutates_args=())
+        def _all_reduce_rmsnorm_nvfp4_op(
+            x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor], gemma: bool, global_scale: torch.Tensor, handle: int
+        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            # (codes, swizzled int32 scales, residual_out); without a residual, residual_out is
+            # an empty tensor (a custom op returns no None).
+            out, sf, res = _by_handle(handle).all_reduce_rmsnorm(x, weight, eps, residual=residual, gemma=gemma, nvfp4_scale=global_scale)
+            return out, sf, res if res is not None else x.new_empty(0)
+
+        @_all_reduce_rmsnorm_nvfp4_op.register_fake
+        def _all_reduce_rmsnorm_nvfp4_fake(
+            x: torch.Tensor, weight: torch.Tensor, eps: float, residual: Optional[torch.Tensor], gemma: bool, global_scale: torch.Tensor, handle: int
+        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+            hidden = x.shape[-1]
+            rows = x.numel() // hidden
+            out = x.new_empty((*x.shape[:-1], hidden // 2), dtype=torch.uint8)
+            sf = x.new_empty((-(-rows // 128) * 128, -(-(hidden // 16) // 4)), dtype=torch.int32)
+            return out, sf, torch.empty_like(residual) if residual is not None else x.new_empty(0)
 
     except RuntimeError:  # registered already (the module was reloaded)
         pass

@@ -260,8 +260,8 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     let what = format!("{} {d} (fused, {p:?}) for {arch}", src.file);
                     let u = nvrtc::compile_unit(src.file, &src.translation_unit(), &opts).unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert!(u.ptx.contains(&entry), "{what}: no `{entry}`");
-                    // The entry takes the fused arguments (TparFusedArgs, 392 bytes).
-                    assert!(u.ptx.contains("_param_0[392]"), "{what}: the entry does not take TparFusedArgs");
+                    // The entry takes the fused arguments (TparFusedArgs, 400 bytes).
+                    assert!(u.ptx.contains("_param_0[400]"), "{what}: the entry does not take TparFusedArgs");
                     assert!(u.ptx.contains("shfl.sync.bfly.b32") && u.ptx.contains("sqrt.rn.f32"), "{what}: no norm epilogue");
                     // The family's FP8 output (norm.cuh quant_fp8: the clamp and the rounding).
                     assert!(u.ptx.contains("cvt.rni.u32.f32") && u.ptx.contains("min.f32") && u.ptx.contains("0fC3E00000"), "{what}: no FP8 output");
@@ -284,7 +284,7 @@ fn every_fused_variant_compiles_with_nvrtc() {
                     let ru = nvrtc::compile_unit(src.file, &src.translation_unit(), &ropts);
                     if kernels::has_fused_rows(src.algorithm) {
                         let ru = ru.unwrap_or_else(|e| panic!("{rwhat}: {e}"));
-                        assert!(ru.ptx.contains(&entry) && ru.ptx.contains("_param_0[392]"), "{rwhat}: no fused entry");
+                        assert!(ru.ptx.contains(&entry) && ru.ptx.contains("_param_0[400]"), "{rwhat}: no fused entry");
                         assert!(ru.ptx.contains("shfl.sync.bfly.b32") && ru.ptx.contains("sqrt.rn.f32") && ru.ptx.contains("cvt.rni.u32.f32"), "{rwhat}: no norm epilogue with FP8 output");
                         // No spread norm: no release fence before tile words (norm.cuh flush).
                         assert!(!ru.ptx.contains("ld.acquire.gpu"), "{rwhat}: the spread norm's acquire polls");
@@ -310,7 +310,7 @@ fn every_fused_variant_compiles_with_nvrtc() {
                         continue;
                     }
                     let cu = cu.unwrap_or_else(|e| panic!("{cwhat}: {e}"));
-                    assert!(cu.ptx.contains(&entry) && cu.ptx.contains("_param_0[392]"), "{cwhat}: no fused entry");
+                    assert!(cu.ptx.contains(&entry) && cu.ptx.contains("_param_0[400]"), "{cwhat}: no fused entry");
                     for needle in ["st.async.shared::cluster", "mbarrier.try_wait.parity", "barrier.cluster.wait", "cp.async.cg.shared.global"] {
                         assert!(cu.ptx.contains(needle), "{cwhat}: no `{needle}`");
                     }

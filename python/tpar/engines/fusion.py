@@ -15,14 +15,18 @@ Per call, tpar takes it where the engine's custom all-reduce of that group is tp
 (``should_custom_ar``), the weight is in x's dtype and rows are whole 16-byte vectors, and the
 call is a form of tpar's family (``Communicator.all_reduce_rmsnorm``):
 
-- vLLM's op: every pattern its pass emits but NVFP4. ``kARResidualRMSNorm`` with
+- vLLM's op: every pattern its pass emits. ``kARResidualRMSNorm`` with
   ``weight_bias`` 0.0 (plain) or 1.0 (Gemma: ``float32(w) + 1``), with or without ``norm_out``
   (the no-residual patterns pass a zeroed ``residual`` and a ``norm_out``: tpar adds that
   residual, as FlashInfer does); ``kARResidualRMSNormFP8Quant`` with a ``float8_e4m3fn``
   ``quant_out``, no ``scale_out`` and a 1-element float32 ``scale_factor`` (the static
-  per-tensor scale the pattern's ``static_scaled_fp8_quant`` divides by). The NVFP4 patterns
-  (``kARResidualRMSNormFP4Quant``), the ``Out`` quant patterns (vLLM emits none) and any other
-  ``weight_bias`` go to FlashInfer.
+  per-tensor scale the pattern's ``static_scaled_fp8_quant`` divides by);
+  ``kARResidualRMSNormFP4Quant`` (NVFP4, the SWIZZLED_128x4 scale layout vLLM's wrapper asks
+  for) with a uint8 ``quant_out`` of ``[..., hidden / 2]``, a contiguous ``scale_out`` of the
+  swizzled tensor's bytes (vLLM's int32 scales viewed as ``float8_e4m3fn``), a 1-element
+  float32 ``scale_factor`` (the global scale of ``scaled_fp4_quant``) and rows of a multiple
+  of 16 elements. The ``Out`` quant patterns (vLLM emits none) and any other ``weight_bias``
+  go to FlashInfer.
 - SGLang's function: its only CUDA form, all-reduce + residual add + RMSNorm; GemmaRMSNorm
   calls it with its precomputed ``gemma_weight`` (``w + 1`` in the weight's dtype), which is
   the plain form with that weight. SGLang has no CUDA call of an all-reduce fused with an FP8
@@ -59,8 +63,9 @@ SGLANG_MODULE = "sglang.srt.layers.flashinfer_comm_fusion"
 SGLANG_ATTR = "flashinfer_allreduce_residual_rmsnorm"
 
 #: vLLM's op's pattern codes (FlashInfer's ``AllReduceFusionPattern``), read at install:
-#: ``code`` the add + RMSNorm, ``fp8_code`` the add + RMSNorm + static FP8 quant.
-_vllm = {"original": None, "code": None, "fp8_code": None}
+#: ``code`` the add + RMSNorm, ``fp8_code`` the add + RMSNorm + static FP8 quant,
+#: ``fp4_code`` the add + RMSNorm + NVFP4 quant.
+_vllm = {"original": None, "code": None, "fp8_code": None, "fp4_code": None}
 _sglang = {"original": None}
 
 
@@ -99,24 +104,42 @@ def _vllm_group_ca():
 
 
 def _vllm_form(x, pattern_code, quant_out, scale_out, scale_factor, weight_bias):
-    """Which form of tpar's family vLLM's op call is: None for the add + RMSNorm (plain or
-    Gemma), the FP8 scale tensor for the add + RMSNorm + static FP8 quant, False for a call
-    tpar hands back (NVFP4, another pattern, another weight offset, an FP8 output tpar's
-    kernel does not write: another dtype or shape, non-contiguous, a dynamic or non-float32
-    scale)."""
-    if weight_bias not in (0.0, 1.0) or scale_out is not None:
+    """Which form of tpar's family vLLM's op call is, as ``all_reduce_rmsnorm``'s quantization
+    arguments: {} for the add + RMSNorm (plain or Gemma), ``{"fp8_scale": s}`` for the add +
+    RMSNorm + static FP8 quant, ``{"nvfp4_scale": s, "scale_out": int32 view}`` for the add +
+    RMSNorm + NVFP4 quant; False for a call tpar hands back (another pattern, another weight
+    offset, a quantized output tpar's kernel does not write: another dtype or shape,
+    non-contiguous, a dynamic or non-float32 scale, NVFP4 rows not of whole 16-element
+    blocks)."""
+    if weight_bias not in (0.0, 1.0):
         return False
     if pattern_code == _vllm["code"] and _vllm["code"] is not None:
-        return None if quant_out is None else False
-    if pattern_code != _vllm["fp8_code"] or _vllm["fp8_code"] is None or quant_out is None or scale_factor is None:
+        return {} if quant_out is None and scale_out is None else False
+    if quant_out is None or scale_factor is None:
         return False
     import torch
 
-    if quant_out.dtype != torch.float8_e4m3fn or quant_out.shape != x.shape or quant_out.device != x.device or not quant_out.is_contiguous():
-        return False
     if scale_factor.dtype != torch.float32 or scale_factor.numel() != 1 or scale_factor.device != x.device:
         return False
-    return scale_factor
+    if pattern_code == _vllm["fp8_code"] and _vllm["fp8_code"] is not None:
+        if scale_out is not None:
+            return False
+        if quant_out.dtype != torch.float8_e4m3fn or quant_out.shape != x.shape or quant_out.device != x.device or not quant_out.is_contiguous():
+            return False
+        return {"fp8_scale": scale_factor}
+    if pattern_code != _vllm["fp4_code"] or _vllm["fp4_code"] is None or scale_out is None or x.dim() < 1:
+        return False
+    from tpar.testing import nvfp4_scale_shape
+
+    hidden = x.shape[-1]
+    if hidden % 16 != 0 or quant_out.dtype != torch.uint8 or tuple(quant_out.shape) != (*x.shape[:-1], hidden // 2):
+        return False
+    if quant_out.device != x.device or not quant_out.is_contiguous():
+        return False
+    shape = nvfp4_scale_shape(x.numel() // hidden, hidden)
+    if scale_out.device != x.device or not scale_out.is_contiguous() or scale_out.element_size() != 1 or scale_out.numel() != shape[0] * shape[1] * 4:
+        return False
+    return {"nvfp4_scale": scale_factor, "scale_out": scale_out.view(torch.uint8).view(torch.int32).reshape(shape)}
 
 
 def vllm_fused_allreduce_norm(
@@ -141,20 +164,22 @@ def vllm_fused_allreduce_norm(
     becomes the normalised output and ``residual`` the updated residual (vLLM's
     fused_add_rms_norm form); with ``norm_out``: the normalised output goes there and the
     updated residual into ``allreduce_in`` (``residual`` untouched), as vLLM's own wrapper asks
-    FlashInfer. The FP8 pattern writes ``quant_out`` instead of the normalised output."""
+    FlashInfer. The FP8 pattern writes ``quant_out`` instead of the normalised output; the
+    NVFP4 pattern ``quant_out`` and the swizzled block scales into ``scale_out`` (only the
+    rows' own: the padding keeps its bytes)."""
     ca = _group_ca()
-    fp8_scale = _vllm_form(allreduce_in, pattern_code, quant_out, scale_out, scale_factor, weight_bias)
-    if fp8_scale is not False and takes(ca, allreduce_in, residual, rms_gamma):
+    quant = _vllm_form(allreduce_in, pattern_code, quant_out, scale_out, scale_factor, weight_bias)
+    if quant is not False and takes(ca, allreduce_in, residual, rms_gamma):
         x, gemma = allreduce_in, weight_bias == 1.0
         # FlashInfer's outputs: without norm_out the norm into allreduce_in (FP8: quant_out) and
         # the updated residual into residual; with norm_out the norm there (FP8: quant_out,
         # norm_out left as the FP8 pattern leaves it) and the updated residual into allreduce_in.
         res_out = residual if norm_out is None else x
-        if fp8_scale is None:
+        if not quant:
             out = x if norm_out is None else norm_out
         else:
             out = quant_out
-        ca._comm.all_reduce_rmsnorm(x, rms_gamma, rms_eps, residual=residual, gemma=gemma, fp8_scale=fp8_scale, out=out, residual_out=res_out)
+        ca._comm.all_reduce_rmsnorm(x, rms_gamma, rms_eps, residual=residual, gemma=gemma, out=out, residual_out=res_out, **quant)
         return
     original = _vllm["original"]
     if original is None:
@@ -244,6 +269,7 @@ def install_vllm() -> None:
     patterns = m.flashinfer_comm.AllReduceFusionPattern
     _vllm["code"] = int(patterns.kARResidualRMSNorm)
     _vllm["fp8_code"] = int(patterns.kARResidualRMSNormFP8Quant)
+    _vllm["fp4_code"] = int(patterns.kARResidualRMSNormFP4Quant)
     setattr(m, "_tpar_original_" + VLLM_OP_ATTR, op)
     setattr(m, VLLM_OP_ATTR, _register_vllm_op())
     logger.info("tpar: vLLM's all-reduce + RMSNorm fusion routed to tpar where its plan has a kernel (TPAR_ENABLE=1)")
