@@ -196,7 +196,28 @@ def _static_scaled_fp8_quant(result, input, scale, group_shape=None):
     result.copy_((input.float() * inv).clamp(finfo.min, finfo.max).to(result.dtype))
 
 
+def _scaled_fp4_quant_out(input, input_scale, is_sf_swizzled_layout, *, output, output_scale):
+    """vLLM's NVFP4 quant (``scaled_fp4_quant``, the swizzled 128x4 scale layout) as its Python
+    reference computes it (exact reciprocals; ``tpar.testing.quant_nvfp4``)."""
+    import torch
+
+    from tpar.testing import quant_nvfp4
+
+    if not is_sf_swizzled_layout:
+        raise RuntimeError("_C.scaled_fp4_quant stub: only the swizzled scale layout")
+    q, sf = quant_nvfp4(input, input_scale)
+    output.copy_(q.reshape(output.shape))
+    scales = output_scale.view(torch.int32)
+    scales.copy_(sf.reshape(scales.shape))
+
+
 C_OP_STUBS: Dict[str, Tuple[Optional[object], str]] = {
+    "scaled_fp4_quant.out(Tensor input, Tensor input_scale, bool is_sf_swizzled_layout, *, Tensor(a!) output, Tensor(b!) output_scale) -> ()": (
+        _scaled_fp4_quant_out,
+        "the NVFP4 quant (its .out overload) that vLLM's scaled_fp4_quant calls and the all-reduce "
+        "fusion patterns match where vLLM has it; where tpar's pass hands a call back, it computes "
+        "the output, so it is vLLM's Python reference's semantics in torch",
+    ),
     "static_scaled_fp8_quant(Tensor! result, Tensor input, Tensor scale, int[]? group_shape=None) -> ()": (
         _static_scaled_fp8_quant,
         "the static FP8 quant that vLLM's QuantFP8 layer calls and the all-reduce fusion patterns "
@@ -233,7 +254,8 @@ def register_c_op_stubs() -> List[str]:
     lib = _c_lib[0]
     for schema, (ref, _why) in C_OP_STUBS.items():
         name = schema.split("(", 1)[0]
-        if hasattr(torch.ops._C, name):
+        base, _, overload = name.partition(".")
+        if hasattr(torch.ops._C, base) and (not overload or hasattr(getattr(torch.ops._C, base), overload)):
             continue
         lib.define(schema)
 

@@ -1,6 +1,6 @@
 """The ``fusion`` stage of scripts/engine_harness.py (vLLM): a small layer (linear ->
 all-reduce -> RMSNorm, with or without the residual add, plain or Gemma, with or without the
-static FP8 quant) compiled by torch.compile's Inductor with vLLM's own post-grad pass manager
+static FP8 quant or the NVFP4 quant) compiled by torch.compile's Inductor with vLLM's own post-grad pass manager
 (``PostGradPassManager``, configured by vLLM's ``configure``, which tpar's plug-in wraps), in
 every rank process, with the device capability vLLM sees faked (``--capability``, 120 or 90).
 
@@ -22,7 +22,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-FORMS = ("residual", "norm", "gemma_residual", "gemma_norm", "fp8_residual", "fp8_norm")
+FORMS = ("residual", "norm", "gemma_residual", "gemma_norm", "fp8_residual", "fp8_norm", "nvfp4_residual", "nvfp4_norm")
 EPS = 1e-6
 
 
@@ -63,6 +63,7 @@ def _layer(form, tp_all_reduce, quant):
     gemma = form.startswith("gemma")
     residual = form.endswith("residual")
     fp8 = form.startswith("fp8")
+    nvfp4 = form.startswith("nvfp4")
 
     def f(x, w_lin, w_norm, res, scale):
         s = tp_all_reduce(torch.nn.functional.linear(x, w_lin))
@@ -73,6 +74,11 @@ def _layer(form, tp_all_reduce, quant):
             y, other = ir.rms_norm(s, w, EPS), s
         if fp8:
             y, _ = quant(y, scale)
+        if nvfp4:  # vLLM's NVFP4 quant (the .out op its pass matches); scales as its int32 tensor
+            from vllm import _custom_ops as ops
+
+            q, sf = ops.scaled_fp4_quant(y, scale)
+            return (q, sf.view(torch.int32)), other
         return y, other
 
     return f
@@ -144,6 +150,7 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
         w_norm = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype)
         res0 = torch.randn(rows, hidden, generator=g).to(dtype)
         scale = torch.tensor([0.05], dtype=torch.float32)
+        gs4 = torch.tensor([[448.0 * 6.0 / 4.5]], dtype=torch.float32)  # the NVFP4 forms' global scale
         # the all-reduce's inputs, as every rank computes them (eager linear: the same aten op the graph calls)
         hs = [torch.nn.functional.linear(xs[r], ws[r]) for r in range(world)]
         for form in FORMS + ("beyond_plan",):
@@ -157,7 +164,8 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
             Recording.seen = {}
             try:
                 with pass_context(Range(start=1, end=end)):
-                    y, other = cf(xs[rank].to(dev), ws[rank].to(dev), w_norm.to(dev), res0.clone().to(dev), scale.to(dev))
+                    sc = gs4 if name.startswith("nvfp4") else scale
+                    y, other = cf(xs[rank].to(dev), ws[rank].to(dev), w_norm.to(dev), res0.clone().to(dev), sc.to(dev))
             except Exception:
                 import traceback
 
@@ -176,6 +184,9 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
             if fused:  # tpar served it: bitwise its reference where tpar.testing has one for the form
                 if name in ("residual", "norm"):
                     ok = tt.bits(y.cpu()) == tt.bits(ref_y) and tt.bits(other.cpu()) == tt.bits(ref_other)
+                elif name.startswith("nvfp4"):
+                    (rq, rsf), rr = tt.reference_rmsnorm(hs, w_norm, EPS, residual=res0 if name.endswith("residual") else None, nvfp4_scale=gs4)
+                    ok = tt.bits(y[0].cpu()) == tt.bits(rq) and torch.equal(y[1].cpu(), rsf) and tt.bits(other.cpu()) == tt.bits(rr if rr is not None else s)
                 else:
                     ry, rr = tt.reference_rmsnorm(hs, w_norm, EPS, residual=res0 if name.endswith("residual") else None,
                                                   gemma=name.startswith("gemma"), fp8_scale=scale if name.startswith("fp8") else None)

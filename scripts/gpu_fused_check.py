@@ -16,9 +16,11 @@ kernels forced with TPAR_ALGO and planned on a preset topology (TPAR_TOPOLOGY).
 The family (``comm.all_reduce_rmsnorm``: no residual, the Gemma offset, the static FP8 e4m3
 output, and their combinations) at hidden 4096/5120/7168/8192 and rows 1/3/8/16/32, bf16 and
 fp16, eager, and every pattern captured in one CUDA graph and replayed, bit for bit against
-``tpar.testing.reference_rmsnorm``; then vLLM's fused all-reduce + RMSNorm op as tpar routes it
-(``tpar.engines.fusion.vllm_fused_allreduce_norm``, every form but NVFP4), counted with the
-family.
+``tpar.testing.reference_rmsnorm``; the NVFP4 output (``nvfp4_scale``: codes and the whole
+swizzled scale tensor, poisoned first) at hidden 2880/4096/7168 and rows 1/3/8/33/48 in every
+dtype, eager, and both residual forms captured; then vLLM's fused all-reduce + RMSNorm op as
+tpar routes it (``tpar.engines.fusion.vllm_fused_allreduce_norm``, every form its pass emits,
+NVFP4 included), counted with the family.
 EXPECT_PATH=fused: the 1 x 7168 call must take the algorithm's fused kernel; =unfused: every
 call the all-reduce followed by the add-RMSNorm kernel (TPAR_FUSED's rule, or =0).
 """
@@ -114,6 +116,29 @@ def rank_main(rank, world, out):
                                 failures.append(f"family {dt} {rows}x{hidden} residual={residual} gemma={gemma} fp8={fp8}")
                             h.update(bits(o))
                             fcases += 1
+    # NVFP4 (eager): codes, the whole swizzled scale tensor (poisoned first: the padding must
+    # come back 0) and the residual, bit for bit tpar.testing; hidden 2880 runs the unfused
+    # path (not whole tiles), 48 rows two-shot where the plan picks it.
+    gs4 = torch.tensor([448.0 * 6.0 / 4.5], dtype=torch.float32)
+    for dt in (torch.bfloat16, torch.float16, torch.float32):
+        for hidden in (2880, 4096, 7168):
+            for rows in (1, 3, 8, 33, 48):
+                seed += 1
+                xs, res, w = make_fused_inputs(seed, world, rows, hidden, dt)
+                x, wd = xs[rank].to(dev), w.to(dev)
+                for residual in (True, False):
+                    for gemma in (False, True):
+                        r = res.to(dev) if residual else None
+                        (wq, wsf), want_r = reference_rmsnorm(xs, w, eps, residual=res if residual else None, gemma=gemma, nvfp4_scale=gs4)
+                        sf = torch.full(tuple(wsf.shape), 0x7FA57FA5, dtype=torch.int32, device=dev)
+                        q, sf, ro = comm.all_reduce_rmsnorm(x, wd, eps, residual=r, gemma=gemma, nvfp4_scale=gs4.to(dev), scale_out=sf)
+                        comm.check()
+                        bad = (bits(q) != bits(wq)) + (not torch.equal(sf.cpu(), wsf)) + ((ro is None) != (want_r is None)) + (ro is not None and bits(ro) != bits(want_r))
+                        if bad:
+                            fwrong += bad
+                            failures.append(f"nvfp4 {dt} {rows}x{hidden} residual={residual} gemma={gemma}")
+                        h.update(bits(q) + bits(sf))
+                        fcases += 1
     # The family captured: every pattern at 3 x 7168 bf16 in one graph, replayed with fresh
     # inputs copied into the captured buffers.
     pats = [(rs, gm, f8) for rs in (True, False) for gm in (False, True) for f8 in (False, True) if not (rs and not gm and not f8)]
@@ -124,10 +149,15 @@ def rank_main(rank, world, out):
     for k, (rs, gm, f8) in enumerate(pats):  # warm-up
         comm.all_reduce_rmsnorm(fx[k], fw, eps, residual=fr[k] if rs else None, gemma=gm, fp8_scale=fs if f8 else None)
     comm.check()
+    g4 = gs4.to(dev)
+    for rs in (True, False):  # warm-up of the NVFP4 patterns captured below
+        comm.all_reduce_rmsnorm(fx[0], fw, eps, residual=fr[0] if rs else None, nvfp4_scale=g4)
+    comm.check()
     fg = torch.cuda.CUDAGraph()
     with comm.capture():
         with torch.cuda.graph(fg):
             fouts = [comm.all_reduce_rmsnorm(fx[k], fw, eps, residual=fr[k] if rs else None, gemma=gm, fp8_scale=fs if f8 else None) for k, (rs, gm, f8) in enumerate(pats)]
+            f4 = [comm.all_reduce_rmsnorm(fx[k], fw, eps, residual=fr[k] if rs else None, nvfp4_scale=g4) for k, rs in ((0, True), (1, False))]
     xs, res, w = make_fused_inputs(77000, world, 3, 7168, torch.bfloat16)
     fw.copy_(w)
     for k in range(len(pats)):
@@ -143,6 +173,14 @@ def rank_main(rank, world, out):
             fwrong += bad
             failures.append(f"family graph residual={rs} gemma={gm} fp8={f8}")
         fcases += 1
+    for k, rs in ((0, True), (1, False)):  # fx[0], fx[1]: the first two patterns' inputs, as captured
+        (wq, wsf), want_r = reference_rmsnorm(xs, w, eps, residual=res if rs else None, nvfp4_scale=gs4)
+        q, sf, ro = f4[k]
+        bad = (bits(q) != bits(wq)) + (not torch.equal(sf.cpu(), wsf)) + (ro is not None and bits(ro) != bits(want_r))
+        if bad:
+            fwrong += bad
+            failures.append(f"nvfp4 graph residual={rs}")
+        fcases += 1
     # The engines' emitted call routed (python/tpar/engines/fusion.py): vLLM's
     # flashinfer_trtllm_fused_allreduce_norm in every form its pass emits but NVFP4 (with and
     # without a residual, plain and Gemma, bf16 and static FP8 output), tpar's drop-in as the
@@ -150,7 +188,7 @@ def rank_main(rank, world, out):
     from tpar.engines import TparCustomAllreduce, fusion
 
     ca = TparCustomAllreduce(group=dist.group.WORLD, device=dev)
-    fusion._vllm["code"], fusion._vllm["fp8_code"] = 1, 2  # FlashInfer's kARResidualRMSNorm, ...FP8Quant
+    fusion._vllm["code"], fusion._vllm["fp8_code"], fusion._vllm["fp4_code"] = 1, 2, 3  # FlashInfer's kARResidualRMSNorm, ...FP8Quant, ...FP4Quant
     handed = []
     fusion._vllm["original"] = lambda *a, **k: handed.append(a[8])
     for rows, hidden in ((1, 7168), (3, 4096), (16, 8192)):
@@ -180,6 +218,28 @@ def rank_main(rank, world, out):
                         failures.append(f"routed vLLM op {rows}x{hidden} residual={with_res} weight_bias={wbias} fp8={fp8}")
                     h.update(bits(got) + bits(res_out))
                     fcases += 1
+            # NVFP4, as vLLM's pass emits it: uint8 codes, its int32 scales viewed as FP8, poisoned
+            for wbias in (0.0, 1.0):
+                r0 = res if with_res else torch.zeros_like(res)
+                (wq, wsf), want_r = reference_rmsnorm(xs, w, eps, residual=r0, gemma=wbias == 1.0, nvfp4_scale=gs4)
+                x, r = xs[rank].to(dev), r0.to(dev)
+                n = None if with_res else torch.full_like(x, float("nan"))
+                q = torch.full((rows, hidden // 2), 0xA5, dtype=torch.uint8, device=dev)
+                sf = torch.full(tuple(wsf.shape), 0x7FA57FA5, dtype=torch.int32, device=dev).view(torch.float8_e4m3fn)
+                before = len(handed)
+                fusion.vllm_fused_allreduce_norm(
+                    x, r, wd, eps, world, True, True, 64, 3, norm_out=n, quant_out=q, scale_out=sf,
+                    scale_factor=gs4.reshape(1, 1).to(dev), weight_bias=wbias, _group_ca=lambda: ca,
+                )
+                torch.cuda.synchronize()
+                ca._comm.check()
+                res_out = r if with_res else x
+                bad = (len(handed) != before) + (bits(q) != bits(wq)) + (not torch.equal(sf.view(torch.int32).cpu(), wsf)) + (bits(res_out) != bits(want_r))
+                if bad:
+                    fwrong += bad
+                    failures.append(f"routed vLLM op NVFP4 {rows}x{hidden} residual={with_res} weight_bias={wbias}")
+                h.update(bits(q) + bits(res_out))
+                fcases += 1
     ca.close()
     rec.update(family_cases=fcases, family_wrong=fwrong)
     # A captured step: fused calls (7168 x 1 and x 3, bf16) and plain all-reduces alternating,

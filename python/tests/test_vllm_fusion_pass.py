@@ -7,21 +7,23 @@ all-reduce + RMSNorm"). Here the pinned vLLM's ``PostGradPassManager`` is config
 vLLM's own ``configure`` (which the plug-in wraps) with the device capability faked to 12.0
 (sm_120, where vLLM's pass never runs) and 9.0 (Hopper), and Inductor compiles a layer
 (linear -> vLLM's all-reduce -> vLLM's RMSNorm IR op, with and without the residual add,
-plain and Gemma, with and without vLLM's static FP8 quant layer) in two rank processes.
+plain and Gemma, with and without vLLM's static FP8 quant layer or its NVFP4 quant,
+``scaled_fp4_quant``) in two rank processes.
 
 A test fails if any form is not replaced by tpar's op (the all-reduce still in the graph), if
 a compile range beyond tpar's plan is replaced, if a call tpar's kernels served is not bitwise
 tpar's reference (``tpar.testing``), or if a handed-back call is beyond the rounding of the
 engine's unfused ops. Without tpar's registration (``vllm_pass.install``) the stage fails:
 the pass is not in vLLM's list. vLLM's compiled ``_C`` ops that the pass modules name are
-stubbed (scripts/engine_carry.py ``C_OP_STUBS``: the matched quant with its torch reference).
+stubbed (scripts/engine_carry.py ``C_OP_STUBS``: the matched quants with their torch
+references; ``scaled_fp4_quant`` is defined there, so tpar's pass registers its NVFP4 forms).
 """
 
 import pytest
 
 from test_engine_real import engine_carry, run_harness
 
-FORMS = ("residual", "norm", "gemma_residual", "gemma_norm", "fp8_residual", "fp8_norm")
+FORMS = ("residual", "norm", "gemma_residual", "gemma_norm", "fp8_residual", "fp8_norm", "nvfp4_residual", "nvfp4_norm")
 
 
 @pytest.mark.parametrize("capability", [120, 90])

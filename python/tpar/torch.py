@@ -82,15 +82,6 @@ def _rendezvous_path(group, rank: int) -> str:
     return obj[0]
 
 
-def _nvfp4_scale_offsets(rows: int, blocks: int, hidden: int) -> torch.Tensor:
-    """The byte offsets of every real block scale (rows x blocks) in vLLM's swizzled NVFP4
-    scale tensor (``tpar::testing::nvfp4_scale_offset``)."""
-    k_tiles = -(-(hidden // 16) // 4)
-    r = torch.arange(rows)[:, None]
-    k = torch.arange(blocks)[None, :]
-    return ((r // 128 * k_tiles + k // 4) * 512 + r % 32 * 16 + r // 32 % 4 * 4 + k % 4).reshape(-1)
-
-
 class Communicator:
     """An all-reduce group over the ranks of ``group`` for tensors on ``device``.
 
@@ -418,8 +409,7 @@ class Communicator:
         elements): ``out`` the e2m1 codes (uint8, ``[..., hidden / 2]``, two a byte, the even
         element in the low nibble) and ``scale_out`` the e4m3fn block scales in vLLM's
         128x4-swizzled layout viewed as its int32 tensor (``tpar.testing.nvfp4_scale_shape``;
-        tpar writes only the rows' own scales: a new ``scale_out`` is zeroed, a given one
-        keeps its padding). Returns ``(out, residual_out)``, with ``nvfp4_scale`` ``(out,
+        all of it is written, the padding as 0, as vLLM's kernel does). Returns ``(out, residual_out)``, with ``nvfp4_scale`` ``(out,
         scale_out, residual_out)``; bit for bit what ``tpar.testing.reference_rmsnorm`` gives,
         on every rank. Without a residual, ``residual_out`` (when given) receives the all-reduced
         sum and is returned; else the second element is None. ``out`` / ``residual_out``
@@ -481,12 +471,7 @@ class Communicator:
             if nvfp4:
                 o, sf = o
                 if scale_out is not None:
-                    # Only the rows' own scales, as the kernels: the padding keeps its bytes.
-                    from tpar.testing import NVFP4_BLOCK
-
-                    real = torch.zeros(sf.numel() * 4, dtype=torch.bool)
-                    real[_nvfp4_scale_offsets(rows, hidden // NVFP4_BLOCK, hidden)] = True
-                    scale_out.view(torch.uint8).reshape(-1)[real.to(x.device)] = sf.view(torch.uint8).reshape(-1)[real.to(x.device)]
+                    scale_out.copy_(sf)  # the whole tensor, the padding 0, as the kernels
                     sf = scale_out
             if out is not None:
                 out.copy_(o)
@@ -505,7 +490,7 @@ class Communicator:
         if nvfp4 and scale_out is None:
             from tpar.testing import nvfp4_scale_shape
 
-            scale_out = torch.zeros(nvfp4_scale_shape(rows, hidden), dtype=torch.int32, device=x.device)
+            scale_out = torch.empty(nvfp4_scale_shape(rows, hidden), dtype=torch.int32, device=x.device)  # the kernels write all of it
         if residual_out is None:
             residual_out = torch.empty_like(x)  # the updated residual, or the sum
         capturing = torch.cuda.is_current_stream_capturing()

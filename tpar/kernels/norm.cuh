@@ -281,7 +281,7 @@ __device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) 
 // is 0), where vLLM's kernel uses rcp.approx.ftz; each value e2m1(o_i * os): |y| clamped to
 // 6, round to nearest even on {0, 0.5, 1, 1.5, 2, 3, 4, 6}, the sign kept (NaN: 0). Two
 // values a byte, the even element in the low nibble; the block's scale byte at
-// nvfp4_sf_offset. A block spans 16 / D::LANES vectors, which the fused kernels hand to
+// nvfp4_sf_offset, the scale tensor's padding 0. A block spans 16 / D::LANES vectors, which the fused kernels hand to
 // adjacent lanes of one warp (tiles: a warp's 32 consecutive vectors, lane l vector
 // 32 t + l) and add_rmsnorm.cu to adjacent threads: the block's amax meets over those lanes
 // (shfl with their mask; every lane of the block takes part, as every lane of the row's
@@ -339,19 +339,48 @@ __device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs) {
     return V16{q, sf, 0u, 0u};
 }
 
+// The scale tensor's padding (rows from `rows` up to a multiple of 128, scale columns from
+// hidden / 16 up to a multiple of 4) is zeroed, as vLLM's kernel does (its scale tensor is
+// allocated empty): its 4-byte words w = v, v + nvec, ... (nvec the call's vectors), so the
+// vectors of a call, each stored once on a rank, cover every word once. Word w holds row
+// (w / 128 / k_tiles) * 128 + (w % 4) * 32 + (w / 4) % 32 and blocks 4 ((w / 128) % k_tiles)
+// + 0..3: a padded row's word is stored whole, a real row's padded blocks byte by byte (its
+// real bytes are other vectors' stores).
+__device__ __forceinline__ void nvfp4_zero_padding(const TparNorm& n, u32 v, u32 nvec, u32 rows) {
+    const u32 nb = n.hidden / TPAR_NVFP4_BLOCK;
+    const u32 ktiles = (nb + 3u) / 4u;
+    const u32 words = (rows + 127u) / 128u * 128u * ktiles;  // the launcher's shapes: far below 2^32
+    for (u32 w = v; w < words; w += nvec) {
+        const u32 t = w >> 7;
+        const u32 mt = t / ktiles;
+        const u32 kt = t - mt * ktiles;
+        const u32 row = mt * 128u + (w & 3u) * 32u + ((w >> 2) & 31u);
+        const u64 at = n.scale_out + (u64)w * 4ull;
+        if (row >= rows) {
+            asm volatile("st.global.u32 [%0], %1;" ::"l"(at), "r"(0u) : "memory");
+        } else if (kt * 4u + 3u >= nb) {
+            for (u32 kk = nb > kt * 4u ? nb - kt * 4u : 0u; kk < 4u; ++kk) asm volatile("st.global.u8 [%0], %1;" ::"l"(at + kk), "h"((unsigned short)0) : "memory");
+        }
+    }
+}
+
 // Stores nvfp4_pack's form p of vector v: its D::LANES / 2 bytes at output + v * D::LANES / 2,
-// and, from the block's first vector, the scale byte at its swizzled place in scale_out.
+// from the block's first vector the scale byte at its swizzled place in scale_out, and v's
+// share of the scale tensor's padding (nvfp4_zero_padding).
 template <class D>
-__device__ __forceinline__ void store_nvfp4(const TparNorm& n, u64 output, u64 v, V16 p) {
-    const u64 at = output + v * (u64)(D::LANES / 2);
+__device__ __forceinline__ void store_nvfp4(const TparArgs& a, const TparNorm& n, u64 v, V16 p) {
+    const u64 at = a.output + v * (u64)(D::LANES / 2);
     if (D::LANES == 8) asm volatile("st.global.u32 [%0], %1;" ::"l"(at), "r"(p.x) : "memory");
     else asm volatile("st.global.u16 [%0], %1;" ::"l"(at), "h"((unsigned short)p.x) : "memory");
     const u32 vrow = n.hidden / (u32)D::LANES;
-    const u32 j = (u32)(v % vrow);
+    const u32 vi = (u32)v;  // 32-bit index arithmetic: a call's vectors are far below 2^32
+    const u32 rw = vi / vrow, j = vi - rw * vrow;
     if (j % (TPAR_NVFP4_BLOCK / (u32)D::LANES) == 0u) {
-        const u64 sa = n.scale_out + nvfp4_sf_offset((u32)(v / vrow), j / (TPAR_NVFP4_BLOCK / (u32)D::LANES), n.hidden);
+        const u64 sa = n.scale_out + nvfp4_sf_offset(rw, j / (TPAR_NVFP4_BLOCK / (u32)D::LANES), n.hidden);
         asm volatile("st.global.u8 [%0], %1;" ::"l"(sa), "h"((unsigned short)p.y) : "memory");
     }
+    const u32 nvec = (u32)(a.count / (u64)D::LANES);
+    nvfp4_zero_padding(n, (u32)v, nvec, nvec / vrow);
 }
 
 // One normalised vector v (r the updated residual, w the weight) stored as the pattern asks:
@@ -360,7 +389,7 @@ template <class D>
 __device__ __forceinline__ void store_norm(const TparArgs& a, const TparNorm& n, u64 v, V16 r, V16 w, float inv, float qinv) {
     const V16 o = norm_vec<D>(r, w, inv, n.flags);
     if (n.flags & TPAR_NORM_FP8) store_fp8<D>(a.output, v, o, qinv);
-    else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(n, a.output, v, nvfp4_pack<D>(o, qinv));
+    else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(a, n, v, nvfp4_pack<D>(o, qinv));
     else store_output<D>(a, v, o);
 }
 
@@ -743,7 +772,7 @@ struct NormOut {
             st_fp8<D>((u64)slot, q);
         } else if (n.flags & TPAR_NORM_NVFP4) {  // the codes and the block's scale byte: .x, .y
             const V16 q = nvfp4_pack<D>(o, qinv);
-            store_nvfp4<D>(n, a.output, v, q);
+            store_nvfp4<D>(a, n, v, q);
             asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"((u64)slot), "r"(q.x), "r"(q.y) : "memory");
         } else {
             store_output<D>(a, v, o);
@@ -768,7 +797,7 @@ struct NormOut {
     __device__ __forceinline__ void put_gathered(const TparArgs& a, u64 v, V16 r, V16 o) const {
         st_v16((V16*)n.residual_out + v, r);
         if (n.flags & TPAR_NORM_FP8) st_fp8<D>(a.output + v * (u64)D::LANES, o);
-        else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(n, a.output, v, o);
+        else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(a, n, v, o);
         else store_output<D>(a, v, o);
     }
 

@@ -165,8 +165,8 @@ def vllm_fused_allreduce_norm(
     fused_add_rms_norm form); with ``norm_out``: the normalised output goes there and the
     updated residual into ``allreduce_in`` (``residual`` untouched), as vLLM's own wrapper asks
     FlashInfer. The FP8 pattern writes ``quant_out`` instead of the normalised output; the
-    NVFP4 pattern ``quant_out`` and the swizzled block scales into ``scale_out`` (only the
-    rows' own: the padding keeps its bytes)."""
+    NVFP4 pattern ``quant_out`` and the swizzled block scales into ``scale_out`` (the whole
+    tensor, the padding 0, as vLLM's kernel)."""
     ca = _group_ca()
     quant = _vllm_form(allreduce_in, pattern_code, quant_out, scale_out, scale_factor, weight_bias)
     if quant is not False and takes(ca, allreduce_in, residual, rms_gamma):

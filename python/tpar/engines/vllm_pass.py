@@ -1,4 +1,4 @@
-"""tpar's own all-reduce + RMSNorm (+ static FP8 quant) fusion pass for vLLM, with
+"""tpar's own all-reduce + RMSNorm (+ static FP8 or NVFP4 quant) fusion pass for vLLM, with
 ``TPAR_ENABLE=1`` (docs/engines.md "Fused all-reduce + RMSNorm").
 
 vLLM's pass (``AllReduceFusionPass``) is tied to FlashInfer: it does nothing unless
@@ -10,9 +10,11 @@ no-op elimination, before the RMSNorm + quant fusion that would otherwise take t
 
 - the patterns are vLLM's (the facts, not its code): all-reduce then ``vllm_ir.rms_norm`` or
   ``vllm_ir.fused_add_rms_norm``, plain or Gemma (``weight.float() + 1``), optionally followed
-  by the static per-tensor FP8 quant; NVFP4 is left to vLLM's pass and FlashInfer;
+  by the static per-tensor FP8 quant, or (plain weight, where vLLM has
+  ``_C.scaled_fp4_quant``) by its NVFP4 quant with the swizzled scale layout;
 - each match becomes one call of ``torch.ops.tpar.vllm_all_reduce_rmsnorm`` (functional:
-  returns ``(out, residual_out)``), which runs tpar's fused kernel where the group's custom
+  returns ``(out, residual_out)``; the NVFP4 forms ``torch.ops.tpar.vllm_all_reduce_rmsnorm_nvfp4``,
+  ``(codes, residual_out, scales)``), which runs tpar's fused kernel where the group's custom
   all-reduce is tpar's and its plan takes the size, else the engine's own all-reduce followed
   by vLLM's own norm (+ quant) ops: the graph computes what it computed before;
 - the pass applies to the compile ranges whose largest token count fits tpar's plan
@@ -20,7 +22,8 @@ no-op elimination, before the RMSNorm + quant fusion that would otherwise take t
 
 When vLLM's own pass is configured (Hopper/Blackwell with FlashInfer, -O2), tpar's runs just
 before it: in the ranges tpar's plan takes, tpar's matches first and vLLM's finds nothing left;
-in larger ranges (and for NVFP4, which tpar leaves to FlashInfer) vLLM's fuses as before.
+in larger ranges vLLM's fuses as before (its calls routed to tpar by
+:mod:`tpar.engines.fusion` where tpar's plan takes the size).
 ``TPAR_FUSION=0`` leaves vLLM's pass manager untouched.
 """
 
@@ -109,6 +112,45 @@ def vllm_all_reduce_rmsnorm(x, residual, weight, eps: float, gemma: bool, scale,
     return _engine_fallback(x, residual, weight, eps, gemma, scale)
 
 
+def _nvfp4_fits(x, residual, weight, quant_result, output_scale) -> bool:
+    """Whether the NVFP4 call's buffers are the ones tpar's kernel writes: rows of a multiple
+    of 16, codes ``[..., hidden / 2]`` uint8, the swizzled int32 scales of the rows."""
+    import torch
+
+    from tpar.testing import nvfp4_scale_shape
+
+    hidden = x.shape[-1] if x.dim() else 0
+    if hidden == 0 or hidden % 16 != 0 or weight.numel() != hidden:
+        return False
+    if quant_result.dtype != torch.uint8 or tuple(quant_result.shape) != (*x.shape[:-1], hidden // 2):
+        return False
+    return output_scale.dtype == torch.int32 and tuple(output_scale.shape) == nvfp4_scale_shape(x.numel() // hidden, hidden)
+
+
+def vllm_all_reduce_rmsnorm_nvfp4(x, residual, weight, eps: float, global_scale, quant_result, output_scale, _group_ca=_group_ca):
+    """One fused NVFP4 match: returns ``(codes, residual_out, scales)``, new tensors shaped
+    as ``quant_result`` and ``output_scale`` (vLLM's int32 swizzled scales). ``residual``
+    None: the no-residual form, ``residual_out`` is the all-reduced sum. tpar's fused kernels
+    (``Communicator.all_reduce_rmsnorm(nvfp4_scale=)``) where :func:`tpar.engines.fusion.takes`
+    the call, else vLLM's all-reduce, norm and ``_C.scaled_fp4_quant``."""
+    import torch
+
+    from tpar.engines.fusion import takes
+
+    q = torch.empty_like(quant_result)
+    sf = torch.empty_like(output_scale)
+    ca = _group_ca()
+    if takes(ca, x, residual, weight) and _nvfp4_fits(x, residual, weight, quant_result, output_scale):
+        _stats["fused"] += 1
+        sum_out = torch.empty_like(x) if residual is None else None
+        _, _, res = ca._comm.all_reduce_rmsnorm(x, weight, eps, residual=residual, nvfp4_scale=global_scale, out=q, scale_out=sf, residual_out=sum_out)
+        return q, res, sf
+    _stats["fallback"] += 1
+    out, res = _engine_fallback(x, residual, weight, eps, False, None)
+    torch.ops._C.scaled_fp4_quant.out(out, global_scale, True, output=q, output_scale=sf)
+    return q, res, sf
+
+
 #: Calls taken by tpar's kernels / handed to the engine's ops, in this process.
 _stats = {"fused": 0, "fallback": 0}
 
@@ -144,6 +186,28 @@ def _register_op():
     return torch.ops.tpar.vllm_all_reduce_rmsnorm.default
 
 
+def _register_nvfp4_op():
+    import torch
+
+    if hasattr(torch.ops.tpar, "vllm_all_reduce_rmsnorm_nvfp4"):
+        return torch.ops.tpar.vllm_all_reduce_rmsnorm_nvfp4.default
+
+    @torch.library.custom_op(
+        "tpar::vllm_all_reduce_rmsnorm_nvfp4",
+        mutates_args=(),
+        schema="(Tensor x, Tensor? residual, Tensor weight, float eps, Tensor global_scale, Tensor quant_result, Tensor output_scale) -> (Tensor, Tensor, Tensor)",
+    )
+    def op(x, residual, weight, eps, global_scale, quant_result, output_scale):
+        q, res, sf = vllm_all_reduce_rmsnorm_nvfp4(x, residual, weight, eps, global_scale, quant_result, output_scale)
+        return q, (res.clone() if res is x or res is residual else res), sf
+
+    @op.register_fake
+    def _fake(x, residual, weight, eps, global_scale, quant_result, output_scale):
+        return torch.empty_like(quant_result), torch.empty_like(x), torch.empty_like(output_scale)
+
+    return torch.ops.tpar.vllm_all_reduce_rmsnorm_nvfp4.default
+
+
 # -- the pass -----------------------------------------------------------------------------
 
 
@@ -173,6 +237,9 @@ def _make_pass_class():
     from vllm.model_executor.layers.quantization.utils.quant_utils import kFp8StaticTensorSym
 
     top = _register_op()
+    # vLLM's NVFP4 quant op, where this vLLM has it (its own pass's condition)
+    fp4_op = torch.ops._C.scaled_fp4_quant.out if hasattr(torch.ops._C, "scaled_fp4_quant") else None
+    top4 = _register_nvfp4_op() if fp4_op is not None else None
 
     def same_dtype(match) -> bool:
         """Plain forms: the weight in the norm input's dtype (a Gemma float32 weight + 1 is
@@ -245,10 +312,44 @@ def _make_pass_class():
             return out, res
 
         # the quantised forms first: they are supersets of the plain ones
-        return [
+        quantised = [
             (p_norm_q, r_norm_q, [empty(5, 16), empty(16), scale]),
             (p_add_q, r_add_q, [empty(5, 16), empty(5, 16), empty(16), scale]),
-        ] + out
+        ]
+        if fp4_op is None:
+            return quantised + out
+        from torch._higher_order_ops.auto_functionalize import auto_functionalized
+
+        def fp4(y, gs, q, sf):  # vLLM's scaled_fp4_quant as its pass matches it
+            t = auto_functionalized(fp4_op, input=y, input_scale=gs, is_sf_swizzled_layout=True, output=q, output_scale=sf)
+            return t[1], t[2]
+
+        def p_norm_4(x, w, q, gs, sf):  # + NVFP4 quant of the norm: (codes, sum, scales)
+            s = tensor_model_parallel_all_reduce(x)
+            qo, so = fp4(vllm.ir.ops.rms_norm(s, w, eps), gs, q, sf)
+            return qo, s, so
+
+        def r_norm_4(x, w, q, gs, sf):
+            qo, s, so = top4(x, None, w, eps, gs, q, sf)
+            return qo, s, so
+
+        def p_add_4(r, x, w, q, gs, sf):  # (codes, residual, scales)
+            s = tensor_model_parallel_all_reduce(x)
+            y, res = vllm.ir.ops.fused_add_rms_norm(s, r, w, eps)
+            qo, so = fp4(y, gs, q, sf)
+            return qo, res, so
+
+        def r_add_4(r, x, w, q, gs, sf):
+            qo, res, so = top4(x, r, w, eps, gs, q, sf)
+            return qo, res, so
+
+        def fp4_inputs():
+            return [torch.empty(5, 8, dtype=torch.uint8, device=scale.device), torch.empty(1, 1, dtype=torch.float32, device=scale.device), torch.empty(128, 1, dtype=torch.int32, device=scale.device)]
+
+        return [
+            (p_norm_4, r_norm_4, [empty(5, 16), empty(16)] + fp4_inputs()),
+            (p_add_4, r_add_4, [empty(5, 16), empty(5, 16), empty(16)] + fp4_inputs()),
+        ] + quantised + out
 
     class TparAllReduceFusionPass(VllmPatternMatcherPass):
         def __init__(self, config) -> None:
@@ -309,7 +410,7 @@ def pass_class():
 def place(passes: list, ours) -> list:
     """vLLM's pass list with tpar's pass just before vLLM's own all-reduce fusion where that
     one is configured (tpar's matches first, for the ranges tpar's plan takes; vLLM's keeps
-    the larger ranges and NVFP4), else after the passes that precede that place."""
+    the larger ranges), else after the passes that precede that place."""
     names = [type(p).__name__ for p in passes]
     if VLLM_PASS in names:
         i = names.index(VLLM_PASS)
@@ -350,6 +451,6 @@ def install() -> None:
         configure._tpar = True
         cls.configure = configure
         _state["installed"] = True
-        logger.info("tpar: vLLM's compile passes fuse all-reduce + RMSNorm (+ FP8) into tpar's kernels where its plan takes the size")
+        logger.info("tpar: vLLM's compile passes fuse all-reduce + RMSNorm (+ FP8, NVFP4) into tpar's kernels where its plan takes the size")
     except Exception as e:  # noqa: BLE001
         logger.warning("tpar: vLLM's all-reduce + RMSNorm fusion pass not installed: %s", e)

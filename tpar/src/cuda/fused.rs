@@ -127,7 +127,7 @@ impl FusedCall {
 
     /// Bytes of the NVFP4 block scales: vLLM's swizzled tensor, rows padded to 128 and the
     /// row's hidden / 16 scales to a multiple of 4 (0 for other patterns). The kernels write
-    /// only the rows' own scales; the padding keeps what the buffer held.
+    /// all of it: the rows' scales, and 0 into the padding (as vLLM's kernel does).
     pub fn scale_out_bytes(&self) -> usize {
         if self.pattern.nvfp4 {
             crate::testing::nvfp4_scale_bytes(self.rows, self.hidden)

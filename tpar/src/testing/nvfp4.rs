@@ -77,8 +77,7 @@ pub struct Nvfp4 {
 
 /// vLLM's `scaled_fp4_quant(x, gs)` of `x` (rows of `hidden` elements, `hidden` a multiple of
 /// 16) with the swizzled scale layout, bit for bit ([`quant_nvfp4_block`] per block); the
-/// scale tensor's padding is 0 (the kernels leave it as the buffer held it: vLLM allocates
-/// zeros).
+/// scale tensor's padding is 0 (vLLM's kernel zeroes it; so do tpar's).
 pub fn quant_nvfp4(x: &[f32], hidden: usize, gs: f32) -> crate::error::Result<Nvfp4> {
     if hidden == 0 || hidden % NVFP4_BLOCK != 0 || x.len() % hidden != 0 {
         return Err(crate::error::Error::invalid("hidden", format!("{hidden}: NVFP4 needs rows of a multiple of 16 elements ({} elements given)", x.len())));
@@ -184,7 +183,7 @@ mod tests {
         for (i, v) in x.iter().enumerate() {
             assert_eq!((q[i / 2] >> (4 * (i % 2))) & 15, e2m1_bits(*v), "element {i}");
         }
-        assert_eq!(q[0], 0x10 | 0x00, "element 0 low, element 1 high");
+        assert_eq!(q[0], 0x10, "element 0 (code 0) in the low nibble, element 1 (code 1) in the high");
         // amax at saturation: gs * amax / 6 past 448 clamps to 448 (0x7e).
         let (sf, q) = quant_nvfp4_block(&[1e4; 16], 1.0);
         assert_eq!(sf, 0x7e);
