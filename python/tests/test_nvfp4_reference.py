@@ -65,6 +65,8 @@ def test_e2m1_codes_are_the_nearest_grid_value_ties_to_even():
     tie = (d == best[:, None]).sum(dim=1) > 1
     assert tie.sum() >= 14 and bool(((c[tie] & 7) % 2 == 0).all()), "ties to the even code"
     assert torch.equal((c >> 3).bool(), torch.signbit(y))
+    nan = torch.tensor([float("nan"), -float("nan")])
+    assert e2m1_codes(nan).tolist() == [0, 0], "NaN gives 0 whatever its sign bit"
 
 
 def test_swizzle_is_vllms_layout():
@@ -87,8 +89,13 @@ def edge_rows(dt):
     blocks.append(grid)
     mids = torch.cat([((GRID[:-1] + GRID[1:]) / 2).float(), torch.tensor([6.0]), -((GRID[:-1] + GRID[1:]) / 2).float(), torch.tensor([-6.0])])
     blocks.append(mids)
-    for k in range(1, 14):  # 20 blocks: 5 rows of 64
+    for k in range(1, 12):
         blocks.append(torch.linspace(-1, 1, 16) * 2.0 ** (-k))
+    nan = torch.linspace(-2, 2, 16)
+    nan[[3, 9]] = torch.tensor([float("nan"), -float("nan")])
+    inf = torch.linspace(-2, 2, 16)
+    inf[5] = float("inf")
+    blocks += [nan, inf]  # 20 blocks: 5 rows of 64
     return torch.cat(blocks).reshape(-1, 64).to(dt)
 
 

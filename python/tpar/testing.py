@@ -165,11 +165,11 @@ NVFP4_BLOCK = 16
 def e2m1_codes(y: torch.Tensor) -> torch.Tensor:
     """The e2m1 codes (int64, sign 8, magnitude codes 0-7 for 0, 0.5, 1, 1.5, 2, 3, 4, 6) of
     float32 ``y``: ``|y|`` clamped to 6 and rounded to the nearest grid value, ties to the even
-    code (the count of rounding boundaries it passes); the sign kept; NaN passes none. Bit for
-    bit ``tpar::testing::e2m1_bits``."""
+    code (the count of rounding boundaries it passes); the sign kept; NaN passes none and gives
+    0 whatever its sign bit. Bit for bit ``tpar::testing::e2m1_bits``."""
     m = y.abs()
     q = sum(c.to(torch.int64) for c in (m > 0.25, m >= 0.75, m > 1.25, m >= 1.75, m > 2.5, m >= 3.5, m > 5.0))
-    return q | (torch.signbit(y).to(torch.int64) << 3)
+    return q | ((torch.signbit(y) & ~torch.isnan(y)).to(torch.int64) << 3)
 
 
 def nvfp4_scale_shape(rows: int, hidden: int):
@@ -194,7 +194,7 @@ def swizzle_nvfp4_scales(linear: torch.Tensor) -> torch.Tensor:
 def quant_nvfp4(t: torch.Tensor, global_scale):
     """vLLM's ``scaled_fp4_quant(t, global_scale)`` with the swizzled scale layout, bit for bit
     as tpar's kernels and ``tpar::testing::quant_nvfp4``: per block of 16 elements of a row
-    (the last dimension, a multiple of 16), ``amax = max |t|``; ``sf = e4m3fn(gs * (amax *
+    (the last dimension, a multiple of 16), ``amax = max |t|`` (NaN ignored, as fmaxf); ``sf = e4m3fn(gs * (amax *
     float32(1/6)))`` (``quant_fp8_static`` with scale 1: clamped to 448, nearest even);
     ``os = 1 / (float32(sf) * (1 / gs))`` with exact float32 reciprocals, 0 where a divisor is
     0 (vLLM's Python reference; its CUDA kernel's ``rcp.approx.ftz`` may differ in the last
@@ -206,7 +206,8 @@ def quant_nvfp4(t: torch.Tensor, global_scale):
     x = t.double().reshape(-1, hidden // NVFP4_BLOCK, NVFP4_BLOCK)
     gs = torch.as_tensor(global_scale, dtype=torch.float32).reshape(()).to(t.device).double()
     r6 = float(torch.tensor(1.0 / E2M1_MAX, dtype=torch.float32))
-    amax = x.abs().amax(-1)
+    a = x.abs()
+    amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(-1)  # NaN ignored, as CUDA's fmaxf
     sf = quant_fp8_static(_rn(gs * _rn(amax * r6).double()), torch.tensor(1.0))
     sfv = sf.to(torch.float32).double()
     rg = torch.where(gs == 0, torch.zeros_like(gs), _rn(1.0 / gs).double())

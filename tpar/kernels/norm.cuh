@@ -279,7 +279,8 @@ __device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) 
 // amax = max |o_i|; sf = e4m3fn(gs * (amax * f32(1/6))) (clamped to 448, RNE: quant_fp8
 // with qinv 1); os = 1 / (f32(sf) * (1 / gs)) with exact IEEE reciprocals (0 where a divisor
 // is 0), where vLLM's kernel uses rcp.approx.ftz; each value e2m1(o_i * os): |y| clamped to
-// 6, round to nearest even on {0, 0.5, 1, 1.5, 2, 3, 4, 6}, the sign kept (NaN: 0). Two
+// 6, round to nearest even on {0, 0.5, 1, 1.5, 2, 3, 4, 6}, the sign kept (NaN: 0; amax
+// ignores NaN, as fmaxf). Two
 // values a byte, the even element in the low nibble; the block's scale byte at
 // nvfp4_sf_offset, the scale tensor's padding 0. A block spans 16 / D::LANES vectors, which the fused kernels hand to
 // adjacent lanes of one warp (tiles: a warp's 32 consecutive vectors, lane l vector
@@ -290,11 +291,12 @@ __device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) 
 
 // The e2m1 code (sign bit 8) of y: the count of rounding boundaries |y| passes, ties to the
 // even code (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4); past 5:
-// 6 (saturated); NaN passes none.
+// 6 (saturated); NaN passes none and gives 0 whatever its sign bit (a NaN's sign is not
+// portable: the GPU's arithmetic returns the canonical, positive NaN).
 __device__ __forceinline__ u32 e2m1_rne(float y) {
     const float m = fabsf(y);
     const u32 q = (u32)(m > 0.25f) + (u32)(m >= 0.75f) + (u32)(m > 1.25f) + (u32)(m >= 1.75f) + (u32)(m > 2.5f) + (u32)(m >= 3.5f) + (u32)(m > 5.0f);
-    return ((f32_as_u32(y) >> 28) & 0x8u) | q;
+    return (m == m ? (f32_as_u32(y) >> 28) & 0x8u : 0u) | q;
 }
 
 // The value of e4m3fn bits b (b not NaN: quant_fp8 clamps).

@@ -13,11 +13,12 @@ pub const E2M1_MAX: f32 = 6.0;
 /// The e2m1 code (4 bits: sign 8, magnitude code 0-7 for 0, 0.5, 1, 1.5, 2, 3, 4, 6) of `y`:
 /// |y| clamped to 6, rounded to the nearest grid value, ties to the even code (0.25 -> 0,
 /// 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4). The sign is kept (-0 and
-/// negatives that round to 0 give 8). NaN gives 0 or 8 (its sign): it passes no boundary.
+/// negatives that round to 0 give 8). NaN gives 0 whatever its sign bit (it passes no
+/// boundary; the GPU's arithmetic returns the canonical, positive NaN).
 pub fn e2m1_bits(y: f32) -> u8 {
     let m = y.abs();
     let q = [m > 0.25, m >= 0.75, m > 1.25, m >= 1.75, m > 2.5, m >= 3.5, m > 5.0].iter().filter(|&&b| b).count() as u8;
-    (if y.is_sign_negative() { 8 } else { 0 }) | q
+    (if y.is_sign_negative() && !y.is_nan() { 8 } else { 0 }) | q
 }
 
 /// The value of an e2m1 code (its low 4 bits).
@@ -49,7 +50,7 @@ pub fn nvfp4_scale_offset(row: usize, kb: usize, hidden: usize) -> usize {
 
 /// One block of 16 values (the dtype's, as f32) quantized with the global scale `gs`: its
 /// e4m3fn scale byte and its 8 bytes of e2m1 codes (even element in the low nibble).
-/// amax = max |x|; sf = e4m3fn(gs * (amax * f32(1/6))), clamped to 448 and rounded to nearest
+/// amax = max |x| (NaN ignored, as CUDA's fmaxf); sf = e4m3fn(gs * (amax * f32(1/6))), clamped to 448 and rounded to nearest
 /// even ([`quant_fp8_static`] with scale 1); os = 1 / (f32(sf) * (1 / gs)), each reciprocal
 /// the exact IEEE one (0 where its divisor is 0), as vLLM's Python reference
 /// `ref_nvfp4_quant` (its CUDA kernel's `rcp.approx.ftz` may differ in the last bit);
@@ -125,6 +126,13 @@ mod tests {
         assert_eq!(e2m1_bits(1e30), 7);
         assert_eq!(e2m1_bits(f32::NEG_INFINITY), 15);
         assert_eq!(e2m1_bits(-1e-30), 8);
+        assert_eq!((e2m1_bits(f32::NAN), e2m1_bits(-f32::NAN)), (0, 0));
+        // amax ignores NaN; the NaN element's code is 0, the others' as without it.
+        let mut x = [1.5f32; 16];
+        x[3] = f32::NAN;
+        let (sf, q) = quant_nvfp4_block(&x, 4.0);
+        assert_eq!(sf, quant_nvfp4_block(&[1.5f32; 16], 4.0).0);
+        assert_eq!((q[1] >> 4, q[0]), (0, 0x77));
         // Brute force: the nearest grid value over a sweep.
         let mut g = SplitMix::new(3);
         for _ in 0..20000 {
