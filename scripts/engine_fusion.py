@@ -126,9 +126,13 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
 
         def __call__(self, graph):
             super().__call__(graph)
-            targets = [n.target for n in graph.nodes if n.op == "call_function"]
+            calls = [n for n in graph.nodes if n.op == "call_function"]
+            targets = [n.target for n in calls]
             Recording.seen = {
                 "tpar_ops": sum(1 for t in targets if "vllm_all_reduce_rmsnorm" in str(t)),
+                "nvfp4_ops": sum(1 for t in targets if "vllm_all_reduce_rmsnorm_nvfp4" in str(t)),
+                # vLLM's NVFP4 quant left unfused (auto_functionalized carries it as its first argument)
+                "fp4_quants": sum(1 for n in calls if "scaled_fp4_quant" in str(n.target) or (n.args and "scaled_fp4_quant" in str(n.args[0]))),
                 "all_reduces": sum(1 for t in targets if "vllm.all_reduce" in str(t)),
             }
 
@@ -158,7 +162,10 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
             end = ours.max_token_num + 1 if form == "beyond_plan" else max(rows, 1)
             torch._dynamo.reset()
             f = _layer(name, tensor_model_parallel_all_reduce, quant)
-            cf = torch.compile(f, backend="inductor", fullgraph=True, dynamic=False, options={"post_grad_custom_post_pass": pm, "fx_graph_cache": False})
+            # Inductor as vLLM configures it: auto-functionalization V1, which its fusion passes
+            # (and tpar's, whose quant patterns are vLLM's) match (CompilationConfig.__post_init__)
+            opts = {"post_grad_custom_post_pass": pm, "fx_graph_cache": False, "enable_auto_functionalized_v2": cfg.compilation_config.inductor_compile_config.get("enable_auto_functionalized_v2", False)}
+            cf = torch.compile(f, backend="inductor", fullgraph=True, dynamic=False, options=opts)
             before = dict(vllm_pass._stats)
             served0 = ca.served_calls
             Recording.seen = {}
@@ -198,8 +205,11 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
                 # the pass must not apply: vLLM's all-reduce stays, no tpar op in the graph
                 ok = ok and rec.get("tpar_ops", 0) == 0 and rec.get("all_reduces", 0) >= 1 and fused == 0
             else:
-                # every form must be replaced by tpar's op, the all-reduce gone
+                # every form must be replaced by tpar's op, the all-reduce gone; the NVFP4 forms
+                # by its NVFP4 op, vLLM's quant gone with it
                 ok = ok and rec.get("tpar_ops", 0) == 1 and rec.get("all_reduces", 0) == 0
+                if name.startswith("nvfp4"):
+                    ok = ok and rec.get("nvfp4_ops", 0) == 1 and rec.get("fp4_quants", 0) == 0
             rec["ok"] = bool(ok)
             out["forms"][form] = rec
             out["cases"] += 1

@@ -41,6 +41,8 @@ def test_vllm_fusion_pass_replaces_every_form(version, capability, tmp_path):
         for form in FORMS:
             f = st["forms"][form]
             assert f["tpar_ops"] == 1 and f["all_reduces"] == 0, f"rank {rec['rank']} {form}: not replaced by tpar's op: {f}"
+            if form.startswith("nvfp4"):
+                assert f["nvfp4_ops"] == 1 and f["fp4_quants"] == 0, f"rank {rec['rank']} {form}: the NVFP4 quant not fused into tpar's op: {f}"
             assert f["ok"], f"rank {rec['rank']} {form}: {f}"
         # the plain forms run tpar's fused kernel (all_reduce_add_rmsnorm), bitwise its reference
         for form in ("residual", "norm"):
