@@ -13,9 +13,9 @@
 #   FAMILY=check OUT=... bash scripts/gpu-fused.sh DIR   # instead: the family's correctness (issue 41)
 #   FAMILY=bench OUT=... bash scripts/gpu-fused.sh DIR   # instead: the family's timings and table
 #
-# FAMILY=check / bench run the RMSNorm family's patterns only (no residual, Gemma, FP8 e4m3 output; docs/cuda.md
+# FAMILY=check / bench run the RMSNorm family's patterns only (no residual, Gemma, FP8 e4m3 or NVFP4 output; docs/cuda.md
 # "Fused all-reduce + RMSNorm family"): `tpar selftest fused --pattern all` (the calls take
-# the 8 patterns in turn) on 8/4/2 emulated ranks, skewed, over host, an epoch wrap, and a
+# the 12 patterns in turn) on 8/4/2 emulated ranks, skewed, over host, an epoch wrap, and a
 # pattern mismatch; one pattern at a time at 8 ranks; tpar.torch's family on 2 processes;
 # then timings of every pattern on 8 emulated ranks (hidden 4096/5120/7168/8192 x rows
 # 1/3/8/16/32, bf16, graphs: fused against the all-reduce followed by tpar's norm kernel of the
@@ -70,7 +70,7 @@ finish() {
 SF=("$B" selftest fused)
 if [ -n "${FAMILY:-}" ]; then
   if [ "$FAMILY" = check ]; then
-    PATS="add_rmsnorm rmsnorm add_rmsnorm_gemma rmsnorm_gemma add_rmsnorm_fp8 rmsnorm_fp8 add_rmsnorm_gemma_fp8 rmsnorm_gemma_fp8"
+    PATS="add_rmsnorm rmsnorm add_rmsnorm_gemma rmsnorm_gemma add_rmsnorm_fp8 rmsnorm_fp8 add_rmsnorm_gemma_fp8 rmsnorm_gemma_fp8 add_rmsnorm_nvfp4 rmsnorm_nvfp4 add_rmsnorm_gemma_nvfp4 rmsnorm_gemma_nvfp4"
     # A third of the plain check's 63 shapes (that step took 147-161 s on one H200): the
     # patterns add no kernels to compile, only the descriptor's pattern bits.
     step "family: 8 ranks p2p, every dtype, patterns in turn, hidden 1K-16K x rows 1-64, eager+graph; plain and pattern mismatches" 180 -- \
@@ -123,13 +123,14 @@ cells = {}
 for r in recs:
     cells.setdefault((r["pattern"], r["hidden"], r["rows"], r["algorithm"]), {})[r["op"]] = r["median_us"]
 print("issue 41: the family, 8 emulated ranks, bf16, CUDA graphs (us per call, medians)")
-print("targets: (all-reduce + norm kernel) - fused >= 1.5 per pattern; fp8 pattern - same pattern without fp8 <= 0.3")
-print(f"{'pattern':>22} {'hidden':>6} {'rows':>4} {'algorithm':>13} {'AR':>7} {'fused':>7} {'AR+norm':>8} {'(AR+n)-f':>8} {'fp8 cost':>8}")
+print("targets: (all-reduce + norm kernel) - fused >= 1.5 per pattern; fp8 pattern - same pattern without fp8 <= 0.3 (nvfp4: its cost shown, no target yet)")
+print(f"{'pattern':>22} {'hidden':>6} {'rows':>4} {'algorithm':>13} {'AR':>7} {'fused':>7} {'AR+norm':>8} {'(AR+n)-f':>8} {'q cost':>8}")
 for (pat, h, rows, algo), c in sorted(cells.items()):
     if len(c) < 4:
         continue
     f, u, ar = c["fused"], c["all-reduce + add-rmsnorm"], c["all-reduce"]
-    base = cells.get((pat.replace("_fp8", ""), h, rows, algo), {}).get("fused") if pat.endswith("_fp8") else None
+    quant = "_fp8" if pat.endswith("_fp8") else "_nvfp4" if pat.endswith("_nvfp4") else None
+    base = cells.get((pat[: -len(quant)], h, rows, algo), {}).get("fused") if quant else None
     cost = f"{f - base:+8.2f}" if base is not None else f"{'':>8}"
     met = "yes" if u - f >= 1.5 else "NO"
     print(f"{pat:>22} {h:>6} {rows:>4} {algo:>13} {ar:7.2f} {f:7.2f} {u:8.2f} {u - f:+8.2f} {cost} {met}")
