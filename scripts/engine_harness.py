@@ -2,7 +2,7 @@
 """vLLM's and SGLang's own distributed code driving tpar, in N rank processes.
 
     python3 scripts/engine_harness.py ENGINE WORLD [--device cuda|cpu] [--out DIR]
-                                      [--stages settings,eager,compile,graph,thread,sp,sp_graph,kill]
+                                      [--stages settings,eager,compile,graph,thread,sp,sp_graph,dp,dp_graph,kill]
                                       [--label NAME] [--trace DIR]
     python3 scripts/engine_harness.py --matrix LINES.md   # several runs' lines -> one table
 
@@ -40,11 +40,20 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
    an all-gather tpar declines when the op runs (its size above ``max_size``) must come out
    of vLLM's own fallback inside the op, bitwise, with no second graph. Where Dynamo cannot
    trace, the stage records where it stopped (``untraceable``) and fails;
-7. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
+7. ``dp``, ``dp_compile``, ``dp_graph`` (SGLang): as ``sp``, ``sp_compile`` and ``sp_graph``, on
+   SGLang's DP-attention ``dp_gather_partial`` (MAX_LEN padding) and
+   ``dp_reduce_scatter_tensor`` (one attention-TP rank per DP rank), which reach
+   ``GroupCoordinator._all_gather_into_tensor`` / ``_reduce_scatter_tensor`` through SGLang's
+   opaque custom ops; tpar's plug-in wraps those methods. ``dp`` adds one all-gather above
+   ``max_size`` (SGLang's own path must give the same bits), and a ``dp`` or ``dp_graph``
+   stage where tpar served nothing fails (SGLang's own path is right too: only the counter
+   tells that the wrap took). On a CPU the harness registers SGLang's own op body for CPU
+   tensors (SGLang registers it for CUDA only);
+8. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
    error within 1 s, without ``check()``. The survivors cycle through the all-reduce and the
-   engine's sequence-parallel gather and scatter (those tpar served before the death), so
-   the death is found by whichever collective is in flight;
-8. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
+   engine's sequence-parallel gather and scatter, or SGLang's DP-attention ones (those tpar
+   served before the death), so the death is found by whichever collective is in flight;
+9. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
    up to 2048 tokens (beyond ``max_size``), through tpar and bitwise the reference.
 
 Ranks are processes; on one GPU they share it (device 0). NCCL refuses two ranks on one GPU,
