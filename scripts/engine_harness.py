@@ -45,7 +45,8 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
    ``dp_reduce_scatter_tensor`` (one attention-TP rank per DP rank), which reach
    ``GroupCoordinator._all_gather_into_tensor`` / ``_reduce_scatter_tensor`` through SGLang's
    opaque custom ops; tpar's plug-in wraps those methods. ``dp`` adds one all-gather above
-   ``max_size`` (SGLang's own path must give the same bits), and a ``dp`` or ``dp_graph``
+   ``max_size`` (SGLang's own path must give the same bits) and calls tpar must decline
+   (``dp_declines``), and a ``dp`` or ``dp_graph``
    stage where tpar served nothing fails (SGLang's own path is right too: only the counter
    tells that the wrap took). On a CPU the harness registers SGLang's own op body for CPU
    tensors (SGLang registers it for CUDA only);
@@ -454,6 +455,10 @@ def rank_main(args):
                     # fallback here, is wrong without tpar.)
                     big = ca.max_size // (HIDDEN * 4) + 1
                     count(st, *sp_gather_case(gather, torch.float32, big, "eager, above max_size", names[0]))
+                    st["declined"] = dp_declines(eng, ca, rank, world, dev, seed)
+                    bad = {k: v for k, v in st["declined"].items() if not v.get("ok")}
+                    if bad:
+                        raise RuntimeError(f"calls tpar must leave to SGLang's own path: {bad}")
             elif stage in ("sp_compile", "dp_compile"):
                 fns = eng.sp_functions() if stage == "sp_compile" else eng.dp_functions()
                 st.update(sp_compile(*fns, names=COLLECTIVE_NAMES[stage[:2]]))
@@ -616,6 +621,42 @@ def sp_graph_stage(eng, ca, rank, world, dev, gather, scatter, names=("sp_all_ga
     if not st["wrong_calls"]:
         del st["wrong_calls"]
     return st
+
+
+def dp_declines(eng, ca, rank, world, dev, seed):
+    """Calls of SGLang's ``GroupCoordinator.all_gather_into_tensor`` / ``reduce_scatter_tensor``
+    that tpar's wrap must leave to SGLang's own path (its counter unmoved, nothing raised):
+    NCCL's in-place forms (the input is this rank's slice of the output, or the output this
+    rank's slice of the input: tpar runs out of place) and a per-rank size that is not whole
+    16-byte vectors. The all-gathers are also judged bitwise (a copy, whoever runs it)."""
+    import torch
+
+    from tpar.testing import bits, make_inputs
+
+    out = {}
+    rows = 2
+    for name, dt, n in (("in-place all-gather", torch.bfloat16, rows * HIDDEN), ("all-gather of 3 x float16 per rank", torch.float16, 3),
+                        ("in-place reduce-scatter", torch.bfloat16, rows * HIDDEN)):
+        seed[0] += 1
+        scatter = "reduce-scatter" in name
+        xs = make_inputs(seed[0], world, n * (world if scatter else 1), dt)
+        before = ca.served_calls
+        try:
+            if scatter:
+                x = xs[rank].to(dev)
+                eng.tp.reduce_scatter_tensor(x[rank * n:(rank + 1) * n], x)
+                ok = True
+            else:
+                y = torch.full((world * n,), float("nan"), dtype=dt, device=dev)
+                mine = y[rank * n:(rank + 1) * n] if name.startswith("in-place") else torch.empty(n, dtype=dt, device=dev)
+                mine.copy_(xs[rank])
+                eng.tp.all_gather_into_tensor(y, mine)
+                ok = bits(y.cpu()) == bits(torch.cat(xs))
+            served = ca.served_calls - before
+            out[name] = {"served": served, "ok": ok and served == 0}
+        except Exception as e:  # noqa: BLE001 - recorded: the stage fails
+            out[name] = {"error": f"{type(e).__name__}: {e}"[:200], "ok": False}
+    return out
 
 
 def liveness_snapshot(world):

@@ -164,7 +164,8 @@ def test_sglang_dp_attention_gathers_served_by_tpar(version, world, tmp_path):
     GroupCoordinator._all_gather_into_tensor / _reduce_scatter_tensor: every call within
     max_size served by tpar (its counter), the all-gather bitwise every rank's rows in rank
     order, the reduce-scatter bitwise slice `rank` of the rank-order sum; an all-gather above
-    max_size declined to SGLang's own path, bitwise all the same; the same inside
+    max_size declined to SGLang's own path, bitwise all the same, and NCCL's in-place forms
+    and a size off 16-byte parts left to SGLang's path (tpar's counter unmoved); the same inside
     torch.compile(fullgraph=True), where SGLang's functions put its opaque ops
     (sglang::reg_all_gather_into_tensor / reg_reduce_scatter_tensor) in the graph and their
     body reaches the wrapped methods when the graph runs (the harness registers that body for
@@ -178,6 +179,8 @@ def test_sglang_dp_attention_gathers_served_by_tpar(version, world, tmp_path):
         dp = rec["stages"]["dp"]
         # 3 dtypes x 4 row counts x both collectives, and the all-gather above max_size
         assert dp["tpar"] == dp["served"] == 24 and dp["cases"] == 25 and dp["fallback"] == 1 and dp["wrong"] == 0, dp
+        # NCCL's in-place forms and a size off 16-byte parts: SGLang's own path, tpar's counter unmoved
+        assert len(dp["declined"]) == 3 and all(v == {"served": 0, "ok": True} for v in dp["declined"].values()), dp
         st = rec["stages"]["dp_compile"]
         # 3 dtypes x (1, 8 rows) x both collectives, each a compiled graph, each served by tpar
         assert "untraceable" not in st and st["tpar"] == st["served"] == st["cases"] == 12 and st["wrong"] == 0, st
