@@ -462,6 +462,10 @@ def rank_main(args):
             elif stage in ("sp_compile", "dp_compile"):
                 fns = eng.sp_functions() if stage == "sp_compile" else eng.dp_functions()
                 st.update(sp_compile(*fns, names=COLLECTIVE_NAMES[stage[:2]]))
+                if stage == "dp_compile" and dev.type == "cpu" and "error" not in st:
+                    st["cpu_engine"] = dp_cpu_engine_compile(eng, ca, rank, world, dev, seed)
+                    if not st["cpu_engine"].get("ok"):
+                        st["error"] = f"SGLang's CPU-engine path compiled: {st['cpu_engine']}"
             elif stage in ("sp_graph", "dp_graph"):
                 gather, scatter = eng.sp_functions() if stage == "sp_graph" else eng.dp_functions()
                 if dev.type != "cuda":
@@ -621,6 +625,34 @@ def sp_graph_stage(eng, ca, rank, world, dev, gather, scatter, names=("sp_all_ga
     if not st["wrong_calls"]:
         del st["wrong_calls"]
     return st
+
+
+def dp_cpu_engine_compile(eng, ca, rank, world, dev, seed):
+    """SGLang's CPU engine calls ``GroupCoordinator._all_gather_into_tensor`` in Python (no
+    op), so Dynamo traces into tpar's wrap: it must trace SGLang's own path there
+    (``torch.compile(fullgraph=True)`` succeeds, tpar's counter unmoved) and give every rank's
+    rows in rank order, bitwise."""
+    import torch
+    import torch._dynamo.exc
+
+    from tpar.testing import bits, make_inputs
+
+    seed[0] += 1
+    xs = make_inputs(seed[0], world, 8 * HIDDEN, torch.bfloat16)
+
+    def f(x):
+        out = x.new_empty((world * x.shape[0],))
+        eng.tp._all_gather_into_tensor(out, x * 1)
+        return out * 1
+
+    before = ca.served_calls
+    try:
+        y = torch.compile(f, backend="aot_eager", fullgraph=True, dynamic=False)(xs[rank].to(dev))
+    except torch._dynamo.exc.Unsupported as e:
+        return {"ok": False, "untraceable": str(e).splitlines()[0][:200]}
+    served = ca.served_calls - before
+    ok = served == 0 and bits(y.cpu()) == bits(torch.cat(xs))
+    return {"ok": ok, "served": served}
 
 
 def dp_declines(eng, ca, rank, world, dev, seed):

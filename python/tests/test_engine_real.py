@@ -188,6 +188,8 @@ def test_sglang_dp_attention_gathers_served_by_tpar(version, world, tmp_path):
         # an all-gather tpar declines when the graph runs: SGLang's own path inside its op,
         # bitwise, tpar's counter unmoved, no second graph
         assert st["declined"] == {"served": 0, "ok": True}, st
+        # SGLang's CPU engine calls the wrapped method in Python: Dynamo traces SGLang's own path
+        assert st["cpu_engine"] == {"ok": True, "served": 0}, st
         assert "skipped" in rec["stages"]["dp_graph"], rec["stages"]["dp_graph"]  # said, not hidden
         kill = rec["stages"]["kill"]
         assert kill["cycled"][:2] == ["dp_gather_partial", "dp_reduce_scatter_tensor"], kill  # served by tpar before the death

@@ -100,10 +100,20 @@ def dispatch_custom_allreduce(*args, **kwargs):
     return SglangCustomAllreduce
 
 
+def _tracing() -> bool:
+    """Whether Dynamo is tracing this call. On CUDA SGLang calls the methods inside its opaque
+    ops, so they run eagerly; only SGLang's CPU engine (``SGLANG_USE_CPU_ENGINE=1``) calls
+    them in Python, where Dynamo would trace into tpar's decision (``data_ptr``, native
+    code): there SGLang's own path is traced instead."""
+    import torch
+
+    return torch.compiler.is_compiling()
+
+
 def _wrap(attr: str, collective: str, original):
     def method(self, output, input):  # noqa: A002 - SGLang's names
         ca = getattr(self, "ca_comm", None)
-        if isinstance(ca, SglangCustomAllreduce) and ca.serve_collective(self, collective, output, input):
+        if isinstance(ca, SglangCustomAllreduce) and not _tracing() and ca.serve_collective(self, collective, output, input):
             return output if collective == "reduce-scatter" else None  # what the originals return
         return original(self, output, input)
 
