@@ -42,6 +42,9 @@ class Engine:
     def sp_functions(self):  # the engine's sequence-parallel all-gather and reduce-scatter
         raise Skip(f"{self.name} has no sequence-parallel functions that reach a custom collective")
 
+    def dp_functions(self):  # the engine's DP-attention gather and scatter, as sp_functions
+        raise Skip(f"{self.name} has no DP-attention gather routed to tpar")
+
     def graph_capture(self):
         raise NotImplementedError
 
@@ -183,4 +186,57 @@ class SglangEngine(Engine):
 
     def graph_capture(self):
         return self.tp.graph_capture()
+
+    def dp_functions(self):
+        """SGLang's DP-attention gather and scatter (``layers/dp_attention.py``), as the
+        engine runs them with one attention-TP rank per DP rank (``--tp N --dp N
+        --enable-dp-attention``): ``dp_gather_partial`` with the MAX_LEN padding (every DP
+        rank's rows padded to one length: ``tp_group.all_gather_into_tensor``) and
+        ``dp_reduce_scatter_tensor`` (``tp_size == attn_dp_size``:
+        ``tp_group.reduce_scatter_tensor``), each reaching ``GroupCoordinator``'s
+        ``_all_gather_into_tensor`` / ``_reduce_scatter_tensor``, which tpar's plug-in wraps.
+
+        What the server would have set is set through SGLang's own API: the parallel
+        layout (``get_parallel().override_permanently``, validated by SGLang) and the batch's
+        padding mode (``dp_padding_mode``, the one field of ``ForwardBatch`` the gather
+        reads). The scatter's input is the gathered buffer, ``world`` equal slots: rows the
+        harness gives beyond a whole number of slots are padded with zeros, as the server's
+        buffer is. On a CPU, the path is the one SGLang takes on CUDA: its
+        ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` call its custom ops
+        ``sglang::reg_all_gather_into_tensor`` / ``reg_reduce_scatter_tensor`` (opaque to
+        Dynamo), whose body calls the wrapped method; SGLang registers the ops' body for
+        CUDA only, so the harness registers the same body for CPU tensors too."""
+        import inspect
+        import types
+
+        import torch
+
+        from sglang.srt.layers import dp_attention as dpa
+        from sglang.srt.runtime_context import get_parallel
+
+        world, rank = self.tp.world_size, self.tp.rank_in_group
+        if self.device.type == "cpu" and getattr(self, "_cpu_ops", None) is None:
+            lib = torch.library.Library("sglang", "IMPL")
+            for op in (self.ps.reg_all_gather_into_tensor, self.ps.reg_reduce_scatter_tensor):
+                lib.impl(op.__name__, inspect.unwrap(op), "CPU")  # SGLang's own op body
+            self._cpu_ops = lib  # kept: the registration lasts as long as the Library
+        get_parallel().override_permanently(
+            tp_group=self.tp, tp_size=world, tp_rank=rank, attn_tp_size=1, attn_tp_rank=0, attn_dp_size=world, attn_dp_rank=rank, attn_cp_size=1, attn_cp_rank=0
+        )
+        batch = types.SimpleNamespace(dp_padding_mode=dpa.DpPaddingMode.MAX_LEN)
+
+        def gather(local):
+            out = local.new_empty((world * local.shape[0],) + tuple(local.shape[1:]))
+            dpa.dp_gather_partial(out, local, batch)
+            return out
+
+        def scatter(global_):
+            pad = -global_.shape[0] % world
+            if pad:
+                global_ = torch.nn.functional.pad(global_, (0, 0, 0, pad))
+            out = global_.new_empty((global_.shape[0] // world,) + tuple(global_.shape[1:]))
+            dpa.dp_reduce_scatter_tensor(out, global_)
+            return out
+
+        return gather, scatter
 

@@ -579,7 +579,7 @@ def trace(name: str, version: str, out_dir: str, world: int = 2) -> Set[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
     tdir = tempfile.mkdtemp(prefix=f"tpar-trace-{name}-")
     cmd = [sys.executable, os.path.join(ROOT, "scripts", "engine_harness.py"), name, str(world), "--device", "cpu",
-           "--stages", "settings,eager,compile,thread" + (",sp,fusion" if name == "vllm" else ""), "--trace", tdir, "--out", out_dir]
+           "--stages", "settings,eager,compile,thread" + (",sp,fusion" if name == "vllm" else ",dp,dp_compile"), "--trace", tdir, "--out", out_dir]
     r = subprocess.run(cmd, env=env)
     if r.returncode != 0:
         raise SystemExit(f"the harness failed on this machine's CPU for {name} {version} (logs in {out_dir}): fix that first")

@@ -2,7 +2,7 @@
 """vLLM's and SGLang's own distributed code driving tpar, in N rank processes.
 
     python3 scripts/engine_harness.py ENGINE WORLD [--device cuda|cpu] [--out DIR]
-                                      [--stages settings,eager,compile,graph,thread,sp,sp_graph,kill]
+                                      [--stages settings,eager,compile,graph,thread,sp,sp_graph,dp,dp_graph,kill]
                                       [--label NAME] [--trace DIR]
     python3 scripts/engine_harness.py --matrix LINES.md   # several runs' lines -> one table
 
@@ -40,11 +40,21 @@ installed as a wheel (its entry points are how the engines find the plug-in). Ev
    an all-gather tpar declines when the op runs (its size above ``max_size``) must come out
    of vLLM's own fallback inside the op, bitwise, with no second graph. Where Dynamo cannot
    trace, the stage records where it stopped (``untraceable``) and fails;
-7. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
+7. ``dp``, ``dp_compile``, ``dp_graph`` (SGLang): as ``sp``, ``sp_compile`` and ``sp_graph``, on
+   SGLang's DP-attention ``dp_gather_partial`` (MAX_LEN padding) and
+   ``dp_reduce_scatter_tensor`` (one attention-TP rank per DP rank), which reach
+   ``GroupCoordinator._all_gather_into_tensor`` / ``_reduce_scatter_tensor`` through SGLang's
+   opaque custom ops; tpar's plug-in wraps those methods. ``dp`` adds one all-gather above
+   ``max_size`` (SGLang's own path must give the same bits) and calls tpar must decline
+   (``dp_declines``), and a ``dp`` or ``dp_graph``
+   stage where tpar served nothing fails (SGLang's own path is right too: only the counter
+   tells that the wrap took). On a CPU the harness registers SGLang's own op body for CPU
+   tensors (SGLang registers it for CUDA only);
+8. ``kill``: the last rank dies mid-step; every survivor's next calls must raise a tpar
    error within 1 s, without ``check()``. The survivors cycle through the all-reduce and the
-   engine's sequence-parallel gather and scatter (those tpar served before the death), so
-   the death is found by whichever collective is in flight;
-8. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
+   engine's sequence-parallel gather and scatter, or SGLang's DP-attention ones (those tpar
+   served before the death), so the death is found by whichever collective is in flight;
+9. ``batchinv`` (vLLM with ``VLLM_BATCH_INVARIANT=1``, not in the default list): every size,
    up to 2048 tokens (beyond ``max_size``), through tpar and bitwise the reference.
 
 Ranks are processes; on one GPU they share it (device 0). NCCL refuses two ranks on one GPU,
@@ -83,7 +93,9 @@ from engine_adapters import Skip, SglangEngine, VllmEngine  # (it records the en
 HIDDEN = 7168  # DeepSeek-V3's hidden size: the engines' decode all-reduce is tokens x hidden
 TOKENS = (1, 3, 8, 64, 512)  # size classes of decode and small prefill batches
 ODD = (1, 7, 129, 4099, 21504 + 5)  # element counts off every alignment
-STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "sp_compile", "sp_graph", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1), "fusion" (vLLM)
+STAGES = ("settings", "eager", "compile", "graph", "thread", "sp", "sp_compile", "sp_graph", "dp", "dp_compile", "dp_graph", "kill")  # and "batchinv" (vLLM, VLLM_BATCH_INVARIANT=1), "fusion" (vLLM)
+#: The names the sp and dp stages give the engine's all-gather and reduce-scatter in records.
+COLLECTIVE_NAMES = {"sp": ("sp_all_gather", "sp_reduce_scatter"), "dp": ("dp_gather_partial", "dp_reduce_scatter_tensor")}
 #: A survivor must see a dead peer within this (issue 21).
 DEAD_PEER_S = 1.0
 
@@ -234,7 +246,7 @@ def rank_main(args):
                 seed[0] += 1
                 yield dname, dt, n, make_inputs(seed[0], world, n, dt)
 
-    def sp_gather_case(fn, dt, rows, what):
+    def sp_gather_case(fn, dt, rows, what, name="sp_all_gather"):
         """One all-gather through ``fn`` of ``rows`` x HIDDEN per rank: (served, ok), ok when
         the output is every rank's rows in rank order, bit for bit (a copy: whoever ran it)."""
         seed[0] += 1
@@ -245,10 +257,10 @@ def rank_main(args):
         want = torch.cat(xs).reshape(world * rows, HIDDEN)
         ok = tuple(y.shape) == tuple(want.shape) and bits(y.cpu()) == bits(want)
         if not ok:
-            why.append(f"{what} sp_all_gather {dt} rows={rows} shape {tuple(y.shape)} took={served > 0}")
+            why.append(f"{what} {name} {dt} rows={rows} shape {tuple(y.shape)} took={served > 0}")
         return served, ok
 
-    def sp_scatter_case(fn, dt, rows, what):
+    def sp_scatter_case(fn, dt, rows, what, name="sp_reduce_scatter"):
         """One reduce-scatter through ``fn`` giving ``rows`` x HIDDEN per rank, of
         ``rows * world - 1`` rows (the engine pads one row of zeros to split evenly) where
         rows > 1: (served, ok), ok when bitwise slice ``rank`` of the rank-order sum where
@@ -265,10 +277,10 @@ def rank_main(args):
         ok = tuple(y.shape) == (rows, HIDDEN)
         ok = ok and (bits(y.cpu()) == bits(ref) if served else fallback_wrong(y, mine, world) == 0)
         if not ok:
-            why.append(f"{what} sp_reduce_scatter {dt} rows={total} shape {tuple(y.shape)} took={served > 0}")
+            why.append(f"{what} {name} {dt} rows={total} shape {tuple(y.shape)} took={served > 0}")
         return served, ok
 
-    def sp_compile(gather, scatter):
+    def sp_compile(gather, scatter, names=("sp_all_gather", "sp_reduce_scatter")):
         """The engine's sp_all_gather and sp_reduce_scatter, each inside its own
         torch.compile(fullgraph=True) (inductor on CUDA, aot_eager on CPU; static shapes: a
         graph per dtype and row count), judged as the eager calls. Every call is within
@@ -294,7 +306,7 @@ def rank_main(args):
         def s(x):
             return scatter(x * 1) * 1
 
-        for name, fn, case in (("sp_all_gather", g, sp_gather_case), ("sp_reduce_scatter", s, sp_scatter_case)):
+        for name, fn, case in ((names[0], g, sp_gather_case), (names[1], s, sp_scatter_case)):
             st["graphs"][name] = 0
 
             def compile_graph(gm, example_inputs, name=name):
@@ -307,7 +319,7 @@ def rank_main(args):
                 for dname, dt in dtypes.items():
                     for rows in (1, 8):  # 8: the reduce-scatter's 8 * world - 1 rows, padded by the engine
                         shapes += 1
-                        count(st, *case(cf, dt, rows, "compiled"))
+                        count(st, *case(cf, dt, rows, "compiled", name))
             except torch._dynamo.exc.Unsupported as e:
                 # Dynamo's message ends with the user-code frames it was in: the innermost
                 # (file:line, then the source line) says where tracing stopped.
@@ -327,14 +339,14 @@ def rank_main(args):
             # reduce-scatter: here vLLM's own fallback for it is torch.distributed's
             # reduce_scatter_tensor on gloo, which returns uninitialised memory (eagerly too,
             # without tpar), so there is no right answer of the engine's to compare with.
-            if name == "sp_reduce_scatter":
-                st["declined_reduce_scatter"] = "not judged: vLLM's fallback (reduce_scatter_tensor on gloo) is wrong here without tpar"
+            if name == names[1]:
+                st["declined_reduce_scatter"] = "not judged: the engines' fallback (reduce_scatter_tensor on gloo) is wrong here without tpar"
                 continue
             dt0 = next(iter(dtypes.values()))
             keep = ca.max_size
             ca.max_size = 16
             try:
-                served, ok = case(cf, dt0, 1, "compiled, declined")
+                served, ok = case(cf, dt0, 1, "compiled, declined", name)
             finally:
                 ca.max_size = keep
             st["declined"] = {"served": served, "ok": ok}
@@ -422,25 +434,44 @@ def rank_main(args):
                         served, ok = one(xs, dt, eng.ar, "batchinv")
                         count(st, served, ok and served > 0)  # every size must go through tpar
                 st["chunked"] = sorted({f"{k[0]}:{k[1]}B->{v}" for k, v in ca._chunks.items() if v is not None and v * k[0].itemsize < k[1]})[:8]
-            elif stage == "sp":
+            elif stage in ("sp", "dp"):
                 # The engine's own sequence-parallel functions (vLLM: sp_all_gather,
-                # sp_reduce_scatter, which try the custom collective, then NCCL / gloo): the
-                # all-gather must be every rank's rows in rank order, bit for bit, whoever ran
-                # it; a reduce-scatter tpar served must be bitwise slice `rank` of the
-                # rank-order sum, the fallback's within its rounding.
-                gather, scatter = eng.sp_functions()
+                # sp_reduce_scatter, which try the custom collective, then NCCL / gloo), or
+                # its DP-attention gather and scatter (SGLang: dp_gather_partial,
+                # dp_reduce_scatter_tensor, whose GroupCoordinator methods tpar's plug-in
+                # wraps): the all-gather must be every rank's rows in rank order, bit for
+                # bit, whoever ran it; a reduce-scatter tpar served must be bitwise slice
+                # `rank` of the rank-order sum, the fallback's within its rounding.
+                gather, scatter = eng.sp_functions() if stage == "sp" else eng.dp_functions()
+                names = COLLECTIVE_NAMES[stage]
                 for dname, dt in dtypes.items():
                     for rows in (1, 3, 8, 64):
-                        count(st, *sp_gather_case(gather, dt, rows, "eager"))
-                        count(st, *sp_scatter_case(scatter, dt, rows, "eager"))
-            elif stage == "sp_compile":
-                st.update(sp_compile(*eng.sp_functions()))
-            elif stage == "sp_graph":
-                gather, scatter = eng.sp_functions()
+                        count(st, *sp_gather_case(gather, dt, rows, "eager", names[0]))
+                        count(st, *sp_scatter_case(scatter, dt, rows, "eager", names[1]))
+                if stage == "dp":
+                    # One all-gather above the drop-in's max_size per rank: tpar declines it
+                    # and SGLang's own path (pynccl, here gloo) must give the same bits. (Not
+                    # a reduce-scatter: torch's reduce_scatter_tensor on gloo, SGLang's
+                    # fallback here, is wrong without tpar.)
+                    big = ca.max_size // (HIDDEN * 4) + 1
+                    count(st, *sp_gather_case(gather, torch.float32, big, "eager, above max_size", names[0]))
+                    st["declined"] = dp_declines(eng, ca, rank, world, dev, seed)
+                    bad = {k: v for k, v in st["declined"].items() if not v.get("ok")}
+                    if bad:
+                        raise RuntimeError(f"calls tpar must leave to SGLang's own path: {bad}")
+            elif stage in ("sp_compile", "dp_compile"):
+                fns = eng.sp_functions() if stage == "sp_compile" else eng.dp_functions()
+                st.update(sp_compile(*fns, names=COLLECTIVE_NAMES[stage[:2]]))
+                if stage == "dp_compile" and dev.type == "cpu" and "error" not in st:
+                    st["cpu_engine"] = dp_cpu_engine_compile(eng, ca, rank, world, dev, seed)
+                    if not st["cpu_engine"].get("ok"):
+                        st["error"] = f"SGLang's CPU-engine path compiled: {st['cpu_engine']}"
+            elif stage in ("sp_graph", "dp_graph"):
+                gather, scatter = eng.sp_functions() if stage == "sp_graph" else eng.dp_functions()
                 if dev.type != "cuda":
                     st["skipped"] = "CUDA graphs need a GPU"
                 else:
-                    st.update(sp_graph_stage(eng, ca, rank, world, dev, gather, scatter))
+                    st.update(sp_graph_stage(eng, ca, rank, world, dev, gather, scatter, COLLECTIVE_NAMES[stage[:2]]))
             elif stage == "fusion":
                 # vLLM's compile stack with tpar's fusion pass on a small layer
                 # (scripts/engine_fusion.py), the capability faked to --capability.
@@ -531,7 +562,7 @@ def graph_stage(eng, ca, rank, world, dev, digest):
 
 
 
-def sp_graph_stage(eng, ca, rank, world, dev, gather, scatter):
+def sp_graph_stage(eng, ca, rank, world, dev, gather, scatter, names=("sp_all_gather", "sp_reduce_scatter")):
     """The engine's sequence-parallel all-gather and reduce-scatter captured inside its
     graph_capture() (a graph per row count, as the engines capture one per batch size; the
     reduce-scatter's input of rows * world - 1 rows is padded by the engine inside the graph),
@@ -585,15 +616,85 @@ def sp_graph_stage(eng, ca, rank, world, dev, gather, scatter):
             ok_g = tuple(yg.shape) == tuple(want.shape) and bits(yg.cpu()) == bits(want)
             ok_s = tuple(ys.shape) == (rows, HIDDEN)
             ok_s = ok_s and (bits(ys.cpu()) == bits(reference(mine, dt).reshape(rows, HIDDEN)) if took[1] else fallback_wrong(ys, mine, world) == 0)
-            for name, ok, t in (("sp_all_gather", ok_g, took[0]), ("sp_reduce_scatter", ok_s, took[1])):
+            for name, ok, t in ((names[0], ok_g, took[0]), (names[1], ok_s, took[1])):
                 st["cases"] += 1
                 st["tpar" if t else "fallback"] += 1
                 st["wrong"] += not ok
                 if not ok and len(st["wrong_calls"]) < 6:
-                    st["wrong_calls"].append(f"graph {name} {dt} rows={rows if name == 'sp_all_gather' else total} replay {rep} took={t}")
+                    st["wrong_calls"].append(f"graph {name} {dt} rows={rows if name == names[0] else total} replay {rep} took={t}")
     if not st["wrong_calls"]:
         del st["wrong_calls"]
     return st
+
+
+def dp_cpu_engine_compile(eng, ca, rank, world, dev, seed):
+    """SGLang's CPU engine calls ``GroupCoordinator._all_gather_into_tensor`` in Python (no
+    op), so Dynamo traces into tpar's wrap: it must trace SGLang's own path there
+    (``torch.compile(fullgraph=True)`` succeeds, tpar's counter unmoved) and give every rank's
+    rows in rank order, bitwise."""
+    import torch
+    import torch._dynamo.exc
+
+    from tpar.testing import bits, make_inputs
+
+    seed[0] += 1
+    xs = make_inputs(seed[0], world, 8 * HIDDEN, torch.bfloat16)
+
+    def f(x):
+        out = x.new_empty((world * x.shape[0],))
+        eng.tp._all_gather_into_tensor(out, x * 1)
+        return out * 1
+
+    before = ca.served_calls
+    try:
+        y = torch.compile(f, backend="aot_eager", fullgraph=True, dynamic=False)(xs[rank].to(dev))
+    except torch._dynamo.exc.Unsupported as e:
+        return {"ok": False, "untraceable": str(e).splitlines()[0][:200]}
+    served = ca.served_calls - before
+    ok = served == 0 and bits(y.cpu()) == bits(torch.cat(xs))
+    return {"ok": ok, "served": served}
+
+
+def dp_declines(eng, ca, rank, world, dev, seed):
+    """Calls of SGLang's ``GroupCoordinator.all_gather_into_tensor`` / ``reduce_scatter_tensor``
+    that tpar's wrap must leave to SGLang's own path (its counter unmoved, nothing raised):
+    NCCL's in-place forms (the input is this rank's slice of the output, or the output this
+    rank's slice of the input: tpar runs out of place) and a per-rank size that is not whole
+    16-byte vectors. The all-gathers are also judged bitwise (a copy, whoever runs it)."""
+    import torch
+
+    import tpar
+    from tpar.testing import bits, make_inputs
+
+    out = {}
+    rows = 2
+    for name, dt, n in (("in-place all-gather", torch.bfloat16, rows * HIDDEN), ("all-gather of 3 x float16 per rank", torch.float16, 3),
+                        ("in-place reduce-scatter", torch.bfloat16, rows * HIDDEN)):
+        seed[0] += 1
+        scatter = "reduce-scatter" in name
+        xs = make_inputs(seed[0], world, n * (world if scatter else 1), dt)
+        before = ca.served_calls
+        try:
+            if scatter:
+                x = xs[rank].to(dev)
+                eng.tp.reduce_scatter_tensor(x[rank * n:(rank + 1) * n], x)
+                ok = True
+            else:
+                y = torch.full((world * n,), float("nan"), dtype=dt, device=dev)
+                mine = y[rank * n:(rank + 1) * n] if name.startswith("in-place") else torch.empty(n, dtype=dt, device=dev)
+                mine.copy_(xs[rank])
+                eng.tp.all_gather_into_tensor(y, mine)
+                ok = bits(y.cpu()) == bits(torch.cat(xs))
+            served = ca.served_calls - before
+            out[name] = {"served": served, "ok": ok and served == 0}
+        except Exception as e:  # noqa: BLE001 - recorded
+            # tpar's error: tpar took the call (a failure). Another: SGLang's own path raised
+            # in this setting (gloo standing in for NCCL, which refuses ranks sharing a GPU):
+            # recorded, and the call was still not tpar's.
+            served = ca.served_calls - before
+            out[name] = {"served": served, "raised": f"{type(e).__name__}: {e}"[:200],
+                         "ok": served == 0 and not isinstance(e, tpar.TparError)}
+    return out
 
 
 def liveness_snapshot(world):
@@ -670,16 +771,21 @@ def kill_stage(eng, ca, rank, world, dev, group, die):
     # whichever collective is in flight. Only calls tpar served before the death are cycled
     # (a call the engine sends to its own NCCL/gloo would wait on gloo's timeout, not tpar's).
     cycle = [("all_reduce", lambda: eng.ar(x))]
-    try:
-        gather, scatter = eng.sp_functions()
-    except Exception:  # noqa: BLE001 - the engine has none (Skip): the all-reduce alone
-        gather = scatter = None
+    gather = scatter = None
+    names = COLLECTIVE_NAMES["sp"]
+    for key, functions in (("sp", eng.sp_functions), ("dp", eng.dp_functions)):
+        try:
+            gather, scatter = functions()
+            names = COLLECTIVE_NAMES[key]
+            break
+        except Exception:  # noqa: BLE001 - the engine has none (Skip): the next, or the all-reduce alone
+            continue
     if gather is not None:
         x2 = x.reshape(8, HIDDEN)
         row = x2[:1].contiguous()
         rows = x2.repeat((world + 7) // 8, 1)[:world].contiguous()  # one row per rank
         sp = []
-        for name, fn in (("sp_all_gather", lambda: gather(row)), ("sp_reduce_scatter", lambda: scatter(rows))):
+        for name, fn in ((names[0], lambda: gather(row)), (names[1], lambda: scatter(rows))):
             before = ca.served_calls
             fn()
             if ca.served_calls > before:
@@ -799,14 +905,19 @@ def judge(args, recs):
         errors = [f"r{r['rank']}: {s.get('error', 'no record')}" for r, s in zip(recs, sts) if "error" in s or not s]
         wrong = sum(s.get("wrong", 0) for s in sts)
         fine = not errors and wrong == 0 and all(s.get("cases", 0) > 0 for s in sts)
+        if stage in ("dp", "dp_graph") and not all(s.get("tpar", 0) > 0 for s in sts):
+            # SGLang's gathers reach tpar only through the plug-in's wrap: none served is a
+            # wrap that did not take (the results alone cannot tell: SGLang's own path is right too)
+            errors.append("tpar served none of SGLang's DP-attention gathers on " + ", ".join(f"r{r['rank']}" for r, s in zip(recs, sts) if not s.get("tpar")))
+            fine = False
         s0 = sts[0]
         if "checked" in s0 and not errors:
             lines.append(f"| {head} | {stage} | PASS | {json.dumps(s0['checked'])} |")
             continue
         extra = f" algos {','.join(s0.get('algos', []))}" if s0.get("algos") else ""
-        if stage == "sp_compile":
+        if stage in ("sp_compile", "dp_compile"):
             extra += f"; {s0.get('backend')} graphs {json.dumps(s0.get('graphs'))}"
-        if stage == "sp_graph":
+        if stage in ("sp_graph", "dp_graph"):
             extra += f"; {s0.get('captured')} graphs captured, replayed 3 times"
         extra += "".join(f"; r{r['rank']} wrong: " + " / ".join(s["wrong_calls"]) for r, s in zip(recs, sts) if s.get("wrong_calls"))[:900]
         if "fusion_routed" in s0:

@@ -31,7 +31,9 @@
 # size classes, torch.compile(fullgraph=True) through the engine's own op, graph_capture() with
 # replays on fresh inputs, a call from a worker thread, vLLM's sequence-parallel
 # sp_all_gather / sp_reduce_scatter eager (sp), inside torch.compile(fullgraph=True)
-# (sp_compile) and captured in graph_capture() with replays (sp_graph), and a rank killed
+# (sp_compile) and captured in graph_capture() with replays (sp_graph), SGLang's DP-attention
+# dp_gather_partial / dp_reduce_scatter_tensor likewise (dp, dp_compile, dp_graph; each engine
+# skips the other's), and a rank killed
 # mid-step (every survivor must raise a tpar error within 1 s of the death; the time is
 # printed). Results are bitwise against tpar.testing.reference. Then each vLLM entry once more with
 # VLLM_BATCH_INVARIANT=1 on a PCIe preset (tpar must take every size, bitwise one numeric path).
@@ -55,7 +57,7 @@ set -uo pipefail
 WHEELS="${1:?usage: gpu-engines.sh WHEELDIR [CARRYDIR]}"
 CARRY="${2:-.gpu/engines}"
 WORLDS="${WORLDS:-2 4 8}"
-STAGES="${STAGES:-settings,eager,compile,graph,thread,sp,sp_compile,sp_graph,kill}"
+STAGES="${STAGES:-settings,eager,compile,graph,thread,sp,sp_compile,sp_graph,dp,dp_compile,dp_graph,kill}"
 DEVICE="${DEVICE:-cuda}" # cpu: the same runs on tpar's CPU backend (checks this script without a GPU)
 OUT="${OUT:-.}"
 HERE="$(cd "$(dirname "$0")" && pwd)"

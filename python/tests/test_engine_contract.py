@@ -379,6 +379,60 @@ def test_sglang(version, dropin):
     assert '"sglang.srt.plugins"' in plugins and "SGLANG_PLUGINS" in plugins
 
 
+def _calls_to(tree, attr):
+    """Every call ``X.attr(...)`` or ``attr(...)`` in ``tree``: (line, positional count, keywords)."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Call):
+            f = n.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name == attr:
+                out.append((n.lineno, len(n.args), [k.arg for k in n.keywords]))
+    return out
+
+
+@pytest.mark.parametrize("version", engine_carry.versions("sglang"))
+def test_sglang_collectives(version):
+    """The all-gather and reduce-scatter hook (tpar/engines/sglang.py ``install_collectives``)
+    against SGLang's source: the wrapped ``GroupCoordinator`` methods exist with the
+    parameters the wrapper passes on, every call to them in SGLang passes ``(output, input)``
+    (positional or by those names), the public methods and the custom ops reach them, and the
+    DP-attention functions the engine harness drives exist with the arguments it passes."""
+    src = Source(wheel("sglang", version))
+    ps = src.tree(tpar_sglang.GROUP_MODULE.replace(".", "/") + ".py")
+    group = find(ps, ast.ClassDef, tpar_sglang.GROUP_CLASS)
+    assert group is not None, f"SGLang {version}: {tpar_sglang.GROUP_CLASS} is gone"
+    wrapper = inspect.signature(tpar_sglang._wrap("x", "all-gather", None))
+    for attr in tpar_sglang.COLLECTIVES:
+        fn = next((n for n in group.body if isinstance(n, ast.FunctionDef) and n.name == attr), None)
+        assert fn is not None, f"SGLang {version}: {tpar_sglang.GROUP_CLASS}.{attr} is gone: its collective would stay SGLang's"
+        assert not fn.decorator_list, f"{attr} is decorated in SGLang {version}: the class attribute is not the plain method"
+        assert [a.arg for a in fn.args.args] == list(wrapper.parameters) and not fn.args.kwonlyargs and fn.args.vararg is None, (
+            f"SGLang {version} {attr}{[a.arg for a in fn.args.args]}: the wrapper takes {list(wrapper.parameters)}"
+        )
+        calls = []
+        for name in src.names:
+            if name.startswith("sglang/srt/") and attr in src.text(name):
+                calls += [(name, *c) for c in _calls_to(src.tree(name), attr)]
+        assert calls, f"SGLang {version} never calls {attr}"
+        for name, line, npos, kws in calls:
+            assert npos + len(kws) == 2 and set(kws) <= {"output", "input"} and (npos == 2 or "input" in kws), f"{name}:{line} calls {attr} with {npos} positional and {kws}"
+    # What routes to them: the public methods (directly on CPUs, else the opaque custom ops,
+    # which call the wrapped methods by name: checked above), and the ops themselves.
+    for public, op, inner in (("all_gather_into_tensor", "reg_all_gather_into_tensor", "_all_gather_into_tensor"),
+                              ("reduce_scatter_tensor", "reg_reduce_scatter_tensor", "_reduce_scatter_tensor")):
+        fn = find(group, ast.FunctionDef, public)
+        assert fn is not None and _calls_to(fn, op) and _calls_to(fn, inner), f"SGLang {version}: {public} no longer reaches {op} / {inner}"
+        assert _calls_to(find(ps, ast.FunctionDef, op), inner), f"SGLang {version}: {op} no longer calls {inner}"
+    # The DP-attention functions the harness calls, with its arguments.
+    dpa = src.tree("sglang/srt/layers/dp_attention.py")
+    for fn_name, args in (("dp_gather_partial", ("global_tokens", "local_tokens", "forward_batch")), ("dp_reduce_scatter_tensor", ("output", "input"))):
+        fn = find(dpa, ast.FunctionDef, fn_name)
+        assert fn is not None, f"SGLang {version}: dp_attention.{fn_name} is gone"
+        signature_of(fn).bind(*args)
+    assert find(dpa, ast.ClassDef, "DpPaddingMode") is not None and "MAX_LEN" in ast.unparse(find(dpa, ast.ClassDef, "DpPaddingMode"))
+
+
 def test_entry_points_name_the_plugins():
     """pyproject.toml registers both plug-ins under the engines' group names."""
     tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python 3.11+")

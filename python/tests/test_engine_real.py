@@ -154,3 +154,43 @@ def test_sglang_real_modules(version, tmp_path):
     assert eager["tpar"] == eager["served"] == eager["cases"] - 1, eager
     assert "skipped" in recs[0]["stages"]["compile"]  # SGLang's op is CUDA-only: said, not hidden
     assert recs[0]["stages"]["kill"]["raised"] == "PeerDiedError"
+
+
+@pytest.mark.parametrize("world", [2, 3, 4, 8])
+@pytest.mark.parametrize("version", engine_carry.versions("sglang"))
+def test_sglang_dp_attention_gathers_served_by_tpar(version, world, tmp_path):
+    """SGLang's DP-attention gather and scatter (dp_gather_partial in MAX_LEN padding,
+    dp_reduce_scatter_tensor), unmodified, reach tpar through the plug-in's wrap of
+    GroupCoordinator._all_gather_into_tensor / _reduce_scatter_tensor: every call within
+    max_size served by tpar (its counter), the all-gather bitwise every rank's rows in rank
+    order, the reduce-scatter bitwise slice `rank` of the rank-order sum; an all-gather above
+    max_size declined to SGLang's own path, bitwise all the same, and NCCL's in-place forms
+    and a size off 16-byte parts left to SGLang's path (tpar's counter unmoved); the same inside
+    torch.compile(fullgraph=True), where SGLang's functions put its opaque ops
+    (sglang::reg_all_gather_into_tensor / reg_reduce_scatter_tensor) in the graph and their
+    body reaches the wrapped methods when the graph runs (the harness registers that body for
+    CPU tensors: SGLang registers it for CUDA only); and when a rank dies, the survivors'
+    next SGLang gather raises tpar's error. Captured calls need CUDA: scripts/gpu-engines.sh
+    runs them."""
+    stages = ["dp", "dp_compile", "dp_graph", "kill"]
+    r, recs, logs = run_harness("sglang", version, world, ",".join(stages), tmp_path)
+    check_common(r, recs, logs, world, stages)
+    for rec in recs[:-1]:  # the last rank dies in the kill stage
+        dp = rec["stages"]["dp"]
+        # 3 dtypes x 4 row counts x both collectives, and the all-gather above max_size
+        assert dp["tpar"] == dp["served"] == 24 and dp["cases"] == 25 and dp["fallback"] == 1 and dp["wrong"] == 0, dp
+        # NCCL's in-place forms and a size off 16-byte parts: SGLang's own path, tpar's counter unmoved
+        assert len(dp["declined"]) == 3 and all(v == {"served": 0, "ok": True} for v in dp["declined"].values()), dp
+        st = rec["stages"]["dp_compile"]
+        # 3 dtypes x (1, 8 rows) x both collectives, each a compiled graph, each served by tpar
+        assert "untraceable" not in st and st["tpar"] == st["served"] == st["cases"] == 12 and st["wrong"] == 0, st
+        assert st["graphs"] == {"dp_gather_partial": 6, "dp_reduce_scatter_tensor": 6}, st
+        # an all-gather tpar declines when the graph runs: SGLang's own path inside its op,
+        # bitwise, tpar's counter unmoved, no second graph
+        assert st["declined"] == {"served": 0, "ok": True}, st
+        # SGLang's CPU engine calls the wrapped method in Python: Dynamo traces SGLang's own path
+        assert st["cpu_engine"] == {"ok": True, "served": 0}, st
+        assert "skipped" in rec["stages"]["dp_graph"], rec["stages"]["dp_graph"]  # said, not hidden
+        kill = rec["stages"]["kill"]
+        assert kill["cycled"][:2] == ["dp_gather_partial", "dp_reduce_scatter_tensor"], kill  # served by tpar before the death
+        assert kill["raised"] in ("PeerDiedError", "AbortedError"), kill

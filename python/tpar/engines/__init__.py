@@ -9,7 +9,7 @@ the class the engine instantiates for :class:`TparCustomAllreduce`:
 | engine | what is replaced | pinned versions checked |
 |---|---|---|
 | vLLM | ``vllm.distributed.device_communicators.custom_all_reduce.CustomAllreduce`` (imported inside ``CudaCommunicator.__init__``) | ``VLLM_VERSIONS`` |
-| SGLang | ``sglang.srt.distributed.device_communicators.custom_all_reduce.dispatch_custom_allreduce`` (imported inside ``GroupCoordinator.__init__``) | ``SGLANG_VERSIONS`` |
+| SGLang | ``sglang.srt.distributed.device_communicators.custom_all_reduce.dispatch_custom_allreduce`` (imported inside ``GroupCoordinator.__init__``); ``GroupCoordinator._all_gather_into_tensor`` / ``_reduce_scatter_tensor`` wrapped (:mod:`tpar.engines.sglang`) | ``SGLANG_VERSIONS`` |
 
 ``python/tests/test_engine_contract.py`` downloads those versions' wheels and checks,
 against their source, that every attribute replaced or called exists with the expected
