@@ -7,7 +7,8 @@
 //! per-world size, one-shot pull (every rank's part exposed once, read by every peer straight
 //! into its output, behind a barrier) above it, for calls captured in a CUDA graph on NVLink
 //! (or one GPU's emulated ranks) where peers' reads are possible and the workspace holds what
-//! the pull exposes ([`GATHER_SCATTER_GRAPH_PUSH_MAX`]). Elsewhere one-shot push.
+//! the pull exposes ([`ALL_GATHER_GRAPH_PUSH_MAX`], [`REDUCE_SCATTER_GRAPH_PUSH_MAX`]). Elsewhere
+//! one-shot push.
 //!
 //! Where a tuned profile measured here has a bucket for the call (the first-use tune times
 //! every kernel that computes the collective against NCCL at the engines' sequence-parallel
@@ -29,7 +30,6 @@ use crate::kinds::{Algorithm, Backend, CaptureMode, Collective, Transport};
 use crate::sim::{Launch, Params, Simulator, Source};
 
 const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
 
 /// tpar's small-message kernel for these collectives (and the one over the host transport).
 const PUSH: Algorithm = Algorithm::OneshotPush;
@@ -37,46 +37,42 @@ const PUSH: Algorithm = Algorithm::OneshotPush;
 const PULL: Algorithm = Algorithm::OneshotPull;
 
 /// NVLink (or one GPU's emulated ranks), calls captured in a CUDA graph, per world (<= 2,
-/// <= 4, more): one-shot push up to this many bytes per rank, one-shot pull above. From the
-/// record of one H100, 8 emulated ranks, bf16, graphs, one-shot push against vLLM 0.33.0's
-/// own kernels, which read every peer's buffer as one-shot pull does
-/// (bench/results/2026-12-07-h100-vllm-all-gather-reduce-scatter/README.md, us per call
-/// push / vLLM): 8 ranks, all-gather 64 KiB 6.61 / 9.90, 256 KiB 23.79 / 15.52;
-/// reduce-scatter 64 KiB 7.09 / 9.52, 256 KiB 35.27 / 22.38: the cut at 128 KiB,
-/// interpolated. 4 ranks, all-gather 256 KiB 6.30 / 9.10, 1 MiB 25.88 / 16.31;
-/// reduce-scatter 256 KiB 7.02 / 8.30, 1 MiB 35.99 / 21.00: the cut at 512 KiB. 2 ranks:
-/// push leads to the largest size measured (all-gather 1 MiB 6.09 / 7.58, reduce-scatter
-/// 4 MiB 22.07 / 24.21): the cut there, at 4 MiB. One-shot pull's own times against these
-/// cuts are not yet measured: the cuts say where push's second pass over the data starts to
-/// lose to a kernel that reads once.
-pub const GATHER_SCATTER_GRAPH_PUSH_MAX: [u64; 3] = [4 * MIB, 512 * KIB, 128 * KIB];
+/// <= 4, more): one-shot push up to this many bytes per rank, one-shot pull above it (0: pull
+/// at every size). Measured on one H200, emulated ranks, bf16, graphs, both kernels and vLLM
+/// 0.33.0's own in the same call (bench/results/2026-12-07-h200-gather-scatter-pull/README.md,
+/// median us per call push / pull per rank): 2 ranks, 256 KiB 2.54 / slower, 1 MiB 5.96 /
+/// 4.36; 4 ranks, 64 KiB 3.10 / slower, 256 KiB 5.86 / 4.45; 8 ranks, pull faster from the
+/// smallest size measured (1 KiB 4.10 / 3.60, 1 MiB 78.52 / 37.88). Push writes every part
+/// into each peer's inbox and copies it out again; the pull reads each part once, behind a
+/// barrier, which pays once the parts are large or the peers many.
+pub const ALL_GATHER_GRAPH_PUSH_MAX: [u64; 3] = [256 * KIB, 64 * KIB, 0];
 
-/// Whether the plan may pick one-shot pull for them by the cuts above: not until a GPU run
-/// has checked its all-gather and reduce-scatter and timed them against push and vLLM's
-/// kernels (until then: forced, or a tuned profile whose bit-exact screen and timing took it).
-const PULL_CHECKED_ON_GPU: bool = false;
+/// As [`ALL_GATHER_GRAPH_PUSH_MAX`], for the reduce-scatter (the same record): 2 ranks, 64
+/// KiB 2.46 / slower, 256 KiB 2.81 / 2.72, 4 MiB 17.74 / 6.93; 4 ranks, 64 KiB 3.69 /
+/// slower, 256 KiB 6.89 / 3.85; 8 ranks, pull faster from 1 KiB (5.30 / 4.73; 1 MiB 122.45 /
+/// 25.76).
+pub const REDUCE_SCATTER_GRAPH_PUSH_MAX: [u64; 3] = [64 * KIB, 64 * KIB, 0];
 
 /// One-shot push or one-shot pull for a call over `t` (see the module doc), and the reason's
 /// clause that says why ("" where push is the only candidate). `runs`: whether a kernel can
 /// run this call here (the fabric, and the pull's exposed area), as [`plan_collective`] asks it.
-fn kernel_for(input: &PlanInput<'_>, f: &Fabric, t: Transport, runs: &dyn Fn(Algorithm) -> Result<(), String>) -> (Algorithm, String) {
+fn kernel_for(collective: Collective, input: &PlanInput<'_>, f: &Fabric, t: Transport, runs: &dyn Fn(Algorithm) -> Result<(), String>) -> (Algorithm, String) {
     let world = input.world.max(1);
     let s = input.bytes;
     if t != Transport::P2p || !f.nvlink || input.capture != CaptureMode::Graph {
         return (PUSH, String::new());
     }
-    let push_max = GATHER_SCATTER_GRAPH_PUSH_MAX[if world <= 2 { 0 } else if world <= 4 { 1 } else { 2 }];
+    let cuts = if collective == Collective::ReduceScatter { REDUCE_SCATTER_GRAPH_PUSH_MAX } else { ALL_GATHER_GRAPH_PUSH_MAX };
+    let push_max = cuts[if world <= 2 { 0 } else if world <= 4 { 1 } else { 2 }];
     let cut = human_bytes(push_max);
     if s <= push_max {
-        return (PUSH, format!("; one-shot push: graph, <= {cut} per rank at {world} ranks"));
+        return (PUSH, format!("; one-shot push: graph, <= {cut} per rank at {world} ranks (measured faster than one-shot pull there)"));
     }
+    let above = if push_max == 0 { "at every size".to_string() } else { format!("above {cut} per rank") };
     if let Err(why) = runs(PULL) {
-        return (PUSH, format!("; one-shot push: one-shot pull (above {cut} per rank) cannot run here: {why}"));
+        return (PUSH, format!("; one-shot push: one-shot pull ({above} at {world} ranks) cannot run here: {why}"));
     }
-    if !PULL_CHECKED_ON_GPU {
-        return (PUSH, format!("; one-shot push: one-shot pull (above {cut} per rank at {world} ranks) is not yet checked and timed on a GPU (TPAR_ALGO=oneshot-pull runs it; a tune that screened and measured it faster takes it)"));
-    }
-    (PULL, format!("; one-shot pull: graph, > {cut} per rank at {world} ranks (every part read once from its owner, where push's second pass over it measured slower than a reading kernel)"))
+    (PULL, format!("; one-shot pull: graph, {above} at {world} ranks (every part read once from its owner: measured faster than push's inbox and copy-out there)"))
 }
 
 /// The decision for one call of `collective` (the all-reduce: [`plan`]).
@@ -148,7 +144,7 @@ pub fn plan_collective(collective: Collective, input: &PlanInput<'_>) -> Plan {
         },
         _ => {}
     }
-    let (k, chosen) = kernel_for(input, &f, t, &runs);
+    let (k, chosen) = kernel_for(collective, input, &f, t, &runs);
     if let Err(why) = check(k, t, &f) {
         return finish(nccl(format!("{} cannot run here ({why}): NCCL", name(k))), notes);
     }
@@ -268,28 +264,28 @@ mod tests {
         assert_eq!(plan_collective(Collective::AllReduce, &ar), plan(&ar));
     }
 
-    /// NVLink, graphs: one-shot push up to the world's cut, one-shot pull above it, and the
-    /// reason says which and why; eager calls, PCIe and the host transport keep push, and a
-    /// reduce-scatter whose exposed input the workspace cannot hold stays with push.
+    /// NVLink, graphs: one-shot push up to the world's cut, one-shot pull above it (at 8 ranks
+    /// at every size), and the reason says which and why; eager calls, PCIe and the host
+    /// transport keep push, and a reduce-scatter whose exposed input the workspace cannot hold
+    /// stays with push.
     #[test]
     fn graph_calls_on_nvlink_switch_from_push_to_pull_at_the_worlds_cut() {
         let t = presets::h200_nvswitch_8();
         let o = Overrides::default();
-        for k in [Collective::AllGather, Collective::ReduceScatter] {
-            for (world, cut) in [(2usize, 4u64 << 20), (4, 512 << 10), (8, 128 << 10)] {
-                let at = plan_collective(k, &input(&t, &o, world, cut, Backend::Cuda));
-                assert_eq!(at.algorithm, PUSH, "{k} {world} ranks at the cut: {}", at.reason);
-                assert!(at.reason.contains(&format!("one-shot push: graph, <= {} per rank at {world} ranks", human_bytes(cut))), "{}", at.reason);
-                let above = plan_collective(k, &input(&t, &o, world, 2 * cut, Backend::Cuda));
-                if !PULL_CHECKED_ON_GPU {
-                    assert_eq!(above.algorithm, PUSH, "{k} {world} ranks above the cut, pull not yet checked on a GPU: {}", above.reason);
-                    assert!(above.reason.contains("is not yet checked and timed on a GPU"), "{}", above.reason);
-                    continue;
+        for (k, cuts) in [(Collective::AllGather, ALL_GATHER_GRAPH_PUSH_MAX), (Collective::ReduceScatter, REDUCE_SCATTER_GRAPH_PUSH_MAX)] {
+            for (world, cut) in [(2usize, cuts[0]), (3, cuts[1]), (4, cuts[1]), (8, cuts[2])] {
+                if cut > 0 {
+                    let at = plan_collective(k, &input(&t, &o, world, cut, Backend::Cuda));
+                    assert_eq!(at.algorithm, PUSH, "{k} {world} ranks at the cut: {}", at.reason);
+                    assert!(at.reason.contains(&format!("one-shot push: graph, <= {} per rank at {world} ranks", human_bytes(cut))), "{}", at.reason);
                 }
+                let size = if cut > 0 { 2 * cut } else { 1024 };
+                let above = plan_collective(k, &input(&t, &o, world, size, Backend::Cuda));
                 assert_eq!((above.algorithm, above.transport), (PULL, Transport::P2p), "{k} {world} ranks above the cut: {}", above.reason);
-                assert!(above.reason.contains(&format!("one-shot pull: graph, > {} per rank at {world} ranks", human_bytes(cut))), "{}", above.reason);
+                let said = if cut > 0 { format!("one-shot pull: graph, above {} per rank at {world} ranks", human_bytes(cut)) } else { format!("one-shot pull: graph, at every size at {world} ranks") };
+                assert!(above.reason.contains(&said), "{}", above.reason);
                 assert!(above.predicted_us.is_some() && above.nccl_us.is_some(), "{above:?}");
-                let eager = plan_collective(k, &PlanInput { capture: CaptureMode::Eager, ..input(&t, &o, world, 2 * cut, Backend::Cuda) });
+                let eager = plan_collective(k, &PlanInput { capture: CaptureMode::Eager, ..input(&t, &o, world, size, Backend::Cuda) });
                 assert_ne!(eager.algorithm, PULL, "{k} eager: {}", eager.reason);
             }
         }
@@ -299,7 +295,7 @@ mod tests {
         let rs = plan_collective(Collective::ReduceScatter, &input(&t, &small, 8, 1 << 20, Backend::Cuda));
         assert_eq!(rs.algorithm, PUSH, "{}", rs.reason);
         assert!(rs.reason.contains("exposes every rank's piece"), "{}", rs.reason);
-        let fits = if PULL_CHECKED_ON_GPU { PULL } else { PUSH };
+        let fits = PULL;
         assert_eq!(plan_collective(Collective::AllGather, &input(&t, &small, 8, 1 << 20, Backend::Cuda)).algorithm, fits);
         let roomy = Overrides { max_bytes: Some(4 << 20), ..Overrides::default() };
         assert_eq!(plan_collective(Collective::ReduceScatter, &input(&t, &roomy, 8, 1 << 20, Backend::Cuda)).algorithm, fits);
