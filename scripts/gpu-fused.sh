@@ -174,14 +174,14 @@ if [ -n "$WHL" ]; then
         for a in oneshot-push oneshot-pull twoshot-push; do
             step "tpar.torch 2 processes, $a" 110 TPAR_ALGO=$a EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
         done
-        # Two-shot pull's fused kernel runs only when asked (TPAR_FUSED=1; auto declines both
-        # its forms: the spread norm measured slower, the rows variant not yet checked on a
-        # GPU: cuda/fused.rs fused_declined); TPAR_FUSED_ROWS picks the form (1: the rows
-        # variant at every row count, so that 1 x 7168 takes it); TPAR_FUSED=0 sends every
-        # call unfused.
+        # Two-shot pull's fused kernel: auto runs its rows variant (from as many rows as ranks)
+        # and declines its spread norm (measured slower: cuda/fused.rs fused_declined), so
+        # auto with TPAR_FUSED_ROWS=0 is unfused; TPAR_FUSED=1 runs either form;
+        # TPAR_FUSED_ROWS picks the form (1: the rows variant at every row count, so that
+        # 1 x 7168 takes it); TPAR_FUSED=0 sends every call unfused.
         step "tpar.torch 2 processes, twoshot-pull, TPAR_FUSED=1" 110 TPAR_ALGO=twoshot-pull TPAR_FUSED=1 EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
         step "tpar.torch 2 processes, twoshot-pull, TPAR_FUSED=1, rows variant at every row count: fused" 110 TPAR_ALGO=twoshot-pull TPAR_FUSED=1 TPAR_FUSED_ROWS=1 EXPECT_PATH=fused -- "${PY[@]}" 2 --out "$OUT"
-        step "tpar.torch 2 processes, twoshot-pull, auto: unfused" 110 TPAR_ALGO=twoshot-pull EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
+        step "tpar.torch 2 processes, twoshot-pull, auto, spread norm: unfused" 110 TPAR_ALGO=twoshot-pull TPAR_FUSED_ROWS=0 EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
         step "tpar.torch 2 processes, oneshot-pull, TPAR_FUSED=0: unfused" 110 TPAR_ALGO=oneshot-pull TPAR_FUSED=0 EXPECT_PATH=unfused -- "${PY[@]}" 2 --out "$OUT"
         step "tpar.torch 4 processes, oneshot-push" 120 TPAR_ALGO=oneshot-push -- "${PY[@]}" 4 --out "$OUT"
         step "tpar.torch 4 processes over host (flags), oneshot-push" 120 TPAR_ALGO=oneshot-push TPAR_TRANSPORT=host -- "${PY[@]}" 4 --out "$OUT"
