@@ -181,11 +181,22 @@ STUBS: Dict[str, Tuple[str, Tuple[str, ...], str]] = {
     ),
 }
 
-# vLLM's compiled ops (``torch.ops._C``, registered by its ``_C`` extension, which the carry
-# stubs) that the compile passes' modules name at import: the fusion stage
-# (scripts/engine_fusion.py) registers these schemas (vLLM's own, csrc torch_bindings) where
-# the op is missing. schema -> (torch reference or None, reason). None: the op only has to
-# exist for the module to import; a call raises.
+# vLLM's compiled ops (``torch.ops._C``, registered by its ``_C`` extension when
+# ``vllm/platforms/cuda.py`` imports it; the carry stubs that extension) that the compile
+# passes' modules name, most at import: on a CUDA platform vLLM's pass manager imports its
+# CUDA-only fusion modules (act_quant_fusion, rms_quant_fusion, qk_norm_rope_fusion,
+# allreduce_rms_fusion, ... and matcher_utils), several naming these without a hasattr guard,
+# and tpar's plug-in imports that pass manager when vLLM loads its plug-ins. So the harness
+# registers these schemas (vLLM's own: csrc torch_bindings.cpp, checked against the pinned
+# wheel's Python callers) before the engine's set-up where the fusion stage runs
+# (scripts/engine_fusion.py ``register_before_setup``), as a real install has ``_C`` then;
+# an op already registered (a real ``_C``) is kept. schema -> (torch reference or None,
+# reason). A reference: an op the fusion layer calls or the patterns match, computing what
+# vLLM's kernel computes. None: the op only has to exist (for a module to import, or for a
+# pass to compare a node's target); a call raises. Each is required: without any one but
+# ``rms_norm`` (compared at compile time only), importing the pass manager on a CUDA platform
+# fails (python/tests/test_fusion_carry_cuda_imports.py, the platform faked on CPU). The carry's
+# MANIFEST.json lists them with their reasons (``c_op_stubs``).
 def _static_scaled_fp8_quant(result, input, scale, group_shape=None):
     """vLLM's static per-tensor FP8 quant: input * (1 / scale) in float32, clamped to e4m3's
     range, rounded to e4m3 (csrc/quantization/w8a8/fp8/common.cuh scaled_fp8_conversion)."""
@@ -212,6 +223,13 @@ def _scaled_fp4_quant_out(input, input_scale, is_sf_swizzled_layout, *, output, 
 
 
 C_OP_STUBS: Dict[str, Tuple[Optional[object], str]] = {
+    "scaled_fp4_quant(Tensor input, Tensor input_scale, bool is_sf_swizzled_layout) -> (Tensor, Tensor)": (
+        None,
+        "the NVFP4 quant's functional form, defined before its .out overload as in vLLM's _C: once "
+        "`_C` has scaled_fp4_quant, `vllm/_custom_ops.py` registers its fake at import "
+        "(register_fake(\"_C::scaled_fp4_quant\")), which fails unless this overload exists; vLLM's "
+        "scaled_fp4_quant calls the .out overload, nothing calls this one",
+    ),
     "scaled_fp4_quant.out(Tensor input, Tensor input_scale, bool is_sf_swizzled_layout, *, Tensor(a!) output, Tensor(b!) output_scale) -> ()": (
         _scaled_fp4_quant_out,
         "the NVFP4 quant (its .out overload) that vLLM's scaled_fp4_quant calls and the all-reduce "
@@ -232,11 +250,13 @@ C_OP_STUBS: Dict[str, Tuple[Optional[object], str]] = {
     "rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor weight, Tensor scale, float epsilon) -> ()": (None, "rms_quant_fusion FUSED_OPS at import; the RMSNorm + quant fusion pass is not configured in the stage"),
     "fused_add_rms_norm_static_fp8_quant(Tensor! result, Tensor input, Tensor! residual, Tensor weight, Tensor scale, float epsilon) -> ()": (None, "as rms_norm_static_fp8_quant"),
     "rms_norm_dynamic_per_token_quant(Tensor! result, Tensor input, Tensor weight, Tensor! scale, float epsilon, Tensor? scale_ub, Tensor!? residual) -> ()": (None, "as rms_norm_static_fp8_quant"),
-    # Named without a hasattr guard where vLLM's platform is CUDA (never on CPU): the pass
-    # manager then imports qk_norm_rope_fusion and act_quant_fusion, and FixFunctionalizationPass
-    # compares every auto-functionalized node against them.
-    "rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()": (None, "FixFunctionalizationPass's chain compares against it; the layer's norm is vLLM's IR op (native)"),
+    # rms_norm: FixFunctionalizationPass compares every auto-functionalized node against it
+    # (compile time, any platform). The rest: named without a hasattr guard at import where
+    # vLLM's platform is CUDA (never on CPU), where the pass manager imports act_quant_fusion
+    # and qk_norm_rope_fusion.
+    "rms_norm(Tensor! result, Tensor input, Tensor weight, float epsilon) -> ()": (None, "FixFunctionalizationPass compares auto-functionalized nodes against it at compile time; the layer's norm is vLLM's IR op (native)"),
     "silu_and_mul_quant(Tensor! result, Tensor input, Tensor scale) -> ()": (None, "act_quant_fusion FUSED_OPS at import (CUDA only) and FixFunctionalizationPass; no activation in the fusion layer"),
+    "silu_and_mul_per_block_quant(Tensor! out, Tensor input, Tensor! scales, int group_size, Tensor? scale_ub=None, bool is_scale_transposed=False) -> ()": (None, "act_quant_fusion FUSED_OPS at import (CUDA only, no hasattr guard); no activation in the fusion layer"),
     "fused_qk_norm_rope(Tensor! qkv, int num_heads_q, int num_heads_k, int num_heads_v, int head_dim, float eps, Tensor q_weight, Tensor k_weight, Tensor cos_sin_cache, bool is_neox, Tensor position_ids, int forced_token_heads_per_warp=-1) -> ()": (None, "qk_norm_rope_fusion at import (CUDA only) and FixFunctionalizationPass; no attention in the fusion layer"),
 }
 
@@ -244,8 +264,11 @@ _c_lib = []
 
 
 def register_c_op_stubs() -> List[str]:
-    """Defines the ``C_OP_STUBS`` ops that ``torch.ops._C`` lacks (CPU and CUDA kernels: the
-    reference, or one that raises). Returns the names defined. Idempotent."""
+    """Defines the ``C_OP_STUBS`` ops (overloads) that ``torch.ops._C`` lacks: CPU and CUDA
+    kernels (the reference, or one that raises) and, for an op that only mutates, a Meta kernel
+    (nothing to allocate); an op that returns tensors gets its fake from vLLM, which registers
+    it at import once the op exists (``vllm/_custom_ops.py``, as on a real install). Returns the
+    names defined. Idempotent; an op already registered (vLLM's own ``_C``) is left alone."""
     import torch
 
     done = []
@@ -255,18 +278,18 @@ def register_c_op_stubs() -> List[str]:
     for schema, (ref, _why) in C_OP_STUBS.items():
         name = schema.split("(", 1)[0]
         base, _, overload = name.partition(".")
-        if hasattr(torch.ops._C, base) and (not overload or hasattr(getattr(torch.ops._C, base), overload)):
+        if hasattr(torch.ops._C, base) and hasattr(getattr(torch.ops._C, base), overload or "default"):
             continue
         lib.define(schema)
 
         def raising(*args, _n=name, **kwargs):
             raise RuntimeError(f"_C.{_n}: a stub of vLLM's compiled op (tpar's scripts/engine_carry.py C_OP_STUBS); the code under test called it")
 
-        for key in ("CPU", "CUDA", "Meta"):
-            impl = ref if ref is not None else raising
-            if key == "Meta":
-                impl = lambda *a, **k: None  # noqa: E731 - mutates only: nothing to allocate
-            lib.impl(name, impl, key)
+        impl = ref if ref is not None else raising
+        lib.impl(name, impl, "CPU")
+        lib.impl(name, impl, "CUDA")
+        if schema.endswith("-> ()"):  # mutates only: nothing to allocate
+            lib.impl(name, lambda *a, **k: None, "Meta")
         done.append(name)
     return done
 
@@ -623,7 +646,8 @@ def carry(out: str = CARRY, only: Optional[Iterable[str]] = None) -> None:
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     manifest = {"engines": {}, "site": "site", "python": GPU_PYTHON, "lock": lock_key(),
-                "host": {w.name: w.version for w in DEPS if w.role == HOST}, "stubs": sorted(STUBS)}
+                "host": {w.name: w.version for w in DEPS if w.role == HOST}, "stubs": sorted(STUBS),
+                "c_op_stubs": {schema: {"reference": ref is not None, "why": why} for schema, (ref, why) in C_OP_STUBS.items()}}
     site_files: Set[str] = set()
     not_carried: Dict[str, Set[str]] = {}
     for (name, version) in chosen:

@@ -11,7 +11,8 @@ graph (and vLLM all-reduces left unfused), how many fused calls tpar's kernels s
 unfused ops. A compile range beyond tpar's plan (more tokens than its ``max_size`` holds) must
 leave the graph alone. Nothing of vLLM is modified; its compiled ``_C`` ops that the modules
 name at import are stubbed (scripts/engine_carry.py ``C_OP_STUBS``, the matched quant with
-its torch reference).
+its torch reference), registered before the engine's set-up (``register_before_setup``), as a
+real install's ``_C`` is registered before vLLM loads its plug-ins.
 """
 
 from __future__ import annotations
@@ -24,6 +25,27 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 FORMS = ("residual", "norm", "gemma_residual", "gemma_norm", "fp8_residual", "fp8_norm", "nvfp4_residual", "nvfp4_norm")
 EPS = 1e-6
+
+
+def register_before_setup(engine: str, stages) -> list:
+    """vLLM's ``_C`` ops as a real install has them when its plug-ins load, for a run whose
+    ``stages`` include ``fusion``; returns the names defined.
+
+    A real install registers ``torch.ops._C`` when ``vllm.platforms.cuda`` imports its
+    ``_C_stable_libtorch`` extension, i.e. when ``current_platform`` resolves, before
+    ``load_general_plugins``. tpar's plug-in (``tpar.engines.fusion.install``,
+    ``vllm_pass.install``) then imports vLLM's pass manager and fusion modules, which name
+    ``_C`` ops at import (on a CUDA platform without a hasattr guard). The carry stubs that
+    extension, so the harness calls this before the engine's set-up: the platform resolved
+    first (an op a real ``_C`` registered is kept), then scripts/engine_carry.py's
+    ``C_OP_STUBS`` for what is missing. Idempotent (``fusion_stage`` calls it again)."""
+    if engine != "vllm" or "fusion" not in stages:
+        return []
+    import engine_carry
+    from vllm.platforms import current_platform
+
+    current_platform.device_type  # noqa: B018 - resolves it: where a real _C registers
+    return engine_carry.register_c_op_stubs()
 
 
 def fake_platform(capability: int):
@@ -93,7 +115,7 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
     import tpar.testing as tt
     from tpar.engines import vllm_pass
 
-    engine_carry.register_c_op_stubs()
+    engine_carry.register_c_op_stubs()  # done before the set-up (register_before_setup): a no-op then
     # vLLM's pass manager module as the engine process has it (the plug-in imported it when
     # it loaded, before the platform is faked here): its module-level choices are the real
     # platform's, with or without tpar's registration.

@@ -157,6 +157,17 @@ def fallback_wrong(y, xs, world):
     return int((d > world * (u * mag + fi.tiny * fi.eps)).sum())
 
 
+def engine_setup(engine, rank, world, init, dev, stages):
+    """The engine's set-up in a rank (its plug-in loader, its groups): the adapter of
+    scripts/engine_adapters.py, after what a real install has registered before the engine's
+    plug-ins load (vLLM's ``_C`` ops where ``stages`` has ``fusion``:
+    ``engine_fusion.register_before_setup``; the carry stubs that extension)."""
+    from engine_fusion import register_before_setup
+
+    register_before_setup(engine, stages)
+    return (VllmEngine if engine == "vllm" else SglangEngine)(rank, world, init, dev)
+
+
 def rank_main(args):
     rank, world = args.rank, args.world
     prefixes = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -183,8 +194,9 @@ def rank_main(args):
 
     logging.getLogger("tpar").addHandler(_Keep(level=logging.INFO))
     logging.getLogger("tpar").setLevel(logging.INFO)
+    stages = [s for s in args.stages.split(",") if s]
     t0 = time.monotonic()
-    eng = (VllmEngine if args.engine == "vllm" else SglangEngine)(rank, world, args.init, dev)
+    eng = engine_setup(args.engine, rank, world, args.init, dev, stages)
     ca = eng.ca
     rec["setup_s"] = round(time.monotonic() - t0, 2)
     rec["ca_class"] = f"{type(ca).__module__}.{type(ca).__qualname__}" if ca is not None else None
@@ -362,7 +374,6 @@ def rank_main(args):
             st["error"] = f"{st['cases'] - st['tpar']} of {st['cases']} compiled sequence-parallel calls did not reach tpar (its served counter grew by {st['served']})"
         return st
 
-    stages = [s for s in args.stages.split(",") if s]
     for stage in stages:
         st = {"cases": 0, "tpar": 0, "fallback": 0, "served": 0, "wrong": 0}
         t1 = time.monotonic()
