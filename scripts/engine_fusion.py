@@ -66,12 +66,16 @@ def fake_platform(capability: int):
     return platforms._current_platform
 
 
-def _config(world, hidden, dtype):
+def _config(world, hidden, dtype, device_type="cpu"):
     """A VllmConfig at -O2's pass settings for TP ``world``; its model config is a stand-in
-    with what the passes read (dtype, hidden size): there are no model weights here."""
+    with what the passes read (dtype, hidden size): there are no model weights here. On a GPU
+    the executor is ``external_launcher``, as the engine set-up's (scripts/engine_adapters.py):
+    vLLM's default ("mp") refuses a TP size above the GPUs it counts, and the ranks may share one."""
     from vllm.config import CompilationConfig, ParallelConfig, VllmConfig
 
-    cfg = VllmConfig(parallel_config=ParallelConfig(tensor_parallel_size=world), compilation_config=CompilationConfig())
+    backend = "external_launcher" if device_type == "cuda" else None
+    par = ParallelConfig(tensor_parallel_size=world, distributed_executor_backend=backend)
+    cfg = VllmConfig(parallel_config=par, compilation_config=CompilationConfig())
     model = SimpleNamespace(dtype=dtype, get_hidden_size=lambda: hidden, using_transformers_backend=lambda: False)
     object.__setattr__(cfg, "model_config", model)
     return cfg
@@ -138,7 +142,7 @@ def fusion_stage(eng, ca, rank, world, dev, capability: int, hidden: int = 1024,
 
     functorch_config.enable_autograd_cache = False
     dtype = torch.bfloat16
-    cfg = _config(world, hidden, dtype)
+    cfg = _config(world, hidden, dtype, dev.type)
     top = torch.ops.tpar.vllm_all_reduce_rmsnorm.default if hasattr(torch.ops.tpar, "vllm_all_reduce_rmsnorm") else None
 
     class Recording(PostGradPassManager):
