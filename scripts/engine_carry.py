@@ -424,7 +424,9 @@ def _stamp_ok(path: str, key: str) -> bool:
 
 
 def lock_key(extra: str = "") -> str:
-    return hashlib.sha256(json.dumps([list(ENGINES.items()), DEPS, STUBS, OMIT, extra], default=str).encode()).hexdigest()
+    # OMIT sorted: a set's str() follows the process's hash seed, which made the key (and so
+    # the stamps) differ between processes, each mismatch rebuilding the trees under a running test
+    return hashlib.sha256(json.dumps([list(ENGINES.items()), DEPS, STUBS, sorted(OMIT), extra], default=str).encode()).hexdigest()
 
 
 def build_site(python: Optional[str] = None) -> str:
