@@ -137,6 +137,7 @@ DEPS: List[Wheel] = [
     Wheel("uvloop", "0.23.0", ('ab17b3a8aa754be0de0e397f7b95f13b14e56f077a4c6ae295e3d4afd199b325', '090865d8ce7a03986755a3ce711b7dd0d4b44eb14ab74368b717f3fad1180208',), HOST),  # cp311-cp311, cp312-cp312
     Wheel("prometheus-client", "0.26.0", ('fa93d06737aa02bacd05794768508bb97d2fbee28cb3bca04eaae92f0ca953d6',), HOST),  # py3-none
     Wheel("cloudpickle", "3.1.3", ('1654f4f18e416447210a63c5c25a135d65a292156aa5fa519dfa4baf7726dddb',), HOST),  # py3-none
+    Wheel("einops", "0.8.2", ('54058201ac7087911181bfec4af6091bb59380360f069276601256a76af08193',), HOST),  # py3-none (vllm/v1/attention/ops/vit_attn_wrappers.py, which a CUDA platform's pass manager reaches through qk_norm_rope_fusion)
     Wheel("py-cpuinfo", "9.0.0", ('859625bc251f64e21f077d099d4162689c762b5d6a4c3c97553d56241c9674d5',), HOST),  # py3-none
 ]
 
