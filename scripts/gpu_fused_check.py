@@ -23,6 +23,9 @@ tpar routes it (``tpar.engines.fusion.vllm_fused_allreduce_norm``, every form it
 NVFP4 included), counted with the family.
 EXPECT_PATH=fused: the 1 x 7168 call must take the algorithm's fused kernel; =unfused: every
 call the all-reduce followed by the add-RMSNorm kernel (TPAR_FUSED's rule, or =0).
+EXPECT_GRAPH_ROUTES="1x7168=fused:oneshot-pull,...": the routes captured bf16 calls of those
+shapes take ("path:algorithm", printed as graph_routes), e.g. the plan's own fused pick at 8
+NVLink ranks without TPAR_ALGO.
 """
 
 import hashlib
@@ -288,6 +291,9 @@ def rank_main(rank, world, out):
                 gwrong += bad
                 failures.append(f"graph replay {rep} call {k}")
             h.update(bits(ob[k]) + bits(rob[k]) + bits(po[k]))
+    # The routes a captured call of these shapes takes (bf16; the plan's fused pick where no
+    # algorithm is forced: plan::fused_kernel), as "path:algorithm".
+    rec["graph_routes"] = {f"{r}x{hd}": ":".join(comm._native.fused_route("bfloat16", r, hd, True)) for r, hd in ((1, 7168), (3, 7168), (16, 7168), (32, 7168))}
     rec.update(graph_calls=calls * 2 * replays, graph_wrong=gwrong, digest=h.hexdigest(), failures=failures[:20])
     comm.close()
     rec["ok"] = True
@@ -336,13 +342,18 @@ if __name__ == "__main__":
         ok = ok and bool(paths) and all(p == "unfused" for p in paths.values())
     elif expect is not None:
         sys.exit(f"EXPECT_PATH={expect!r}: expected fused or unfused")
+    routes = r0.get("graph_routes") or {}
+    expect_graph = os.environ.get("EXPECT_GRAPH_ROUTES")  # e.g. "1x7168=fused:oneshot-pull,16x7168=fused:oneshot-pull"
+    for item in filter(None, (expect_graph or "").split(",")):
+        shape, want = item.split("=")
+        ok = ok and routes.get(shape) == want
     fails = [f for r in recs for f in r.get("failures", [])]
     print(
         f"RESULT fused world={world} algo={os.environ.get('TPAR_ALGO')} TPAR_FUSED={os.environ.get('TPAR_FUSED', 'auto')} expect={expect} transport={os.environ.get('TPAR_TRANSPORT', 'p2p')} "
         f"eager_cases={r0.get('eager_cases')} eager_wrong={sum(r.get('eager_wrong', -1) for r in recs)} "
         f"family_cases={r0.get('family_cases')} family_wrong={sum(r.get('family_wrong', -1) for r in recs)} "
         f"graph_calls={r0.get('graph_calls')} graph_wrong={sum(r.get('graph_wrong', -1) for r in recs)} captured={r0.get('captured_calls')} "
-        f"ranks_identical={len({r.get('digest') for r in recs}) == 1} paths={r0.get('paths')} -> {'PASS' if ok else 'FAIL'}"
+        f"ranks_identical={len({r.get('digest') for r in recs}) == 1} paths={r0.get('paths')} graph_routes={routes} expect_graph={expect_graph} -> {'PASS' if ok else 'FAIL'}"
     )
     for f in fails[:10]:
         print(f"  FAIL {f}")

@@ -388,17 +388,10 @@ impl GpuCommunicator {
     /// The plan's decision for `collective` of `bytes` per rank (as
     /// [`Collective::io_elems`] counts them) of `dtype` in `mode`, from this communicator's memo.
     pub fn plan_for(&mut self, collective: Collective, dtype: DType, bytes: usize, mode: CaptureMode) -> Arc<Plan> {
-        let input = PlanInput {
-            topology: &self.topology,
-            world: self.control.world(),
-            bytes: bytes as u64,
-            dtype,
-            capture: mode,
-            backend: Backend::Cuda,
-            profile: self.profiles[mode_index(mode)].as_ref(),
-            overrides: &self.overrides,
-        };
-        let mut p = self.plans.get_for(collective, &input);
+        // The memo is taken out for the call: the input borrows the rest of `self`.
+        let mut plans = std::mem::take(&mut self.plans);
+        let mut p = plans.get_for(collective, &self.plan_input(dtype, bytes, mode));
+        self.plans = plans;
         if let (Err(why), NcclUse::Own) = (&self.nccl, self.nccl_use) {
             if let Some(k) = p.without_nccl(why, self.ws.transport()) {
                 p = Arc::new(k);
@@ -418,6 +411,20 @@ impl GpuCommunicator {
                 bound_us: None,
                 instead_of: None,
             }),
+        }
+    }
+
+    /// What the plan decides from for `bytes` (per rank) of `dtype` in `mode` here.
+    fn plan_input(&self, dtype: DType, bytes: usize, mode: CaptureMode) -> PlanInput<'_> {
+        PlanInput {
+            topology: &self.topology,
+            world: self.control.world(),
+            bytes: bytes as u64,
+            dtype,
+            capture: mode,
+            backend: Backend::Cuda,
+            profile: self.profiles[mode_index(mode)].as_ref(),
+            overrides: &self.overrides,
         }
     }
 

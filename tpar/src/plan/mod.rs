@@ -28,6 +28,8 @@ mod collectives;
 pub use collectives::plan_collective;
 pub mod feasibility;
 pub mod floors;
+mod fused;
+pub use fused::{fused_kernel, FUSED_ONESHOT_PULL_MAX};
 pub mod overrides;
 mod pcie;
 pub mod profile;

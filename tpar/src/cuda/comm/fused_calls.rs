@@ -8,7 +8,8 @@ use super::super::fused::fused_declined;
 /// The fused all-reduce + residual add + RMSNorm on one rank per process.
 impl GpuCommunicator {
     /// The fused call shape of `call` in `mode` (docs/cuda.md "Fused"), resolved once and
-    /// remembered: the plan for x's bytes decides the algorithm; its fused kernel where it
+    /// remembered: the plan for x's bytes decides the algorithm (the all-reduce's, or the
+    /// fused call's own where the plan ranks the fused kernels apart: `fused_pick`); its fused kernel where it
     /// takes the shape (`fused::fused_unfit`) and is not declined (`fused::fused_declined`:
     /// two-shot pull's, or any under `TPAR_FUSED=0`; the same answers on every rank), else
     /// the all-reduce's own route followed by tpar's add-RMSNorm kernel (the same bits).
@@ -19,6 +20,7 @@ impl GpuCommunicator {
         }
         call.validate()?;
         let ar = self.resolve(call.dtype, call.bytes(), mode)?;
+        let ar = self.fused_pick(call, mode).unwrap_or(ar);
         // The plan's kernel, where its fused variant takes the shape; then whether it runs it.
         let fits = match ar.route {
             Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => Some(algorithm),
@@ -44,6 +46,26 @@ impl GpuCommunicator {
         let r = Arc::new(FusedResolved { plan: Arc::clone(&ar.plan), route });
         self.fused_resolved.insert(key, Arc::clone(&r));
         Ok(r)
+    }
+
+    /// The fused call's own kernel where the plan ranks the fused kernels apart from the
+    /// all-reduces (`plan::fused_kernel`: one-shot pull's, measured the fastest fused at 8
+    /// NVLink ranks in graphs up to a size), resolved as an all-reduce of that kernel; `None`
+    /// (the all-reduce's own resolution stands) where the plan keeps the all-reduce's pick,
+    /// or that kernel failed this machine's bit-exact screen, does not take the shape, is
+    /// declined under `TPAR_FUSED`, or cannot be routed here.
+    fn fused_pick(&mut self, call: &FusedCall, mode: CaptureMode) -> Option<Arc<Resolved>> {
+        let ar = self.plan(call.dtype, call.bytes(), mode);
+        let p = crate::plan::fused_kernel(&self.plan_input(call.dtype, call.bytes(), mode), &ar)?;
+        let a = p.algorithm;
+        if self.rejected.iter().any(|r| r.collective == Collective::AllReduce && r.algorithm == a)
+            || self.ws.fused_unfit(a, call).is_some()
+            || fused_declined(a, self.overrides.fused, self.ws.fused_rows_owned(a, call)).is_some()
+        {
+            return None;
+        }
+        let route = self.route_of(&p, Collective::AllReduce, call.dtype, call.bytes()).ok()?;
+        Some(Arc::new(Resolved { plan: Arc::new(p), route, collective: Collective::AllReduce }))
     }
 
     /// Enqueues a fused all-reduce + residual add + RMSNorm on [`stream`](Self::stream)
