@@ -8,7 +8,8 @@
 #   OUT=... bash scripts/gpu-kernels.sh DIR ab        the head against tpar-before, alternating
 #                                                     REPS times (default 3): 2/4/8 emulated ranks,
 #                                                     1 KiB-16 MiB and 122 x 42 KiB, graph and eager
-#                                                     (~1.5 min; raw tables in $OUT/ab.txt)
+#                                                     (~1.5 min; raw tables in $OUT/ab.txt;
+#                                                     AB_TABLES="eager" etc.: some of sweep, seq, eager)
 #   OUT=... bash scripts/gpu-kernels.sh DIR collectives   all-gather and reduce-scatter: tpar check
 #                                                     on emulated ranks (p2p and host, ~10^5
 #                                                     random calls) and rank processes; the
@@ -201,9 +202,12 @@ ab)
     for rep in $(seq 1 "${REPS:-3}"); do
         for who in after before; do
             bin=$B; [ $who = before ] && bin=$OLD
-            step "sweep-$who-$rep" 100 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph -b 1K -e 16M -f 4 -n 40 -w 5 -d bfloat16 --algo "$A"
-            step "seq-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16 --algo "$A"
-            step "eager-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode eager --sequence 122x42K -b 42K -e 42K -n 30 -w 5 -d bfloat16 --algo "$A"
+            case " ${AB_TABLES:-sweep seq eager} " in *" sweep "*)
+            step "sweep-$who-$rep" 100 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph -b 1K -e 16M -f 4 -n 40 -w 5 -d bfloat16 --algo "$A" ;; esac
+            case " ${AB_TABLES:-sweep seq eager} " in *" seq "*)
+            step "seq-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16 --algo "$A" ;; esac
+            case " ${AB_TABLES:-sweep seq eager} " in *" eager "*)
+            step "eager-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode eager --sequence 122x42K -b 42K -e 42K -n 30 -w 5 -d bfloat16 --algo "$A" ;; esac
         done
     done
     awk '/^=== (sweep|seq|eager)-/ {s=1} /^=== / && !/^=== (sweep|seq|eager)-/ {s=0} s' "$LOG" >"$OUT/ab.txt"
