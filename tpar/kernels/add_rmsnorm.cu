@@ -42,6 +42,7 @@ template <class D>
 __device__ void add_rmsnorm(const TparFusedArgs& fa) {
     __shared__ float tiles[TPAR_ROW_TILES_MAX];
     pdl_wait();  // a no-op unless launched as a dependent (its input is the previous kernel's output)
+    nvfp4_zero_padding_grid<D>(fa.a, fa.n);  // NVFP4: the scale tensor's padding, first (norm.cuh)
     const u32 vrow = fa.n.hidden / (u32)D::LANES;
     const u64 base = (u64)blockIdx.x * vrow;
     const u32 t = threadIdx.x, bd = blockDim.x, lane = t & 31u;
