@@ -314,10 +314,16 @@ __device__ __forceinline__ u64 nvfp4_sf_offset(u32 row, u32 kb, u32 hidden) {
     return ((u64)(row >> 7) * ktiles + (kb >> 2)) * 512ull + (u64)((row & 31u) * 16u + ((row >> 5) & 3u) * 4u + (kb & 3u));
 }
 
-// One normalised vector o quantized to NVFP4 with the global scale gs: .x its e2m1 codes
-// (D::LANES nibbles), .y its block's scale byte. Every lane of the block must call it.
+// 1 / gs, the exact IEEE reciprocal (0 where gs is 0): a per-call constant, handed to
+// nvfp4_pack. NormOut takes it beside qinv, once a row (once a thread in practice), not once
+// a vector (the compiler cannot hoist it out of the norm loop, whose row changes reload the
+// scale); add_rmsnorm.cu at each store (its registers are full there).
+__device__ __forceinline__ float nvfp4_rg(float gs) { return gs == 0.0f ? 0.0f : fdiv_rn(1.0f, gs); }
+
+// One normalised vector o quantized to NVFP4 with the global scale gs (rg = nvfp4_rg(gs)): .x
+// its e2m1 codes (D::LANES nibbles), .y its block's scale byte. Every lane of the block must call it.
 template <class D>
-__device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs) {
+__device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs, float rg) {
     constexpr u32 G = TPAR_NVFP4_BLOCK / (u32)D::LANES;  // lanes of a block: 2 (16-bit), 4 (f32)
     float x[8];
     D::set(x, o);
@@ -333,7 +339,6 @@ __device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs) {
         m = fmaxf(m, p);
     }
     const u32 sf = quant_fp8(fmul_rn(gs, fmul_rn(m, 0.16666667163372039795f)), 1.0f);  // f32(1/6) = 0x3e2aaaab
-    const float rg = gs == 0.0f ? 0.0f : fdiv_rn(1.0f, gs);
     const float d = fmul_rn(fp8_e4m3_value(sf), rg);
     const float os = d == 0.0f ? 0.0f : fdiv_rn(1.0f, d);
     u32 q = 0u;
@@ -418,12 +423,13 @@ __device__ __forceinline__ void store_nvfp4(const TparArgs& a, const TparNorm& n
 }
 
 // One normalised vector v (r the updated residual, w the weight) stored as the pattern asks:
-// the dtype, FP8 with qinv (1 / scale), or NVFP4 with qinv (the global scale).
+// the dtype, FP8 with qinv (1 / scale), or NVFP4 with qinv (the global scale) and rg (its
+// reciprocal, nvfp4_rg).
 template <class D>
-__device__ __forceinline__ void store_norm(const TparArgs& a, const TparNorm& n, u64 v, V16 r, V16 w, float inv, float qinv) {
+__device__ __forceinline__ void store_norm(const TparArgs& a, const TparNorm& n, u64 v, V16 r, V16 w, float inv, float qinv, float rg) {
     const V16 o = norm_vec<D>(r, w, inv, n.flags);
     if (n.flags & TPAR_NORM_FP8) store_fp8<D>(a.output, v, o, qinv);
-    else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(a, n, v, nvfp4_pack<D>(o, qinv));
+    else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(a, n, v, nvfp4_pack<D>(o, qinv, rg));
     else store_output<D>(a, v, o);
 }
 
@@ -562,6 +568,7 @@ struct NormOut {
     u32 row;        // the row norm last waited for, and its 1 / rms
     float inv;
     float qinv;     // FP8 patterns: 1 / scale; NVFP4: the global scale
+    float rg;       // NVFP4: 1 / the global scale (nvfp4_rg, with qinv: once a row, not a vector)
     u64 early_v;    // the vector stage() copied into shared memory (~0: none)
 #if TPAR_SPREAD
     u32 npend;      // tile words this warp keeps in tpar_pending (the same in every lane)
@@ -572,7 +579,7 @@ struct NormOut {
 #endif
 
     __device__ __forceinline__ explicit NormOut(const TparNorm& n_)
-        : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f), qinv(0.0f) {
+        : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f), qinv(0.0f), rg(0.0f) {
         kept_r = kept_w = V16{0u, 0u, 0u, 0u};
         early_v = ~0ull;
 #if TPAR_SPREAD
@@ -757,7 +764,7 @@ struct NormOut {
     }
 #endif
 
-    // inv and qinv for vector v's row: its tiles waited for when the row changes.
+    // inv, qinv and rg for vector v's row: its tiles waited for when the row changes.
     __device__ __forceinline__ void row_scale(const TparArgs& a, Frame& f, u64 v) {
         const u32 rw = (u32)v / vrow;
         if (rw != row) {  // the same for the whole warp: a tile lies in one row
@@ -765,6 +772,7 @@ struct NormOut {
             const float sc = (n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? ld_scale(n) : 1.0f;  // in flight beside the polls
             inv = row_inv(a, f, rw);
             qinv = quant_arg(n, sc);
+            if (n.flags & TPAR_NORM_NVFP4) rg = nvfp4_rg(sc);
         }
     }
 
@@ -777,7 +785,8 @@ struct NormOut {
                 const float sc = (n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? ld_scale(n) : 1.0f;  // in flight beside the wait
                 inv = row_inv_cluster(a, f);
                 qinv = quant_arg(n, sc);
-                }
+                if (n.flags & TPAR_NORM_NVFP4) rg = nvfp4_rg(sc);
+            }
         } else
 #endif
         {
@@ -786,7 +795,7 @@ struct NormOut {
         const bool kept = v == kept_v;
         const V16 r = kept ? kept_r : ld_v16((const V16*)n.residual_out + v);  // this thread's own store
         const V16 w = kept ? kept_w : ld_v16(weight_of(v));
-        store_norm<D>(a, n, v, r, w, inv, qinv);
+        store_norm<D>(a, n, v, r, w, inv, qinv, rg);
     }
 
     // The rows variant (TPAR_ROWS_OWNED: a rank's chunk is whole rows, so all of a row's
@@ -805,7 +814,7 @@ struct NormOut {
             st_fp8<D>(a.output + v * (u64)D::LANES, q);
             st_fp8<D>((u64)slot, q);
         } else if (n.flags & TPAR_NORM_NVFP4) {  // the codes and the block's scale byte: .x, .y
-            const V16 q = nvfp4_pack<D>(o, qinv);
+            const V16 q = nvfp4_pack<D>(o, qinv, rg);
             store_nvfp4<D>(a, n, v, q);
             asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"((u64)slot), "r"(q.x), "r"(q.y) : "memory");
         } else {
