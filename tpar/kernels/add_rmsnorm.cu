@@ -42,6 +42,7 @@ template <class D>
 __device__ void add_rmsnorm(const TparFusedArgs& fa) {
     __shared__ float tiles[TPAR_ROW_TILES_MAX];
     pdl_wait();  // a no-op unless launched as a dependent (its input is the previous kernel's output)
+    nvfp4_zero_padding_grid<D>(fa.a, fa.n);  // NVFP4: the scale tensor's padding, first (norm.cuh)
     const u32 vrow = fa.n.hidden / (u32)D::LANES;
     const u64 base = (u64)blockIdx.x * vrow;
     const u32 t = threadIdx.x, bd = blockDim.x, lane = t & 31u;
@@ -70,14 +71,16 @@ __device__ void add_rmsnorm(const TparFusedArgs& fa) {
     }
     const float inv = inv_rms(row_sum(e, k), fa.n.hidden, u32_as_f32(fa.n.eps_bits));
     const float qinv = (fa.n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? quant_arg(fa.n, ld_scale(fa.n)) : 1.0f;
+    // NVFP4's 1 / gs (nvfp4_rg) at each store, not held in a register across pass 2: one more
+    // register there beside the kept vectors spilled the 16-bit kernels on sm_90 (64).
 #pragma unroll
     for (int k2 = 0; k2 < TPAR_NORM_KEEP; ++k2) {
         const u32 j = t + (u32)k2 * bd;
-        if (j < vrow) store_norm<D>(fa.a, fa.n, base + j, r[k2], w[k2], inv, qinv);
+        if (j < vrow) store_norm<D>(fa.a, fa.n, base + j, r[k2], w[k2], inv, qinv, nvfp4_rg(qinv));
     }
     for (u32 j = t + TPAR_NORM_KEEP * bd; j < vrow; j += bd) {
         const V16 x = ld_v16((const V16*)fa.n.residual_out + base + j);
-        store_norm<D>(fa.a, fa.n, base + j, x, ld_v16((const V16*)fa.n.weight + j), inv, qinv);
+        store_norm<D>(fa.a, fa.n, base + j, x, ld_v16((const V16*)fa.n.weight + j), inv, qinv, nvfp4_rg(qinv));
     }
 }
 

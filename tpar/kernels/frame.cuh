@@ -551,10 +551,17 @@ __device__ __forceinline__ void barrier_block(const TparArgs& a, Frame& f, u32 p
     extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparArgs a) { NAME<D>(a); }
 // Kernels with a fused variant (TPAR_FUSED_READY) take their epilogue as a second argument
 // (norm.cuh): the plain one stores the sum; the fused one (-DTPAR_FUSED) adds the residual
-// and normalises, and the entry takes the fused arguments.
+// and normalises, and the entry takes the fused arguments. The fused entry also zeroes an
+// NVFP4 output's scale padding (norm.cuh nvfp4_zero_padding_grid: after the PDL wait, before
+// the all-reduce, whose waits for peers hide it; NormOut's set-up before, which runs under
+// the previous kernel with PDL).
 #if TPAR_FUSED_ON
 #define TPAR_FENTRY(NAME, SUFFIX, D) \
-    extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparFusedArgs fa) { NormOut<D> o(fa.n); NAME<D>(fa.a, o); }
+    extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparFusedArgs fa) { \
+        NormOut<D> o(fa.n); \
+        nvfp4_zero_padding_grid<D>(fa.a, fa.n); \
+        NAME<D>(fa.a, o); \
+    }
 #else
 #define TPAR_FENTRY(NAME, SUFFIX, D) \
     extern "C" __global__ void TPAR_BOUNDS NAME##_##SUFFIX(const TparArgs a) { PlainOut<D> o; NAME<D>(a, o); }

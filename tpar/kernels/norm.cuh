@@ -282,7 +282,8 @@ __device__ __forceinline__ void store_fp8(u64 output, u64 v, V16 o, float qinv) 
 // 6, round to nearest even on {0, 0.5, 1, 1.5, 2, 3, 4, 6}, the sign kept (NaN: 0; amax
 // ignores NaN, as fmaxf). Two
 // values a byte, the even element in the low nibble; the block's scale byte at
-// nvfp4_sf_offset, the scale tensor's padding 0. A block spans 16 / D::LANES vectors, which the fused kernels hand to
+// nvfp4_sf_offset, the scale tensor's padding 0 (nvfp4_zero_padding: at the kernel's start,
+// apart from the vectors). A block spans 16 / D::LANES vectors, which the fused kernels hand to
 // adjacent lanes of one warp (tiles: a warp's 32 consecutive vectors, lane l vector
 // 32 t + l) and add_rmsnorm.cu to adjacent threads: the block's amax meets over those lanes
 // (shfl with their mask; every lane of the block takes part, as every lane of the row's
@@ -313,10 +314,16 @@ __device__ __forceinline__ u64 nvfp4_sf_offset(u32 row, u32 kb, u32 hidden) {
     return ((u64)(row >> 7) * ktiles + (kb >> 2)) * 512ull + (u64)((row & 31u) * 16u + ((row >> 5) & 3u) * 4u + (kb & 3u));
 }
 
-// One normalised vector o quantized to NVFP4 with the global scale gs: .x its e2m1 codes
-// (D::LANES nibbles), .y its block's scale byte. Every lane of the block must call it.
+// 1 / gs, the exact IEEE reciprocal (0 where gs is 0): a per-call constant, handed to
+// nvfp4_pack. NormOut takes it beside qinv, once a row (once a thread in practice), not once
+// a vector (the compiler cannot hoist it out of the norm loop, whose row changes reload the
+// scale); add_rmsnorm.cu at each store (its registers are full there).
+__device__ __forceinline__ float nvfp4_rg(float gs) { return gs == 0.0f ? 0.0f : fdiv_rn(1.0f, gs); }
+
+// One normalised vector o quantized to NVFP4 with the global scale gs (rg = nvfp4_rg(gs)): .x
+// its e2m1 codes (D::LANES nibbles), .y its block's scale byte. Every lane of the block must call it.
 template <class D>
-__device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs) {
+__device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs, float rg) {
     constexpr u32 G = TPAR_NVFP4_BLOCK / (u32)D::LANES;  // lanes of a block: 2 (16-bit), 4 (f32)
     float x[8];
     D::set(x, o);
@@ -332,7 +339,6 @@ __device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs) {
         m = fmaxf(m, p);
     }
     const u32 sf = quant_fp8(fmul_rn(gs, fmul_rn(m, 0.16666667163372039795f)), 1.0f);  // f32(1/6) = 0x3e2aaaab
-    const float rg = gs == 0.0f ? 0.0f : fdiv_rn(1.0f, gs);
     const float d = fmul_rn(fp8_e4m3_value(sf), rg);
     const float os = d == 0.0f ? 0.0f : fdiv_rn(1.0f, d);
     u32 q = 0u;
@@ -343,32 +349,65 @@ __device__ __forceinline__ V16 nvfp4_pack(V16 o, float gs) {
 
 // The scale tensor's padding (rows from `rows` up to a multiple of 128, scale columns from
 // hidden / 16 up to a multiple of 4) is zeroed, as vLLM's kernel does (its scale tensor is
-// allocated empty): its 4-byte words w = v, v + nvec, ... (nvec the call's vectors), so the
-// vectors of a call, each stored once on a rank, cover every word once. Word w holds row
-// (w / 128 / k_tiles) * 128 + (w % 4) * 32 + (w / 4) % 32 and blocks 4 ((w / 128) % k_tiles)
-// + 0..3: a padded row's word is stored whole, a real row's padded blocks byte by byte (its
-// real bytes are other vectors' stores).
-__device__ __forceinline__ void nvfp4_zero_padding(const TparNorm& n, u32 v, u32 nvec, u32 rows) {
+// allocated empty). It depends on no data of the call, so it is stored at the kernel's start
+// (the fused entry, frame.cuh TPAR_FENTRY; add_rmsnorm.cu), while the all-reduce waits for
+// its peers, not beside each vector on the norm's dependent tail (where a strided loop over
+// the tensor's words, with a division per word, cost about 2.4 us for one row of 7168 on an
+// H200: 127 padded rows x 448 bytes). Only after the PDL wait: the previous kernel in the
+// stream may still read the tensor. Every thread of the grid (t of nt) takes a strided share;
+// the padding's stores never touch a real scale byte (other threads' byte stores), so no
+// ordering is needed between them. Word w of the tensor holds row (w / 128 / k_tiles) * 128 +
+// (w % 4) * 32 + (w / 4) % 32 and blocks 4 ((w / 128) % k_tiles) + 0..3, so:
+// - padded rows lie in the last 128-row tile alone (where rows % 128 != 0): its k_tiles
+//   512-byte tiles are 32 k_tiles 16-byte chunks q (tile q / 32, words 4q..4q+3 from the row
+//   tile's start), chunk q holding rows c, 32 + c, 64 + c, 96 + c of the row tile (c = q %
+//   32): all padding where c >= rows % 128 (one 16-byte store; four word stores where
+//   scale_out is only 4-byte aligned, which is all the launcher requires), else the padded
+//   ones among its last three words, stored whole. No division: q counts the chunks.
+// - a real row's padded blocks (hidden / 16 not a multiple of 4: add_rmsnorm.cu's shapes
+//   only, a fused row is whole tiles) are the last k tile's bytes hidden / 16 % 4 .. 3 of its
+//   word, stored byte by byte.
+__device__ __forceinline__ void nvfp4_zero_padding(const TparNorm& n, u32 rows, u32 t, u32 nt) {
     const u32 nb = n.hidden / TPAR_NVFP4_BLOCK;
     const u32 ktiles = (nb + 3u) / 4u;
-    const u32 words = (rows + 127u) / 128u * 128u * ktiles;  // the launcher's shapes: far below 2^32
-    for (u32 w = v; w < words; w += nvec) {
-        const u32 t = w >> 7;
-        const u32 mt = t / ktiles;
-        const u32 kt = t - mt * ktiles;
-        const u32 row = mt * 128u + (w & 3u) * 32u + ((w >> 2) & 31u);
-        const u64 at = n.scale_out + (u64)w * 4ull;
-        if (row >= rows) {
-            asm volatile("st.global.u32 [%0], %1;" ::"l"(at), "r"(0u) : "memory");
-        } else if (kt * 4u + 3u >= nb) {
-            for (u32 kk = nb > kt * 4u ? nb - kt * 4u : 0u; kk < 4u; ++kk) asm volatile("st.global.u8 [%0], %1;" ::"l"(at + kk), "h"((unsigned short)0) : "memory");
+    const u32 rr = rows & 127u;  // real rows of the last row tile (0: no padded row)
+    if (rr != 0u) {
+        const u64 base = n.scale_out + (u64)(rows >> 7) * ktiles * 512ull;
+        const bool v4 = (n.scale_out & 15ull) == 0ull;  // the same in every thread
+        for (u32 q = t; q < ktiles * 32u; q += nt) {
+            const u32 c = q & 31u;
+            const u64 at = base + (u64)q * 16ull;
+            if (c >= rr && v4) {
+                asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(at), "r"(0u), "r"(0u), "r"(0u), "r"(0u) : "memory");
+                continue;
+            }
+#pragma unroll
+            for (u32 k = 0u; k < 4u; ++k)
+                if (k * 32u + c >= rr) asm volatile("st.global.u32 [%0], %1;" ::"l"(at + k * 4u), "r"(0u) : "memory");
+        }
+    }
+    if (nb & 3u) {
+        for (u32 r = t; r < rows; r += nt) {
+            const u64 at = n.scale_out + nvfp4_sf_offset(r, nb, n.hidden);  // the row's first padded block
+            for (u32 kk = nb & 3u; kk < 4u; ++kk) asm volatile("st.global.u8 [%0], %1;" ::"l"(at + (kk - (nb & 3u))), "h"((unsigned short)0) : "memory");
         }
     }
 }
 
+// The fused entry's and add_rmsnorm.cu's call of nvfp4_zero_padding (NVFP4 patterns only: a
+// uniform branch), the grid's every thread: the PDL wait first (idempotent, the kernel's own
+// waits are then no-ops), rows = the call's vectors / the row's.
+template <class D>
+__device__ __forceinline__ void nvfp4_zero_padding_grid(const TparArgs& a, const TparNorm& n) {
+    if (!(n.flags & TPAR_NORM_NVFP4)) return;
+    pdl_wait();
+    const u32 rows = (u32)(a.count / (u64)D::LANES) / (n.hidden / (u32)D::LANES);  // 32-bit: a call's vectors are far below 2^32
+    nvfp4_zero_padding(n, rows, blockIdx.x * blockDim.x + threadIdx.x, gridDim.x * blockDim.x);
+}
+
 // Stores nvfp4_pack's form p of vector v: its D::LANES / 2 bytes at output + v * D::LANES / 2,
-// from the block's first vector the scale byte at its swizzled place in scale_out, and v's
-// share of the scale tensor's padding (nvfp4_zero_padding).
+// and from the block's first vector the scale byte at its swizzled place in scale_out (the
+// padding is nvfp4_zero_padding's, at the kernel's start).
 template <class D>
 __device__ __forceinline__ void store_nvfp4(const TparArgs& a, const TparNorm& n, u64 v, V16 p) {
     const u64 at = a.output + v * (u64)(D::LANES / 2);
@@ -381,17 +420,16 @@ __device__ __forceinline__ void store_nvfp4(const TparArgs& a, const TparNorm& n
         const u64 sa = n.scale_out + nvfp4_sf_offset(rw, j / (TPAR_NVFP4_BLOCK / (u32)D::LANES), n.hidden);
         asm volatile("st.global.u8 [%0], %1;" ::"l"(sa), "h"((unsigned short)p.y) : "memory");
     }
-    const u32 nvec = (u32)(a.count / (u64)D::LANES);
-    nvfp4_zero_padding(n, (u32)v, nvec, nvec / vrow);
 }
 
 // One normalised vector v (r the updated residual, w the weight) stored as the pattern asks:
-// the dtype, FP8 with qinv (1 / scale), or NVFP4 with qinv (the global scale).
+// the dtype, FP8 with qinv (1 / scale), or NVFP4 with qinv (the global scale) and rg (its
+// reciprocal, nvfp4_rg).
 template <class D>
-__device__ __forceinline__ void store_norm(const TparArgs& a, const TparNorm& n, u64 v, V16 r, V16 w, float inv, float qinv) {
+__device__ __forceinline__ void store_norm(const TparArgs& a, const TparNorm& n, u64 v, V16 r, V16 w, float inv, float qinv, float rg) {
     const V16 o = norm_vec<D>(r, w, inv, n.flags);
     if (n.flags & TPAR_NORM_FP8) store_fp8<D>(a.output, v, o, qinv);
-    else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(a, n, v, nvfp4_pack<D>(o, qinv));
+    else if (n.flags & TPAR_NORM_NVFP4) store_nvfp4<D>(a, n, v, nvfp4_pack<D>(o, qinv, rg));
     else store_output<D>(a, v, o);
 }
 
@@ -530,6 +568,7 @@ struct NormOut {
     u32 row;        // the row norm last waited for, and its 1 / rms
     float inv;
     float qinv;     // FP8 patterns: 1 / scale; NVFP4: the global scale
+    float rg;       // NVFP4: 1 / the global scale (nvfp4_rg, with qinv: once a row, not a vector)
     u64 early_v;    // the vector stage() copied into shared memory (~0: none)
 #if TPAR_SPREAD
     u32 npend;      // tile words this warp keeps in tpar_pending (the same in every lane)
@@ -540,7 +579,7 @@ struct NormOut {
 #endif
 
     __device__ __forceinline__ explicit NormOut(const TparNorm& n_)
-        : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f), qinv(0.0f) {
+        : n(n_), vrow(n_.hidden / (u32)D::LANES), eps(u32_as_f32(n_.eps_bits)), kept_v(~0ull), row(~0u), inv(0.0f), qinv(0.0f), rg(0.0f) {
         kept_r = kept_w = V16{0u, 0u, 0u, 0u};
         early_v = ~0ull;
 #if TPAR_SPREAD
@@ -725,7 +764,7 @@ struct NormOut {
     }
 #endif
 
-    // inv and qinv for vector v's row: its tiles waited for when the row changes.
+    // inv, qinv and rg for vector v's row: its tiles waited for when the row changes.
     __device__ __forceinline__ void row_scale(const TparArgs& a, Frame& f, u64 v) {
         const u32 rw = (u32)v / vrow;
         if (rw != row) {  // the same for the whole warp: a tile lies in one row
@@ -733,6 +772,7 @@ struct NormOut {
             const float sc = (n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? ld_scale(n) : 1.0f;  // in flight beside the polls
             inv = row_inv(a, f, rw);
             qinv = quant_arg(n, sc);
+            if (n.flags & TPAR_NORM_NVFP4) rg = nvfp4_rg(sc);
         }
     }
 
@@ -745,6 +785,7 @@ struct NormOut {
                 const float sc = (n.flags & (TPAR_NORM_FP8 | TPAR_NORM_NVFP4)) ? ld_scale(n) : 1.0f;  // in flight beside the wait
                 inv = row_inv_cluster(a, f);
                 qinv = quant_arg(n, sc);
+                if (n.flags & TPAR_NORM_NVFP4) rg = nvfp4_rg(sc);
             }
         } else
 #endif
@@ -754,7 +795,7 @@ struct NormOut {
         const bool kept = v == kept_v;
         const V16 r = kept ? kept_r : ld_v16((const V16*)n.residual_out + v);  // this thread's own store
         const V16 w = kept ? kept_w : ld_v16(weight_of(v));
-        store_norm<D>(a, n, v, r, w, inv, qinv);
+        store_norm<D>(a, n, v, r, w, inv, qinv, rg);
     }
 
     // The rows variant (TPAR_ROWS_OWNED: a rank's chunk is whole rows, so all of a row's
@@ -773,7 +814,7 @@ struct NormOut {
             st_fp8<D>(a.output + v * (u64)D::LANES, q);
             st_fp8<D>((u64)slot, q);
         } else if (n.flags & TPAR_NORM_NVFP4) {  // the codes and the block's scale byte: .x, .y
-            const V16 q = nvfp4_pack<D>(o, qinv);
+            const V16 q = nvfp4_pack<D>(o, qinv, rg);
             store_nvfp4<D>(a, n, v, q);
             asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"((u64)slot), "r"(q.x), "r"(q.y) : "memory");
         } else {

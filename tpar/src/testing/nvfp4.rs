@@ -176,6 +176,84 @@ mod tests {
         assert_eq!(nvfp4_scale_offset(129, 0, 7168), 112 * 512 + 16);
     }
 
+    /// The kernels' zeroing of the scale tensor's padding (kernels/norm.cuh
+    /// `nvfp4_zero_padding`), mirrored statement for statement: thread `t` of `nt`'s stores,
+    /// (byte offset in the tensor, bytes). `v4`: `scale_out` 16-byte aligned.
+    fn padding_stores(rows: u32, hidden: u32, v4: bool, t: u32, nt: u32) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        let nb = hidden / 16;
+        let ktiles = nb.div_ceil(4);
+        let rr = rows & 127;
+        if rr != 0 {
+            let base = (rows >> 7) as usize * ktiles as usize * 512;
+            let mut q = t;
+            while q < ktiles * 32 {
+                let c = q & 31;
+                let at = base + q as usize * 16;
+                if c >= rr && v4 {
+                    out.push((at, 16));
+                } else {
+                    for k in 0..4u32 {
+                        if k * 32 + c >= rr {
+                            out.push((at + k as usize * 4, 4));
+                        }
+                    }
+                }
+                q += nt;
+            }
+        }
+        if nb & 3 != 0 {
+            let mut r = t;
+            while r < rows {
+                let at = nvfp4_scale_offset(r as usize, nb as usize, hidden as usize);
+                for kk in nb & 3..4 {
+                    out.push((at + (kk - (nb & 3)) as usize, 1));
+                }
+                r += nt;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_kernels_padding_stores_cover_the_padding_once_and_nothing_else() {
+        // Every shape class: rows below, at and past each 32-row group and the 128-row tile
+        // (whole tiles: no padded row), scale columns a multiple of 4 or not (hidden / 16 % 4
+        // = 0..3: add_rmsnorm.cu's shapes; a fused row is whole tiles), and grids smaller and
+        // larger than the work.
+        let rows_set = [1u32, 2, 31, 32, 33, 63, 64, 65, 96, 97, 127, 128, 129, 160, 255, 256, 257, 300];
+        let hidden_set = [16u32, 32, 48, 64, 80, 112, 128, 1024, 5120, 7168, 7168 + 16, 7168 + 48];
+        for rows in rows_set {
+            for hidden in hidden_set {
+                let (r, h, nb) = (rows as usize, hidden as usize, hidden as usize / 16);
+                let bytes = nvfp4_scale_bytes(r, h);
+                let mut real = vec![false; bytes];
+                for row in 0..r {
+                    for kb in 0..nb {
+                        real[nvfp4_scale_offset(row, kb, h)] = true;
+                    }
+                }
+                for v4 in [true, false] {
+                    for nt in [1u32, 7, 32, 512, 5000] {
+                        let mut hits = vec![0u32; bytes];
+                        for t in 0..nt.min(bytes as u32 + 1) {
+                            for (at, len) in padding_stores(rows, hidden, v4, t, nt) {
+                                assert!(at % len == 0 && (len != 16 || v4), "{rows}x{hidden} v4 {v4}: a {len}-byte store at {at} misaligned");
+                                assert!(at + len <= bytes, "{rows}x{hidden}: a store at {at} past the tensor ({bytes} B)");
+                                for h in &mut hits[at..at + len] {
+                                    *h += 1;
+                                }
+                            }
+                        }
+                        for (b, (&n, &is_real)) in hits.iter().zip(&real).enumerate() {
+                            assert_eq!(n, u32::from(!is_real), "{rows}x{hidden} v4 {v4} nt {nt}: byte {b} (real {is_real}) stored {n} times");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn blocks_follow_vllms_recipe() {
         // A zero block: scale 0, output scale 0, every code +0.
