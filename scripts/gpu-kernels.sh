@@ -9,7 +9,8 @@
 #                                                     REPS times (default 3): 2/4/8 emulated ranks,
 #                                                     1 KiB-16 MiB and 122 x 42 KiB, graph and eager
 #                                                     (~1.5 min; raw tables in $OUT/ab.txt;
-#                                                     AB_TABLES="eager" etc.: some of sweep, seq, eager)
+#                                                     AB_TABLES="eager" etc.: some of sweep, seq, eager;
+#                                                     AB_RANKS (2,4,8), AB_MAX (the sweep's -e, 16M))
 #   OUT=... bash scripts/gpu-kernels.sh DIR collectives   all-gather and reduce-scatter: tpar check
 #                                                     on emulated ranks (p2p and host, ~10^5
 #                                                     random calls) and rank processes; the
@@ -203,11 +204,11 @@ ab)
         for who in after before; do
             bin=$B; [ $who = before ] && bin=$OLD
             case " ${AB_TABLES:-sweep seq eager} " in *" sweep "*)
-            step "sweep-$who-$rep" 100 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph -b 1K -e 16M -f 4 -n 40 -w 5 -d bfloat16 --algo "$A" ;; esac
+            step "sweep-$who-$rep" 100 -- "$bin" bench --emulate-ranks "${AB_RANKS:-2,4,8}" --mode graph -b 1K -e "${AB_MAX:-16M}" -f 4 -n 40 -w 5 -d bfloat16 --algo "$A" ;; esac
             case " ${AB_TABLES:-sweep seq eager} " in *" seq "*)
-            step "seq-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16 --algo "$A" ;; esac
+            step "seq-$who-$rep" 60 -- "$bin" bench --emulate-ranks "${AB_RANKS:-2,4,8}" --mode graph --sequence 122x42K -b 42K -e 42K -n 50 -w 5 -d bfloat16 --algo "$A" ;; esac
             case " ${AB_TABLES:-sweep seq eager} " in *" eager "*)
-            step "eager-$who-$rep" 60 -- "$bin" bench --emulate-ranks 2,4,8 --mode eager --sequence 122x42K -b 42K -e 42K -n 30 -w 5 -d bfloat16 --algo "$A" ;; esac
+            step "eager-$who-$rep" 60 -- "$bin" bench --emulate-ranks "${AB_RANKS:-2,4,8}" --mode eager --sequence 122x42K -b 42K -e 42K -n 30 -w 5 -d bfloat16 --algo "$A" ;; esac
         done
     done
     awk '/^=== (sweep|seq|eager)-/ {s=1} /^=== / && !/^=== (sweep|seq|eager)-/ {s=0} s' "$LOG" >"$OUT/ab.txt"
