@@ -304,7 +304,7 @@ fn vllm(f: &Facts, tp: usize, archs: &[String]) -> Vec<Finding> {
         "compilation pass_config.fuse_allreduce_rms",
         "the optimisation level's default (a server option: not visible from here)".into(),
         applies,
-        "the compiler fuses all-reduce + RMSNorm (+ FP8/NVFP4 quant) into FlashInfer's kernel; with TPAR_ENABLE=1 tpar's plug-in runs its own fusion pass before it, so the token ranges tpar's plan takes go to tpar's fused kernels and FlashInfer keeps larger ranges and NVFP4: leave it on",
+        "the compiler fuses all-reduce + RMSNorm (+ FP8/NVFP4 quant) into FlashInfer's kernel; with TPAR_ENABLE=1 tpar's plug-in runs its own fusion pass before it, so the token ranges tpar's plan takes go to tpar's fused kernels and FlashInfer keeps the larger ranges: leave it on",
         "vllm/config/vllm.py enable_allreduce_rms_fusion, OPTIMIZATION_LEVEL_02/03; vllm/compilation/passes/pass_manager.py PostGradPassManager.configure",
         "note",
         None,
