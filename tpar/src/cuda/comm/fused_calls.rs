@@ -20,7 +20,18 @@ impl GpuCommunicator {
         }
         call.validate()?;
         let ar = self.resolve(call.dtype, call.bytes(), mode)?;
-        let ar = self.fused_pick(call, mode).unwrap_or(ar);
+        let ar = match self.fused_pick(call, mode) {
+            Some(own) => {
+                if self.overrides.debug {
+                    // Once per shape and mode (the resolution is remembered), as the plan's INFO lines.
+                    let line = format!("tpar INFO fused: {} x {} {} {mode:?}: {}", call.rows, call.hidden, call.dtype, own.plan.reason);
+                    tracing::info!(target: "tpar::plan", "{line}");
+                    eprintln!("{line}");
+                }
+                own
+            }
+            None => ar,
+        };
         // The plan's kernel, where its fused variant takes the shape; then whether it runs it.
         let fits = match ar.route {
             Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => Some(algorithm),
