@@ -20,18 +20,11 @@ impl GpuCommunicator {
         }
         call.validate()?;
         let ar = self.resolve(call.dtype, call.bytes(), mode)?;
-        let ar = match self.fused_pick(call, mode) {
-            Some(own) => {
-                if self.overrides.debug {
-                    // Once per shape and mode (the resolution is remembered), as the plan's INFO lines.
-                    let line = format!("tpar INFO fused: {} x {} {} {mode:?}: {}", call.rows, call.hidden, call.dtype, own.plan.reason);
-                    tracing::info!(target: "tpar::plan", "{line}");
-                    eprintln!("{line}");
-                }
-                own
-            }
-            None => ar,
-        };
+        let own = self.fused_pick(call, mode, &ar.plan);
+        if let Some(o) = &own {
+            self.log_fused(call, mode, &o.plan.reason);
+        }
+        let ar = own.unwrap_or(ar);
         // The plan's kernel, where its fused variant takes the shape; then whether it runs it.
         let fits = match ar.route {
             Route::Kernel { algorithm, .. } if self.ws.fused_unfit(algorithm, call).is_none() => Some(algorithm),
@@ -46,10 +39,7 @@ impl GpuCommunicator {
             _ => FusedRoute::Unfused { all_reduce: ar.route, norm: self.ws.resolve_add_rmsnorm(call)? },
         };
         if let (Some(why), true) = (&declined, self.overrides.debug) {
-            // Once per shape and mode (the resolution is remembered), as the plan's INFO lines.
-            let line = format!("tpar INFO fused: {} x {} {} {mode:?}: the all-reduce, then the add-RMSNorm kernel: {why}", call.rows, call.hidden, call.dtype);
-            tracing::info!(target: "tpar::plan", "{line}");
-            eprintln!("{line}");
+            self.log_fused(call, mode, &format!("the all-reduce, then the add-RMSNorm kernel: {why}"));
         }
         if self.fused_resolved.len() >= RESOLVED_MAX {
             self.fused_resolved.clear();
@@ -65,9 +55,9 @@ impl GpuCommunicator {
     /// (the all-reduce's own resolution stands) where the plan keeps the all-reduce's pick,
     /// or that kernel failed this machine's bit-exact screen, does not take the shape, is
     /// declined under `TPAR_FUSED`, or cannot be routed here.
-    fn fused_pick(&mut self, call: &FusedCall, mode: CaptureMode) -> Option<Arc<Resolved>> {
-        let ar = self.plan(call.dtype, call.bytes(), mode);
-        let p = crate::plan::fused_kernel(&self.plan_input(call.dtype, call.bytes(), mode), &ar)?;
+    /// `ar`: the all-reduce's plan for x's bytes.
+    fn fused_pick(&mut self, call: &FusedCall, mode: CaptureMode, ar: &Plan) -> Option<Arc<Resolved>> {
+        let p = crate::plan::fused_kernel(&self.plan_input(call.dtype, call.bytes(), mode), ar)?;
         let a = p.algorithm;
         if self.rejected.iter().any(|r| r.collective == Collective::AllReduce && r.algorithm == a)
             || self.ws.fused_unfit(a, call).is_some()
@@ -77,6 +67,16 @@ impl GpuCommunicator {
         }
         let route = self.route_of(&p, Collective::AllReduce, call.dtype, call.bytes()).ok()?;
         Some(Arc::new(Resolved { plan: Arc::new(p), route, collective: Collective::AllReduce }))
+    }
+
+    /// One `TPAR_DEBUG=INFO` line about a fused shape's path, as the plan's INFO lines: once
+    /// per shape and mode (the resolution is remembered).
+    fn log_fused(&self, call: &FusedCall, mode: CaptureMode, what: &str) {
+        if self.overrides.debug {
+            let line = format!("tpar INFO fused: {} x {} {} {mode:?}: {what}", call.rows, call.hidden, call.dtype);
+            tracing::info!(target: "tpar::plan", "{line}");
+            eprintln!("{line}");
+        }
     }
 
     /// Enqueues a fused all-reduce + residual add + RMSNorm on [`stream`](Self::stream)
